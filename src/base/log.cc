@@ -1,0 +1,76 @@
+#include "base/log.h"
+
+#include <spdlog/sinks/stdout_color_sinks.h>
+
+#include <algorithm>
+#include <cctype>
+#include <cstdlib>
+#include <memory>
+#include <string>
+
+namespace ferry::log {
+namespace {
+
+std::string lower(std::string_view s) {
+  std::string out(s);
+  std::transform(out.begin(), out.end(), out.begin(),
+                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  return out;
+}
+
+std::shared_ptr<spdlog::logger> make_logger() {
+  auto logger = spdlog::stderr_color_mt("ferry");
+  logger->set_pattern("[%Y-%m-%d %H:%M:%S.%e] [ferry] [%^%l%$] %v");
+  return logger;
+}
+
+}  // namespace
+
+bool parse_level(std::string_view text, spdlog::level::level_enum* out) {
+  const std::string t = lower(text);
+  using L = spdlog::level::level_enum;
+  struct Name {
+    const char* name;
+    L level;
+  };
+  static constexpr Name kNames[] = {
+      {"trace", L::trace}, {"debug", L::debug},   {"info", L::info},         {"warn", L::warn},
+      {"warning", L::warn}, {"error", L::err},    {"critical", L::critical}, {"fatal", L::critical},
+      {"off", L::off},     {"notset", L::trace},
+  };
+  for (const Name& n : kNames) {
+    if (t == n.name) {
+      *out = n.level;
+      return true;
+    }
+  }
+  return false;
+}
+
+void reload_level_from_env() {
+  spdlog::level::level_enum level = spdlog::level::info;
+  const char* ferry_level = std::getenv("FERRY_LOG_LEVEL");
+  const char* verl_level = std::getenv("VERL_LOGGING_LEVEL");
+  const char* chosen = ferry_level && *ferry_level ? ferry_level : verl_level;
+  if (chosen && *chosen && !parse_level(chosen, &level)) {
+    get().warn("ignoring unknown log level '{}' (expected trace, debug, info, warn, error, off)",
+               chosen);
+    level = spdlog::level::info;
+  }
+  get().set_level(level);
+}
+
+spdlog::logger& get() {
+  static std::shared_ptr<spdlog::logger> logger = [] {
+    auto l = make_logger();
+    return l;
+  }();
+  static const bool configured = [] {
+    reload_level_from_env();
+    return true;
+  }();
+  (void)configured;
+  return *logger;
+}
+
+}  // namespace ferry::log

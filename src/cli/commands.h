@@ -1,0 +1,12 @@
+// Every `ferry` command; main.cc adds them in this order.
+#pragma once
+
+#include "cli/command.h"
+
+namespace ferry::cli {
+
+void add_gen_model_command(CLI::App& app, Dispatch& dispatch);
+void add_advise_bucket_command(CLI::App& app, Dispatch& dispatch);
+void add_inspect_command(CLI::App& app, Dispatch& dispatch);
+
+}  // namespace ferry::cli
