@@ -16,3 +16,9 @@ elseif(FERRY_SANITIZE STREQUAL "thread")
 elseif(NOT FERRY_SANITIZE STREQUAL "")
   message(FATAL_ERROR "FERRY_SANITIZE must be '', 'address' or 'thread', not '${FERRY_SANITIZE}'")
 endif()
+
+# Fuzz builds instrument every library for coverage; the fuzz targets add the driver.
+if(FERRY_BUILD_FUZZ)
+  add_compile_options(-fsanitize=fuzzer-no-link,address,undefined -fno-omit-frame-pointer)
+  add_link_options(-fsanitize=address,undefined)
+endif()
