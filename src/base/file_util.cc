@@ -8,6 +8,7 @@
 #include <cerrno>
 #include <filesystem>
 #include <string>
+#include <utility>
 
 namespace ferry {
 
@@ -103,10 +104,28 @@ Result<AtomicFile> AtomicFile::create(const std::string& path) {
   return AtomicFile(path, std::move(tmp), std::move(fd));
 }
 
-AtomicFile::~AtomicFile() {
+AtomicFile::AtomicFile(AtomicFile&& o) noexcept
+    : path_(std::move(o.path_)), tmp_(std::exchange(o.tmp_, {})), fd_(std::move(o.fd_)),
+      committed_(o.committed_) {}
+
+AtomicFile& AtomicFile::operator=(AtomicFile&& o) noexcept {
+  if (this != &o) {
+    discard();
+    path_ = std::move(o.path_);
+    tmp_ = std::exchange(o.tmp_, {});
+    fd_ = std::move(o.fd_);
+    committed_ = o.committed_;
+  }
+  return *this;
+}
+
+AtomicFile::~AtomicFile() { discard(); }
+
+void AtomicFile::discard() {
   if (!committed_ && !tmp_.empty()) {
     fd_.reset();
     ::unlink(tmp_.c_str());
+    tmp_.clear();
   }
 }
 

@@ -84,8 +84,8 @@ Status read_exact(int fd, std::span<std::byte> out, std::string_view what);
 class AtomicFile {
  public:
   static Result<AtomicFile> create(const std::string& path);
-  AtomicFile(AtomicFile&&) noexcept = default;
-  AtomicFile& operator=(AtomicFile&&) noexcept = default;
+  AtomicFile(AtomicFile&& o) noexcept;
+  AtomicFile& operator=(AtomicFile&& o) noexcept;
   ~AtomicFile();
 
   int fd() const { return fd_.get(); }
@@ -95,6 +95,7 @@ class AtomicFile {
   Status commit();
 
  private:
+  void discard();
   AtomicFile(std::string path, std::string tmp, ScopedFd fd)
       : path_(std::move(path)), tmp_(std::move(tmp)), fd_(std::move(fd)) {}
   std::string path_;

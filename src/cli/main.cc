@@ -18,9 +18,9 @@ int main(int argc, char** argv) {
   app.set_version_flag("--version", std::string("ferry ") + FERRY_VERSION);
 
   ferry::cli::Dispatch dispatch;
-  //ferry::cli::add_gen_model_command(app, dispatch);
-  //ferry::cli::add_advise_bucket_command(app, dispatch);
-  //ferry::cli::add_inspect_command(app, dispatch);
+  ferry::cli::add_gen_model_command(app, dispatch);
+  ferry::cli::add_advise_bucket_command(app, dispatch);
+  ferry::cli::add_inspect_command(app, dispatch);
 
   try {
     app.parse(argc, argv);
