@@ -14,5 +14,6 @@ write_basic_package_version_file(${PROJECT_BINARY_DIR}/ferryConfigVersion.cmake
 install(FILES ${PROJECT_BINARY_DIR}/ferryConfig.cmake ${PROJECT_BINARY_DIR}/ferryConfigVersion.cmake
         DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/ferry)
 
+file(RELATIVE_PATH FERRY_PC_TO_PREFIX "/${CMAKE_INSTALL_LIBDIR}/pkgconfig" "/")
 configure_file(cmake/ferry.pc.in ${PROJECT_BINARY_DIR}/ferry.pc @ONLY)
 install(FILES ${PROJECT_BINARY_DIR}/ferry.pc DESTINATION ${CMAKE_INSTALL_LIBDIR}/pkgconfig)

@@ -37,7 +37,8 @@ Result<ModelIndex> read_sharded(const std::string& folder) {
   const std::string index_path = folder + "/" + kIndexName;
   auto text = read_file(index_path);
   if (!text.ok()) return text.status();
-  json doc = json::parse(*text, nullptr, /*allow_exceptions=*/false);
+  // ordered_json keeps the weight_map in file order, which is the order tensors are reported in.
+  nlohmann::ordered_json doc = nlohmann::ordered_json::parse(*text, nullptr, /*allow_exceptions=*/false);
   if (doc.is_discarded() || !doc.is_object()) return corruption(index_path + ": not a JSON object");
   if (!doc.contains("weight_map") || !doc["weight_map"].is_object()) {
     return corruption(index_path + ": missing 'weight_map' object");
@@ -48,15 +49,15 @@ Result<ModelIndex> read_sharded(const std::string& folder) {
       index.config_metadata[k] = v.is_string() ? v.get<std::string>() : v.dump();
     }
   }
-  // name -> shard, in weight_map order (nlohmann's object is sorted by key).
-  std::map<std::string, std::string> wanted;
+  std::vector<std::string> order;            // tensor names in weight_map order
+  std::map<std::string, std::string> wanted;  // tensor -> shard
   for (const auto& [name, file] : doc["weight_map"].items()) {
     if (!file.is_string() || !safe_file_name(file.get<std::string>())) {
       return corruption(index_path + ": tensor '" + name + "' maps to " + file.dump() +
                         ", not a file name inside the folder");
     }
     const std::string f = file.get<std::string>();
-    wanted[name] = f;
+    if (wanted.emplace(name, f).second) order.push_back(name);
     if (std::find(index.files.begin(), index.files.end(), f) == index.files.end()) {
       index.files.push_back(f);
     }
@@ -87,13 +88,13 @@ Result<ModelIndex> read_sharded(const std::string& folder) {
       entries.emplace(e.spec.name, std::move(e));
     }
   }
-  for (const auto& [name, file] : wanted) {
+  for (const std::string& name : order) {
     auto e = entries.find(name);
     if (e == entries.end()) {
-      return corruption(index_path + " says tensor '" + name + "' is in '" + file +
+      return corruption(index_path + " says tensor '" + name + "' is in '" + wanted[name] +
                         "', but that shard does not hold it");
     }
-    index.tensors.push_back({std::move(e->second), file});
+    index.tensors.push_back({std::move(e->second), wanted[name]});
   }
   return index;
 }

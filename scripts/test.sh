@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# Sets up a fresh Debian 12 machine and runs every ferry test:
+#   1. installs the Debian packages (scripts/install-deps.sh),
+#   2. builds and runs all tests (C++ unit, CLI, Python) with warnings as errors,
+#   3. builds with address+undefined sanitizers and runs the unit tests again,
+#   4. builds the libFuzzer targets with clang and runs each for FERRY_FUZZ_SECONDS (60),
+#   5. checks that `cmake --install` gives a package another project can find_package().
+# Set FERRY_QUICK=1 to skip steps 3-5.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+root=$(pwd)
+step() { printf '\n=== %s\n' "$*"; }
+
+step "dependencies"
+bash scripts/install-deps.sh
+
+step "build (build/)"
+FERRY_BUILD_DIR=build bash scripts/build.sh
+step "tests"
+ctest --test-dir build --output-on-failure -j2 --timeout 600
+
+if [ "${FERRY_QUICK:-0}" = 1 ]; then exit 0; fi
+
+step "address+undefined sanitizers (build-asan/)"
+FERRY_BUILD_DIR=build-asan bash scripts/build.sh -DFERRY_SANITIZE=address -DFERRY_BUILD_PYTHON=OFF -DFERRY_BUILD_BENCH=OFF
+ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
+  ctest --test-dir build-asan --output-on-failure -j2 --timeout 900
+
+step "fuzzing (build-fuzz/, ${FERRY_FUZZ_SECONDS:-60} s per target)"
+CC=clang CXX=clang++ cmake -S . -B build-fuzz -G Ninja -DFERRY_BUILD_FUZZ=ON -DFERRY_BUILD_TESTS=OFF \
+  -DFERRY_BUILD_BENCH=OFF -DFERRY_BUILD_PYTHON=OFF >/dev/null
+ninja -C build-fuzz
+for target in build-fuzz/fuzz/*_fuzz; do
+  name=$(basename "$target")
+  work=$(mktemp -d)
+  echo "fuzz: $name"
+  "$target" -max_total_time="${FERRY_FUZZ_SECONDS:-60}" -max_len=65536 -print_final_stats=1 \
+    "$work" "fuzz/corpus/$name" 2>&1 | tail -n 3
+  rm -rf "$work"
+done
+
+step "install and find_package(ferry) from another project"
+prefix=$(mktemp -d)
+cmake --install build --prefix "$prefix" >/dev/null
+bash tests/install/check_install.sh "$prefix"
+rm -rf "$prefix"
+echo "all tests passed"

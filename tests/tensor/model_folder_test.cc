@@ -1,0 +1,91 @@
+#include <gtest/gtest.h>
+
+#include <filesystem>
+
+#include "ferry/safetensors.h"
+#include "support/test_support.h"
+
+namespace ferry {
+namespace {
+
+using testing::TempDir;
+using testing::write_bytes;
+
+// Two shards "s1" {a, b} and "s2" {c}, with an index describing them.
+void make_sharded(const std::string& dir, const std::string& weight_map) {
+  auto write = [&](const std::string& file, std::vector<TensorSpec> specs) {
+    auto w = SafetensorsWriter::create(dir + "/" + file, specs);
+    ASSERT_TRUE(w.ok());
+    for (const TensorSpec& s : specs) {
+      std::vector<std::byte> d(s.bytes(), std::byte{1});
+      ASSERT_TRUE(w->write(d).ok());
+    }
+    ASSERT_TRUE(w->finish().ok());
+  };
+  write("s1.safetensors", {{"a", DType::kF32, {2}}, {"b", DType::kF16, {4}}});
+  write("s2.safetensors", {{"c", DType::kBF16, {3}}});
+  write_bytes(dir + "/model.safetensors.index.json",
+              R"({"metadata":{"total_size":22},"weight_map":)" + weight_map + "}");
+}
+
+TEST(ModelFolder, ReadsShardedFolderThroughIndex) {
+  TempDir dir;
+  make_sharded(dir.path(), R"({"a":"s1.safetensors","b":"s1.safetensors","c":"s2.safetensors"})");
+  auto index = read_model_index(dir.path());
+  ASSERT_TRUE(index.ok()) << index.status().to_string();
+  ASSERT_EQ(index->tensors.size(), 3u);
+  EXPECT_EQ(index->files.size(), 2u);
+  auto folder = ModelFolder::open(dir.path());
+  ASSERT_TRUE(folder.ok());
+  auto c = folder->view("c");
+  ASSERT_TRUE(c.ok());
+  EXPECT_EQ(c->spec.shape, std::vector<std::int64_t>{3});
+}
+
+TEST(ModelFolder, RejectsTensorMissingFromItsShard) {
+  TempDir dir;
+  make_sharded(dir.path(), R"({"a":"s1.safetensors","b":"s1.safetensors","c":"s2.safetensors","d":"s2.safetensors"})");
+  auto index = read_model_index(dir.path());
+  ASSERT_FALSE(index.ok());
+  EXPECT_NE(index.status().message().find("'d'"), std::string::npos);
+}
+
+TEST(ModelFolder, RejectsTensorInTheWrongShardOrNotIndexed) {
+  TempDir dir;
+  make_sharded(dir.path(), R"({"a":"s2.safetensors","b":"s1.safetensors","c":"s2.safetensors"})");
+  auto wrong = read_model_index(dir.path());
+  ASSERT_FALSE(wrong.ok());
+  EXPECT_NE(wrong.status().message().find("index.json says 's2.safetensors'"), std::string::npos)
+      << wrong.status().message();
+
+  TempDir dir2;
+  make_sharded(dir2.path(), R"({"a":"s1.safetensors","c":"s2.safetensors"})");
+  auto extra = read_model_index(dir2.path());
+  ASSERT_FALSE(extra.ok());
+  EXPECT_NE(extra.status().message().find("'b' is not in"), std::string::npos);
+}
+
+TEST(ModelFolder, RejectsMissingShardAndEscapingNames) {
+  TempDir dir;
+  make_sharded(dir.path(), R"({"a":"s1.safetensors","b":"s1.safetensors","c":"s3.safetensors"})");
+  auto missing = read_model_index(dir.path());
+  ASSERT_FALSE(missing.ok());
+  EXPECT_EQ(missing.status().code(), Code::kNotFound);
+  EXPECT_NE(missing.status().message().find("s3.safetensors"), std::string::npos);
+
+  TempDir dir2;
+  make_sharded(dir2.path(), R"({"a":"../s1.safetensors","b":"s1.safetensors","c":"s2.safetensors"})");
+  auto escape = read_model_index(dir2.path());
+  ASSERT_FALSE(escape.ok());
+  EXPECT_NE(escape.status().message().find("not a file name inside the folder"), std::string::npos);
+}
+
+TEST(ModelFolder, EmptyFolderIsNotFound) {
+  TempDir dir;
+  auto index = read_model_index(dir.path());
+  ASSERT_FALSE(index.ok());
+  EXPECT_EQ(index.status().code(), Code::kNotFound);
+}
+
+}  // namespace
+}  // namespace ferry

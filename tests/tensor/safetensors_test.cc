@@ -1,0 +1,195 @@
+#include "ferry/safetensors.h"
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <numeric>
+
+#include "support/test_support.h"
+
+namespace ferry {
+namespace {
+
+using testing::TempDir;
+using testing::write_bytes;
+
+std::string le64(std::uint64_t n) {
+  std::string s(8, '\0');
+  for (int i = 0; i < 8; ++i) s[i] = static_cast<char>((n >> (8 * i)) & 0xff);
+  return s;
+}
+
+// A file from a literal JSON header and a data section of `data_bytes` bytes.
+std::string file_with(const std::string& json, std::size_t data_bytes) {
+  return le64(json.size()) + json + std::string(data_bytes, '\x7f');
+}
+
+// Parses `bytes` written to a file and returns the error message ("" if it parsed).
+std::string error_of(const std::string& bytes) {
+  TempDir dir;
+  const std::string path = dir.file("bad.safetensors");
+  write_bytes(path, bytes);
+  auto header = read_safetensors_header(path);
+  auto mapped = SafetensorsFile::open(path);
+  // Header-only and mapped reads must agree.
+  EXPECT_EQ(header.ok(), mapped.ok());
+  if (header.ok()) return "";
+  EXPECT_EQ(header.status().code(), mapped.status().code());
+  return header.status().message();
+}
+
+const std::string kOne = R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}})";
+
+TEST(SafetensorsReader, AcceptsAValidFile) { EXPECT_EQ(error_of(file_with(kOne, 8)), ""); }
+
+TEST(SafetensorsReader, RejectsFileShorterThanLengthPrefix) {
+  EXPECT_NE(error_of("abc").find("too short"), std::string::npos);
+}
+
+TEST(SafetensorsReader, RejectsTruncatedHeader) {
+  const std::string f = file_with(kOne, 8);
+  EXPECT_NE(error_of(f.substr(0, 20)).find("runs past the end"), std::string::npos);
+}
+
+TEST(SafetensorsReader, RejectsTruncatedData) {
+  EXPECT_NE(error_of(file_with(kOne, 5)).find("truncated"), std::string::npos);
+}
+
+TEST(SafetensorsReader, RejectsOversizedHeaderLength) {
+  std::string f = le64(kSafetensorsMaxHeaderBytes + 1) + "{}";
+  EXPECT_NE(error_of(f).find("exceeds the format's limit"), std::string::npos);
+}
+
+TEST(SafetensorsReader, RejectsBadJson) {
+  EXPECT_NE(error_of(file_with(R"({"a":{"dtype":"F32",)", 0)).find("not valid UTF-8 JSON"),
+            std::string::npos);
+  EXPECT_NE(error_of(file_with("[1,2]", 0)).find("does not start with '{'"), std::string::npos);
+}
+
+TEST(SafetensorsReader, RejectsInvalidUtf8) {
+  const std::string json = "{\"\xff\xfe\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[0,1]}}";
+  EXPECT_NE(error_of(file_with(json, 1)).find("UTF-8"), std::string::npos);
+}
+
+TEST(SafetensorsReader, RejectsUnknownDtype) {
+  const std::string json = R"({"a":{"dtype":"F31","shape":[2],"data_offsets":[0,8]}})";
+  const std::string e = error_of(file_with(json, 8));
+  EXPECT_NE(e.find("unknown dtype 'F31'"), std::string::npos) << e;
+  EXPECT_NE(e.find("tensor 'a'"), std::string::npos);
+  // A torch spelling is not a safetensors dtype.
+  const std::string torchy = R"({"a":{"dtype":"float32","shape":[2],"data_offsets":[0,8]}})";
+  EXPECT_NE(error_of(file_with(torchy, 8)).find("unknown dtype"), std::string::npos);
+}
+
+TEST(SafetensorsReader, RejectsShapeThatDisagreesWithOffsets) {
+  const std::string json = R"({"a":{"dtype":"F32","shape":[3],"data_offsets":[0,8]}})";
+  EXPECT_NE(error_of(file_with(json, 8)).find("needs 12 bytes"), std::string::npos);
+}
+
+TEST(SafetensorsReader, RejectsOverlappingTensors) {
+  const std::string json =
+      R"({"a":{"dtype":"U8","shape":[4],"data_offsets":[0,4]},"b":{"dtype":"U8","shape":[4],"data_offsets":[2,6]}})";
+  EXPECT_NE(error_of(file_with(json, 6)).find("overlaps"), std::string::npos);
+}
+
+TEST(SafetensorsReader, RejectsHolesAndTrailingBytes) {
+  const std::string hole =
+      R"({"a":{"dtype":"U8","shape":[2],"data_offsets":[0,2]},"b":{"dtype":"U8","shape":[2],"data_offsets":[4,6]}})";
+  EXPECT_NE(error_of(file_with(hole, 6)).find("hole"), std::string::npos);
+  EXPECT_NE(error_of(file_with(kOne, 12)).find("trailing bytes"), std::string::npos);
+}
+
+TEST(SafetensorsReader, RejectsOutOfRangeOffsets) {
+  const std::string json = R"({"a":{"dtype":"U8","shape":[100],"data_offsets":[0,100]}})";
+  EXPECT_NE(error_of(file_with(json, 10)).find("ends at data offset 100"), std::string::npos);
+  const std::string reversed = R"({"a":{"dtype":"U8","shape":[0],"data_offsets":[8,0]}})";
+  EXPECT_NE(error_of(file_with(reversed, 8)).find("< begin"), std::string::npos);
+}
+
+TEST(SafetensorsReader, RejectsDuplicateNames) {
+  const std::string json =
+      R"({"a":{"dtype":"U8","shape":[1],"data_offsets":[0,1]},"a":{"dtype":"U8","shape":[1],"data_offsets":[1,2]}})";
+  EXPECT_NE(error_of(file_with(json, 2)).find("appears twice"), std::string::npos);
+}
+
+TEST(SafetensorsReader, RejectsNonStringMetadata) {
+  const std::string json = R"({"__metadata__":{"format":1}})";
+  EXPECT_NE(error_of(file_with(json, 0)).find("__metadata__['format']"), std::string::npos);
+}
+
+TEST(SafetensorsReader, RejectsMalformedEntries) {
+  EXPECT_NE(error_of(file_with(R"({"a":{"dtype":"U8","shape":[-1],"data_offsets":[0,0]}})", 0))
+                .find("not a non-negative integer"),
+            std::string::npos);
+  EXPECT_NE(error_of(file_with(R"({"a":{"dtype":"U8","shape":[1]}})", 1)).find("data_offsets"),
+            std::string::npos);
+  EXPECT_NE(error_of(file_with(R"({"a":{"dtype":"U8","shape":[1],"data_offsets":[0,1],"x":1}})", 1))
+                .find("unknown field 'x'"),
+            std::string::npos);
+}
+
+TEST(SafetensorsReader, AcceptsEmptyTensorsAndEmptyFile) {
+  EXPECT_EQ(error_of(file_with("{}", 0)), "");
+  EXPECT_EQ(error_of(file_with(R"({"e":{"dtype":"F16","shape":[0,5],"data_offsets":[0,0]}})", 0)), "");
+}
+
+TEST(SafetensorsWriter, RoundTripsTensorsWithMetadataAndAlignment) {
+  TempDir dir;
+  const std::string path = dir.file("m.safetensors");
+  std::vector<TensorSpec> specs = {{"w", DType::kBF16, {3, 5}}, {"b", DType::kF32, {7}},
+                                   {"i", DType::kI8, {3}}};
+  std::vector<std::vector<std::byte>> data;
+  for (const TensorSpec& s : specs) {
+    std::vector<std::byte> d(s.bytes());
+    for (std::size_t i = 0; i < d.size(); ++i) d[i] = static_cast<std::byte>(i * 7 + s.name[0]);
+    data.push_back(std::move(d));
+  }
+  auto w = SafetensorsWriter::create(path, specs, {{"format", "pt"}});
+  ASSERT_TRUE(w.ok()) << w.status().to_string();
+  ASSERT_TRUE(w->write_tensor({specs[0], data[0]}).ok());
+  // The second tensor arrives in pieces of odd sizes.
+  ASSERT_TRUE(w->write(std::span(data[1]).first(5)).ok());
+  ASSERT_TRUE(w->write(std::span(data[1]).subspan(5)).ok());
+  ASSERT_TRUE(w->write_tensor({specs[2], data[2]}).ok());
+  EXPECT_FALSE(std::filesystem::exists(path)) << "visible before finish()";
+  ASSERT_TRUE(w->finish().ok());
+
+  auto f = SafetensorsFile::open(path);
+  ASSERT_TRUE(f.ok()) << f.status().to_string();
+  EXPECT_EQ(f->header().data_offset % 8, 0u);
+  EXPECT_EQ(f->header().metadata.at("format"), "pt");
+  for (std::size_t i = 0; i < specs.size(); ++i) {
+    auto v = f->view(specs[i].name);
+    ASSERT_TRUE(v.ok());
+    EXPECT_EQ(v->spec, specs[i]);
+    EXPECT_TRUE(std::equal(v->data.begin(), v->data.end(), data[i].begin(), data[i].end()));
+  }
+  EXPECT_EQ(f->view("nope").status().code(), Code::kNotFound);
+}
+
+TEST(SafetensorsWriter, UnfinishedWriterLeavesNothing) {
+  TempDir dir;
+  const std::string path = dir.file("partial.safetensors");
+  {
+    auto w = SafetensorsWriter::create(path, {{"w", DType::kU8, {10}}});
+    ASSERT_TRUE(w.ok());
+    std::vector<std::byte> five(5);
+    ASSERT_TRUE(w->write(five).ok());
+    EXPECT_EQ(w->finish().code(), Code::kFailedPrecondition);
+  }
+  EXPECT_TRUE(std::filesystem::is_empty(dir.path())) << "temporary file left behind";
+}
+
+TEST(SafetensorsWriter, RejectsTooManyBytesAndOutOfOrderTensors) {
+  TempDir dir;
+  auto w = SafetensorsWriter::create(dir.file("x.safetensors"),
+                                     {{"a", DType::kU8, {2}}, {"b", DType::kU8, {2}}});
+  ASSERT_TRUE(w.ok());
+  std::vector<std::byte> two(2), five(5);
+  EXPECT_FALSE(w->write_tensor({{"b", DType::kU8, {2}}, two}).ok());
+  EXPECT_EQ(w->write(five).code(), Code::kInvalidArgument);
+  EXPECT_FALSE(SafetensorsWriter::create(dir.file("y"), {{"a", DType::kU8, {1}}, {"a", DType::kU8, {1}}}).ok());
+}
+
+}  // namespace
+}  // namespace ferry
