@@ -47,29 +47,29 @@ bool parse_level(std::string_view text, spdlog::level::level_enum* out) {
   return false;
 }
 
-void reload_level_from_env() {
+// Reads the level from the environment; takes the logger so get() can call it
+// while its own static is being initialised.
+static void apply_env_level(spdlog::logger& logger) {
   spdlog::level::level_enum level = spdlog::level::info;
   const char* ferry_level = std::getenv("FERRY_LOG_LEVEL");
   const char* verl_level = std::getenv("VERL_LOGGING_LEVEL");
   const char* chosen = ferry_level && *ferry_level ? ferry_level : verl_level;
   if (chosen && *chosen && !parse_level(chosen, &level)) {
-    get().warn("ignoring unknown log level '{}' (expected trace, debug, info, warn, error, off)",
-               chosen);
+    logger.warn("ignoring unknown log level '{}' (expected trace, debug, info, warn, error, off)",
+                chosen);
     level = spdlog::level::info;
   }
-  get().set_level(level);
+  logger.set_level(level);
 }
+
+void reload_level_from_env() { apply_env_level(get()); }
 
 spdlog::logger& get() {
   static std::shared_ptr<spdlog::logger> logger = [] {
     auto l = make_logger();
+    apply_env_level(*l);
     return l;
   }();
-  static const bool configured = [] {
-    reload_level_from_env();
-    return true;
-  }();
-  (void)configured;
   return *logger;
 }
 
