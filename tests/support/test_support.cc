@@ -34,9 +34,24 @@ std::string slurp(const std::string& path) {
   return std::string(std::istreambuf_iterator<char>(in), {});
 }
 
+CommandResult run_ferry_in(const std::vector<std::string>& args, char** envp);
+
 }  // namespace
 
-CommandResult run_ferry(const std::vector<std::string>& args) {
+CommandResult run_ferry(const std::vector<std::string>& args) { return run_ferry_in(args, environ); }
+
+CommandResult run_ferry(const std::vector<std::string>& args,
+                        const std::vector<std::string>& env) {
+  std::vector<std::string> copy = env;
+  std::vector<char*> envp;
+  for (std::string& e : copy) envp.push_back(e.data());
+  envp.push_back(nullptr);
+  return run_ferry_in(args, envp.data());
+}
+
+namespace {
+
+CommandResult run_ferry_in(const std::vector<std::string>& args, char** envp) {
   TempDir dir;
   const std::string out_path = dir.file("stdout");
   const std::string err_path = dir.file("stderr");
@@ -52,7 +67,7 @@ CommandResult run_ferry(const std::vector<std::string>& args) {
   argv.push_back(nullptr);
   pid_t pid = 0;
   CommandResult r;
-  if (posix_spawn(&pid, FERRY_BINARY, &actions, nullptr, argv.data(), environ) != 0) {
+  if (posix_spawn(&pid, FERRY_BINARY, &actions, nullptr, argv.data(), envp) != 0) {
     posix_spawn_file_actions_destroy(&actions);
     r.err = "posix_spawn failed";
     return r;
@@ -65,6 +80,8 @@ CommandResult run_ferry(const std::vector<std::string>& args) {
   r.err = slurp(err_path);
   return r;
 }
+
+}  // namespace
 
 void write_bytes(const std::string& path, const std::string& bytes) {
   std::ofstream out(path, std::ios::binary | std::ios::trunc);

@@ -30,6 +30,8 @@ struct CommandResult {
 
 // Runs the built `ferry` binary with `args` (no shell), capturing its output.
 CommandResult run_ferry(const std::vector<std::string>& args);
+// The same with exactly `env` ("NAME=value" entries) as the environment, nothing inherited.
+CommandResult run_ferry(const std::vector<std::string>& args, const std::vector<std::string>& env);
 
 // Writes bytes to a file (for hand-made malformed inputs).
 void write_bytes(const std::string& path, const std::string& bytes);
