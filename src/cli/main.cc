@@ -21,6 +21,13 @@ int main(int argc, char** argv) {
   ferry::cli::add_gen_model_command(app, dispatch);
   ferry::cli::add_advise_bucket_command(app, dispatch);
   ferry::cli::add_inspect_command(app, dispatch);
+  ferry::cli::add_doctor_command(app, dispatch);
+  ferry::cli::add_explain_command(app, dispatch);
+  ferry::cli::add_convert_command(app, dispatch);
+  ferry::cli::add_trace_command(app, dispatch);
+  ferry::cli::add_sync_command(app, dispatch);
+  ferry::cli::add_demo_command(app, dispatch);
+  ferry::cli::add_bench_command(app, dispatch);
 
   try {
     app.parse(argc, argv);

@@ -1,0 +1,177 @@
+#!/usr/bin/python3
+"""A Qwen2.5-0.5B-shaped bf16 state dict through ferry.verl, beside the C++ engine, same run.
+
+    PYTHONPATH=build/python /usr/bin/python3 bench/python_sync.py [--rounds 5] [--bucket-mb 64]
+
+Paths, each trainer process -> a spawned rollout process, one copy on each side:
+  cpp     ferry.Sender.send_round -> Receiver.receive_round_into (destinations filled by C++)
+  verl    ferry.verl.BucketedWeightSender.async_send_weights(generator) ->
+          BucketedWeightReceiver.receive_weights(cb), cb copying each tensor into the model
+  buckets ferry.Sender -> ferry.Receiver.receive_round_buckets(cb), the same cb as verl's
+  memcpy  one torch copy of the same bytes in one process (the machine's limit)
+and `ferry bench sync --json` when the CLI has it. Figures: median GB/s (1e9 bytes/s) of the
+timed rounds after one warm-up; ratio = verl / cpp.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import multiprocessing as mp
+import os
+import statistics
+import subprocess
+import time
+import uuid
+
+import torch
+
+import ferry
+from ferry import verl
+
+
+def state_dict(preset: str) -> dict[str, torch.Tensor]:
+    g = torch.Generator().manual_seed(0)
+    out = {}
+    for name, _dtype, shape in ferry.hf_tensor_specs(preset, ferry.DType.BF16):
+        out[name] = torch.empty(shape, dtype=torch.bfloat16).uniform_(-1, 1, generator=g)
+    return out
+
+
+def _cpp_receiver(address: str, preset: str, rounds: int, ready, buckets: bool = False) -> None:
+    model = {n: torch.empty(s, dtype=torch.bfloat16)
+             for n, _, s in ferry.hf_tensor_specs(preset, ferry.DType.BF16)}
+    receiver = ferry.Receiver(address, 0, timeout=120)
+    receiver.set_destinations(model)
+
+    def load(weights, is_last):
+        for name, tensor in weights:
+            model[name].copy_(tensor)
+
+    ready.put("ok")
+    for _ in range(rounds):
+        if buckets:
+            receiver.receive_round_buckets(load)
+        else:
+            receiver.receive_round_into()
+    receiver.close()
+
+
+def _verl_receiver(handle: str, preset: str, rounds: int, ready) -> None:
+    model = {n: torch.empty(s, dtype=torch.bfloat16)
+             for n, _, s in ferry.hf_tensor_specs(preset, ferry.DType.BF16)}
+
+    def load(weights, is_last):  # what vLLM's load_weights does with each bucket
+        for name, tensor in weights:
+            model[name].copy_(tensor)
+
+    ready.put("ok")
+    for _ in range(rounds):
+        verl.BucketedWeightReceiver(handle, torch.device("cpu"), use_shm=True).receive_weights(load)
+
+
+def run_cpp(weights: dict, preset: str, rounds: int, bucket_mb: int,
+            buckets: bool = False) -> list[float]:
+    address = f"@ferry-bench-{uuid.uuid4().hex[:12]}"
+    ctx = mp.get_context("spawn")
+    ready = ctx.Queue()
+    proc = ctx.Process(target=_cpp_receiver, args=(address, preset, rounds + 1, ready, buckets))
+    proc.start()
+    times = []
+    with ferry.Sender(address, bucket_bytes=bucket_mb << 20, timeout=120) as sender:
+        sender.accept(1)
+        ready.get(timeout=120)
+        items = list(weights.items())
+        for _ in range(rounds + 1):
+            t0 = time.perf_counter()
+            sender.send_round(items)
+            times.append(time.perf_counter() - t0)
+    proc.join(120)
+    return times[1:]
+
+
+def run_verl(weights: dict, preset: str, rounds: int, bucket_mb: int) -> list[float]:
+    handle = f"ipc:///tmp/ferry-bench-{uuid.uuid4().hex}.sock"
+    ctx = mp.get_context("spawn")
+    ready = ctx.Queue()
+    proc = ctx.Process(target=_verl_receiver, args=(handle, preset, rounds + 1, ready))
+    proc.start()
+    ready.get(timeout=120)
+    times = []
+    for _ in range(rounds + 1):
+        sender = verl.BucketedWeightSender(handle, bucket_size_mb=bucket_mb, use_shm=True)
+        t0 = time.perf_counter()
+        asyncio.run(sender.async_send_weights((n, t) for n, t in weights.items()))
+        times.append(time.perf_counter() - t0)
+    verl.close_sessions()
+    proc.join(120)
+    return times[1:]
+
+
+def run_memcpy(total: int, rounds: int) -> list[float]:
+    src = torch.empty(total, dtype=torch.uint8).fill_(1)
+    dst = torch.empty_like(src)
+    times = []
+    for _ in range(rounds + 1):
+        t0 = time.perf_counter()
+        dst.copy_(src)
+        times.append(time.perf_counter() - t0)
+    return times[1:]
+
+
+def run_cli(binary: str, preset: str, bucket_mb: int, rounds: int) -> str:
+    if not os.path.exists(binary):
+        return f"n/a ({binary} not built)"
+    cmd = [binary, "bench", "sync", "--preset", preset, "--bucket-mb", str(bucket_mb),
+           "--receivers", "1", "--dtype", "bf16", "--rounds", str(rounds), "--json"]
+    try:
+        out = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    except subprocess.TimeoutExpired:
+        return "n/a (timed out)"
+    if out.returncode != 0:
+        return f"n/a (`{' '.join(cmd[1:])}`: {(out.stderr or out.stdout).strip()[:120]})"
+    try:
+        return json.dumps(json.loads(out.stdout))[:1500]
+    except ValueError:
+        return out.stdout.strip()[:600]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--preset", default="qwen2.5-0.5b")
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--bucket-mb", type=int, default=64)
+    parser.add_argument("--ferry", default="build/src/cli/ferry", help="the ferry CLI")
+    args = parser.parse_args()
+
+    weights = state_dict(args.preset)
+    total = sum(t.numel() * t.element_size() for t in weights.values())
+    print(f"{args.preset}: {len(weights)} tensors, {total / 1e9:.3f} GB bf16, "
+          f"bucket {args.bucket_mb} MiB, {args.rounds} timed rounds")
+    results = {}
+    for name, run in (("memcpy", lambda: run_memcpy(total, args.rounds)),
+                      ("cpp", lambda: run_cpp(weights, args.preset, args.rounds, args.bucket_mb)),
+                      ("buckets", lambda: run_cpp(weights, args.preset, args.rounds,
+                                                  args.bucket_mb, buckets=True)),
+                      ("verl", lambda: run_verl(weights, args.preset, args.rounds,
+                                                args.bucket_mb))):
+        times = run()
+        results[name] = total / statistics.median(times) / 1e9
+        print(f"  {name:7s} {results[name]:6.2f} GB/s   (median of "
+              f"{', '.join(f'{t * 1e3:.0f}' for t in times)} ms)")
+    print(f"  verl / cpp    = {results['verl'] / results['cpp']:.3f}")
+    print(f"  verl / buckets = {results['verl'] / results['buckets']:.3f}")
+    print(f"  cpp / memcpy  = {results['cpp'] / results['memcpy']:.3f}")
+    cli = run_cli(args.ferry, args.preset, args.bucket_mb, args.rounds)
+    print(f"  ferry bench sync: {cli}")
+    try:
+        cli_gbps = json.loads(cli)["results"][0]["gbps"]
+        print(f"  C++ CLI {cli_gbps:6.2f} GB/s; verl / C++ CLI = {results['verl'] / cli_gbps:.3f}, "
+              f"cpp (Python) / C++ CLI = {results['cpp'] / cli_gbps:.3f}")
+    except (ValueError, KeyError, IndexError, TypeError):
+        pass
+
+
+if __name__ == "__main__":
+    main()

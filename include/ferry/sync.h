@@ -1,0 +1,139 @@
+// Weight sync on one node: a Sender streams rounds of tensors to N Receivers
+// through a shared-memory ring (docs/protocol.md has the messages).
+//
+//   auto sender = ferry::sync::Sender::create("@ferry-job42", options);  // trainer
+//   (*sender)->accept(2);                        // two rollout processes join
+//   (*sender)->send_round(weights);              // once per training step
+//
+//   auto rx = ferry::sync::Receiver::connect("@ferry-job42", /*receiver_id=*/0, options);
+//   (*rx)->set_destination({spec, my_buffer});   // destination mode: one copy, no staging
+//   (*rx)->receive_round_into();
+//
+// A session (the ring, the sockets) persists across rounds: nothing is created,
+// faulted in or destroyed per round. A round is delivered whole or reported
+// aborted: receive_round*() returns OK only after END arrived and the round
+// checksum matched. After any error the session is broken; every later call
+// returns that first error, and both sides create a new session.
+//
+// Thread safety: a Sender or Receiver is used by one thread at a time.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
+#include <string>
+
+#include "ferry/status.h"
+#include "ferry/tensor.h"
+
+namespace ferry::sync {
+
+struct SyncOptions {
+  // Bytes of one bucket (one ring slot). Any tensor fits any bucket: one larger than
+  // a bucket streams through it in pieces. 512 MiB matches verl's default
+  // update_weights_bucket_megabytes. Must be a multiple of 16. Sender only.
+  std::uint64_t bucket_bytes = 512ull << 20;
+  // Ring slots = buckets in flight. 2 lets the sender pack bucket i+1 while receivers
+  // copy bucket i; more rarely helps because both copies are memory bound. Sender only.
+  std::uint32_t slots = 2;
+  // How long either side waits for its peer inside a round, and the sender for
+  // receivers to join. verl waits 600 s; a dead peer is seen at once anyway (socket EOF).
+  std::chrono::milliseconds timeout{60'000};
+  // How long a receiver waits for the next round to begin; negative waits forever,
+  // since a training step may take many minutes. A dead sender still ends the wait at once.
+  std::chrono::milliseconds idle_timeout{-1};
+  // XXH3-64 of every bucket, checked by each receiver before it delivers the bucket.
+  // Off, the round checksum still covers the manifest and every bucket's index and size,
+  // but not the bytes. Sender only (receivers follow the sender's choice).
+  bool checksums = true;
+};
+
+struct RoundStats {
+  std::uint64_t round = 0;
+  std::uint32_t tensors = 0;
+  std::uint32_t buckets = 0;
+  std::uint64_t bytes = 0;  // tensor bytes
+  double seconds = 0;
+  std::uint64_t checksum = 0;  // the round checksum both sides agreed on
+};
+
+class Sender {
+ public:
+  // Binds `address` ("@name": abstract socket; else a file path created 0600) and
+  // creates the ring (options.slots x options.bucket_bytes, pre-faulted).
+  static Result<std::unique_ptr<Sender>> create(const std::string& address,
+                                                const SyncOptions& options);
+  ~Sender();
+  Sender(const Sender&) = delete;
+  Sender& operator=(const Sender&) = delete;
+
+  // Waits for `receivers` more receivers to join, each within options.timeout.
+  // A receiver asking for another session is told so and turned away (not counted).
+  Status accept(std::uint32_t receivers);
+
+  // Streams one round from memory the caller owns and keeps valid until it returns.
+  // REQUIRES: at least one receiver joined; names unique; data.size() == spec.bytes().
+  // Returns after every receiver acknowledged the round (END and checksum matched).
+  Result<RoundStats> send_round(std::span<const TensorView> weights);
+
+  std::uint64_t session_id() const;
+  std::uint64_t rounds_sent() const;
+  std::uint32_t receivers() const;
+  const std::string& address() const;
+
+  // Test-only: called with each packed bucket after its checksum was taken and before
+  // receivers hear of it, to corrupt it on purpose.
+  void set_corrupt_hook_for_testing(std::function<void(std::uint32_t bucket, std::byte* slot)>);
+
+  struct Impl;
+
+ private:
+  explicit Sender(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+// Per-tensor delivery: a zero-copy view into the ring when the tensor lies in one
+// bucket, or a view of an assembled copy when it spans several. Valid during the call only.
+using TensorCallback = std::function<Status(const TensorView& tensor)>;
+// verl's per-bucket delivery: the tensors that complete in this bucket; is_last on
+// the round's final bucket. Views are valid during the call only.
+using BucketCallback = std::function<Status(std::span<const TensorView> weights, bool is_last)>;
+
+class Receiver {
+ public:
+  // Connects (retrying until options.timeout while the sender is not up yet), says
+  // HELLO and maps the ring read-only. `session` 0 joins whatever session the
+  // sender runs; another value must match it.
+  static Result<std::unique_ptr<Receiver>> connect(const std::string& address,
+                                                   std::uint32_t receiver_id,
+                                                   const SyncOptions& options,
+                                                   std::uint64_t session = 0);
+  ~Receiver();
+  Receiver(const Receiver&) = delete;
+  Receiver& operator=(const Receiver&) = delete;
+
+  // Destination mode: where tensor `destination.spec.name` goes. The memory must stay
+  // valid while rounds are received. Replaces an earlier registration of the name.
+  Status set_destination(MutableTensorView destination);
+  void clear_destinations();
+
+  // Receives one round into the registered destinations. Every tensor of the round
+  // must have a destination of the same dtype and shape; otherwise the error lists
+  // each mismatch and nothing is written. Destinations the round lacks are left alone.
+  Result<RoundStats> receive_round_into();
+  Result<RoundStats> receive_round(const TensorCallback& on_tensor);
+  Result<RoundStats> receive_round_buckets(const BucketCallback& on_bucket);
+
+  std::uint64_t session_id() const;
+  std::uint64_t last_round() const;
+
+  struct Impl;
+
+ private:
+  explicit Receiver(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace ferry::sync

@@ -1,0 +1,195 @@
+"""Weight sync on one node: ferry::sync::Sender and Receiver (include/ferry/sync.h) for Python.
+
+    sender = ferry.Sender("@ferry-job42", bucket_bytes=64 << 20)   # trainer
+    sender.accept(1)
+    sender.send_round(model.state_dict())          # or: await sender.send_round_async(...)
+
+    receiver = ferry.Receiver("@ferry-job42", receiver_id=0)      # rollout
+    receiver.receive_round_buckets(lambda weights, is_last: model.load_weights(weights))
+
+Transfers run with the GIL released. Tensors handed to callbacks view ferry's memory
+(the shared ring, or a staging copy for tensors spanning buckets) and are valid only
+while the callback runs: clone what you keep. A C++ error raises the FerryError subclass
+of its code with the same message; a callback's exception aborts the round (the sender
+raises AbortedError naming it) and is raised again unchanged by the receiver.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any, Callable, Mapping
+
+from . import _ferry
+from ._tensors import CONVERTERS, Weights, _error, destination_arg, tensor_args
+
+RoundStats = _ferry.RoundStats
+SyncOptions = _ferry.SyncOptions
+
+
+def _options(options: SyncOptions | None, **fields: Any) -> SyncOptions:
+    if options is not None:
+        return options
+    if fields.get("idle_timeout") is None:
+        fields["idle_timeout"] = -1.0
+    return SyncOptions(**fields)
+
+
+class Sender:
+    """Streams rounds of tensors to receivers through a shared-memory ring.
+
+    `address` is "@name" (abstract socket) or a socket file path. Keyword arguments are
+    SyncOptions' fields (times in seconds); `options` replaces them all.
+    """
+
+    def __init__(self, address: str, *, bucket_bytes: int = 512 << 20, slots: int = 2,
+                 timeout: float = 60.0, checksums: bool = True,
+                 options: SyncOptions | None = None) -> None:
+        opts = _options(options, bucket_bytes=bucket_bytes, slots=slots, timeout=timeout,
+                        checksums=checksums)
+        self._impl = _ferry.Sender.create(address, opts)
+
+    def accept(self, receivers: int = 1) -> None:
+        """Waits for `receivers` more receivers to join (each within the timeout)."""
+        self._impl.accept(receivers)
+
+    async def accept_async(self, receivers: int = 1) -> None:
+        """accept() in a worker thread, leaving the event loop free."""
+        await asyncio.get_running_loop().run_in_executor(None, self._impl.accept, receivers)
+
+    def send_round(self, weights: Weights) -> RoundStats:
+        """Sends one round: a mapping or iterable of (name, tensor), in that order.
+
+        Returns once every receiver acknowledged the round. The tensors must not change
+        until then; non-contiguous or device tensors are copied once to host memory first.
+        """
+        args, owners = tensor_args(weights)
+        stats = self._impl.send_round(args)
+        del owners
+        return stats
+
+    async def send_round_async(self, weights: Weights) -> RoundStats:
+        """send_round() as an awaitable: the transfer runs in a worker thread.
+
+        Cancelling the awaiting task does not stop a round in flight; the sender stays
+        busy until it ends.
+        """
+        args, owners = tensor_args(weights)
+        loop = asyncio.get_running_loop()
+        stats = await loop.run_in_executor(None, self._impl.send_round, args)
+        del owners
+        return stats
+
+    def close(self) -> None:
+        """Ends the session: receivers see the socket close at once."""
+        self._impl.close()
+
+    def __enter__(self) -> "Sender":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    @property
+    def closed(self) -> bool:
+        return self._impl.closed
+
+    @property
+    def session_id(self) -> int:
+        return self._impl.session_id
+
+    @property
+    def rounds_sent(self) -> int:
+        return self._impl.rounds_sent
+
+    @property
+    def receivers(self) -> int:
+        return self._impl.receivers
+
+    @property
+    def address(self) -> str:
+        return self._impl.address
+
+
+class Receiver:
+    """Joins a Sender's session and receives its rounds.
+
+    Connects at once, retrying within `timeout` while the sender is not up yet.
+    `idle_timeout` bounds the wait for a round to begin (None: forever; a dead sender
+    still ends the wait at once). `output` picks what callbacks get: "torch" (default),
+    "numpy" or "memoryview"; dtypes the library lacks arrive as 1-D uint8 bytes.
+    """
+
+    def __init__(self, address: str, receiver_id: int = 0, *, timeout: float = 60.0,
+                 idle_timeout: float | None = None, session: int = 0, output: str = "torch",
+                 options: SyncOptions | None = None) -> None:
+        if output not in CONVERTERS:
+            raise _error(_ferry.InvalidArgumentError,
+                         f"output '{output}': expected one of {', '.join(CONVERTERS)}")
+        self._convert = CONVERTERS[output]
+        opts = _options(options, timeout=timeout, idle_timeout=idle_timeout)
+        self._impl = _ferry.Receiver.connect(address, receiver_id, opts, session)
+        self._destinations: dict[str, Any] = {}
+
+    def set_destination(self, name: str, tensor: Any) -> None:
+        """Registers where tensor `name` goes in receive_round_into() (a contiguous CPU
+        tensor or writable numpy array, kept alive by this receiver)."""
+        arg, owner = destination_arg(name, tensor)
+        self._impl.set_destination(arg)
+        self._destinations[name] = owner
+
+    def set_destinations(self, tensors: Mapping[str, Any]) -> None:
+        """set_destination() for each item, e.g. a model's state_dict()."""
+        for name, tensor in tensors.items():
+            self.set_destination(name, tensor)
+
+    def clear_destinations(self) -> None:
+        self._impl.clear_destinations()
+        self._destinations.clear()
+
+    def receive_round_into(self) -> RoundStats:
+        """Receives one round straight into the registered destinations (one copy)."""
+        return self._impl.receive_round_into()
+
+    def receive_round(self, on_tensor: Callable[[str, Any], None]) -> RoundStats:
+        """Receives one round, calling on_tensor(name, tensor) per tensor in order."""
+        convert = self._convert
+
+        def call(view: tuple) -> None:
+            name, dtype, shape, memory = view
+            on_tensor(name, convert(dtype, shape, memory))
+
+        return self._impl.receive_round(call)
+
+    def receive_round_buckets(
+            self, on_bucket: Callable[[list[tuple[str, Any]], bool], None]) -> RoundStats:
+        """Receives one round, calling on_bucket(weights, is_last) per bucket with the
+        (name, tensor) pairs that complete in it, in send order (verl's callback)."""
+        convert = self._convert
+
+        def call(views: list, is_last: bool) -> None:
+            on_bucket([(name, convert(dtype, shape, memory))
+                       for name, dtype, shape, memory in views], is_last)
+
+        return self._impl.receive_round_buckets(call)
+
+    def close(self) -> None:
+        self._impl.close()
+        self._destinations.clear()
+
+    def __enter__(self) -> "Receiver":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    @property
+    def closed(self) -> bool:
+        return self._impl.closed
+
+    @property
+    def session_id(self) -> int:
+        return self._impl.session_id
+
+    @property
+    def last_round(self) -> int:
+        return self._impl.last_round

@@ -1,0 +1,227 @@
+"""Drop-in replacements for verl's BucketedWeightSender / BucketedWeightReceiver.
+
+Same constructors, methods, callback and tensor order as
+verl/workers/rollout/vllm_rollout/bucketed_weight_transfer.py, carried by ferry's shm
+sync engine instead of ZMQ + pickle + one CUDA IPC / shm buffer:
+
+- no tensor is too large for a bucket (a large one streams through it in pieces);
+- the session (socket, ring of buckets) is created once per zmq_handle and process and
+  reused by every later instance with the same handle: nothing is allocated per update;
+- no pickle: a typed, checksummed protocol (docs/protocol.md).
+
+zmq_handle maps to a ferry address with ferry_address(): "ipc:///tmp/x.sock" becomes the
+abstract socket "@ferry/tmp/x.sock" (no file is created). docs/verl.md has the switch.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import threading
+import time
+from typing import Any, AsyncIterator, Callable, Iterable, Tuple
+
+from . import _ferry
+from ._tensors import _error, tensor_arg, to_torch
+from .sync import Receiver, Sender
+
+try:
+    import torch
+except ImportError:  # pragma: no cover - verl always has torch
+    torch = None  # type: ignore[assignment]
+
+# verl waits 600 s for its peer; a dead peer is seen at once anyway (socket EOF).
+DEFAULT_TIMEOUT_S = 600.0
+_MAX_ADDRESS = 107  # sizeof(sockaddr_un::sun_path) - 1
+
+NamedTensor = Tuple[str, Any]
+
+
+def ferry_address(zmq_handle: str) -> str:
+    """The ferry address a verl zmq_handle maps to (deterministic, same on both sides).
+
+    "ipc://PATH" -> "@ferry" + PATH (PATH made absolute-looking), or "@ferry-<sha256>" when
+    that exceeds 107 characters. A handle that already is a ferry address ("@name" or a
+    socket path) is used as is. tcp:// handles need the net transport, not built yet.
+    """
+    if zmq_handle.startswith("@") or zmq_handle.startswith("/"):
+        return zmq_handle
+    scheme, sep, rest = zmq_handle.partition("://")
+    if not sep or not rest:
+        raise _error(_ferry.InvalidArgumentError,
+                     f"zmq_handle '{zmq_handle}': expected ipc://PATH (or a ferry address)")
+    if scheme != "ipc":
+        raise _error(_ferry.UnimplementedError,
+                     f"zmq_handle '{zmq_handle}': ferry.verl carries {scheme}:// handles only "
+                     "once the net transport exists; use ipc:// (same node)")
+    address = "@ferry" + (rest if rest.startswith("/") else "/" + rest)
+    if len(address) > _MAX_ADDRESS:
+        address = "@ferry-" + hashlib.sha256(rest.encode()).hexdigest()[:40]
+    return address
+
+
+# One session per address and process, shared by every instance (verl makes a new
+# sender and receiver per update).
+_lock = threading.Lock()
+_senders: dict[str, tuple[Sender, int]] = {}
+_receivers: dict[str, Receiver] = {}
+
+
+def close_sessions() -> None:
+    """Closes every cached session of this process (the peers see them end)."""
+    with _lock:
+        sessions = [s for s, _ in _senders.values()] + list(_receivers.values())
+        _senders.clear()
+        _receivers.clear()
+    for session in sessions:
+        session.close()
+
+
+def _drop(cache: dict, address: str, session: Any) -> None:
+    with _lock:
+        entry = cache.get(address)
+        if entry is session or (isinstance(entry, tuple) and entry[0] is session):
+            del cache[address]
+    if not session.closed:
+        session.close()
+
+
+async def _items(weights: Iterable[NamedTensor] | AsyncIterator[NamedTensor]):
+    if hasattr(weights, "__aiter__"):
+        async for item in weights:
+            yield item
+    else:
+        for item in weights:
+            yield item
+
+
+class BucketedWeightSender:
+    """verl's sender: async_send_weights() sends one update to the receiver of zmq_handle.
+
+    bucket_size_mb sizes each ring slot (2 slots); any tensor fits. use_shm is accepted for
+    compatibility: ferry always moves buckets through host shared memory, so device tensors
+    are copied to the host once as they are yielded. Extra keyword arguments newer verl
+    versions pass (attempt_id, target_version, ...) are accepted and ignored; timeout_s
+    bounds how long either side waits for the other (verl's 600 s).
+    """
+
+    def __init__(self, zmq_handle: str, bucket_size_mb: int = 512, use_shm: bool = False,
+                 timeout_s: float = DEFAULT_TIMEOUT_S, **_verl_extras: Any) -> None:
+        self.zmq_handle = zmq_handle
+        self.bucket_size_mb = bucket_size_mb
+        self.bucket_size = int(bucket_size_mb) << 20
+        self.use_shm = use_shm
+        self.timeout_s = timeout_s
+        self.address = ferry_address(zmq_handle)
+
+    def _session(self) -> Sender:
+        with _lock:
+            cached = _senders.get(self.address)
+        if cached is not None and cached[1] == self.bucket_size and not cached[0].closed:
+            return cached[0]
+        if cached is not None:  # another bucket size: the ring is sized per session
+            _drop(_senders, self.address, cached[0])
+        sender = Sender(self.address, bucket_bytes=self.bucket_size, timeout=self.timeout_s)
+        try:
+            sender.accept(1)
+        except BaseException:
+            sender.close()
+            raise
+        with _lock:
+            _senders[self.address] = (sender, self.bucket_size)
+        return sender
+
+    async def async_send_weights(self, weights: Iterable[NamedTensor]
+                                 | AsyncIterator[NamedTensor]) -> None:
+        """Sends every (name, tensor) of a generator or async iterator as one round.
+
+        Returns after the receiver processed every bucket; raises the receiver's error
+        (AbortedError naming its callback's exception) if it gave up. The yielded tensors
+        must stay unmodified until this returns (verl's sender copies them at yield time).
+        """
+        args, owners = [], []
+        async for name, tensor in _items(weights):
+            arg, owner = tensor_arg(name, tensor)
+            args.append(arg)
+            owners.append(owner)
+        loop = asyncio.get_running_loop()
+        sender = await loop.run_in_executor(None, self._session)
+        try:
+            await loop.run_in_executor(None, sender._impl.send_round, args)
+        except _ferry.FerryError:
+            _drop(_senders, self.address, sender)  # the session is broken: next call starts anew
+            raise
+        finally:
+            del owners
+
+
+class BucketedWeightReceiver:
+    """verl's receiver: receive_weights() calls on_bucket_received(weights, is_last) per bucket.
+
+    `weights` is a list of (name, tensor) on `device`, in the sender's order. On a CPU device
+    the tensors view ferry's shared memory without a copy and are valid only during the
+    callback (as verl's shm path); on another device they are copies made by .to(device).
+    """
+
+    def __init__(self, zmq_handle: str, device: Any, use_shm: bool = False,
+                 timeout_s: float = DEFAULT_TIMEOUT_S, **_verl_extras: Any) -> None:
+        self.zmq_handle = zmq_handle
+        self.device = torch.device(device) if torch is not None else device
+        self.use_shm = use_shm
+        self.timeout_s = timeout_s
+        self.address = ferry_address(zmq_handle)
+
+    def _session(self) -> tuple[Receiver, bool]:
+        with _lock:
+            cached = _receivers.get(self.address)
+        if cached is not None and not cached.closed:
+            return cached, False
+        receiver = self._connect()
+        with _lock:
+            _receivers[self.address] = receiver
+        return receiver, True
+
+    def _connect(self) -> Receiver:
+        # Right after a failed update the sender closes its old session and opens a new
+        # one; a connect that lands on the closing one is turned down: try again.
+        deadline = time.monotonic() + self.timeout_s
+        while True:
+            try:
+                return Receiver(self.address, 0, timeout=max(deadline - time.monotonic(), 0.001))
+            except (_ferry.IoError, _ferry.AbortedError, _ferry.NotFoundError):
+                if time.monotonic() >= deadline:
+                    raise
+                time.sleep(0.05)
+
+    def receive_weights(self, on_bucket_received: Callable[[list[NamedTensor], bool], None]
+                        ) -> None:
+        """Receives one update; re-raises the callback's exception after telling the sender."""
+        on_cpu = self.device.type == "cpu"
+        device = self.device
+        delivered = False
+
+        def on_bucket(views: list, is_last: bool) -> None:
+            nonlocal delivered
+            delivered = True
+            weights = []
+            for name, dtype, shape, memory in views:
+                tensor = to_torch(dtype, shape, memory)
+                weights.append((name, tensor if on_cpu else tensor.to(device)))
+            on_bucket_received(weights, is_last)
+            if not on_cpu and device.type == "cuda":
+                torch.cuda.synchronize(device)
+
+        while True:
+            receiver, fresh = self._session()
+            try:
+                receiver._impl.receive_round_buckets(on_bucket)
+                return
+            except _ferry.FerryError:
+                _drop(_receivers, self.address, receiver)
+                # A cached session whose sender went away before this update began (the
+                # trainer restarted): join the new session, nothing was delivered.
+                if fresh or delivered:
+                    raise
+            except BaseException:
+                _drop(_receivers, self.address, receiver)
+                raise

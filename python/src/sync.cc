@@ -1,0 +1,350 @@
+// ferry.sync for Python: Sender and Receiver over include/ferry/sync.h.
+//
+// Tensors arrive from Python as (name, dtype, shape, address, nbytes) or
+// (name, dtype, shape, buffer) tuples; the Python layer keeps the memory alive
+// and contiguous. Every transfer runs with the GIL released; callbacks take it
+// back only while they run.
+#include "ferry/sync.h"
+
+#include <fmt/format.h>
+#include <pybind11/stl.h>
+
+#include <chrono>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <vector>
+
+#include "bindings.h"
+
+namespace ferry::python {
+namespace {
+
+using sync::RoundStats;
+using sync::SyncOptions;
+
+// A Py_buffer held for as long as C++ reads (or writes) the memory.
+class BufferHold {
+ public:
+  BufferHold(const py::handle& obj, bool writable) {
+    const int flags = PyBUF_C_CONTIGUOUS | (writable ? PyBUF_WRITABLE : 0);
+    if (PyObject_GetBuffer(obj.ptr(), &view_, flags) != 0) throw py::error_already_set();
+  }
+  ~BufferHold() { PyBuffer_Release(&view_); }
+  BufferHold(const BufferHold&) = delete;
+  BufferHold& operator=(const BufferHold&) = delete;
+
+  std::byte* data() const { return static_cast<std::byte*>(view_.buf); }
+  std::size_t size() const { return static_cast<std::size_t>(view_.len); }
+
+ private:
+  Py_buffer view_{};
+};
+
+// One tensor argument: its spec and the memory given for it.
+struct TensorArg {
+  TensorSpec spec;
+  std::byte* data = nullptr;
+  std::size_t size = 0;
+  std::unique_ptr<BufferHold> hold;  // when the memory came as a buffer object
+};
+
+TensorArg tensor_arg(const py::handle& item, bool writable) {
+  const auto t = item.cast<py::tuple>();
+  if (t.size() != 4 && t.size() != 5) {
+    throw StatusError(invalid_argument(
+        "a tensor is (name, dtype, shape, address, nbytes) or (name, dtype, shape, buffer)"));
+  }
+  TensorArg arg;
+  arg.spec = check(
+      TensorSpec::make(t[0].cast<std::string>(), t[1].cast<DType>(), shape_from_python(t[2])));
+  if (t.size() == 5) {
+    arg.data = reinterpret_cast<std::byte*>(t[3].cast<std::uintptr_t>());
+    arg.size = t[4].cast<std::size_t>();
+  } else {
+    arg.hold = std::make_unique<BufferHold>(t[3], writable);
+    arg.data = arg.hold->data();
+    arg.size = arg.hold->size();
+  }
+  if (arg.size != arg.spec.bytes()) {
+    throw StatusError(
+        invalid_argument(fmt::format("tensor '{}': {} bytes given, {} needs {}", arg.spec.name,
+                                     arg.size, arg.spec.to_string(), arg.spec.bytes())));
+  }
+  if (arg.data == nullptr && arg.size != 0) {
+    throw StatusError(invalid_argument(fmt::format("tensor '{}': null address", arg.spec.name)));
+  }
+  return arg;
+}
+
+// Keeps two Python threads from using one Sender/Receiver at once (the C++ objects
+// are single-threaded) and reports it instead of corrupting the session.
+class UseGuard {
+ public:
+  UseGuard(std::mutex& mutex, const char* what) : lock_(mutex, std::try_to_lock) {
+    if (!lock_.owns_lock()) {
+      throw StatusError(failed_precondition(
+          fmt::format("the {} is in use by another thread: one call at a time", what)));
+    }
+  }
+
+ private:
+  std::unique_lock<std::mutex> lock_;
+};
+
+// Seconds as Python sees them; a negative time (wait forever) stays -1.
+double seconds(std::chrono::milliseconds ms) {
+  return ms.count() < 0 ? -1.0 : static_cast<double>(ms.count()) / 1000.0;
+}
+std::chrono::milliseconds millis(double s) {
+  return std::chrono::milliseconds(s < 0 ? -1 : static_cast<std::int64_t>(s * 1000.0));
+}
+
+class PySender {
+ public:
+  static std::unique_ptr<PySender> create(const std::string& address, const SyncOptions& o) {
+    auto s = std::make_unique<PySender>();
+    {
+      py::gil_scoped_release nogil;
+      s->impl_ = check(sync::Sender::create(address, o));
+    }
+    return s;
+  }
+
+  void accept(std::uint32_t receivers) {
+    UseGuard use(mutex_, "sender");
+    sync::Sender& s = get();
+    py::gil_scoped_release nogil;
+    check(s.accept(receivers));
+  }
+
+  RoundStats send_round(const py::sequence& weights) {
+    UseGuard use(mutex_, "sender");
+    sync::Sender& s = get();
+    std::vector<TensorArg> args;
+    args.reserve(weights.size());
+    for (const py::handle& item : weights) args.push_back(tensor_arg(item, /*writable=*/false));
+    std::vector<TensorView> views;
+    views.reserve(args.size());
+    for (TensorArg& a : args) views.push_back({std::move(a.spec), {a.data, a.size}});
+    Result<RoundStats> r = [&] {
+      py::gil_scoped_release nogil;
+      return s.send_round(views);
+    }();
+    return check(std::move(r));
+  }
+
+  void close() {
+    UseGuard use(mutex_, "sender");
+    py::gil_scoped_release nogil;
+    impl_.reset();
+  }
+  bool closed() const { return impl_ == nullptr; }
+  sync::Sender& get() const {
+    if (!impl_) throw StatusError(failed_precondition("the sender is closed"));
+    return *impl_;
+  }
+
+ private:
+  std::mutex mutex_;
+  std::unique_ptr<sync::Sender> impl_;
+};
+
+// Runs a receive with the GIL released, re-taking it for each callback. A Python
+// exception in the callback aborts the round (the sender hears why) and is then
+// raised again here, unchanged.
+class CallbackBridge {
+ public:
+  template <typename F>
+  Status call(F&& f) {
+    py::gil_scoped_acquire gil;
+    try {
+      f();
+      return ok_status();
+    } catch (py::error_already_set& e) {
+      std::string type = py::str(e.type().attr("__name__"));
+      std::string text = py::str(e.value());
+      saved_.emplace(std::move(e));
+      return aborted(fmt::format("the receiver's callback raised {}: {}", type, text));
+    }
+  }
+
+  RoundStats finish(Result<RoundStats> r) {
+    if (saved_) throw *saved_;
+    return check(std::move(r));
+  }
+
+ private:
+  std::optional<py::error_already_set> saved_;
+};
+
+class PyReceiver {
+ public:
+  static std::unique_ptr<PyReceiver> connect(const std::string& address, std::uint32_t id,
+                                             const SyncOptions& o, std::uint64_t session) {
+    auto r = std::make_unique<PyReceiver>();
+    {
+      py::gil_scoped_release nogil;
+      r->impl_ = check(sync::Receiver::connect(address, id, o, session));
+    }
+    return r;
+  }
+
+  void set_destination(const py::handle& tensor) {
+    UseGuard use(mutex_, "receiver");
+    sync::Receiver& r = get();
+    TensorArg a = tensor_arg(tensor, /*writable=*/true);
+    const std::string name = a.spec.name;
+    check(r.set_destination({std::move(a.spec), {a.data, a.size}}));
+    if (a.hold) {
+      holds_.insert_or_assign(name, std::move(a.hold));
+    } else {
+      holds_.erase(name);
+    }
+  }
+
+  void clear_destinations() {
+    UseGuard use(mutex_, "receiver");
+    get().clear_destinations();
+    holds_.clear();
+  }
+
+  RoundStats receive_round_into() {
+    UseGuard use(mutex_, "receiver");
+    sync::Receiver& r = get();
+    Result<RoundStats> result = [&] {
+      py::gil_scoped_release nogil;
+      return r.receive_round_into();
+    }();
+    return check(std::move(result));
+  }
+
+  RoundStats receive_round(const py::function& on_tensor) {
+    UseGuard use(mutex_, "receiver");
+    sync::Receiver& r = get();
+    CallbackBridge bridge;
+    const sync::TensorCallback cb = [&](const TensorView& v) {
+      return bridge.call([&] { on_tensor(view_to_python(v)); });
+    };
+    Result<RoundStats> result = [&] {
+      py::gil_scoped_release nogil;
+      return r.receive_round(cb);
+    }();
+    return bridge.finish(std::move(result));
+  }
+
+  RoundStats receive_round_buckets(const py::function& on_bucket) {
+    UseGuard use(mutex_, "receiver");
+    sync::Receiver& r = get();
+    CallbackBridge bridge;
+    const sync::BucketCallback cb = [&](std::span<const TensorView> views, bool is_last) {
+      return bridge.call([&] {
+        py::list weights(views.size());
+        for (std::size_t i = 0; i < views.size(); ++i) weights[i] = view_to_python(views[i]);
+        on_bucket(weights, is_last);
+      });
+    };
+    Result<RoundStats> result = [&] {
+      py::gil_scoped_release nogil;
+      return r.receive_round_buckets(cb);
+    }();
+    return bridge.finish(std::move(result));
+  }
+
+  void close() {
+    UseGuard use(mutex_, "receiver");
+    {
+      py::gil_scoped_release nogil;
+      impl_.reset();
+    }
+    holds_.clear();
+  }
+  bool closed() const { return impl_ == nullptr; }
+  sync::Receiver& get() const {
+    if (!impl_) throw StatusError(failed_precondition("the receiver is closed"));
+    return *impl_;
+  }
+
+ private:
+  std::mutex mutex_;
+  std::unique_ptr<sync::Receiver> impl_;
+  std::map<std::string, std::unique_ptr<BufferHold>> holds_;
+};
+
+}  // namespace
+
+void bind_sync(py::module_& m) {
+  py::class_<SyncOptions>(m, "SyncOptions", "include/ferry/sync.h's SyncOptions; times in seconds.")
+      .def(py::init([](std::uint64_t bucket_bytes, std::uint32_t slots, double timeout,
+                       double idle_timeout, bool checksums) {
+             SyncOptions o;
+             o.bucket_bytes = bucket_bytes;
+             o.slots = slots;
+             o.timeout = millis(timeout);
+             o.idle_timeout = millis(idle_timeout);
+             o.checksums = checksums;
+             return o;
+           }),
+           py::kw_only(), py::arg("bucket_bytes") = SyncOptions{}.bucket_bytes,
+           py::arg("slots") = SyncOptions{}.slots,
+           py::arg("timeout") = seconds(SyncOptions{}.timeout),
+           py::arg("idle_timeout") = seconds(SyncOptions{}.idle_timeout),
+           py::arg("checksums") = SyncOptions{}.checksums)
+      .def_readwrite("bucket_bytes", &SyncOptions::bucket_bytes)
+      .def_readwrite("slots", &SyncOptions::slots)
+      .def_property(
+          "timeout", [](const SyncOptions& o) { return seconds(o.timeout); },
+          [](SyncOptions& o, double s) { o.timeout = millis(s); })
+      .def_property(
+          "idle_timeout", [](const SyncOptions& o) { return seconds(o.idle_timeout); },
+          [](SyncOptions& o, double s) { o.idle_timeout = millis(s); })
+      .def_readwrite("checksums", &SyncOptions::checksums)
+      .def("__repr__", [](const SyncOptions& o) {
+        return fmt::format(
+            "SyncOptions(bucket_bytes={}, slots={}, timeout={}, idle_timeout={}, checksums={})",
+            o.bucket_bytes, o.slots, seconds(o.timeout), seconds(o.idle_timeout),
+            o.checksums ? "True" : "False");
+      });
+
+  py::class_<RoundStats>(m, "RoundStats")
+      .def_readonly("round", &RoundStats::round)
+      .def_readonly("tensors", &RoundStats::tensors)
+      .def_readonly("buckets", &RoundStats::buckets)
+      .def_readonly("bytes", &RoundStats::bytes)
+      .def_readonly("seconds", &RoundStats::seconds)
+      .def_readonly("checksum", &RoundStats::checksum)
+      .def("__repr__", [](const RoundStats& s) {
+        return fmt::format(
+            "RoundStats(round={}, tensors={}, buckets={}, bytes={}, seconds={:.6f}, "
+            "checksum=0x{:016x})",
+            s.round, s.tensors, s.buckets, s.bytes, s.seconds, s.checksum);
+      });
+
+  py::class_<PySender>(m, "Sender")
+      .def_static("create", &PySender::create, py::arg("address"), py::arg("options"))
+      .def("accept", &PySender::accept, py::arg("receivers"))
+      .def("send_round", &PySender::send_round, py::arg("weights"))
+      .def("close", &PySender::close)
+      .def_property_readonly("closed", &PySender::closed)
+      .def_property_readonly("session_id", [](const PySender& s) { return s.get().session_id(); })
+      .def_property_readonly("rounds_sent", [](const PySender& s) { return s.get().rounds_sent(); })
+      .def_property_readonly("receivers", [](const PySender& s) { return s.get().receivers(); })
+      .def_property_readonly("address", [](const PySender& s) { return s.get().address(); });
+
+  py::class_<PyReceiver>(m, "Receiver")
+      .def_static("connect", &PyReceiver::connect, py::arg("address"), py::arg("receiver_id"),
+                  py::arg("options"), py::arg("session") = 0)
+      .def("set_destination", &PyReceiver::set_destination, py::arg("tensor"))
+      .def("clear_destinations", &PyReceiver::clear_destinations)
+      .def("receive_round_into", &PyReceiver::receive_round_into)
+      .def("receive_round", &PyReceiver::receive_round, py::arg("on_tensor"))
+      .def("receive_round_buckets", &PyReceiver::receive_round_buckets, py::arg("on_bucket"))
+      .def("close", &PyReceiver::close)
+      .def_property_readonly("closed", &PyReceiver::closed)
+      .def_property_readonly("session_id", [](const PyReceiver& r) { return r.get().session_id(); })
+      .def_property_readonly("last_round",
+                             [](const PyReceiver& r) { return r.get().last_round(); });
+}
+
+}  // namespace ferry::python

@@ -1,0 +1,339 @@
+#include <fmt/format.h>
+#include <unistd.h>
+#include <xxhash.h>
+
+#include <chrono>
+#include <optional>
+#include <unordered_map>
+
+#include "ferry/sync.h"
+#include "profiler/span.h"
+#include "sync/bucket_planner.h"
+#include "sync/copy.h"
+#include "sync/round_checksum.h"
+#include "sync/sync_options.h"
+#include "transport/shm/memfd_ring.h"
+#include "transport/shm/seqpacket_channel.h"
+#include "wire/conversation.h"
+#include "wire/message.h"
+
+namespace ferry::sync {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// What one round does with each verified bucket.
+struct Delivery {
+  const TensorCallback* on_tensor = nullptr;
+  const BucketCallback* on_bucket = nullptr;
+  bool into_destinations = false;
+};
+
+}  // namespace
+
+struct Receiver::Impl {
+  SyncOptions options;
+  std::uint32_t id = 0;
+  shm::Channel channel;
+  wire::Conversation conversation{wire::Conversation::Role::kReceiver, "", 0};
+  shm::MemfdRing ring;
+  bool checksums = true;
+  Status broken;
+  std::unordered_map<std::string, MutableTensorView> destinations;
+  std::vector<TensorSpec> manifest;
+  std::uint64_t plan_bucket_bytes = 0;
+  BucketPlan plan;
+  std::vector<std::byte> staging;  // a tensor split across buckets, being assembled
+  // Bucket mode delivers after the whole bucket; the next split tensor may start in the
+  // same bucket, so the finished one moves here before staging is reused.
+  std::vector<std::byte> completed;
+  std::vector<TensorView> bucket_views;
+
+  wire::Message message(std::uint64_t round, wire::Body body) const {
+    wire::Message m;
+    m.session = conversation.session();
+    m.round = round;
+    m.body = std::move(body);
+    return m;
+  }
+
+  // Tells the sender why this receiver gives up (best effort) and breaks the session.
+  Status fail(Status why, std::uint64_t round) {
+    if (broken.ok()) broken = why;
+    if (channel.valid()) {
+      (void)channel.send(wire::encode(message(round, wire::Error{why.code(), why.message()})),
+                         std::chrono::milliseconds(100));
+      channel.close();
+    }
+    return why;
+  }
+
+  Result<wire::Message> next(std::chrono::milliseconds timeout) {
+    auto got = channel.receive(timeout);
+    if (!got.ok()) return got.status();
+    auto m = wire::decode(got->bytes, channel.peer());
+    if (!m.ok()) return m.status();
+    Status s = conversation.received(*m);
+    if (!s.ok()) return s;
+    if (m->type() == wire::MessageType::kError) {
+      const auto& e = std::get<wire::Error>(m->body);
+      return aborted(fmt::format("{} aborted the session: {}", channel.peer(), e.message));
+    }
+    return m;
+  }
+
+  Status check_destinations() const {
+    std::vector<std::string> problems;
+    for (const TensorSpec& spec : manifest) {
+      auto it = destinations.find(spec.name);
+      if (it == destinations.end()) {
+        problems.push_back(
+            fmt::format("missing destination for '{}' ({})", spec.name, spec.to_string()));
+        continue;
+      }
+      const TensorSpec& d = it->second.spec;
+      if (d.dtype != spec.dtype || d.shape != spec.shape) {
+        problems.push_back(fmt::format("'{}': sender sends {} {}, destination is {} {}", spec.name,
+                                       spec.shape_string(), dtype_name(spec.dtype),
+                                       d.shape_string(), dtype_name(d.dtype)));
+      }
+    }
+    if (problems.empty()) return ok_status();
+    std::string text =
+        fmt::format("round {}: {} manifest mismatch(es) in destination mode:", conversation.round(),
+                    problems.size());
+    for (const std::string& p : problems) text += "\n  " + p;
+    return invalid_argument(text);
+  }
+
+  // Delivers bucket b from `slot` as the round asks.
+  Status deliver(std::uint32_t b, const std::byte* slot, const Delivery& how) {
+    bucket_views.clear();
+    for (const Piece& piece : plan.bucket(b)) {
+      const TensorSpec& spec = manifest[piece.tensor];
+      const std::byte* src = slot + piece.bucket_offset;
+      if (how.into_destinations) {
+        copy_bytes(destinations.find(spec.name)->second.data.data() + piece.tensor_offset, src,
+                   piece.length);
+        continue;
+      }
+      std::optional<TensorView> whole;
+      if (plan.piece_count[piece.tensor] == 1) {
+        whole = TensorView{spec, {src, piece.length}};  // zero-copy: a view into the ring
+      } else {
+        if (piece.tensor_offset == 0) staging.resize(spec.bytes());
+        copy_bytes(staging.data() + piece.tensor_offset, src, piece.length);
+        if (piece.tensor_offset + piece.length == spec.bytes()) {
+          completed.swap(staging);
+          whole = TensorView{spec, {completed.data(), completed.size()}};
+        }
+      }
+      if (!whole) continue;
+      if (how.on_tensor != nullptr) {
+        Status s = (*how.on_tensor)(*whole);
+        if (!s.ok()) return s.with_context(fmt::format("tensor callback for '{}'", spec.name));
+      } else {
+        bucket_views.push_back(*whole);
+      }
+    }
+    if (how.on_bucket != nullptr) {
+      Status s = (*how.on_bucket)(bucket_views, b + 1 == plan.bucket_count());
+      if (!s.ok()) return s.with_context(fmt::format("bucket callback for bucket {}", b));
+    }
+    return ok_status();
+  }
+
+  Result<RoundStats> receive(const Delivery& how) {
+    auto first = next(options.idle_timeout);
+    if (!first.ok()) return first.status();
+    const std::uint64_t round = first->round;
+    auto r = receive_rest(how, std::move(*first));
+    if (r.ok()) return r;
+    // A send that failed because the sender died or gave up: its ERROR may be waiting.
+    Status why = r.status();
+    if (why.code() == Code::kAborted && channel.valid()) {
+      auto pending = next(std::chrono::milliseconds(0));
+      if (!pending.ok() &&
+          pending.status().message().find("aborted the session") != std::string::npos) {
+        why = pending.status();
+      }
+    }
+    return Status(why.code(), fmt::format("round {} aborted: {}", round, why.message()));
+  }
+
+  Result<RoundStats> receive_rest(const Delivery& how, wire::Message first_message) {
+    const auto start = Clock::now();
+    wire::Message* first = &first_message;
+    const std::uint64_t round = first->round;
+    if (first->type() != wire::MessageType::kBegin) {
+      return internal_error("conversation let a non-BEGIN message start a round");
+    }
+    const std::vector<std::byte> begin_bytes = wire::encode(*first);
+    auto& begin = std::get<wire::Begin>(first->body);
+    if (begin.manifest != manifest || begin.bucket_bytes != plan_bucket_bytes) {
+      auto p = plan_buckets(begin.manifest, begin.bucket_bytes);
+      if (!p.ok()) return corruption(fmt::format("round {}: {}", round, p.status().message()));
+      plan = std::move(*p);
+      manifest = std::move(begin.manifest);
+      plan_bucket_bytes = begin.bucket_bytes;
+    }
+    if (plan.bucket_count() != begin.bucket_count) {
+      return corruption(fmt::format("round {}: BEGIN says {} buckets, the plan has {}", round,
+                                    begin.bucket_count, plan.bucket_count()));
+    }
+    if (how.into_destinations) {
+      Status s = check_destinations();
+      if (!s.ok()) return s;
+    }
+    RoundChecksum round_sum(begin_bytes);
+    while (true) {
+      Result<wire::Message> m = internal_error("unset");
+      {
+        profiler::Span span("sync.wait_bucket", profiler::Detail::kBucket);
+        m = next(options.timeout);
+      }
+      if (!m.ok()) return m.status();
+      if (m->type() == wire::MessageType::kEnd) {
+        const auto& e = std::get<wire::End>(m->body);
+        const std::uint64_t digest = round_sum.digest();
+        if (e.round_checksum != digest) {
+          return corruption(
+              fmt::format("round {}: round checksum {:016x} from {}, this "
+                          "receiver computed {:016x}",
+                          round, e.round_checksum, channel.peer(), digest));
+        }
+        Status s = channel.send(wire::encode(message(round, wire::Ack{e.bucket_count, digest})),
+                                options.timeout);
+        if (!s.ok()) return s;
+        RoundStats stats;
+        stats.round = round;
+        stats.tensors = static_cast<std::uint32_t>(manifest.size());
+        stats.buckets = plan.bucket_count();
+        stats.bytes = plan.total_bytes;
+        stats.seconds = std::chrono::duration<double>(Clock::now() - start).count();
+        stats.checksum = digest;
+        if (plan.bucket_count() == 0 && how.on_bucket != nullptr) {
+          Status cb = (*how.on_bucket)({}, true);
+          if (!cb.ok()) return cb;
+        }
+        return stats;
+      }
+      const auto& f = std::get<wire::Filled>(m->body);
+      if (f.used_bytes != plan.bucket_used[f.bucket]) {
+        return corruption(fmt::format("round {} bucket {}: {} bytes used, the plan says {}", round,
+                                      f.bucket, f.used_bytes, plan.bucket_used[f.bucket]));
+      }
+      const std::byte* slot = ring.slot(f.slot);
+      if (checksums) {
+        const std::uint64_t sum = XXH3_64bits(slot, f.used_bytes);
+        if (sum != f.checksum) {
+          return corruption(
+              fmt::format("round {} bucket {} (slot {}): checksum {:016x}, {} "
+                          "announced {:016x}: the shared memory was corrupted",
+                          round, f.bucket, f.slot, sum, channel.peer(), f.checksum));
+        }
+      }
+      round_sum.add_bucket(f.bucket, f.used_bytes, f.checksum);
+      Status s;
+      {
+        profiler::Span span("sync.unpack", profiler::Detail::kBucket);
+        s = deliver(f.bucket, slot, how);
+      }
+      if (!s.ok()) return s;
+      profiler::Span span("sync.release", profiler::Detail::kBucket);
+      s = channel.send(wire::encode(message(round, wire::Release{f.slot, f.bucket})),
+                       options.timeout);
+      if (!s.ok()) return s;
+    }
+  }
+
+  Result<RoundStats> run(const Delivery& how) {
+    if (!broken.ok()) {
+      return failed_precondition("the session failed earlier: " + broken.to_string());
+    }
+    auto r = receive(how);
+    if (!r.ok()) return fail(r.status(), conversation.round());
+    return r;
+  }
+};
+
+Receiver::Receiver(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+Receiver::~Receiver() = default;
+
+Result<std::unique_ptr<Receiver>> Receiver::connect(const std::string& address,
+                                                    std::uint32_t receiver_id,
+                                                    const SyncOptions& options,
+                                                    std::uint64_t session) {
+  if (options.timeout.count() <= 0) return invalid_argument("timeout must be positive");
+  auto impl = std::make_unique<Impl>();
+  impl->options = options;
+  impl->id = receiver_id;
+  auto ch = shm::connect(address, options.timeout);
+  if (!ch.ok()) return ch.status();
+  impl->channel = std::move(*ch);
+  impl->conversation =
+      wire::Conversation(wire::Conversation::Role::kReceiver, impl->channel.peer(), session);
+  wire::Message hello;
+  hello.session = session;
+  hello.body = wire::Hello{receiver_id, static_cast<std::uint32_t>(::getpid())};
+  Status s = impl->channel.send(wire::encode(hello), options.timeout);
+  if (!s.ok()) return s;
+  auto got = impl->channel.receive(options.timeout);
+  if (!got.ok()) return got.status().with_context("waiting for WELCOME");
+  auto m = wire::decode(got->bytes, impl->channel.peer());
+  if (!m.ok()) return m.status();
+  s = impl->conversation.received(*m);
+  if (!s.ok()) return s;
+  if (m->type() == wire::MessageType::kError) {
+    const auto& e = std::get<wire::Error>(m->body);
+    return Status(e.code, fmt::format("{} turned receiver {} away: {}", impl->channel.peer(),
+                                      receiver_id, e.message));
+  }
+  if (!got->fd.valid()) {
+    return corruption(
+        fmt::format("WELCOME from {} carried no ring descriptor", impl->channel.peer()));
+  }
+  const auto& w = std::get<wire::Welcome>(m->body);
+  impl->checksums = w.checksums != 0;
+  auto ring =
+      shm::MemfdRing::map_readonly(std::move(got->fd), w.slots, w.slot_bytes, impl->channel.peer());
+  if (!ring.ok()) return ring.status();
+  impl->ring = std::move(*ring);
+  return std::unique_ptr<Receiver>(new Receiver(std::move(impl)));
+}
+
+Status Receiver::set_destination(MutableTensorView destination) {
+  if (destination.data.size() != destination.spec.bytes()) {
+    return invalid_argument(fmt::format("destination '{}': {} bytes given, {} needs {}",
+                                        destination.spec.name, destination.data.size(),
+                                        destination.spec.to_string(), destination.spec.bytes()));
+  }
+  std::string name = destination.spec.name;
+  impl_->destinations.insert_or_assign(std::move(name), std::move(destination));
+  return ok_status();
+}
+
+void Receiver::clear_destinations() { impl_->destinations.clear(); }
+
+Result<RoundStats> Receiver::receive_round_into() {
+  Delivery how;
+  how.into_destinations = true;
+  return impl_->run(how);
+}
+
+Result<RoundStats> Receiver::receive_round(const TensorCallback& on_tensor) {
+  Delivery how;
+  how.on_tensor = &on_tensor;
+  return impl_->run(how);
+}
+
+Result<RoundStats> Receiver::receive_round_buckets(const BucketCallback& on_bucket) {
+  Delivery how;
+  how.on_bucket = &on_bucket;
+  return impl_->run(how);
+}
+
+std::uint64_t Receiver::session_id() const { return impl_->conversation.session(); }
+std::uint64_t Receiver::last_round() const { return impl_->conversation.round(); }
+
+}  // namespace ferry::sync

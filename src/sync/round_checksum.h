@@ -1,0 +1,37 @@
+// The round checksum both ends compute: XXH3-64 over the BEGIN message (session,
+// round, manifest, bucket size) and each bucket's index, size and checksum. It is
+// cheap (no second pass over the bytes) and catches a lost, repeated or reordered
+// bucket or a manifest that differs between the ends.
+#pragma once
+
+#ifndef XXH_STATIC_LINKING_ONLY
+#define XXH_STATIC_LINKING_ONLY  // XXH3_state_t on the stack, no allocation per round
+#endif
+#include <xxhash.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+
+namespace ferry::sync {
+
+class RoundChecksum {
+ public:
+  explicit RoundChecksum(std::span<const std::byte> begin_message) {
+    XXH3_64bits_reset(&state_);
+    XXH3_64bits_update(&state_, begin_message.data(), begin_message.size());
+  }
+  void add_bucket(std::uint32_t bucket, std::uint64_t used, std::uint64_t checksum) {
+    unsigned char b[20];
+    for (int i = 0; i < 4; ++i) b[i] = static_cast<unsigned char>(bucket >> (8 * i));
+    for (int i = 0; i < 8; ++i) b[4 + i] = static_cast<unsigned char>(used >> (8 * i));
+    for (int i = 0; i < 8; ++i) b[12 + i] = static_cast<unsigned char>(checksum >> (8 * i));
+    XXH3_64bits_update(&state_, b, sizeof b);
+  }
+  std::uint64_t digest() const { return XXH3_64bits_digest(&state_); }
+
+ private:
+  XXH3_state_t state_;
+};
+
+}  // namespace ferry::sync

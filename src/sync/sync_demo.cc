@@ -1,0 +1,129 @@
+#include "sync/sync_demo.h"
+
+#include <fmt/format.h>
+#include <sys/mman.h>
+#include <unistd.h>
+#include <xxhash.h>
+
+#include <sstream>
+
+#include "base/file_util.h"
+#include "ferry/model.h"
+#include "ferry/sync.h"
+#include "sync/child_process.h"
+
+namespace ferry::sync {
+namespace {
+
+Result<MappedRegion> anonymous(std::uint64_t bytes, bool dont_fork) {
+  void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (p == MAP_FAILED) return errno_status("mmap", fmt::format("{} bytes", bytes), errno);
+  if (dont_fork) (void)::madvise(p, bytes, MADV_DONTFORK);
+  return MappedRegion(p, bytes);
+}
+
+std::vector<TensorSpec> demo_specs(const DemoConfig& c) {
+  const std::int64_t h = c.hidden;
+  return {*TensorSpec::make("model.embed_tokens.weight", DType::kF32, {c.vocab, h}),
+          *TensorSpec::make("model.layers.0.input_layernorm.weight", DType::kF32, {h}),
+          *TensorSpec::make("model.layers.0.self_attn.q_proj.weight", DType::kBF16, {h / 8, h}),
+          *TensorSpec::make("model.layers.0.self_attn.q_proj.bias", DType::kBF16, {h / 8}),
+          *TensorSpec::make("model.norm.weight", DType::kF32, {h})};
+}
+
+}  // namespace
+
+Result<std::vector<DemoRound>> run_sync_demo(
+    const DemoConfig& config, const std::function<void(const DemoRound&)>& on_round) {
+  if (config.vocab <= 0 || config.hidden < 8 || config.hidden % 8 != 0 || config.receivers == 0 ||
+      config.rounds <= 0 || config.bucket_mb == 0) {
+    return invalid_argument("demo: vocab > 0, hidden a multiple of 8, receivers/rounds/bucket > 0");
+  }
+  const std::vector<TensorSpec> specs = demo_specs(config);
+  std::uint64_t total = 0;
+  for (const auto& s : specs) total += s.bytes();
+  SyncOptions o;
+  o.bucket_bytes = config.bucket_mb << 20;
+  const std::string address = fmt::format("@ferry-demo-{}", ::getpid());
+  // Each receiver prints, per round, one line of tensor hashes.
+  std::vector<Child> kids;
+  for (std::uint32_t id = 0; id < config.receivers; ++id) {
+    auto kid = fork_child([&, id]() -> std::string {
+      auto rx = Receiver::connect(address, id, o);
+      if (!rx.ok()) return "error " + rx.status().to_string() + "\n";
+      auto dst = anonymous(total, false);
+      if (!dst.ok()) return "error " + dst.status().to_string() + "\n";
+      std::vector<std::span<std::byte>> parts;
+      std::uint64_t off = 0;
+      for (const auto& s : specs) {
+        parts.emplace_back(dst->data() + off, s.bytes());
+        (void)(*rx)->set_destination({s, parts.back()});
+        off += s.bytes();
+      }
+      std::string out;
+      for (int r = 0; r < config.rounds; ++r) {
+        auto got = (*rx)->receive_round_into();
+        if (!got.ok()) return out + "error " + got.status().to_string() + "\n";
+        for (const auto& p : parts) out += fmt::format("{:016x} ", XXH3_64bits(p.data(), p.size()));
+        out += "\n";
+      }
+      return out;
+    });
+    if (!kid.ok()) return kid.status();
+    kids.push_back(*kid);
+  }
+  auto source = anonymous(total, true);
+  if (!source.ok()) return source.status();
+  std::vector<TensorView> views;
+  {
+    std::uint64_t off = 0;
+    for (const auto& s : specs) {
+      views.push_back({s, {source->data() + off, s.bytes()}});
+      off += s.bytes();
+    }
+  }
+  auto sender = Sender::create(address, o);
+  if (!sender.ok()) return sender.status();
+  Status s = (*sender)->accept(config.receivers);
+  if (!s.ok()) return s;
+  std::vector<DemoRound> rounds;
+  std::vector<std::string> want;  // per round, the sender's hashes
+  for (int r = 0; r < config.rounds; ++r) {
+    std::string line;
+    for (std::size_t t = 0; t < specs.size(); ++t) {
+      auto bytes = std::span<std::byte>(source->data() + (views[t].data.data() - source->data()),
+                                        views[t].data.size());
+      model::fill_synthetic(config.seed + static_cast<std::uint64_t>(r), specs[t].name, 0, bytes);
+      line += fmt::format("{:016x} ", XXH3_64bits(bytes.data(), bytes.size()));
+    }
+    want.push_back(line);
+    auto st = (*sender)->send_round(views);
+    if (!st.ok()) return st.status();
+    DemoRound d;
+    d.round = st->round;
+    d.bytes = st->bytes;
+    d.buckets = st->buckets;
+    d.tensors = st->tensors;
+    d.seconds = st->seconds;
+    d.largest_tensor_bytes = specs[0].bytes();
+    rounds.push_back(d);
+  }
+  sender->reset();  // close the session so receivers exit
+  for (Child& k : kids) {
+    auto out = finish_child(k);
+    if (!out.ok()) return out.status();
+    std::istringstream lines(*out);
+    std::string line;
+    for (DemoRound& d : rounds) {
+      const bool got = static_cast<bool>(std::getline(lines, line));
+      if (got && line.rfind("error", 0) == 0) return aborted("demo receiver: " + line);
+      d.receiver_ok.push_back(got && line == want[d.round - 1]);
+    }
+  }
+  for (const DemoRound& d : rounds) {
+    if (on_round) on_round(d);
+  }
+  return rounds;
+}
+
+}  // namespace ferry::sync

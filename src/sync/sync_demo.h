@@ -1,0 +1,36 @@
+// `ferry demo`: the FAQ's oversized tensor through a smaller bucket, three rounds to
+// two receiver processes, every byte checked by hash.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "ferry/status.h"
+
+namespace ferry::sync {
+
+struct DemoConfig {
+  std::int64_t vocab = 151936;  // the FAQ's embedding: [151936, 4096] F32 = 2.49 GB
+  std::int64_t hidden = 4096;
+  std::uint64_t bucket_mb = 512;
+  std::uint32_t receivers = 2;
+  int rounds = 3;
+  std::uint64_t seed = 1;
+};
+
+struct DemoRound {
+  std::uint64_t round = 0;
+  std::uint64_t bytes = 0;
+  std::uint32_t buckets = 0;
+  std::uint32_t tensors = 0;
+  double seconds = 0;
+  std::uint64_t largest_tensor_bytes = 0;
+  std::vector<bool> receiver_ok;  // every tensor's hash matched the sender's
+};
+
+Result<std::vector<DemoRound>> run_sync_demo(const DemoConfig& config,
+                                             const std::function<void(const DemoRound&)>& on_round);
+
+}  // namespace ferry::sync

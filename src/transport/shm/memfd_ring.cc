@@ -1,0 +1,77 @@
+#include "transport/shm/memfd_ring.h"
+
+#include <fcntl.h>
+#include <fmt/format.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+
+namespace ferry::shm {
+namespace {
+
+// A receiver relies on these: without F_SEAL_SHRINK the creator could truncate the
+// file under a reader's mapping and kill it with SIGBUS.
+constexpr int kRequiredSeals = F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL;
+
+Result<std::uint64_t> ring_size(std::uint32_t slots, std::uint64_t slot_bytes) {
+  std::uint64_t size = 0;
+  if (slots == 0 || slot_bytes == 0 || __builtin_mul_overflow(slot_bytes, slots, &size) ||
+      size > (std::uint64_t{1} << 46)) {
+    return invalid_argument(
+        fmt::format("a ring of {} slots of {} bytes is not valid", slots, slot_bytes));
+  }
+  return size;
+}
+
+}  // namespace
+
+Result<MemfdRing> MemfdRing::create(std::uint32_t slots, std::uint64_t slot_bytes) {
+  auto size = ring_size(slots, slot_bytes);
+  if (!size.ok()) return size.status();
+  MemfdRing ring;
+  ring.fd_.reset(::memfd_create("ferry-ring", MFD_CLOEXEC | MFD_ALLOW_SEALING));
+  if (!ring.fd_.valid()) return errno_status("memfd_create", "ferry-ring", errno);
+  if (::ftruncate(ring.fd_.get(), static_cast<off_t>(*size)) != 0) {
+    return errno_status("ftruncate", fmt::format("ferry-ring ({} bytes)", *size), errno);
+  }
+  if (::fcntl(ring.fd_.get(), F_ADD_SEALS, kRequiredSeals) != 0) {
+    return errno_status("fcntl(F_ADD_SEALS)", "ferry-ring", errno);
+  }
+  // Pre-faulted once per session, so no round pays for page faults.
+  void* addr =
+      ::mmap(nullptr, *size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, ring.fd_.get(), 0);
+  if (addr == MAP_FAILED) return errno_status("mmap", "ferry-ring", errno);
+  ring.region_ = MappedRegion(addr, *size);
+  ring.slots_ = slots;
+  ring.slot_bytes_ = slot_bytes;
+  return ring;
+}
+
+Result<MemfdRing> MemfdRing::map_readonly(ScopedFd fd, std::uint32_t slots,
+                                          std::uint64_t slot_bytes, const std::string& peer) {
+  auto size = ring_size(slots, slot_bytes);
+  if (!size.ok()) return size.status().with_context("ring from " + peer);
+  const int seals = ::fcntl(fd.get(), F_GET_SEALS);
+  if (seals < 0) return errno_status("fcntl(F_GET_SEALS)", "ring from " + peer, errno);
+  if ((seals & kRequiredSeals) != kRequiredSeals) {
+    return failed_precondition(fmt::format("ring from {} is not sealed against resizing", peer));
+  }
+  struct stat st {};
+  if (::fstat(fd.get(), &st) != 0) return errno_status("fstat", "ring from " + peer, errno);
+  if (static_cast<std::uint64_t>(st.st_size) < *size) {
+    return corruption(
+        fmt::format("ring from {} has {} bytes, WELCOME promised {}", peer, st.st_size, *size));
+  }
+  void* addr = ::mmap(nullptr, *size, PROT_READ, MAP_SHARED | MAP_POPULATE, fd.get(), 0);
+  if (addr == MAP_FAILED) return errno_status("mmap", "ring from " + peer, errno);
+  MemfdRing ring;
+  ring.fd_ = std::move(fd);
+  ring.region_ = MappedRegion(addr, *size);
+  ring.slots_ = slots;
+  ring.slot_bytes_ = slot_bytes;
+  return ring;
+}
+
+}  // namespace ferry::shm

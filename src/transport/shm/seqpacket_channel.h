@@ -1,0 +1,80 @@
+// The control path of the shm transport: a UNIX-domain SOCK_SEQPACKET socket.
+//
+// SEQPACKET keeps message boundaries and reports a dead peer as EOF at once,
+// which is how each side learns of a kill -9 without waiting for a timeout.
+// A message larger than one datagram (a BEGIN manifest of many tensors) is sent
+// as consecutive chunks whose first byte says whether more follow.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "base/file_util.h"
+#include "ferry/status.h"
+
+namespace ferry::shm {
+
+// Payload bytes per datagram; well under the default socket buffer (~208 KiB).
+inline constexpr std::size_t kChunkBytes = 32 * 1024;
+// The largest message a channel reassembles.
+inline constexpr std::size_t kMaxMessageBytes = 80u << 20;
+
+struct Received {
+  std::vector<std::byte> bytes;
+  ScopedFd fd;  // a descriptor passed with the message, if any
+};
+
+class Channel {
+ public:
+  Channel() = default;
+  Channel(ScopedFd fd, std::string peer) : fd_(std::move(fd)), peer_(std::move(peer)) {}
+
+  // Sends one message, and `pass_fd` with it (SCM_RIGHTS) when >= 0. Waits at most
+  // `timeout` for room in the socket buffer (a peer that stopped reading).
+  Status send(std::span<const std::byte> message, std::chrono::milliseconds timeout,
+              int pass_fd = -1);
+  // Waits for one whole message; a negative timeout waits forever. EOF is kAborted,
+  // no message in time is kTimeout; both name the peer.
+  Result<Received> receive(std::chrono::milliseconds timeout);
+
+  int fd() const { return fd_.get(); }
+  bool valid() const { return fd_.valid(); }
+  void close() { fd_.reset(); }
+  const std::string& peer() const { return peer_; }
+  void set_peer(std::string peer) { peer_ = std::move(peer); }
+
+ private:
+  ScopedFd fd_;
+  std::string peer_;
+};
+
+// A bound, listening socket. "@name" is an abstract address (no file, gone with
+// the process); anything else is a file path, created with mode 0600. Either way
+// accept() and connect() refuse peers running as another user (SO_PEERCRED).
+class Listener {
+ public:
+  static Result<Listener> bind(const std::string& address);
+  Listener() = default;
+  Listener(Listener&& o) noexcept;
+  Listener& operator=(Listener&& o) noexcept;
+  ~Listener();
+
+  // Waits up to `timeout` (negative: forever) for one peer.
+  Result<Channel> accept(std::chrono::milliseconds timeout);
+  const std::string& address() const { return address_; }
+  int fd() const { return fd_.get(); }
+
+ private:
+  ScopedFd fd_;
+  std::string address_;
+  bool owns_path_ = false;
+};
+
+// Connects to a Listener, retrying while it does not exist yet, up to `timeout`.
+Result<Channel> connect(const std::string& address, std::chrono::milliseconds timeout);
+
+}  // namespace ferry::shm

@@ -1,0 +1,99 @@
+// The messages of a sync session and their one binary layout (docs/protocol.md).
+//
+// Every message is a 28-byte header (magic, version, type, flags, body length,
+// session id, round) followed by a typed body, all little-endian. decode() never
+// trusts a length or count it has not checked against the bytes it was given.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <string_view>
+#include <variant>
+#include <vector>
+
+#include "ferry/status.h"
+#include "ferry/tensor.h"
+
+namespace ferry::wire {
+
+inline constexpr std::uint32_t kMagic = 0x31595246;  // "FRY1" in little-endian bytes
+inline constexpr std::uint16_t kVersion = 1;
+inline constexpr std::size_t kHeaderBytes = 28;
+// The largest body any message may carry: a BEGIN manifest of ~1M tensors.
+inline constexpr std::size_t kMaxBodyBytes = 64u << 20;
+inline constexpr std::size_t kMaxNameBytes = 4096;
+inline constexpr std::size_t kMaxRank = 16;
+inline constexpr std::size_t kMaxErrorBytes = 64 * 1024;
+
+// Values travel on the wire: never renumber, only append.
+enum class MessageType : std::uint8_t {
+  kHello = 1,    // receiver -> sender: join the session
+  kWelcome = 2,  // sender -> receiver: the ring (its memfd rides along with SCM_RIGHTS)
+  kBegin = 3,    // sender -> receivers: a round starts; its manifest
+  kFilled = 4,   // sender -> receivers: a slot holds bucket i
+  kRelease = 5,  // receiver -> sender: done with bucket i's slot
+  kEnd = 6,      // sender -> receivers: the round's last bucket went out
+  kAck = 7,      // receiver -> sender: the round arrived whole
+  kError = 8,    // either way: the peer gives up, and why
+};
+std::string_view message_name(MessageType type);
+
+struct Hello {
+  std::uint32_t receiver_id = 0;
+  std::uint32_t pid = 0;  // for error messages only
+};
+struct Welcome {
+  std::uint32_t slots = 0;
+  std::uint64_t slot_bytes = 0;
+  std::uint8_t checksums = 1;  // 1: every FILLED carries an XXH3 of its bucket
+};
+struct Begin {
+  std::uint64_t bucket_bytes = 0;
+  std::uint64_t total_bytes = 0;
+  std::uint32_t bucket_count = 0;
+  std::vector<TensorSpec> manifest;
+};
+struct Filled {
+  std::uint32_t slot = 0;
+  std::uint32_t bucket = 0;
+  std::uint64_t used_bytes = 0;
+  std::uint64_t checksum = 0;  // XXH3-64 of the used bytes; 0 when checksums are off
+};
+struct Release {
+  std::uint32_t slot = 0;
+  std::uint32_t bucket = 0;
+};
+struct End {
+  std::uint32_t bucket_count = 0;
+  std::uint64_t round_checksum = 0;
+};
+struct Ack {
+  std::uint32_t bucket_count = 0;
+  std::uint64_t round_checksum = 0;
+};
+struct Error {
+  Code code = Code::kAborted;
+  std::string message;
+};
+
+using Body = std::variant<Hello, Welcome, Begin, Filled, Release, End, Ack, Error>;
+
+struct Message {
+  std::uint64_t session = 0;
+  std::uint64_t round = 0;
+  Body body;
+
+  MessageType type() const { return static_cast<MessageType>(body.index() + 1); }
+  // "FILLED (session 5f.., round 3)" for error messages.
+  std::string describe() const;
+};
+
+std::vector<std::byte> encode(const Message& message);
+
+// Validates and decodes one whole message. `peer` ("receiver 2", "sender at @ferry")
+// names the sender of the bytes in every error.
+Result<Message> decode(std::span<const std::byte> bytes, std::string_view peer);
+
+}  // namespace ferry::wire

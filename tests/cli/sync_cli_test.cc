@@ -1,0 +1,47 @@
+// ferry demo / sync / bench sync, run as a user would.
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+#include "support/test_support.h"
+
+namespace ferry {
+namespace {
+
+using ferry::testing::run_ferry;
+
+TEST(SyncCli, DemoStreamsATensorLargerThanTheBucketVerified) {
+  // 4096 x 512 F32 = 8 MiB through a 1 MiB bucket, 3 rounds, 2 receiver processes.
+  auto r = run_ferry({"demo", "--vocab", "4096", "--hidden", "512", "--bucket-mb", "1", "--json"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  auto j = nlohmann::json::parse(r.out);
+  EXPECT_TRUE(j["ok"].get<bool>());
+  ASSERT_EQ(j["rounds"].size(), 3u);
+  for (const auto& round : j["rounds"]) {
+    EXPECT_EQ(round["receivers_verified"].get<int>(), 2);
+    EXPECT_GT(round["buckets"].get<int>(), 8);
+  }
+}
+
+TEST(SyncCli, BadBucketIsAUsageError) {
+  auto r = run_ferry({"sync", "serve", "--address", "@ferry-cli-test-bad", "--bucket-mb", "0"});
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_NE(r.err.find("bucket_bytes"), std::string::npos) << r.err;
+}
+
+TEST(SyncCli, BenchJsonHasTheDocumentedFields) {
+  auto r = run_ferry({"bench", "sync", "--tensors", "16", "--tensor-bytes", "65536", "--bucket-mb",
+                      "1", "--receivers", "1", "--rounds", "1", "--memcpy-mb", "16", "--json"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  auto j = nlohmann::json::parse(r.out);
+  EXPECT_GT(j["memcpy_gbps"].get<double>(), 0);
+  ASSERT_EQ(j["results"].size(), 1u);
+  for (const char* key : {"dtype", "bucket_mb", "receivers", "tensors", "bytes", "seconds", "gbps",
+                          "ratio_to_memcpy", "peak_rss_bytes"}) {
+    EXPECT_TRUE(j["results"][0].contains(key)) << key;
+  }
+  EXPECT_EQ(j["results"][0]["bytes"].get<std::uint64_t>(), 16u * 65536);
+}
+
+}  // namespace
+}  // namespace ferry

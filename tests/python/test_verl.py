@@ -1,0 +1,199 @@
+"""ferry.verl between spawned processes, used the way verl uses its own classes: a new
+sender and receiver object per update, generators and async iterators, a callback that
+raises."""
+
+from __future__ import annotations
+
+import asyncio
+
+import torch
+
+from conftest import digest, run_peers, unique_zmq_handle
+from weights import make_weights
+
+ROUNDS = 3
+BUCKET_MB = 1
+
+
+def _big_weights(r: int) -> list[tuple[str, torch.Tensor]]:
+    # 3 MiB of bf16: three times verl's bucket, the FAQ's "too large to fit" case.
+    g = torch.Generator().manual_seed(r)
+    return [("model.embed_tokens.weight", torch.randn(1024, 1536, generator=g).to(torch.bfloat16))
+            ] + make_weights(r)
+
+
+def _weights_source(r: int):
+    weights = _big_weights(r)
+    if r == 1:
+        async def agen():
+            for item in weights:
+                await asyncio.sleep(0)
+                yield item
+        return agen()
+    return (item for item in weights)
+
+
+def _sender(handle: str, queue) -> None:
+    from ferry import verl
+
+    try:
+        sums, sessions = [], []
+        for r in range(ROUNDS):
+            sender = verl.BucketedWeightSender(handle, bucket_size_mb=BUCKET_MB, use_shm=True)
+            asyncio.run(sender.async_send_weights(_weights_source(r)))
+            sums.append({name: digest(t) for name, t in _big_weights(r)})
+            sessions.append(verl._senders[verl.ferry_address(handle)][0].session_id)
+        queue.put(("ok", sums, sessions))
+    except Exception as e:
+        queue.put(("error", type(e).__name__, str(e)))
+
+
+def _receiver(handle: str, queue) -> None:
+    from ferry import verl
+
+    try:
+        rounds, sessions = [], []
+        for _ in range(ROUNDS):
+            receiver = verl.BucketedWeightReceiver(handle, torch.device("cpu"), use_shm=True)
+            sums, order, flags, devices = {}, [], [], set()
+
+            def on_bucket_received(weights, is_last):
+                flags.append(is_last)
+                for name, t in weights:
+                    order.append(name)
+                    devices.add(str(t.device))
+                    sums[name] = digest(t)
+
+            receiver.receive_weights(on_bucket_received)
+            rounds.append((sums, order, flags, sorted(devices)))
+            sessions.append(verl._receivers[receiver.address].session_id)
+        queue.put(("ok", rounds, sessions))
+    except Exception as e:
+        queue.put(("error", type(e).__name__, str(e)))
+
+
+def test_verl_updates_reuse_one_session():
+    handle = unique_zmq_handle()
+    sent, received = run_peers((_sender, handle), (_receiver, handle))
+    assert sent[0] == "ok", sent
+    assert received[0] == "ok", received
+    _, sent_sums, sender_sessions = sent
+    _, rounds, receiver_sessions = received
+    # One session for every update: ring and sockets persist across rounds.
+    assert len(set(sender_sessions)) == 1 and sender_sessions == receiver_sessions
+    names = [name for name, _ in _big_weights(0)]
+    for r, (sums, order, flags, devices) in enumerate(rounds):
+        assert order == names, "verl's order of tensors"
+        assert flags[-1] is True and not any(flags[:-1]) and len(flags) > 3
+        assert devices == ["cpu"]
+        bad = [n for n in names if sums[n] != sent_sums[r][n]]
+        assert not bad, f"update {r + 1}: wrong bytes for {bad}"
+
+
+def _raising_receiver(handle: str, queue) -> None:
+    from ferry import verl
+
+    receiver = verl.BucketedWeightReceiver(handle, "cpu")
+    calls = []
+
+    def on_bucket_received(weights, is_last):
+        calls.append(len(weights))
+        if len(calls) == 2:
+            raise KeyError("decoder.layers.0.self_attention.q_layernorm.weight")
+
+    try:
+        receiver.receive_weights(on_bucket_received)
+        first = ("no error", None)
+    except KeyError as e:
+        first = ("KeyError", str(e))
+    except Exception as e:
+        first = (type(e).__name__, str(e))
+    # The next update works on a new session.
+    got = {}
+    try:
+        verl.BucketedWeightReceiver(handle, "cpu").receive_weights(
+            lambda weights, is_last: got.update({n: digest(t) for n, t in weights}))
+        second = ("ok", got)
+    except Exception as e:
+        second = (type(e).__name__, str(e))
+    queue.put((first, calls, second))
+
+
+def _sender_after_error(handle: str, queue) -> None:
+    import ferry
+    from ferry import verl
+
+    weights = _big_weights(7)
+    try:
+        asyncio.run(verl.BucketedWeightSender(handle, bucket_size_mb=BUCKET_MB)
+                    .async_send_weights(iter(weights)))
+        first = ("no error", None)
+    except ferry.FerryError as e:
+        first = (type(e).__name__, str(e))
+    try:
+        asyncio.run(verl.BucketedWeightSender(handle, bucket_size_mb=BUCKET_MB)
+                    .async_send_weights(iter(weights)))
+        second = ("ok", {n: digest(t) for n, t in weights})
+    except Exception as e:
+        second = (type(e).__name__, str(e))
+    queue.put((first, second))
+
+
+def test_receiver_callback_raising_reaches_the_sender():
+    handle = unique_zmq_handle()
+    sent, received = run_peers((_sender_after_error, handle), (_raising_receiver, handle))
+    (kind, message), sent_second = sent
+    assert kind == "AbortedError", sent
+    assert "KeyError" in message and "q_layernorm" in message, message
+    (rx_kind, rx_message), calls, rx_second = received
+    assert rx_kind == "KeyError" and "q_layernorm" in rx_message
+    assert len(calls) == 2
+    # Both sides start a new session for the next update, which arrives whole.
+    assert sent_second[0] == "ok", sent_second
+    assert rx_second[0] == "ok", rx_second
+    assert rx_second[1] == sent_second[1]
+
+
+def _killed_receiver(handle: str, queue) -> None:
+    import os
+    import signal
+
+    from ferry import verl
+
+    queue.put("joined")
+    verl.BucketedWeightReceiver(handle, "cpu").receive_weights(
+        lambda weights, is_last: os.kill(os.getpid(), signal.SIGKILL))
+
+
+def test_receiver_killed_mid_update_fails_the_sender_at_once():
+    import multiprocessing as mp
+    import time
+
+    handle = unique_zmq_handle()
+    ctx = mp.get_context("spawn")
+    q = ctx.Queue()
+    victim = ctx.Process(target=_killed_receiver, args=(handle, q))
+    victim.start()
+    try:
+        assert q.get(timeout=120) == "joined"
+        start = time.monotonic()
+        (result,) = run_peers((_send_once, handle))
+        assert result[0] in ("AbortedError", "IoError"), result
+        assert time.monotonic() - start < 60, "the sender must not wait for its timeout"
+        victim.join(30)
+        assert victim.exitcode == -9
+    finally:
+        if victim.is_alive():
+            victim.kill()
+
+
+def _send_once(handle: str, queue) -> None:
+    import ferry
+    from ferry import verl
+
+    try:
+        asyncio.run(verl.BucketedWeightSender(handle, bucket_size_mb=BUCKET_MB)
+                    .async_send_weights(iter(_big_weights(3))))
+        queue.put(("no error", ""))
+    except ferry.FerryError as e:
+        queue.put((type(e).__name__, str(e)))

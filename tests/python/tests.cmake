@@ -1,0 +1,12 @@
+# pytest for the Python module (tests/python/test_*.py), run with the interpreter the module
+# was built for (a property of the ferry_python target, defined later in python/) and the
+# build tree's package first on PYTHONPATH.
+if(FERRY_BUILD_PYTHON AND EXISTS ${PROJECT_SOURCE_DIR}/python/CMakeLists.txt)
+  add_test(NAME python.pytest
+           COMMAND $<TARGET_PROPERTY:ferry_python,FERRY_PYTHON_EXECUTABLE> -m pytest -q
+                   -p no:cacheprovider ${CMAKE_CURRENT_LIST_DIR}
+           WORKING_DIRECTORY ${PROJECT_BINARY_DIR})
+  set_tests_properties(python.pytest PROPERTIES
+    LABELS python TIMEOUT 900
+    ENVIRONMENT "PYTHONPATH=${PROJECT_BINARY_DIR}/python;PYTHONDONTWRITEBYTECODE=1")
+endif()

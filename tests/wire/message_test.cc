@@ -1,0 +1,218 @@
+#include "wire/message.h"
+
+#include <gtest/gtest.h>
+
+#include "wire/conversation.h"
+
+namespace ferry::wire {
+namespace {
+
+Message make(std::uint64_t session, std::uint64_t round, Body body) {
+  Message m;
+  m.session = session;
+  m.round = round;
+  m.body = std::move(body);
+  return m;
+}
+
+Begin small_begin() {
+  Begin b;
+  b.bucket_bytes = 1024;
+  b.manifest.push_back(*TensorSpec::make("model.embed_tokens.weight", DType::kBF16, {8, 4}));
+  b.manifest.push_back(*TensorSpec::make("scalar", DType::kF32, {}));
+  b.manifest.push_back(*TensorSpec::make("packed", DType::kF4, {6}));
+  b.total_bytes = 64 + 4 + 3;
+  b.bucket_count = 1;
+  return b;
+}
+
+TEST(WireMessage, EveryTypeRoundTrips) {
+  std::vector<Message> all = {
+      make(0, 0, Hello{3, 1234}),
+      make(7, 2, Welcome{2, 4096, 1}),
+      make(7, 3, small_begin()),
+      make(7, 3, Filled{1, 5, 100, 0xdeadbeefcafef00dULL}),
+      make(7, 3, Release{1, 5}),
+      make(7, 3, End{6, 42}),
+      make(7, 3, Ack{6, 42}),
+      make(7, 3, Error{Code::kCorruption, "bucket 5 checksum mismatch"}),
+  };
+  for (const Message& m : all) {
+    auto bytes = encode(m);
+    auto back = decode(bytes, "test peer");
+    ASSERT_TRUE(back.ok()) << m.describe() << ": " << back.status().to_string();
+    EXPECT_EQ(back->type(), m.type());
+    EXPECT_EQ(back->session, m.session);
+    EXPECT_EQ(back->round, m.round);
+    EXPECT_EQ(encode(*back), bytes) << m.describe();
+  }
+  auto b = decode(encode(all[2]), "p");
+  ASSERT_TRUE(b.ok());
+  EXPECT_EQ(std::get<Begin>(b->body).manifest, small_begin().manifest);
+}
+
+TEST(WireMessage, LayoutIsLittleEndianAndFixed) {
+  auto bytes = encode(make(0x0102030405060708ULL, 9, Release{0x11, 0x22}));
+  ASSERT_EQ(bytes.size(), kHeaderBytes + 8);
+  EXPECT_EQ(bytes[0], std::byte{'F'});
+  EXPECT_EQ(bytes[3], std::byte{'1'});
+  EXPECT_EQ(bytes[6], std::byte{5});   // RELEASE
+  EXPECT_EQ(bytes[8], std::byte{8});   // body length
+  EXPECT_EQ(bytes[12], std::byte{8});  // lowest byte of the session first
+  EXPECT_EQ(bytes[19], std::byte{1});
+  EXPECT_EQ(bytes[20], std::byte{9});
+  EXPECT_EQ(bytes[28], std::byte{0x11});
+}
+
+TEST(WireDecoder, RejectsEveryTruncation) {
+  auto bytes = encode(make(7, 3, small_begin()));
+  for (std::size_t n = 0; n < bytes.size(); ++n) {
+    auto r = decode(std::span(bytes).first(n), "receiver 2");
+    ASSERT_FALSE(r.ok()) << n;
+    EXPECT_EQ(r.status().code(), Code::kCorruption);
+    EXPECT_NE(r.status().message().find("receiver 2"), std::string::npos) << r.status().message();
+  }
+}
+
+TEST(WireDecoder, RejectsBadHeaderFields) {
+  const auto good = encode(make(7, 3, Release{1, 1}));
+  auto with = [&](std::size_t at, std::uint8_t v) {
+    auto b = good;
+    b[at] = std::byte{v};
+    return decode(b, "sender");
+  };
+  EXPECT_NE(with(0, 'X').status().message().find("magic"), std::string::npos);
+  EXPECT_NE(with(4, 2).status().message().find("version 2"), std::string::npos);
+  EXPECT_NE(with(6, 0).status().message().find("unknown message type 0"), std::string::npos);
+  EXPECT_NE(with(6, 9).status().message().find("unknown message type 9"), std::string::npos);
+  EXPECT_NE(with(7, 1).status().message().find("RELEASE message from sender: unknown flags"),
+            std::string::npos);
+  // Body length larger than what arrived, and over the hard limit.
+  EXPECT_NE(with(8, 9).status().message().find("header says 9"), std::string::npos);
+  EXPECT_NE(with(11, 0x40).status().message().find("exceeds the limit"), std::string::npos);
+  // Trailing garbage after a fixed-size body.
+  auto longer = good;
+  longer.push_back(std::byte{0});
+  longer[8] = std::byte{9};
+  EXPECT_NE(decode(longer, "sender").status().message().find("expected 8"), std::string::npos);
+}
+
+TEST(WireDecoder, RejectsLyingManifest) {
+  Begin b = small_begin();
+  b.total_bytes += 1;
+  auto r = decode(encode(make(7, 3, b)), "sender");
+  EXPECT_NE(r.status().message().find("total_bytes"), std::string::npos);
+  // A count of tensors that cannot fit in the bytes given is rejected before allocating.
+  auto bytes = encode(make(7, 3, small_begin()));
+  bytes[kHeaderBytes + 20] = std::byte{0xff};
+  bytes[kHeaderBytes + 21] = std::byte{0xff};
+  bytes[kHeaderBytes + 22] = std::byte{0xff};
+  r = decode(bytes, "sender");
+  EXPECT_NE(r.status().message().find("manifest claims"), std::string::npos)
+      << r.status().message();
+  // Unknown dtype in the manifest.
+  bytes = encode(make(7, 3, small_begin()));
+  const std::size_t dtype_at = kHeaderBytes + 24 + 2 + 25;
+  bytes[dtype_at] = std::byte{99};
+  r = decode(bytes, "sender");
+  EXPECT_NE(r.status().message().find("dtype value 99"), std::string::npos) << r.status().message();
+}
+
+TEST(WireDecoder, RejectsOddSubByteTensorAndUnknownErrorCode) {
+  Begin b = small_begin();
+  b.manifest[2].shape = {5};  // 5 F4 values do not fill whole bytes
+  b.total_bytes = 64 + 4 + 2;
+  auto r = decode(encode(make(7, 3, b)), "sender");
+  EXPECT_FALSE(r.ok());
+  auto e = encode(make(7, 3, Error{Code::kCorruption, "x"}));
+  e[kHeaderBytes] = std::byte{200};
+  EXPECT_NE(decode(e, "sender").status().message().find("unknown status code"), std::string::npos);
+}
+
+// --- Conversation: order and staleness ---------------------------------------------------
+
+struct Pair {
+  Conversation sender{Conversation::Role::kSender, "receiver 1", 0xabc};
+  Conversation receiver{Conversation::Role::kReceiver, "sender", 0};
+  // Delivers m from one side to the other through encode/decode.
+  Status sender_to_receiver(const Message& m) {
+    sender.sent(m);
+    auto d = decode(encode(m), "sender");
+    if (!d.ok()) return d.status();
+    return receiver.received(*d);
+  }
+  Status receiver_to_sender(const Message& m) {
+    receiver.sent(m);
+    auto d = decode(encode(m), "receiver 1");
+    if (!d.ok()) return d.status();
+    return sender.received(*d);
+  }
+};
+
+TEST(WireConversation, AWholeRoundIsAccepted) {
+  Pair p;
+  ASSERT_TRUE(p.receiver_to_sender(make(0, 0, Hello{1, 1})).ok());
+  ASSERT_TRUE(p.sender_to_receiver(make(0xabc, 0, Welcome{2, 1024, 1})).ok());
+  for (std::uint64_t round = 1; round <= 2; ++round) {
+    Begin b = small_begin();
+    b.bucket_count = 3;
+    ASSERT_TRUE(p.sender_to_receiver(make(0xabc, round, b)).ok());
+    for (std::uint32_t i = 0; i < 3; ++i) {
+      ASSERT_TRUE(p.sender_to_receiver(make(0xabc, round, Filled{i % 2, i, 10, 0})).ok());
+    }
+    ASSERT_TRUE(p.sender_to_receiver(make(0xabc, round, End{3, 5})).ok());
+    for (std::uint32_t i = 0; i < 3; ++i) {
+      ASSERT_TRUE(p.receiver_to_sender(make(0xabc, round, Release{i % 2, i})).ok());
+    }
+    ASSERT_TRUE(p.receiver_to_sender(make(0xabc, round, Ack{3, 5})).ok());
+  }
+}
+
+TEST(WireConversation, StaleAndOutOfOrderMessagesAreRejected) {
+  Pair p;
+  // Nothing before HELLO / WELCOME.
+  EXPECT_FALSE(p.sender.received(make(0xabc, 1, Release{0, 0})).ok());
+  EXPECT_FALSE(p.receiver.received(make(0xabc, 1, small_begin())).ok());
+  // A HELLO from an old session.
+  Status s = p.sender.received(make(0x999, 0, Hello{1, 1}));
+  EXPECT_EQ(s.code(), Code::kFailedPrecondition);
+  EXPECT_NE(s.message().find("HELLO (session 0000000000000999"), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find("from receiver 1"), std::string::npos);
+  EXPECT_NE(s.message().find("stale session"), std::string::npos);
+
+  ASSERT_TRUE(p.receiver_to_sender(make(0, 0, Hello{1, 1})).ok());
+  ASSERT_TRUE(p.sender_to_receiver(make(0xabc, 4, Welcome{2, 1024, 1})).ok());
+  // BEGIN of a round that already happened.
+  Begin b = small_begin();
+  b.bucket_count = 2;
+  s = p.receiver.received(make(0xabc, 4, b));
+  EXPECT_NE(s.message().find("stale round"), std::string::npos) << s.message();
+  ASSERT_TRUE(p.sender_to_receiver(make(0xabc, 5, b)).ok());
+  // FILLED skipping a bucket, in the wrong slot, from another round.
+  EXPECT_NE(p.receiver.received(make(0xabc, 5, Filled{1, 1, 1, 0})).message().find("out of order"),
+            std::string::npos);
+  EXPECT_NE(p.receiver.received(make(0xabc, 5, Filled{1, 0, 1, 0})).message().find("slot"),
+            std::string::npos);
+  EXPECT_NE(p.receiver.received(make(0xabc, 4, Filled{0, 0, 1, 0})).message().find("stale round"),
+            std::string::npos);
+  EXPECT_NE(p.receiver.received(make(0xabc, 5, Filled{0, 0, 4096, 0})).message().find("exceed"),
+            std::string::npos);
+  // END before every bucket.
+  EXPECT_NE(p.receiver.received(make(0xabc, 5, End{2, 0})).message().find("END after 0 of 2"),
+            std::string::npos);
+  ASSERT_TRUE(p.sender_to_receiver(make(0xabc, 5, Filled{0, 0, 1, 0})).ok());
+  // RELEASE of a bucket not yet filled, of a stale round, ACK too early.
+  EXPECT_FALSE(p.sender.received(make(0xabc, 5, Release{1, 1})).ok());
+  EXPECT_NE(p.sender.received(make(0xabc, 4, Release{0, 0})).message().find("stale round"),
+            std::string::npos);
+  EXPECT_NE(p.sender.received(make(0xabc, 5, Ack{2, 0})).message().find("ACK before"),
+            std::string::npos);
+  // A message from a different session mid-round.
+  EXPECT_EQ(p.sender.received(make(0x1, 5, Release{0, 0})).code(), Code::kFailedPrecondition);
+  // Receivers never get RELEASE; senders never get FILLED.
+  EXPECT_FALSE(p.receiver.received(make(0xabc, 5, Release{0, 0})).ok());
+  EXPECT_FALSE(p.sender.received(make(0xabc, 5, Filled{0, 0, 1, 0})).ok());
+}
+
+}  // namespace
+}  // namespace ferry::wire
