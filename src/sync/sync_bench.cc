@@ -13,23 +13,12 @@
 #include "ferry/sync.h"
 #include "sync/child_process.h"
 #include "sync/copy.h"
+#include "sync/host_buffer.h"
 
 namespace ferry::sync {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-// Anonymous memory, faulted in now, and not inherited by forked receivers
-// (MADV_DONTFORK), so a receiver's RSS shows only what it allocates itself.
-Result<MappedRegion> allocate(std::uint64_t bytes, bool dont_fork) {
-  if (bytes == 0) return MappedRegion();
-  void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  if (p == MAP_FAILED) return errno_status("mmap", fmt::format("{} bytes", bytes), errno);
-  MappedRegion r(p, bytes);
-  if (dont_fork) (void)::madvise(p, bytes, MADV_DONTFORK);
-  std::memset(p, 0x11, bytes);
-  return r;
-}
 
 double seconds_since(Clock::time_point t) {
   return std::chrono::duration<double>(Clock::now() - t).count();
@@ -52,8 +41,8 @@ CopyBandwidth measure_copy_bandwidth(std::uint64_t bytes, std::uint64_t piece_by
   CopyBandwidth out;
   out.bytes = bytes;
   out.piece_bytes = piece_bytes;
-  auto src = allocate(bytes, false);
-  auto dst = allocate(bytes, false);
+  auto src = map_anonymous(bytes, false, /*prefault=*/true);
+  auto dst = map_anonymous(bytes, false, /*prefault=*/true);
   if (!src.ok() || !dst.ok() || piece_bytes == 0) return out;
   std::byte* d = dst->data();
   const std::byte* s = src->data();
@@ -91,16 +80,9 @@ Result<std::vector<BenchResult>> run_sync_bench(
     }
     std::uint64_t total = 0;
     for (const auto& s : specs) total += s.bytes();
-    auto source = allocate(total, true);
+    auto source = map_anonymous(total, true, /*prefault=*/true);
     if (!source.ok()) return source.status();
-    std::vector<TensorView> views;
-    {
-      std::uint64_t off = 0;
-      for (const auto& s : specs) {
-        views.push_back({s, {source->data() + off, s.bytes()}});
-        off += s.bytes();
-      }
-    }
+    const std::vector<TensorView> views = lay_out(specs, source->data());
     for (std::uint64_t bucket_mb : config.bucket_mb) {
       for (std::uint32_t n : config.receivers) {
         SyncOptions o;
@@ -115,7 +97,7 @@ Result<std::vector<BenchResult>> run_sync_bench(
           auto kid = fork_child([&, id]() -> std::string {
             auto rx = Receiver::connect(address, id, o);
             if (!rx.ok()) return "error " + rx.status().to_string();
-            auto dst = allocate(total, false);
+            auto dst = map_anonymous(total, false, /*prefault=*/true);
             if (!dst.ok()) return "error " + dst.status().to_string();
             std::uint64_t off = 0;
             for (const auto& s : specs) {

@@ -11,16 +11,10 @@
 #include "ferry/model.h"
 #include "ferry/sync.h"
 #include "sync/child_process.h"
+#include "sync/host_buffer.h"
 
 namespace ferry::sync {
 namespace {
-
-Result<MappedRegion> anonymous(std::uint64_t bytes, bool dont_fork) {
-  void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  if (p == MAP_FAILED) return errno_status("mmap", fmt::format("{} bytes", bytes), errno);
-  if (dont_fork) (void)::madvise(p, bytes, MADV_DONTFORK);
-  return MappedRegion(p, bytes);
-}
 
 std::vector<TensorSpec> demo_specs(const DemoConfig& c) {
   const std::int64_t h = c.hidden;
@@ -51,7 +45,7 @@ Result<std::vector<DemoRound>> run_sync_demo(
     auto kid = fork_child([&, id]() -> std::string {
       auto rx = Receiver::connect(address, id, o);
       if (!rx.ok()) return "error " + rx.status().to_string() + "\n";
-      auto dst = anonymous(total, false);
+      auto dst = map_anonymous(total, false, /*prefault=*/false);
       if (!dst.ok()) return "error " + dst.status().to_string() + "\n";
       std::vector<std::span<std::byte>> parts;
       std::uint64_t off = 0;
@@ -72,16 +66,9 @@ Result<std::vector<DemoRound>> run_sync_demo(
     if (!kid.ok()) return kid.status();
     kids.push_back(*kid);
   }
-  auto source = anonymous(total, true);
+  auto source = map_anonymous(total, true, /*prefault=*/false);
   if (!source.ok()) return source.status();
-  std::vector<TensorView> views;
-  {
-    std::uint64_t off = 0;
-    for (const auto& s : specs) {
-      views.push_back({s, {source->data() + off, s.bytes()}});
-      off += s.bytes();
-    }
-  }
+  const std::vector<TensorView> views = lay_out(specs, source->data());
   auto sender = Sender::create(address, o);
   if (!sender.ok()) return sender.status();
   Status s = (*sender)->accept(config.receivers);
