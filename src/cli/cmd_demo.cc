@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
+#include "ferry/profiler.h"
 #include "sync/sync_demo.h"
 
 namespace ferry::cli {
@@ -13,7 +14,25 @@ namespace {
 struct DemoArgs {
   sync::DemoConfig config;
   bool json = false;
+  bool profile = false;
+  std::string profile_dir;
+  std::vector<std::string> overrides;  // verl's profiler overrides, e.g. ...npu.level=1
 };
+
+// The profiler session `--profile` / verl overrides ask for, or null when profiling is off.
+Result<std::unique_ptr<profiler::Session>> start_profiler(const DemoArgs& a) {
+  profiler::Config config;
+  config.enable = a.profile;
+  for (const std::string& o : a.overrides) {
+    auto applied = profiler::apply_override(&config, o);
+    if (!applied.ok()) return applied.status();
+    if (!*applied) return invalid_argument("'" + o + "' is not a profiler override");
+  }
+  if (!config.enable && !a.overrides.empty()) config.enable = true;
+  if (!config.enable) return std::unique_ptr<profiler::Session>();
+  if (!a.profile_dir.empty()) config.save_path = a.profile_dir;
+  return profiler::Session::start(config, {0, "sender"});
+}
 
 int run_demo(const DemoArgs& a) {
   const auto& c = a.config;
@@ -26,8 +45,18 @@ int run_demo(const DemoArgs& a) {
         c.receivers);
     std::fflush(stdout);
   }
-  auto rounds = sync::run_sync_demo(c, nullptr);
+  auto session = start_profiler(a);
+  if (!session.ok()) return report_error(session.status());
+  sync::DemoConfig config = c;
+  config.profile = session->get();
+  auto rounds = sync::run_sync_demo(config, nullptr);
   if (!rounds.ok()) return report_error(rounds.status());
+  if (*session) {
+    auto files = (*session)->stop();
+    if (!files.ok()) return report_error(files.status());
+    std::fprintf(stderr, "profile: traces in %s (ferry trace summarize %s/*.json)\n",
+                 (*session)->config().save_path.c_str(), (*session)->config().save_path.c_str());
+  }
   bool all_ok = true;
   nlohmann::ordered_json j = nlohmann::ordered_json::array();
   if (!a.json)
@@ -76,6 +105,11 @@ void add_demo_command(CLI::App& app, Dispatch& dispatch) {
       ->capture_default_str();
   cmd->add_option("--rounds", args->config.rounds, "Rounds")->capture_default_str();
   cmd->add_flag("--json", args->json, "Print JSON");
+  cmd->add_flag("--profile", args->profile, "Record the sender's spans as Chrome/Perfetto traces");
+  cmd->add_option("--profile-dir", args->profile_dir, "Where traces go (profiler.save_path)");
+  cmd->add_option("overrides", args->overrides,
+                  "verl profiler overrides, e.g. "
+                  "actor_rollout_ref.actor.profiler.tool_config.npu.discrete=true");
 }
 
 }  // namespace ferry::cli

@@ -75,6 +75,7 @@ Result<std::vector<DemoRound>> run_sync_demo(
   if (!s.ok()) return s;
   std::vector<DemoRound> rounds;
   std::vector<std::string> want;  // per round, the sender's hashes
+  if (config.profile != nullptr) config.profile->begin_step(1);
   for (int r = 0; r < config.rounds; ++r) {
     std::string line;
     for (std::size_t t = 0; t < specs.size(); ++t) {
@@ -84,7 +85,11 @@ Result<std::vector<DemoRound>> run_sync_demo(
       line += fmt::format("{:016x} ", XXH3_64bits(bytes.data(), bytes.size()));
     }
     want.push_back(line);
+    if (config.profile != nullptr) config.profile->begin_task(fmt::format("sync round {}", r + 1));
     auto st = (*sender)->send_round(views);
+    if (config.profile != nullptr) {
+      if (auto files = config.profile->end_task(); !files.ok()) return files.status();
+    }
     if (!st.ok()) return st.status();
     DemoRound d;
     d.round = st->round;
@@ -94,6 +99,9 @@ Result<std::vector<DemoRound>> run_sync_demo(
     d.seconds = st->seconds;
     d.largest_tensor_bytes = specs[0].bytes();
     rounds.push_back(d);
+  }
+  if (config.profile != nullptr) {
+    if (auto files = config.profile->end_step(); !files.ok()) return files.status();
   }
   sender->reset();  // close the session so receivers exit
   for (Child& k : kids) {

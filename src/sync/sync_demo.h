@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "ferry/profiler.h"
 #include "ferry/status.h"
 
 namespace ferry::sync {
@@ -18,6 +19,9 @@ struct DemoConfig {
   std::uint32_t receivers = 2;
   int rounds = 3;
   std::uint64_t seed = 1;
+  // When set, the demo is one profiler step and each round one task (a trace file per
+  // round with discrete=true). Spans are the sender's; receivers run in other processes.
+  profiler::Session* profile = nullptr;
 };
 
 struct DemoRound {
