@@ -21,7 +21,7 @@ std::atomic<std::uint64_t> g_next_range_id{1};
 
 // Fills the fields every event kind shares, from the flags in force now.
 Event* begin_event(EventKind kind, const char* name, std::uint64_t start_ns, std::uint32_t flags,
-                   const std::source_location* where) {
+                   const SourceLocation* where) {
   ThreadBuffer& buffer = this_thread_buffer();
   Event* e = buffer.reserve();
   if (e == nullptr) return nullptr;
@@ -71,7 +71,7 @@ std::uint64_t rss_kb() {
   return resident * static_cast<std::uint64_t>(page_kb);
 }
 
-void mark_impl(const char* name, const std::source_location& where) {
+void mark_impl(const char* name, const SourceLocation& where) {
   const std::uint32_t flags = g_flags.load(std::memory_order_relaxed);
   if (begin_event(EventKind::kMark, name, now_ns(), flags, &where) != nullptr) {
     this_thread_buffer().publish();
@@ -105,7 +105,7 @@ void counter_impl(const char* name, double value) {
 
 namespace ferry::profiler {
 
-void Span::begin(const char* name, Detail, std::source_location where) {
+void Span::begin(const char* name, Detail, SourceLocation where) {
   rec_.name = name;
   rec_.where = where;
   if ((flags_ & detail::kMemory) != 0) rec_.rss_begin_kb = detail::rss_kb();

@@ -18,7 +18,6 @@
 
 #include <atomic>
 #include <cstdint>
-#include <source_location>
 #include <span>
 #include <string>
 #include <string_view>
@@ -34,6 +33,29 @@ struct Range {
   const char* name = nullptr;  // null when profiling was off at range_start
   std::uint64_t start_ns = 0;
   std::uint64_t id = 0;
+};
+
+// The call site of a span. Not SourceLocation: clang 14 (the fuzz and sanitizer
+// compiler here) lacks the builtin libstdc++ 12 needs for it, while these builtins work
+// on GCC and clang alike.
+class SourceLocation {
+ public:
+  static constexpr SourceLocation current(const char* file = __builtin_FILE(),
+                                          int line = __builtin_LINE(),
+                                          const char* function = __builtin_FUNCTION()) {
+    return SourceLocation(file, line, function);
+  }
+  constexpr SourceLocation() = default;
+  constexpr const char* file_name() const { return file_; }
+  constexpr int line() const { return line_; }
+  constexpr const char* function_name() const { return function_; }
+
+ private:
+  constexpr SourceLocation(const char* file, int line, const char* function)
+      : file_(file), line_(line), function_(function) {}
+  const char* file_ = "";
+  int line_ = 0;
+  const char* function_ = "";
 };
 
 namespace detail {
@@ -59,11 +81,11 @@ struct SpanRecord {
   const char* name = nullptr;
   std::uint64_t start_ns = 0;
   std::uint64_t rss_begin_kb = 0;
-  std::source_location where;
+  SourceLocation where;
   std::string* args = nullptr;  // JSON object members: "key":value,...
 };
 
-void mark_impl(const char* name, const std::source_location& where);
+void mark_impl(const char* name, const SourceLocation& where);
 Range range_start_impl(const char* name);
 void range_end_impl(const Range& range);
 void counter_impl(const char* name, double value);
@@ -80,7 +102,7 @@ inline bool enabled() {
 class Span {
  public:
   explicit Span(const char* name, Detail d = Detail::kStage,
-                std::source_location where = std::source_location::current())
+                SourceLocation where = SourceLocation::current())
       : flags_(detail::g_flags.load(std::memory_order_relaxed)) {
     if (detail::keeps(flags_, d)) [[unlikely]] {
       begin(name, d, where);
@@ -112,7 +134,7 @@ class Span {
   }
 
  private:
-  void begin(const char* name, Detail d, std::source_location where);
+  void begin(const char* name, Detail d, SourceLocation where);
   void end();
   void add_int(std::string_view key, std::int64_t value);
   void add_string(std::string_view key, std::string_view value);
@@ -124,7 +146,7 @@ class Span {
 };
 
 // An instant event (mstx mark).
-inline void mark(const char* name, std::source_location where = std::source_location::current()) {
+inline void mark(const char* name, SourceLocation where = SourceLocation::current()) {
   if (enabled()) [[unlikely]] {
     detail::mark_impl(name, where);
   }
