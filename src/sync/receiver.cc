@@ -9,6 +9,7 @@
 #include "ferry/sync.h"
 #include "profiler/span.h"
 #include "sync/bucket_planner.h"
+#include "sync/round_stats.h"
 #include "sync/copy.h"
 #include "sync/round_checksum.h"
 #include "sync/sync_options.h"
@@ -205,13 +206,7 @@ struct Receiver::Impl {
         Status s = channel.send(wire::encode(message(round, wire::Ack{e.bucket_count, digest})),
                                 options.timeout);
         if (!s.ok()) return s;
-        RoundStats stats;
-        stats.round = round;
-        stats.tensors = static_cast<std::uint32_t>(manifest.size());
-        stats.buckets = plan.bucket_count();
-        stats.bytes = plan.total_bytes;
-        stats.seconds = std::chrono::duration<double>(Clock::now() - start).count();
-        stats.checksum = digest;
+        RoundStats stats = finished_round(round, manifest.size(), plan, start, digest);
         if (plan.bucket_count() == 0 && how.on_bucket != nullptr) {
           Status cb = (*how.on_bucket)({}, true);
           if (!cb.ok()) return cb;

@@ -10,6 +10,7 @@
 #include "ferry/sync.h"
 #include "profiler/span.h"
 #include "sync/bucket_planner.h"
+#include "sync/round_stats.h"
 #include "sync/copy.h"
 #include "sync/round_checksum.h"
 #include "sync/sync_options.h"
@@ -300,13 +301,7 @@ struct Sender::Impl {
       s = wait_until([](const Peer& p) { return p.acked; }, digest, "acknowledgements");
     }
     if (!s.ok()) return fail(s);
-    RoundStats stats;
-    stats.round = round;
-    stats.tensors = static_cast<std::uint32_t>(weights.size());
-    stats.buckets = plan.bucket_count();
-    stats.bytes = plan.total_bytes;
-    stats.seconds = std::chrono::duration<double>(Clock::now() - start).count();
-    stats.checksum = digest;
+    RoundStats stats = finished_round(round, weights.size(), plan, start, digest);
     return stats;
   }
 };
