@@ -3,7 +3,6 @@
 #include <xxhash.h>
 
 #include <chrono>
-#include <optional>
 #include <unordered_map>
 
 #include "ferry/sync.h"
@@ -12,6 +11,7 @@
 #include "sync/round_stats.h"
 #include "sync/copy.h"
 #include "sync/round_checksum.h"
+#include "sync/segment.h"
 #include "sync/sync_options.h"
 #include "transport/shm/memfd_ring.h"
 #include "transport/shm/seqpacket_channel.h"
@@ -41,6 +41,9 @@ struct Receiver::Impl {
   bool checksums = true;
   Status broken;
   std::unordered_map<std::string, MutableTensorView> destinations;
+  // Where manifest tensor i goes, valid while destinations_resolved.
+  std::vector<std::byte*> destination_data;
+  bool destinations_resolved = false;
   std::vector<TensorSpec> manifest;
   std::uint64_t plan_bucket_bytes = 0;
   BucketPlan plan;
@@ -49,6 +52,7 @@ struct Receiver::Impl {
   // same bucket, so the finished one moves here before staging is reused.
   std::vector<std::byte> completed;
   std::vector<TensorView> bucket_views;
+  SegmentWalker walker{{}};  // the bucket being received
 
   wire::Message message(std::uint64_t round, wire::Body body) const {
     wire::Message m;
@@ -83,15 +87,21 @@ struct Receiver::Impl {
     return m;
   }
 
-  Status check_destinations() const {
+  // Finds each manifest tensor's destination, once per manifest and registration change:
+  // a round of 20,000 small tensors must not look up 20,000 names.
+  Status resolve_destinations() {
+    if (destinations_resolved) return ok_status();
     std::vector<std::string> problems;
-    for (const TensorSpec& spec : manifest) {
+    destination_data.assign(manifest.size(), nullptr);
+    for (std::size_t i = 0; i < manifest.size(); ++i) {
+      const TensorSpec& spec = manifest[i];
       auto it = destinations.find(spec.name);
       if (it == destinations.end()) {
         problems.push_back(
             fmt::format("missing destination for '{}' ({})", spec.name, spec.to_string()));
         continue;
       }
+      destination_data[i] = it->second.data.data();
       const TensorSpec& d = it->second.spec;
       if (d.dtype != spec.dtype || d.shape != spec.shape) {
         problems.push_back(fmt::format("'{}': sender sends {} {}, destination is {} {}", spec.name,
@@ -99,7 +109,10 @@ struct Receiver::Impl {
                                        d.shape_string(), dtype_name(d.dtype)));
       }
     }
-    if (problems.empty()) return ok_status();
+    if (problems.empty()) {
+      destinations_resolved = true;
+      return ok_status();
+    }
     std::string text =
         fmt::format("round {}: {} manifest mismatch(es) in destination mode:", conversation.round(),
                     problems.size());
@@ -107,41 +120,93 @@ struct Receiver::Impl {
     return invalid_argument(text);
   }
 
-  // Delivers bucket b from `slot` as the round asks.
-  Status deliver(std::uint32_t b, const std::byte* slot, const Delivery& how) {
-    bucket_views.clear();
-    for (const Piece& piece : plan.bucket(b)) {
-      const TensorSpec& spec = manifest[piece.tensor];
-      const std::byte* src = slot + piece.bucket_offset;
-      if (how.into_destinations) {
-        copy_bytes(destinations.find(spec.name)->second.data.data() + piece.tensor_offset, src,
-                   piece.length);
-        continue;
-      }
-      std::optional<TensorView> whole;
-      if (plan.piece_count[piece.tensor] == 1) {
-        whole = TensorView{spec, {src, piece.length}};  // zero-copy: a view into the ring
-      } else {
-        if (piece.tensor_offset == 0) staging.resize(spec.bytes());
-        copy_bytes(staging.data() + piece.tensor_offset, src, piece.length);
-        if (piece.tensor_offset + piece.length == spec.bytes()) {
-          completed.swap(staging);
-          whole = TensorView{spec, {completed.data(), completed.size()}};
-        }
-      }
-      if (!whole) continue;
-      if (how.on_tensor != nullptr) {
-        Status s = (*how.on_tensor)(*whole);
-        if (!s.ok()) return s.with_context(fmt::format("tensor callback for '{}'", spec.name));
-      } else {
-        bucket_views.push_back(*whole);
-      }
+  // Hands a finished tensor to the tensor callback, or keeps it for the bucket callback.
+  Status finish_tensor(const TensorView& tensor, const Delivery& how) {
+    if (how.on_tensor == nullptr) {
+      bucket_views.push_back(tensor);
+      return ok_status();
     }
-    if (how.on_bucket != nullptr) {
-      Status s = (*how.on_bucket)(bucket_views, b + 1 == plan.bucket_count());
-      if (!s.ok()) return s.with_context(fmt::format("bucket callback for bucket {}", b));
+    Status s = (*how.on_tensor)(tensor);
+    if (!s.ok()) return s.with_context(fmt::format("tensor callback for '{}'", tensor.spec.name));
+    return ok_status();
+  }
+
+  // Delivers segment f (slot bytes [f.offset, f.used_bytes) of bucket f.bucket) as the
+  // round asks; `hash` (may be null) takes the bytes destination mode copies.
+  Status deliver(const wire::Filled& f, const std::byte* slot, const Delivery& how,
+                 BucketHash* hash) {
+    if (f.offset == 0) {
+      walker = SegmentWalker(plan.bucket(f.bucket));
+      bucket_views.clear();
+    }
+    const bool last = f.last != 0;
+    if (how.into_destinations) {
+      walker.walk(
+          f.offset, f.used_bytes, last,
+          [&](const Piece& p, std::uint64_t at, std::uint64_t n) {
+            std::byte* dst = destination_data[p.tensor] + p.tensor_offset + at;
+            const std::byte* src = slot + p.bucket_offset + at;
+            if (hash != nullptr) {
+              hash->copy_piece(dst, src, n, p.bucket_offset + at);
+            } else {
+              copy_bytes(dst, src, n);
+            }
+          },
+          [](const Piece&) {});
+      return ok_status();
+    }
+    Status status;
+    walker.walk(
+        f.offset, f.used_bytes, last,
+        [&](const Piece& p, std::uint64_t at, std::uint64_t n) {
+          if (plan.piece_count[p.tensor] == 1) return;  // handed out as a view when it ends
+          if (p.tensor_offset + at == 0) staging.resize(manifest[p.tensor].bytes());
+          copy_bytes(staging.data() + p.tensor_offset + at, slot + p.bucket_offset + at, n);
+        },
+        [&](const Piece& p) {
+          if (!status.ok()) return;
+          const TensorSpec& spec = manifest[p.tensor];
+          if (plan.piece_count[p.tensor] == 1) {
+            // Zero-copy: a view into the ring, whose earlier segments stay until RELEASE.
+            status = finish_tensor(TensorView{spec, {slot + p.bucket_offset, p.length}}, how);
+          } else if (p.tensor_offset + p.length == spec.bytes()) {
+            completed.swap(staging);
+            status = finish_tensor(TensorView{spec, {completed.data(), completed.size()}}, how);
+          }
+        });
+    if (!status.ok()) return status;
+    if (how.on_bucket != nullptr && last) {
+      Status s = (*how.on_bucket)(bucket_views, f.bucket + 1 == plan.bucket_count());
+      if (!s.ok()) return s.with_context(fmt::format("bucket callback for bucket {}", f.bucket));
     }
     return ok_status();
+  }
+
+  // Checks segment f's checksum and delivers it. Destination mode hashes each piece as it
+  // copies it (one read of the slot) and so checks after writing: a corrupt bucket then
+  // aborts the round with destinations partly written, which is what any failure in
+  // destination mode leaves. Views are handed out only after the check.
+  Status verify_and_deliver(const wire::Filled& f, const std::byte* slot, const Delivery& how) {
+    std::uint64_t sum = f.checksum;
+    Status delivered;
+    if (!checksums) {
+      delivered = deliver(f, slot, how, nullptr);
+    } else if (how.into_destinations) {
+      BucketHash hash(slot, f.offset);
+      delivered = deliver(f, slot, how, &hash);
+      sum = hash.finish(f.used_bytes);
+    } else {
+      sum = XXH3_64bits(slot + f.offset, f.used_bytes - f.offset);
+      if (sum == f.checksum) delivered = deliver(f, slot, how, nullptr);
+    }
+    if (sum != f.checksum) {
+      return corruption(
+          fmt::format("round {} bucket {} (slot {}, bytes {}-{}): checksum {:016x}, {} "
+                      "announced {:016x}: the shared memory was corrupted",
+                      conversation.round(), f.bucket, f.slot, f.offset, f.used_bytes, sum,
+                      channel.peer(), f.checksum));
+    }
+    return delivered;
   }
 
   Result<RoundStats> receive(const Delivery& how) {
@@ -177,13 +242,14 @@ struct Receiver::Impl {
       plan = std::move(*p);
       manifest = std::move(begin.manifest);
       plan_bucket_bytes = begin.bucket_bytes;
+      destinations_resolved = false;
     }
     if (plan.bucket_count() != begin.bucket_count) {
       return corruption(fmt::format("round {}: BEGIN says {} buckets, the plan has {}", round,
                                     begin.bucket_count, plan.bucket_count()));
     }
     if (how.into_destinations) {
-      Status s = check_destinations();
+      Status s = resolve_destinations();
       if (!s.ok()) return s;
     }
     RoundChecksum round_sum(begin_bytes);
@@ -214,27 +280,21 @@ struct Receiver::Impl {
         return stats;
       }
       const auto& f = std::get<wire::Filled>(m->body);
-      if (f.used_bytes != plan.bucket_used[f.bucket]) {
-        return corruption(fmt::format("round {} bucket {}: {} bytes used, the plan says {}", round,
-                                      f.bucket, f.used_bytes, plan.bucket_used[f.bucket]));
+      const std::uint64_t planned = plan.bucket_used[f.bucket];
+      if (f.last != 0 ? f.used_bytes != planned : f.used_bytes >= planned) {
+        return corruption(fmt::format("round {} bucket {}: segment ends at {}{}, the plan fills {}",
+                                      round, f.bucket, f.used_bytes,
+                                      f.last != 0 ? " and is the last" : "", planned));
       }
       const std::byte* slot = ring.slot(f.slot);
-      if (checksums) {
-        const std::uint64_t sum = XXH3_64bits(slot, f.used_bytes);
-        if (sum != f.checksum) {
-          return corruption(
-              fmt::format("round {} bucket {} (slot {}): checksum {:016x}, {} "
-                          "announced {:016x}: the shared memory was corrupted",
-                          round, f.bucket, f.slot, sum, channel.peer(), f.checksum));
-        }
-      }
-      round_sum.add_bucket(f.bucket, f.used_bytes, f.checksum);
       Status s;
       {
         profiler::Span span("sync.unpack", profiler::Detail::kBucket);
-        s = deliver(f.bucket, slot, how);
+        s = verify_and_deliver(f, slot, how);
       }
       if (!s.ok()) return s;
+      round_sum.add_bucket(f.bucket, f.used_bytes, f.checksum);
+      if (f.last == 0) continue;  // the slot is released with the bucket's last segment
       profiler::Span span("sync.release", profiler::Detail::kBucket);
       s = channel.send(wire::encode(message(round, wire::Release{f.slot, f.bucket})),
                        options.timeout);
@@ -305,10 +365,14 @@ Status Receiver::set_destination(MutableTensorView destination) {
   }
   std::string name = destination.spec.name;
   impl_->destinations.insert_or_assign(std::move(name), std::move(destination));
+  impl_->destinations_resolved = false;
   return ok_status();
 }
 
-void Receiver::clear_destinations() { impl_->destinations.clear(); }
+void Receiver::clear_destinations() {
+  impl_->destinations.clear();
+  impl_->destinations_resolved = false;
+}
 
 Result<RoundStats> Receiver::receive_round_into() {
   Delivery how;

@@ -2,7 +2,6 @@
 #include <poll.h>
 #include <sys/random.h>
 #include <unistd.h>
-#include <xxhash.h>
 
 #include <chrono>
 #include <unordered_set>
@@ -13,6 +12,7 @@
 #include "sync/round_stats.h"
 #include "sync/copy.h"
 #include "sync/round_checksum.h"
+#include "sync/segment.h"
 #include "sync/sync_options.h"
 #include "transport/shm/memfd_ring.h"
 #include "transport/shm/seqpacket_channel.h"
@@ -228,6 +228,45 @@ struct Sender::Impl {
     }
   }
 
+  // Packs bucket b into its slot and publishes it segment by segment (sync/segment.h).
+  Status send_bucket(std::uint32_t b, std::span<const TensorView> weights,
+                     RoundChecksum& round_sum) {
+    const std::uint32_t slot_index = b % ring.slots();
+    std::byte* slot = ring.slot(slot_index);
+    const std::uint64_t used = plan.bucket_used[b];
+    SegmentWalker walker(plan.bucket(b));
+    std::uint64_t begin = 0;
+    while (true) {
+      const std::uint64_t end = std::min(used, begin + kSegmentBytes);
+      const bool last = end == used;
+      std::uint64_t sum = 0;
+      {
+        profiler::Span span("sync.pack", profiler::Detail::kBucket);
+        BucketHash hash(slot, begin);
+        walker.walk(
+            begin, end, last,
+            [&](const Piece& p, std::uint64_t at, std::uint64_t n) {
+              std::byte* dst = slot + p.bucket_offset + at;
+              const std::byte* src = weights[p.tensor].data.data() + p.tensor_offset + at;
+              if (options.checksums) {
+                hash.copy_piece(dst, src, n, p.bucket_offset + at);
+              } else {
+                copy_bytes(dst, src, n);
+              }
+            },
+            [](const Piece&) {});
+        if (options.checksums) sum = hash.finish(end);
+      }
+      round_sum.add_bucket(b, end, sum);
+      if (corrupt_hook && begin == 0) corrupt_hook(b, slot);
+      profiler::Span span("sync.publish", profiler::Detail::kBucket);
+      Status s = send_all(message(wire::Filled{slot_index, b, end, sum, begin,
+                                                  static_cast<std::uint8_t>(last)}));
+      if (!s.ok() || last) return s;
+      begin = end;
+    }
+  }
+
   Result<RoundStats> send_round(std::span<const TensorView> weights) {
     profiler::Span round_span("sync.send_round");
     const auto start = Clock::now();
@@ -276,21 +315,7 @@ struct Sender::Impl {
         Status s = wait_until([&](const Peer& p) { return p.released >= need; }, 0, "a free slot");
         if (!s.ok()) return fail(s);
       }
-      std::byte* slot = ring.slot(b % k);
-      const std::uint64_t used = plan.bucket_used[b];
-      std::uint64_t sum = 0;
-      {
-        profiler::Span span("sync.pack", profiler::Detail::kBucket);
-        for (const Piece& piece : plan.bucket(b)) {
-          copy_bytes(slot + piece.bucket_offset,
-                     weights[piece.tensor].data.data() + piece.tensor_offset, piece.length);
-        }
-        if (options.checksums) sum = XXH3_64bits(slot, used);
-      }
-      round_sum.add_bucket(b, used, sum);
-      if (corrupt_hook) corrupt_hook(b, slot);
-      profiler::Span span("sync.publish", profiler::Detail::kBucket);
-      Status s = send_all(message(wire::Filled{b % k, b, used, sum}));
+      Status s = send_bucket(b, weights, round_sum);
       if (!s.ok()) return fail(s);
     }
     const std::uint64_t digest = round_sum.digest();

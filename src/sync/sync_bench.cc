@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <thread>
 
 #include "base/file_util.h"
 #include "ferry/model.h"
@@ -58,11 +59,17 @@ CopyBandwidth measure_copy_bandwidth(std::uint64_t bytes, std::uint64_t piece_by
                               copy_bytes(d + off, s + off, std::min(piece_bytes, bytes - off));
                             }
                           });
+  const std::uint64_t half = bytes / 2;
+  out.two_threads_gbps = gb / best_of_three([&] {
+                           std::thread other([&] { std::memcpy(d + half, s + half, bytes - half); });
+                           std::memcpy(d, s, half);
+                           other.join();
+                         });
   return out;
 }
 
 Result<std::vector<BenchResult>> run_sync_bench(
-    const BenchConfig& config, double memcpy_gbps,
+    const BenchConfig& config, const CopyBandwidth& limits,
     const std::function<void(const BenchResult&)>& on_result) {
   std::vector<BenchResult> results;
   for (DType dtype : config.dtypes) {
@@ -138,7 +145,10 @@ Result<std::vector<BenchResult>> run_sync_bench(
         res.bytes = total;
         res.seconds = times[times.size() / 2];
         res.gbps = static_cast<double>(total) / res.seconds / 1e9;
-        res.ratio_to_memcpy = memcpy_gbps > 0 ? res.gbps / memcpy_gbps : 0;
+        res.ratio_to_memcpy = limits.whole_gbps > 0 ? res.gbps / limits.whole_gbps : 0;
+        res.aggregate_gbps = res.gbps * n;
+        res.aggregate_ratio_to_two_threads =
+            limits.two_threads_gbps > 0 ? res.aggregate_gbps / limits.two_threads_gbps : 0;
         res.sender_peak_rss_bytes = peak_rss_bytes();
         results.push_back(res);
         if (on_result) on_result(res);

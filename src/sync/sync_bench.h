@@ -16,6 +16,9 @@ struct CopyBandwidth {
   double whole_gbps = 0;         // M: one pre-faulted copy of `bytes`
   double glibc_pieces_gbps = 0;  // the same bytes by glibc memcpy in `piece_bytes` pieces
   double ferry_pieces_gbps = 0;  // ... and by copy_bytes (streaming stores)
+  // What two cores copy together: two threads, each memcpy-ing its own half at once.
+  // N receivers plus the sender share those two cores, so this bounds their aggregate.
+  double two_threads_gbps = 0;
   std::uint64_t bytes = 0;
   std::uint64_t piece_bytes = 0;
 };
@@ -44,12 +47,14 @@ struct BenchResult {
   double seconds = 0;  // median round
   double gbps = 0;     // bytes / seconds, as each receiver sees it
   double ratio_to_memcpy = 0;
+  double aggregate_gbps = 0;  // receivers x bytes / seconds: what all receivers got
+  double aggregate_ratio_to_two_threads = 0;
   std::uint64_t peak_rss_bytes = 0;         // largest receiver's peak RSS
   std::uint64_t sender_peak_rss_bytes = 0;  // the sender's, after this case
 };
 
 Result<std::vector<BenchResult>> run_sync_bench(
-    const BenchConfig& config, double memcpy_gbps,
+    const BenchConfig& config, const CopyBandwidth& limits,
     const std::function<void(const BenchResult&)>& on_result);
 
 }  // namespace ferry::sync

@@ -36,7 +36,7 @@ void Conversation::sent(const Message& m) {
       released_ = 0;
       break;
     case MessageType::kFilled:
-      ++filled_;
+      if (std::get<Filled>(m.body).last != 0) ++filled_;
       break;
     case MessageType::kEnd:
       end_seen_ = true;
@@ -141,6 +141,7 @@ Status Conversation::received_by_receiver(const Message& m) {
       round_ = m.round;
       bucket_count_ = b.bucket_count;
       filled_ = 0;
+      filled_end_ = 0;
       released_ = 0;
       return ok_status();
     }
@@ -162,7 +163,17 @@ Status Conversation::received_by_receiver(const Message& m) {
         return reject(
             m, fmt::format("{} used bytes exceed the slot of {}", f.used_bytes, slot_bytes_));
       }
-      ++filled_;
+      if (f.offset != filled_end_ || (f.last == 0 && f.used_bytes == f.offset)) {
+        return reject(m, fmt::format("segment [{}, {}) of bucket {} out of order: expected one "
+                                     "starting at {}",
+                                     f.offset, f.used_bytes, f.bucket, filled_end_));
+      }
+      if (f.last != 0) {
+        ++filled_;
+        filled_end_ = 0;
+      } else {
+        filled_end_ = f.used_bytes;
+      }
       return ok_status();
     }
     case MessageType::kEnd: {

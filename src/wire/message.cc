@@ -65,6 +65,8 @@ struct BodyEncoder {
     put_u32(out, m.bucket);
     put_u64(out, m.used_bytes);
     put_u64(out, m.checksum);
+    put_u64(out, m.offset);
+    out->push_back(static_cast<std::byte>(m.last));
   }
   void operator()(const Release& m) const {
     put_u32(out, m.slot);
@@ -100,7 +102,7 @@ BodyLimits limits(MessageType t) {
     case MessageType::kBegin:
       return {24, false};
     case MessageType::kFilled:
-      return {24, true};
+      return {33, true};
     case MessageType::kRelease:
       return {8, true};
     case MessageType::kEnd:
@@ -261,6 +263,13 @@ Result<Message> decode(std::span<const std::byte> bytes, std::string_view peer) 
       b.bucket = r.u32();
       b.used_bytes = r.u64();
       b.checksum = r.u64();
+      b.offset = r.u64();
+      b.last = r.u8();
+      if (b.last > 1) return corruption(fmt::format("{}: last flag is {}, not 0 or 1", what, b.last));
+      if (b.offset > b.used_bytes) {
+        return corruption(fmt::format("{}: segment starts at {}, after its end {}", what, b.offset,
+                                      b.used_bytes));
+      }
       m.body = b;
       break;
     }

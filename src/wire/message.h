@@ -19,7 +19,7 @@
 namespace ferry::wire {
 
 inline constexpr std::uint32_t kMagic = 0x31595246;  // "FRY1" in little-endian bytes
-inline constexpr std::uint16_t kVersion = 1;
+inline constexpr std::uint16_t kVersion = 2;  // 2: FILLED announces a segment of a bucket
 inline constexpr std::size_t kHeaderBytes = 28;
 // The largest body any message may carry: a BEGIN manifest of ~1M tensors.
 inline constexpr std::size_t kMaxBodyBytes = 64u << 20;
@@ -32,7 +32,7 @@ enum class MessageType : std::uint8_t {
   kHello = 1,    // receiver -> sender: join the session
   kWelcome = 2,  // sender -> receiver: the ring (its memfd rides along with SCM_RIGHTS)
   kBegin = 3,    // sender -> receivers: a round starts; its manifest
-  kFilled = 4,   // sender -> receivers: a slot holds bucket i
+  kFilled = 4,   // sender -> receivers: a slot holds (a segment of) bucket i
   kRelease = 5,  // receiver -> sender: done with bucket i's slot
   kEnd = 6,      // sender -> receivers: the round's last bucket went out
   kAck = 7,      // receiver -> sender: the round arrived whole
@@ -55,11 +55,16 @@ struct Begin {
   std::uint32_t bucket_count = 0;
   std::vector<TensorSpec> manifest;
 };
+// A bucket is published in segments, so receivers start on a large bucket before the
+// sender has filled all of it: the slot now holds the bucket's bytes [offset, used_bytes),
+// after the earlier segments' [0, offset). `last` marks the segment that completes it.
 struct Filled {
   std::uint32_t slot = 0;
   std::uint32_t bucket = 0;
   std::uint64_t used_bytes = 0;
-  std::uint64_t checksum = 0;  // XXH3-64 of the used bytes; 0 when checksums are off
+  std::uint64_t checksum = 0;  // XXH3-64 of bytes [offset, used_bytes); 0 when checksums are off
+  std::uint64_t offset = 0;
+  std::uint8_t last = 1;
 };
 struct Release {
   std::uint32_t slot = 0;

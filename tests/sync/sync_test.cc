@@ -40,6 +40,14 @@ struct Destination {
   }
 };
 
+void collect_bucket(std::span<const TensorView> ts,
+                     std::map<std::string, std::vector<std::byte>>& into) {
+  for (const auto& t : ts) {
+    EXPECT_EQ(into.count(t.spec.name), 0u) << "delivered twice: " << t.spec.name;
+    into[t.spec.name].assign(t.data.begin(), t.data.end());
+  }
+}
+
 std::unique_ptr<Sender> make_sender(const std::string& address, const SyncOptions& o) {
   auto s = Sender::create(address, o);
   EXPECT_TRUE(s.ok()) << s.status().to_string();
@@ -142,6 +150,54 @@ TEST(Sync, BucketModeKeepsSplitTensorThatEndsWhereTheNextStarts) {
   rx.join();
   EXPECT_EQ(got["a"], w.data[0]);
   EXPECT_EQ(got["b"], w.data[1]);
+}
+
+// Buckets larger than a segment (16 MiB) are published in segments: tensors that span
+// segments, buckets, or both arrive whole in every delivery mode.
+TEST(Sync, BucketsLargerThanASegmentArriveWholeInEveryMode) {
+  const std::string address = unique_address();
+  SyncOptions o = tiny_options();
+  o.bucket_bytes = 36ull << 20;  // segments of 16 + 16 + 4 MiB
+  auto sender = make_sender(address, o);
+  ASSERT_NE(sender, nullptr);
+  const Weights w = make_weights({*TensorSpec::make("spans_segments", DType::kF32, {5u << 20}),
+                                  *TensorSpec::make("small", DType::kBF16, {513}),
+                                  *TensorSpec::make("empty", DType::kF16, {0}),
+                                  *TensorSpec::make("spans_buckets", DType::kU8, {50u << 20}),
+                                  *TensorSpec::make("tail", DType::kF64, {3u << 17})},
+                                 11);
+  Destination dst(w.specs);
+  std::map<std::string, std::vector<std::byte>> by_tensor, by_bucket;
+  std::thread rx([&] {
+    auto r = Receiver::connect(address, 0, o);
+    ASSERT_TRUE(r.ok()) << r.status().to_string();
+    ASSERT_TRUE(dst.register_all(**r).ok());
+    auto s = (*r)->receive_round_into().status();
+    ASSERT_TRUE(s.ok()) << s.to_string();
+    s = (*r)->receive_round([&](const TensorView& t) {
+                by_tensor[t.spec.name].assign(t.data.begin(), t.data.end());
+                return ok_status();
+              }).status();
+    ASSERT_TRUE(s.ok()) << s.to_string();
+    s = (*r)->receive_round_buckets([&](std::span<const TensorView> ts, bool) {
+                collect_bucket(ts, by_bucket);
+                return ok_status();
+              }).status();
+    ASSERT_TRUE(s.ok()) << s.to_string();
+  });
+  ASSERT_TRUE(sender->accept(1).ok());
+  auto views = w.views();
+  for (int round = 0; round < 3; ++round) {
+    auto stats = sender->send_round(views);
+    ASSERT_TRUE(stats.ok()) << stats.status().to_string();
+    EXPECT_EQ(stats->buckets, 3u);
+  }
+  rx.join();
+  for (std::size_t i = 0; i < w.specs.size(); ++i) {
+    EXPECT_TRUE(dst.data[i] == w.data[i]) << "destination " << w.specs[i].name;
+    EXPECT_TRUE(by_tensor[w.specs[i].name] == w.data[i]) << "tensor callback " << w.specs[i].name;
+    EXPECT_TRUE(by_bucket[w.specs[i].name] == w.data[i]) << "bucket callback " << w.specs[i].name;
+  }
 }
 
 // Runs `body` in a child process and returns its pid; the child exits with body's result.

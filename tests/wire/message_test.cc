@@ -82,7 +82,10 @@ TEST(WireDecoder, RejectsBadHeaderFields) {
     return decode(b, "sender");
   };
   EXPECT_NE(with(0, 'X').status().message().find("magic"), std::string::npos);
-  EXPECT_NE(with(4, 2).status().message().find("version 2"), std::string::npos);
+  // A peer of version 1 (before segments) is told which versions differ.
+  EXPECT_NE(with(4, 1).status().message().find("protocol version 1, this build speaks 2"),
+            std::string::npos)
+      << with(4, 1).status().message();
   EXPECT_NE(with(6, 0).status().message().find("unknown message type 0"), std::string::npos);
   EXPECT_NE(with(6, 9).status().message().find("unknown message type 9"), std::string::npos);
   EXPECT_NE(with(7, 1).status().message().find("RELEASE message from sender: unknown flags"),
@@ -166,6 +169,44 @@ TEST(WireConversation, AWholeRoundIsAccepted) {
     }
     ASSERT_TRUE(p.receiver_to_sender(make(0xabc, round, Ack{3, 5})).ok());
   }
+}
+
+TEST(WireConversation, BucketsArriveInSegments) {
+  Pair p;
+  ASSERT_TRUE(p.receiver_to_sender(make(0, 0, Hello{1, 1})).ok());
+  ASSERT_TRUE(p.sender_to_receiver(make(0xabc, 0, Welcome{2, 1024, 1})).ok());
+  Begin b = small_begin();
+  b.bucket_count = 2;
+  ASSERT_TRUE(p.sender_to_receiver(make(0xabc, 1, b)).ok());
+  ASSERT_TRUE(p.sender_to_receiver(make(0xabc, 1, Filled{0, 0, 100, 0, 0, 0})).ok());
+  // Not yet complete: no RELEASE of it, no next bucket, no END.
+  EXPECT_FALSE(p.sender.received(make(0xabc, 1, Release{0, 0})).ok());
+  EXPECT_NE(p.receiver.received(make(0xabc, 1, Filled{1, 1, 10, 0})).message().find("out of order"),
+            std::string::npos);
+  // A gap, an overlap, an empty segment that is not the last.
+  EXPECT_NE(p.receiver.received(make(0xabc, 1, Filled{0, 0, 300, 0, 200, 0}))
+                .message()
+                .find("segment [200, 300) of bucket 0 out of order: expected one starting at 100"),
+            std::string::npos);
+  EXPECT_FALSE(p.receiver.received(make(0xabc, 1, Filled{0, 0, 300, 0, 50, 1})).ok());
+  EXPECT_FALSE(p.receiver.received(make(0xabc, 1, Filled{0, 0, 100, 0, 100, 0})).ok());
+  ASSERT_TRUE(p.sender_to_receiver(make(0xabc, 1, Filled{0, 0, 250, 0, 100, 1})).ok());
+  ASSERT_TRUE(p.receiver_to_sender(make(0xabc, 1, Release{0, 0})).ok());
+  ASSERT_TRUE(p.sender_to_receiver(make(0xabc, 1, Filled{1, 1, 10, 0})).ok());
+  ASSERT_TRUE(p.sender_to_receiver(make(0xabc, 1, End{2, 5})).ok());
+}
+
+TEST(WireDecoder, RejectsABadSegment) {
+  auto bytes = encode(make(7, 3, Filled{0, 0, 10, 0, 20, 1}));
+  auto r = decode(bytes, "sender at @x");
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("segment starts at 20, after its end 10"), std::string::npos)
+      << r.status().message();
+  bytes = encode(make(7, 3, Filled{0, 0, 10, 0, 0, 1}));
+  bytes.back() = std::byte{2};
+  r = decode(bytes, "sender at @x");
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("last flag is 2"), std::string::npos) << r.status().message();
 }
 
 TEST(WireConversation, StaleAndOutOfOrderMessagesAreRejected) {
