@@ -20,6 +20,7 @@
 
 #include "ferry/model.h"
 #include "ferry/status.h"
+#include "ferry/sync.h"
 #include "ferry/tensor.h"
 
 namespace ferry::convert {
@@ -177,6 +178,14 @@ class MegatronToHfStream {
   int rank_ = 0;
   std::vector<std::vector<Run>> runs_;  // per param, this rank
 };
+
+// The HF tensors of a model whose TP ranks hold Megatron shards, for
+// sync::Sender::send_round: each HF tensor, in HF order, as the parts of the shards that
+// hold its bytes. Views only: a fused QKV or fc1 shard is split as the sender packs it,
+// never copied whole. shards[r] holds rank r's Megatron tensors, for r = 0..tp-1; bytes
+// every rank holds (the norms) are read from rank 0. Errors name the rank and tensor.
+Result<std::vector<sync::GatheredTensor>> gather_hf_tensors(
+    const Mapping& mapping, std::span<const std::vector<TensorView>> shards);
 
 // --- Folders. ---
 //

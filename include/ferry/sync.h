@@ -24,6 +24,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <vector>
 
 #include "ferry/status.h"
 #include "ferry/tensor.h"
@@ -59,6 +60,14 @@ struct RoundStats {
   std::uint64_t checksum = 0;  // the round checksum both sides agreed on
 };
 
+// A tensor whose bytes lie in several places in memory: parts[0], then parts[1], ...
+// ferry::convert::gather_hf_tensors cuts Hugging Face tensors out of fused Megatron
+// shards this way, so the sender converts on the way without a second copy of the model.
+struct GatheredTensor {
+  TensorSpec spec;
+  std::vector<std::span<const std::byte>> parts;  // sizes add up to spec.bytes()
+};
+
 class Sender {
  public:
   // Binds `address` ("@name": abstract socket; else a file path created 0600) and
@@ -77,6 +86,8 @@ class Sender {
   // REQUIRES: at least one receiver joined; names unique; data.size() == spec.bytes().
   // Returns after every receiver acknowledged the round (END and checksum matched).
   Result<RoundStats> send_round(std::span<const TensorView> weights);
+  // The same for tensors gathered from parts; a part may be empty.
+  Result<RoundStats> send_round_gathered(std::span<const GatheredTensor> weights);
 
   std::uint64_t session_id() const;
   std::uint64_t rounds_sent() const;

@@ -3,6 +3,7 @@
 #include <sys/random.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <unordered_set>
 
@@ -34,6 +35,58 @@ std::uint64_t random_session() {
   }
   return v;
 }
+
+// The caller's tensors as send_round reads them: for_each_run(i, offset, n, f) calls
+// f(pointer, length) for the contiguous runs holding bytes [offset, offset + n) of tensor i.
+struct ViewSource {
+  std::span<const TensorView> views;
+  std::size_t size() const { return views.size(); }
+  const TensorSpec& spec(std::size_t i) const { return views[i].spec; }
+  std::uint64_t bytes_given(std::size_t i) const { return views[i].data.size(); }
+  template <class F>
+  void for_each_run(std::size_t i, std::uint64_t offset, std::uint64_t n, F&& f) const {
+    f(views[i].data.data() + offset, n);
+  }
+};
+
+struct GatheredSource {
+  std::span<const GatheredTensor> tensors;
+  std::vector<std::vector<std::uint64_t>> starts;  // starts[i][j]: offset of parts[j] in tensor i
+
+  explicit GatheredSource(std::span<const GatheredTensor> t) : tensors(t) {
+    starts.reserve(t.size());
+    for (const GatheredTensor& g : t) {
+      std::vector<std::uint64_t> at;
+      at.reserve(g.parts.size() + 1);
+      std::uint64_t sum = 0;
+      for (const auto& part : g.parts) {
+        at.push_back(sum);
+        sum += part.size();
+      }
+      at.push_back(sum);
+      starts.push_back(std::move(at));
+    }
+  }
+  std::size_t size() const { return tensors.size(); }
+  const TensorSpec& spec(std::size_t i) const { return tensors[i].spec; }
+  std::uint64_t bytes_given(std::size_t i) const { return starts[i].back(); }
+  template <class F>
+  void for_each_run(std::size_t i, std::uint64_t offset, std::uint64_t n, F&& f) const {
+    const std::vector<std::uint64_t>& at = starts[i];
+    // The last part that starts at or before `offset`.
+    std::size_t j = static_cast<std::size_t>(std::upper_bound(at.begin(), at.end() - 1, offset) -
+                                             at.begin()) - 1;
+    while (n > 0) {
+      const auto& part = tensors[i].parts[j];
+      const std::uint64_t in_part = offset - at[j];
+      const std::uint64_t len = std::min<std::uint64_t>(n, part.size() - in_part);
+      if (len > 0) f(part.data() + in_part, len);
+      offset += len;
+      n -= len;
+      ++j;
+    }
+  }
+};
 
 struct Peer {
   shm::Channel channel;
@@ -229,8 +282,8 @@ struct Sender::Impl {
   }
 
   // Packs bucket b into its slot and publishes it segment by segment (sync/segment.h).
-  Status send_bucket(std::uint32_t b, std::span<const TensorView> weights,
-                     RoundChecksum& round_sum) {
+  template <class Source>
+  Status send_bucket(std::uint32_t b, const Source& weights, RoundChecksum& round_sum) {
     const std::uint32_t slot_index = b % ring.slots();
     std::byte* slot = ring.slot(slot_index);
     const std::uint64_t used = plan.bucket_used[b];
@@ -246,13 +299,17 @@ struct Sender::Impl {
         walker.walk(
             begin, end, last,
             [&](const Piece& p, std::uint64_t at, std::uint64_t n) {
-              std::byte* dst = slot + p.bucket_offset + at;
-              const std::byte* src = weights[p.tensor].data.data() + p.tensor_offset + at;
-              if (options.checksums) {
-                hash.copy_piece(dst, src, n, p.bucket_offset + at);
-              } else {
-                copy_bytes(dst, src, n);
-              }
+              std::uint64_t bucket_offset = p.bucket_offset + at;
+              weights.for_each_run(p.tensor, p.tensor_offset + at, n,
+                                   [&](const std::byte* src, std::uint64_t len) {
+                                     if (options.checksums) {
+                                       hash.copy_piece(slot + bucket_offset, src, len,
+                                                       bucket_offset);
+                                     } else {
+                                       copy_bytes(slot + bucket_offset, src, len);
+                                     }
+                                     bucket_offset += len;
+                                   });
             },
             [](const Piece&) {});
         if (options.checksums) sum = hash.finish(end);
@@ -261,28 +318,31 @@ struct Sender::Impl {
       if (corrupt_hook && begin == 0) corrupt_hook(b, slot);
       profiler::Span span("sync.publish", profiler::Detail::kBucket);
       Status s = send_all(message(wire::Filled{slot_index, b, end, sum, begin,
-                                                  static_cast<std::uint8_t>(last)}));
+                                               static_cast<std::uint8_t>(last)}));
       if (!s.ok() || last) return s;
       begin = end;
     }
   }
 
-  Result<RoundStats> send_round(std::span<const TensorView> weights) {
+  template <class Source>
+  Result<RoundStats> send_round(const Source& weights) {
     profiler::Span round_span("sync.send_round");
     const auto start = Clock::now();
     std::vector<TensorSpec> specs;
     specs.reserve(weights.size());
     std::unordered_set<std::string_view> names;
     names.reserve(weights.size());
-    for (const TensorView& w : weights) {
-      if (w.data.size() != w.spec.bytes()) {
-        return invalid_argument(fmt::format("tensor '{}': {} bytes given, {} needs {}", w.spec.name,
-                                            w.data.size(), w.spec.to_string(), w.spec.bytes()));
+    for (std::size_t i = 0; i < weights.size(); ++i) {
+      const TensorSpec& spec = weights.spec(i);
+      if (weights.bytes_given(i) != spec.bytes()) {
+        return invalid_argument(fmt::format("tensor '{}': {} bytes given, {} needs {}", spec.name,
+                                            weights.bytes_given(i), spec.to_string(),
+                                            spec.bytes()));
       }
-      if (!names.insert(w.spec.name).second) {
-        return invalid_argument(fmt::format("tensor '{}' appears twice in the round", w.spec.name));
+      if (!names.insert(spec.name).second) {
+        return invalid_argument(fmt::format("tensor '{}' appears twice in the round", spec.name));
       }
-      specs.push_back(w.spec);
+      specs.push_back(spec);
     }
     // The plan is deterministic from the manifest: reuse it while the manifest is unchanged.
     if (specs != manifest || plan.bucket_bytes == 0) {
@@ -364,7 +424,15 @@ Result<RoundStats> Sender::send_round(std::span<const TensorView> weights) {
     return failed_precondition("the session failed earlier: " + impl_->broken.to_string());
   }
   if (impl_->peers.empty()) return failed_precondition("send_round: no receiver has joined");
-  return impl_->send_round(weights);
+  return impl_->send_round(ViewSource{weights});
+}
+
+Result<RoundStats> Sender::send_round_gathered(std::span<const GatheredTensor> weights) {
+  if (!impl_->broken.ok()) {
+    return failed_precondition("the session failed earlier: " + impl_->broken.to_string());
+  }
+  if (impl_->peers.empty()) return failed_precondition("send_round: no receiver has joined");
+  return impl_->send_round(GatheredSource(weights));
 }
 
 std::uint64_t Sender::session_id() const { return impl_->session; }
