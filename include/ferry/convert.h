@@ -180,7 +180,7 @@ class MegatronToHfStream {
 };
 
 // The HF tensors of a model whose TP ranks hold Megatron shards, for
-// sync::Sender::send_round: each HF tensor, in HF order, as the parts of the shards that
+// sync::Sender::send_round_gathered: each HF tensor, in HF order, as the parts of the shards that
 // hold its bytes. Views only: a fused QKV or fc1 shard is split as the sender packs it,
 // never copied whole. shards[r] holds rank r's Megatron tensors, for r = 0..tp-1; bytes
 // every rank holds (the norms) are read from rank 0. Errors name the rank and tensor.
