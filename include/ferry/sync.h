@@ -49,6 +49,9 @@ struct SyncOptions {
   // Off, the round checksum still covers the manifest and every bucket's index and size,
   // but not the bytes. Sender only (receivers follow the sender's choice).
   bool checksums = true;
+  // Net sessions ("host:port" addresses): the file holding the session secret, mode 0600.
+  // Empty: FERRY_TOKEN, else the file FERRY_TOKEN_FILE names. Every node uses the same.
+  std::string token_file;
 };
 
 struct RoundStats {
@@ -144,6 +147,44 @@ class Receiver {
 
  private:
   explicit Receiver(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+// On a receiving node: joins a net Sender as one of its receivers, receives each segment
+// once from the network straight into this node's shm ring, and republishes it to the
+// node's local Receivers. They connect to `local_address` exactly as to a Sender (same
+// API, same session id and rounds), so one network copy serves all of them:
+//
+//   auto relay = ferry::sync::Relay::connect("10.0.0.1:5555", /*relay_id=*/1,
+//                                            "@ferry-job42", options);
+//   (*relay)->accept(2);                          // this node's two rollout processes
+//   while (...) (*relay)->relay_round();          // one call per round
+//
+// The sender's RELEASE of a bucket waits until every local receiver released it, and its
+// ACK until every local receiver acknowledged the round, so a slow or dead local receiver
+// is reported upstream by name. Errors break the session, as for Sender and Receiver.
+class Relay {
+ public:
+  static Result<std::unique_ptr<Relay>> connect(const std::string& upstream,
+                                                std::uint32_t relay_id,
+                                                const std::string& local_address,
+                                                const SyncOptions& options);
+  ~Relay();
+  Relay(const Relay&) = delete;
+  Relay& operator=(const Relay&) = delete;
+
+  // Waits for `local_receivers` more local receivers, each within options.timeout.
+  Status accept(std::uint32_t local_receivers);
+  // Waits for the next round (options.idle_timeout) and forwards it whole.
+  Result<RoundStats> relay_round();
+
+  std::uint64_t session_id() const;
+  const std::string& local_address() const;
+
+  struct Impl;
+
+ private:
+  explicit Relay(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;
 };
 

@@ -15,6 +15,8 @@
 #include "sync/sync_options.h"
 #include "transport/shm/memfd_ring.h"
 #include "transport/shm/seqpacket_channel.h"
+#include "sync/fanout.h"
+#include "sync/link.h"
 #include "wire/conversation.h"
 #include "wire/message.h"
 
@@ -35,9 +37,13 @@ struct Delivery {
 struct Receiver::Impl {
   SyncOptions options;
   std::uint32_t id = 0;
-  shm::Channel channel;
+  Link channel;
+  // Net sessions: the ring is this process's own memory, each segment's bytes sent into it.
+  std::shared_ptr<net::Context> net_context;
+  std::uint32_t bulk_key = 0;
   wire::Conversation conversation{wire::Conversation::Role::kReceiver, "", 0};
   shm::MemfdRing ring;
+  net::MemoryRegion ring_region;  // net; after ring: deregistered before the ring is unmapped
   bool checksums = true;
   Status broken;
   std::unordered_map<std::string, MutableTensorView> destinations;
@@ -76,7 +82,7 @@ struct Receiver::Impl {
   Result<wire::Message> next(std::chrono::milliseconds timeout) {
     auto got = channel.receive(timeout);
     if (!got.ok()) return got.status();
-    auto m = wire::decode(got->bytes, channel.peer());
+    auto m = wire::decode(*got, channel.peer());
     if (!m.ok()) return m.status();
     Status s = conversation.received(*m);
     if (!s.ok()) return s;
@@ -288,6 +294,11 @@ struct Receiver::Impl {
       }
       const std::byte* slot = ring.slot(f.slot);
       Status s;
+      if (channel.is_net() && f.used_bytes > f.offset) {
+        profiler::Span span("sync.net_receive", profiler::Detail::kBucket);
+        s = receive_segment(f);
+        if (!s.ok()) return s;
+      }
       {
         profiler::Span span("sync.unpack", profiler::Detail::kBucket);
         s = verify_and_deliver(f, slot, how);
@@ -300,6 +311,24 @@ struct Receiver::Impl {
                        options.timeout);
       if (!s.ok()) return s;
     }
+  }
+
+  // Net: the segment's bytes follow its FILLED, straight into this process's ring.
+  Status receive_segment(const wire::Filled& f) {
+    std::span<std::byte> into(ring.slot(f.slot) + f.offset, f.used_bytes - f.offset);
+    auto t = channel.net().receive_bulk(++bulk_key, into, ring_region);
+    if (!t.ok()) return t.status();
+    Status s = channel.net().wait(*t, options.timeout);
+    if (!s.ok()) {
+      return Status(s.code(), fmt::format("round {} bucket {}: {}", conversation.round(), f.bucket,
+                                          s.message()));
+    }
+    if (t->bytes() != into.size()) {
+      return corruption(fmt::format("round {} bucket {}: {} sent {} bytes for a segment of {}",
+                                    conversation.round(), f.bucket, channel.peer(), t->bytes(),
+                                    into.size()));
+    }
+    return ok_status();
   }
 
   Result<RoundStats> run(const Delivery& how) {
@@ -323,9 +352,21 @@ Result<std::unique_ptr<Receiver>> Receiver::connect(const std::string& address,
   auto impl = std::make_unique<Impl>();
   impl->options = options;
   impl->id = receiver_id;
-  auto ch = shm::connect(address, options.timeout);
-  if (!ch.ok()) return ch.status();
-  impl->channel = std::move(*ch);
+  ScopedFd ring_fd;
+  if (is_net_address(address)) {
+    auto token = session_token(options);
+    if (!token.ok()) return token.status();
+    auto ctx = net::Context::create();
+    if (!ctx.ok()) return ctx.status();
+    impl->net_context = std::move(*ctx);
+    auto ch = net::connect(impl->net_context, address, *token, options.timeout);
+    if (!ch.ok()) return ch.status();
+    impl->channel = Link(std::move(*ch));
+  } else {
+    auto ch = shm::connect(address, options.timeout);
+    if (!ch.ok()) return ch.status();
+    impl->channel = Link(std::move(*ch));
+  }
   impl->conversation =
       wire::Conversation(wire::Conversation::Role::kReceiver, impl->channel.peer(), session);
   wire::Message hello;
@@ -333,9 +374,9 @@ Result<std::unique_ptr<Receiver>> Receiver::connect(const std::string& address,
   hello.body = wire::Hello{receiver_id, static_cast<std::uint32_t>(::getpid())};
   Status s = impl->channel.send(wire::encode(hello), options.timeout);
   if (!s.ok()) return s;
-  auto got = impl->channel.receive(options.timeout);
+  auto got = impl->channel.receive_with_fd(options.timeout, &ring_fd);
   if (!got.ok()) return got.status().with_context("waiting for WELCOME");
-  auto m = wire::decode(got->bytes, impl->channel.peer());
+  auto m = wire::decode(*got, impl->channel.peer());
   if (!m.ok()) return m.status();
   s = impl->conversation.received(*m);
   if (!s.ok()) return s;
@@ -344,16 +385,27 @@ Result<std::unique_ptr<Receiver>> Receiver::connect(const std::string& address,
     return Status(e.code, fmt::format("{} turned receiver {} away: {}", impl->channel.peer(),
                                       receiver_id, e.message));
   }
-  if (!got->fd.valid()) {
-    return corruption(
-        fmt::format("WELCOME from {} carried no ring descriptor", impl->channel.peer()));
-  }
   const auto& w = std::get<wire::Welcome>(m->body);
   impl->checksums = w.checksums != 0;
-  auto ring =
-      shm::MemfdRing::map_readonly(std::move(got->fd), w.slots, w.slot_bytes, impl->channel.peer());
-  if (!ring.ok()) return ring.status();
-  impl->ring = std::move(*ring);
+  if (impl->channel.is_net()) {
+    // This node's copy of the ring; the sender sends each segment into it.
+    auto ring = shm::MemfdRing::create(w.slots, w.slot_bytes);
+    if (!ring.ok()) return ring.status();
+    impl->ring = std::move(*ring);
+    auto region = impl->net_context->register_memory(
+        std::span(impl->ring.slot(0), std::size_t{w.slots} * w.slot_bytes));
+    if (!region.ok()) return region.status();
+    impl->ring_region = std::move(*region);
+  } else {
+    if (!ring_fd.valid()) {
+      return corruption(
+          fmt::format("WELCOME from {} carried no ring descriptor", impl->channel.peer()));
+    }
+    auto ring = shm::MemfdRing::map_readonly(std::move(ring_fd), w.slots, w.slot_bytes,
+                                             impl->channel.peer());
+    if (!ring.ok()) return ring.status();
+    impl->ring = std::move(*ring);
+  }
   return std::unique_ptr<Receiver>(new Receiver(std::move(impl)));
 }
 

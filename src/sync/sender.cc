@@ -15,8 +15,7 @@
 #include "sync/round_checksum.h"
 #include "sync/segment.h"
 #include "sync/sync_options.h"
-#include "transport/shm/memfd_ring.h"
-#include "transport/shm/seqpacket_channel.h"
+#include "sync/fanout.h"
 #include "wire/conversation.h"
 #include "wire/message.h"
 
@@ -88,204 +87,29 @@ struct GatheredSource {
   }
 };
 
-struct Peer {
-  shm::Channel channel;
-  wire::Conversation conversation;
-  std::uint32_t id = 0;
-  std::uint32_t released = 0;  // buckets released this round
-  bool acked = false;
-};
-
 }  // namespace
 
 struct Sender::Impl {
   SyncOptions options;
-  shm::Listener listener;
-  shm::MemfdRing ring;
-  std::uint64_t session = 0;
+  std::unique_ptr<Fanout> fanout;
   std::uint64_t round = 0;
-  std::vector<Peer> peers;
   Status broken;  // the first error; the session is unusable after it
   std::vector<TensorSpec> manifest;
   BucketPlan plan;
   std::function<void(std::uint32_t, std::byte*)> corrupt_hook;
 
-  wire::Message message(wire::Body body) const {
-    wire::Message m;
-    m.session = session;
-    m.round = round;
-    m.body = std::move(body);
-    return m;
-  }
+  wire::Message message(wire::Body body) const { return fanout->message(std::move(body)); }
 
-  // A peer that gave up sends ERROR and closes; our next send may then fail with EPIPE
-  // before we read the ERROR. Prefer the peer's own reason when it is waiting.
-  Status explain_send_failure(Peer& p, Status failed) {
-    auto got = p.channel.receive(std::chrono::milliseconds(0));
-    if (got.ok()) {
-      auto m = wire::decode(got->bytes, p.channel.peer());
-      if (m.ok() && m->type() == wire::MessageType::kError) {
-        const auto& e = std::get<wire::Error>(m->body);
-        return Status(
-            e.code, fmt::format("{} gave up on round {}: {}", p.channel.peer(), round, e.message));
-      }
-    }
-    return Status(failed.code(), fmt::format("round {}: {}", round, failed.message()));
-  }
-
-  Status send_all(const wire::Message& m) {
-    const std::vector<std::byte> bytes = wire::encode(m);
-    for (Peer& p : peers) {
-      Status s = p.channel.send(bytes, options.timeout);
-      if (!s.ok()) return explain_send_failure(p, s);
-      p.conversation.sent(m);
-    }
-    return ok_status();
-  }
-
-  // Tells every peer the session is over (best effort) and remembers why.
   Status fail(Status why) {
     if (broken.ok()) broken = why;
-    const auto bytes = wire::encode(message(wire::Error{why.code(), why.message()}));
-    for (Peer& p : peers) {
-      if (p.channel.valid()) (void)p.channel.send(bytes, std::chrono::milliseconds(100));
-      p.channel.close();
-    }
-    return why;
-  }
-
-  // Handles one message from `p`.
-  Status handle(Peer& p, const wire::Message& m, std::uint64_t round_checksum) {
-    Status s = p.conversation.received(m);
-    if (!s.ok()) return s;
-    switch (m.type()) {
-      case wire::MessageType::kRelease:
-        ++p.released;
-        return ok_status();
-      case wire::MessageType::kAck: {
-        const auto& a = std::get<wire::Ack>(m.body);
-        if (a.round_checksum != round_checksum) {
-          return corruption(
-              fmt::format("{} acknowledged round {} with checksum {:016x}, the "
-                          "sender's is {:016x}",
-                          p.channel.peer(), round, a.round_checksum, round_checksum));
-        }
-        p.acked = true;
-        return ok_status();
-      }
-      case wire::MessageType::kError: {
-        const auto& e = std::get<wire::Error>(m.body);
-        return Status(
-            e.code, fmt::format("{} gave up on round {}: {}", p.channel.peer(), round, e.message));
-      }
-      default:
-        return internal_error("unexpected message passed the conversation check");
-    }
-  }
-
-  // Reads messages until done() holds, failing if no peer says anything for a whole timeout.
-  Status wait_until(const std::function<bool(const Peer&)>& peer_done, std::uint64_t round_checksum,
-                    const char* waiting_for) {
-    auto done = [&] {
-      for (const Peer& p : peers) {
-        if (!peer_done(p)) return false;
-      }
-      return true;
-    };
-    std::vector<pollfd> fds(peers.size());
-    auto deadline = Clock::now() + options.timeout;
-    while (!done()) {
-      // Only peers still owing something: one that acknowledged and exited is not a failure.
-      for (std::size_t i = 0; i < peers.size(); ++i) {
-        fds[i] = {peer_done(peers[i]) ? -1 : peers[i].channel.fd(), POLLIN, 0};
-      }
-      const auto left =
-          std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
-      const int r = ::poll(fds.data(), fds.size(), left < 0 ? 0 : static_cast<int>(left));
-      if (r < 0 && errno == EINTR) continue;
-      if (r < 0) return errno_status("poll", "receivers", errno);
-      if (r == 0) {
-        std::string slow;
-        for (const Peer& p : peers) {
-          if (!peer_done(p)) slow += (slow.empty() ? "" : ", ") + p.channel.peer();
-        }
-        return timeout_error(
-            fmt::format("round {}: no word from the receivers ({}) for {} ms "
-                        "while waiting for {}",
-                        round, slow, options.timeout.count(), waiting_for));
-      }
-      for (std::size_t i = 0; i < peers.size(); ++i) {
-        if (fds[i].revents == 0) continue;
-        Peer& p = peers[i];
-        auto got = p.channel.receive(options.timeout);
-        if (!got.ok()) {
-          return Status(got.status().code(),
-                        fmt::format("round {}: {}", round, got.status().message()));
-        }
-        auto m = wire::decode(got->bytes, p.channel.peer());
-        if (!m.ok()) return m.status();
-        Status s = handle(p, *m, round_checksum);
-        if (!s.ok()) return s;
-      }
-      deadline = Clock::now() + options.timeout;  // progress: the timeout is per silence
-    }
-    return ok_status();
-  }
-
-  Status accept_one() {
-    const auto deadline = Clock::now() + options.timeout;
-    while (true) {
-      const auto left =
-          std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
-      if (left.count() <= 0) {
-        return timeout_error(fmt::format("no receiver joined {} within {} ms", listener.address(),
-                                         options.timeout.count()));
-      }
-      auto ch = listener.accept(left);
-      if (!ch.ok()) return ch.status();
-      Peer p{std::move(*ch), wire::Conversation(wire::Conversation::Role::kSender, "", session)};
-      auto got = p.channel.receive(options.timeout);
-      if (!got.ok()) {
-        continue;  // a peer that connects and leaves is not a reason to stop serving
-      }
-      auto m = wire::decode(got->bytes, p.channel.peer());
-      Status s = m.ok() ? p.conversation.received(*m) : m.status();
-      std::uint32_t id = 0;
-      if (s.ok()) {
-        const auto& h = std::get<wire::Hello>(m->body);
-        id = h.receiver_id;
-        p.channel.set_peer(fmt::format("receiver {} (pid {})", id, h.pid));
-        for (const Peer& q : peers) {
-          if (q.id == id) s = already_exists(fmt::format("receiver id {} already joined", id));
-        }
-      }
-      if (!s.ok()) {
-        // Turned away, not consumed: it hears why and the session goes on.
-        (void)p.channel.send(wire::encode(message(wire::Error{s.code(), s.message()})),
-                             std::chrono::milliseconds(100));
-        continue;
-      }
-      p.id = id;
-      p.conversation =
-          wire::Conversation(wire::Conversation::Role::kSender, p.channel.peer(), session);
-      (void)p.conversation.received(*m);
-      const wire::Message welcome = message(wire::Welcome{
-          ring.slots(), ring.slot_bytes(), static_cast<std::uint8_t>(options.checksums ? 1 : 0)});
-      s = p.channel.send(wire::encode(welcome), options.timeout, ring.fd());
-      if (!s.ok()) {
-        continue;
-      }
-      p.conversation.sent(welcome);
-      peers.push_back(std::move(p));
-      return ok_status();
-    }
+    return fanout->fail(why);
   }
 
   // Packs bucket b into its slot and publishes it segment by segment (sync/segment.h).
   template <class Source>
   Status send_bucket(std::uint32_t b, const Source& weights, RoundChecksum& round_sum) {
-    const std::uint32_t slot_index = b % ring.slots();
-    std::byte* slot = ring.slot(slot_index);
+    const std::uint32_t slot_index = b % fanout->ring().slots();
+    std::byte* slot = fanout->ring().slot(slot_index);
     const std::uint64_t used = plan.bucket_used[b];
     SegmentWalker walker(plan.bucket(b));
     std::uint64_t begin = 0;
@@ -317,8 +141,8 @@ struct Sender::Impl {
       round_sum.add_bucket(b, end, sum);
       if (corrupt_hook && begin == 0) corrupt_hook(b, slot);
       profiler::Span span("sync.publish", profiler::Detail::kBucket);
-      Status s = send_all(message(wire::Filled{slot_index, b, end, sum, begin,
-                                               static_cast<std::uint8_t>(last)}));
+      Status s = fanout->send_all(message(wire::Filled{slot_index, b, end, sum, begin,
+                                                       static_cast<std::uint8_t>(last)}));
       if (!s.ok() || last) return s;
       begin = end;
     }
@@ -352,7 +176,8 @@ struct Sender::Impl {
       manifest = specs;
     }
     ++round;
-    for (Peer& p : peers) {
+    fanout->set_round(round);
+    for (Peer& p : fanout->peers()) {
       p.released = 0;
       p.acked = false;
     }
@@ -361,29 +186,30 @@ struct Sender::Impl {
     const wire::Message begin_message = message(std::move(begin));
     const std::vector<std::byte> begin_bytes = wire::encode(begin_message);
     RoundChecksum round_sum(begin_bytes);
-    for (Peer& p : peers) {
-      Status s = p.channel.send(begin_bytes, options.timeout);
-      if (!s.ok()) return fail(explain_send_failure(p, s));
-      p.conversation.sent(begin_message);
+    {
+      Status s = fanout->send_all_bytes(begin_bytes, begin_message);
+      if (!s.ok()) return fail(s);
     }
-    const std::uint32_t k = ring.slots();
+    const std::uint32_t k = fanout->ring().slots();
     for (std::uint32_t b = 0; b < plan.bucket_count(); ++b) {
       if (b >= k) {
         // Slot b % k still holds bucket b - k until every receiver released it.
         const std::uint32_t need = b - k + 1;
         profiler::Span span("sync.wait_slot", profiler::Detail::kBucket);
-        Status s = wait_until([&](const Peer& p) { return p.released >= need; }, 0, "a free slot");
+        Status s = fanout->wait_until([&](const Peer& p) { return p.released >= need; }, 0,
+                                      "a free slot");
         if (!s.ok()) return fail(s);
       }
       Status s = send_bucket(b, weights, round_sum);
       if (!s.ok()) return fail(s);
     }
     const std::uint64_t digest = round_sum.digest();
-    Status s = send_all(message(wire::End{plan.bucket_count(), digest}));
+    Status s = fanout->send_all(message(wire::End{plan.bucket_count(), digest}));
     if (!s.ok()) return fail(s);
     {
       profiler::Span span("sync.wait_ack");
-      s = wait_until([](const Peer& p) { return p.acked; }, digest, "acknowledgements");
+      s = fanout->wait_until([](const Peer& p) { return p.acked; }, digest, "acknowledgements");
+      if (s.ok()) s = fanout->drain_transfers();
     }
     if (!s.ok()) return fail(s);
     RoundStats stats = finished_round(round, weights.size(), plan, start, digest);
@@ -400,30 +226,25 @@ Result<std::unique_ptr<Sender>> Sender::create(const std::string& address,
   if (!s.ok()) return s;
   auto impl = std::make_unique<Impl>();
   impl->options = options;
-  impl->session = random_session();
-  auto listener = shm::Listener::bind(address);
-  if (!listener.ok()) return listener.status();
-  impl->listener = std::move(*listener);
-  auto ring = shm::MemfdRing::create(options.slots, options.bucket_bytes);
-  if (!ring.ok()) return ring.status();
-  impl->ring = std::move(*ring);
+  auto fanout = Fanout::create(address, options, options.slots, options.bucket_bytes);
+  if (!fanout.ok()) return fanout.status();
+  impl->fanout = std::move(*fanout);
+  impl->fanout->set_session(random_session());
   return std::unique_ptr<Sender>(new Sender(std::move(impl)));
 }
 
 Status Sender::accept(std::uint32_t receivers) {
   if (!impl_->broken.ok()) return impl_->broken;
-  for (std::uint32_t i = 0; i < receivers; ++i) {
-    Status s = impl_->accept_one();
-    if (!s.ok()) return s;
-  }
-  return ok_status();
+  return impl_->fanout->accept(receivers);
 }
 
 Result<RoundStats> Sender::send_round(std::span<const TensorView> weights) {
   if (!impl_->broken.ok()) {
     return failed_precondition("the session failed earlier: " + impl_->broken.to_string());
   }
-  if (impl_->peers.empty()) return failed_precondition("send_round: no receiver has joined");
+  if (impl_->fanout->peers().empty()) {
+    return failed_precondition("send_round: no receiver has joined");
+  }
   return impl_->send_round(ViewSource{weights});
 }
 
@@ -431,14 +252,18 @@ Result<RoundStats> Sender::send_round_gathered(std::span<const GatheredTensor> w
   if (!impl_->broken.ok()) {
     return failed_precondition("the session failed earlier: " + impl_->broken.to_string());
   }
-  if (impl_->peers.empty()) return failed_precondition("send_round: no receiver has joined");
+  if (impl_->fanout->peers().empty()) {
+    return failed_precondition("send_round: no receiver has joined");
+  }
   return impl_->send_round(GatheredSource(weights));
 }
 
-std::uint64_t Sender::session_id() const { return impl_->session; }
+std::uint64_t Sender::session_id() const { return impl_->fanout->session(); }
 std::uint64_t Sender::rounds_sent() const { return impl_->round; }
-std::uint32_t Sender::receivers() const { return static_cast<std::uint32_t>(impl_->peers.size()); }
-const std::string& Sender::address() const { return impl_->listener.address(); }
+std::uint32_t Sender::receivers() const {
+  return static_cast<std::uint32_t>(impl_->fanout->peers().size());
+}
+const std::string& Sender::address() const { return impl_->fanout->address(); }
 void Sender::set_corrupt_hook_for_testing(std::function<void(std::uint32_t, std::byte*)> hook) {
   impl_->corrupt_hook = std::move(hook);
 }

@@ -1,0 +1,338 @@
+#include "sync/fanout.h"
+
+#include <fmt/format.h>
+#include <poll.h>
+#include <unistd.h>
+
+#include <optional>
+
+#include "base/log.h"
+
+namespace ferry::sync {
+
+using Clock = std::chrono::steady_clock;
+using std::chrono::milliseconds;
+
+Result<net::Token> session_token(const SyncOptions& options) {
+  auto token = options.token_file.empty() ? net::Token::from_env()
+                                          : net::Token::from_file(options.token_file);
+  if (!token.ok() && token.status().code() == Code::kNotFound && options.token_file.empty()) {
+    return Status(Code::kUnauthenticated,
+                  "a net session needs its secret: set FERRY_TOKEN, or FERRY_TOKEN_FILE (or "
+                  "--token-file) to a file of mode 0600 holding it, the same on every node");
+  }
+  return token;
+}
+
+Result<std::unique_ptr<Fanout>> Fanout::create(const std::string& address,
+                                               const SyncOptions& options, std::uint32_t slots,
+                                               std::uint64_t slot_bytes) {
+  auto f = std::make_unique<Fanout>();
+  f->options_ = options;
+  std::optional<net::Token> token;
+  if (is_net_address(address)) {
+    auto t = session_token(options);
+    if (!t.ok()) return t.status();
+    token = std::move(*t);
+  }
+  auto ring = shm::MemfdRing::create(slots, slot_bytes);
+  if (!ring.ok()) return ring.status();
+  f->ring_ = std::move(*ring);
+  if (token) {
+    auto ctx = net::Context::create();
+    if (!ctx.ok()) return ctx.status();
+    f->net_context_ = std::move(*ctx);
+    auto region = f->net_context_->register_memory(
+        std::span(f->ring_.slot(0), std::size_t{slots} * slot_bytes));
+    if (!region.ok()) return region.status();
+    f->ring_region_ = std::move(*region);
+    auto listener = net::Listener::bind(f->net_context_, address, std::move(*token));
+    if (!listener.ok()) return listener.status();
+    f->net_listener_ = std::make_unique<net::Listener>(std::move(*listener));
+    f->address_ = f->net_listener_->address();
+  } else {
+    auto listener = shm::Listener::bind(address);
+    if (!listener.ok()) return listener.status();
+    f->shm_listener_ = std::move(*listener);
+    f->address_ = f->shm_listener_.address();
+  }
+  return f;
+}
+
+wire::Message Fanout::message(wire::Body body) const {
+  wire::Message m;
+  m.session = session_;
+  m.round = round_;
+  m.body = std::move(body);
+  return m;
+}
+
+// A peer that gave up sends ERROR and closes; our next send may then fail before we read
+// the ERROR. Prefer the peer's own reason when it is waiting.
+Status Fanout::explain_send_failure(Peer& p, Status failed) {
+  auto got = p.link.receive(milliseconds(0));
+  if (got.ok()) {
+    auto m = wire::decode(*got, p.link.peer());
+    if (m.ok() && m->type() == wire::MessageType::kError) {
+      const auto& e = std::get<wire::Error>(m->body);
+      return Status(e.code,
+                    fmt::format("{} gave up on round {}: {}", p.link.peer(), round_, e.message));
+    }
+  }
+  return Status(failed.code(), fmt::format("round {}: {}", round_, failed.message()));
+}
+
+Status Fanout::send_all(const wire::Message& m) { return send_all_bytes(wire::encode(m), m); }
+
+Status Fanout::send_all_bytes(const std::vector<std::byte>& bytes, const wire::Message& m) {
+  const auto* filled = std::get_if<wire::Filled>(&m.body);
+  for (Peer& p : peers_) {
+    Status s = p.link.send(bytes, options_.timeout);
+    if (!s.ok()) return explain_send_failure(p, s);
+    p.conversation.sent(m);
+    if (filled != nullptr && p.link.is_net() && filled->used_bytes > filled->offset) {
+      // The segment's bytes follow their FILLED, straight from the ring.
+      const std::span<const std::byte> bytes_of_segment(ring_.slot(filled->slot) + filled->offset,
+                                                        filled->used_bytes - filled->offset);
+      auto t = p.link.net().send_bulk(++p.bulk_key, bytes_of_segment, ring_region_);
+      if (!t.ok()) return Status(t.status().code(), fmt::format("round {}: {}", round_,
+                                                                t.status().message()));
+      p.transfers.push_back(std::move(*t));
+    }
+  }
+  return ok_status();
+}
+
+Status Fanout::fail(Status why) {
+  const auto bytes = wire::encode(message(wire::Error{why.code(), why.message()}));
+  for (Peer& p : peers_) {
+    if (p.link.valid()) (void)p.link.send(bytes, milliseconds(100));
+    p.transfers.clear();
+    p.link.close();
+  }
+  return why;
+}
+
+Status Fanout::handle(Peer& p, const wire::Message& m, std::uint64_t round_checksum) {
+  Status s = p.conversation.received(m);
+  if (!s.ok()) return s;
+  switch (m.type()) {
+    case wire::MessageType::kRelease:
+      ++p.released;
+      return ok_status();
+    case wire::MessageType::kAck: {
+      const auto& a = std::get<wire::Ack>(m.body);
+      if (a.round_checksum != round_checksum) {
+        return corruption(fmt::format("{} acknowledged round {} with checksum {:016x}, the "
+                                      "sender's is {:016x}",
+                                      p.link.peer(), round_, a.round_checksum, round_checksum));
+      }
+      p.acked = true;
+      return ok_status();
+    }
+    case wire::MessageType::kError: {
+      const auto& e = std::get<wire::Error>(m.body);
+      return Status(e.code,
+                    fmt::format("{} gave up on round {}: {}", p.link.peer(), round_, e.message));
+    }
+    default:
+      return internal_error("unexpected message passed the conversation check");
+  }
+}
+
+// Finished segment sends leave the queue; a failed one means the peer is gone.
+Status Fanout::reap(Peer& p) {
+  while (!p.transfers.empty() && p.transfers.front().done()) {
+    if (!p.transfers.front().status().ok()) {
+      return Status(p.transfers.front().status().code(),
+                    fmt::format("round {}: {}", round_, p.transfers.front().status().message()));
+    }
+    p.transfers.pop_front();
+  }
+  return ok_status();
+}
+
+Result<bool> Fanout::handle_waiting(const std::function<bool(const Peer&)>& done,
+                                    std::uint64_t round_checksum) {
+  if (net_context_ == nullptr) return false;
+  net_context_->progress();
+  bool any = false;
+  for (Peer& p : peers_) {
+    if (!p.link.is_net()) continue;
+    Status s = reap(p);
+    if (!s.ok()) return s;
+    if (done(p)) continue;
+    auto got = p.link.try_receive();
+    if (!got.ok()) {
+      return Status(got.status().code(), fmt::format("round {}: {}", round_, got.status().message()));
+    }
+    if (!got->has_value()) continue;
+    auto m = wire::decode(**got, p.link.peer());
+    if (!m.ok()) return m.status();
+    s = handle(p, *m, round_checksum);
+    if (!s.ok()) return s;
+    any = true;
+  }
+  return any;
+}
+
+Status Fanout::wait_until(const std::function<bool(const Peer&)>& peer_done,
+                          std::uint64_t round_checksum, const char* waiting_for) {
+  auto done = [&] {
+    for (const Peer& p : peers_) {
+      if (!peer_done(p)) return false;
+    }
+    return true;
+  };
+  std::vector<pollfd> fds;
+  auto deadline = Clock::now() + options_.timeout;
+  while (!done()) {
+    auto net_progress = handle_waiting(peer_done, round_checksum);
+    if (!net_progress.ok()) return net_progress.status();
+    if (*net_progress) {
+      deadline = Clock::now() + options_.timeout;
+      continue;
+    }
+    fds.clear();
+    add_poll_fds(peer_done, &fds);
+    bool net_waiting = false;
+    for (const Peer& p : peers_) net_waiting |= p.link.is_net() && !peer_done(p);
+    if (net_waiting) {
+      if (!net_context_->arm()) continue;  // events already pending: progress first
+      fds.push_back({net_context_->event_fd(), POLLIN, 0});
+    }
+    auto left = std::chrono::duration_cast<milliseconds>(deadline - Clock::now()).count();
+    // A missed UCX wakeup costs at most 50 ms, never a hang.
+    if (net_waiting) left = std::min<long long>(left, 50);
+    const int r = ::poll(fds.data(), fds.size(), left < 0 ? 0 : static_cast<int>(left));
+    if (r < 0 && errno == EINTR) continue;
+    if (r < 0) return errno_status("poll", "receivers", errno);
+    if (r == 0 && Clock::now() >= deadline) {
+      std::string slow;
+      for (const Peer& p : peers_) {
+        if (!peer_done(p)) slow += (slow.empty() ? "" : ", ") + p.link.peer();
+      }
+      return timeout_error(fmt::format("round {}: no word from the {}s ({}) for {} ms "
+                                       "while waiting for {}",
+                                       round_, noun_, slow, options_.timeout.count(), waiting_for));
+    }
+    auto handled = handle_ready(fds, 0, round_checksum);
+    if (!handled.ok()) return handled.status();
+    if (*handled) deadline = Clock::now() + options_.timeout;  // the timeout is per silence
+  }
+  return ok_status();
+}
+
+void Fanout::add_poll_fds(const std::function<bool(const Peer&)>& done,
+                          std::vector<pollfd>* fds) const {
+  // Only peers still owing something: one that acknowledged and exited is not a failure.
+  for (const Peer& p : peers_) {
+    fds->push_back({p.link.is_net() || done(p) ? -1 : p.link.fd(), POLLIN, 0});
+  }
+}
+
+Result<bool> Fanout::handle_ready(const std::vector<pollfd>& fds, std::size_t first,
+                                  std::uint64_t round_checksum) {
+  bool any = false;
+  for (std::size_t i = 0; i < peers_.size(); ++i) {
+    if (fds[first + i].fd < 0 || fds[first + i].revents == 0) continue;
+    Peer& p = peers_[i];
+    auto got = p.link.receive(options_.timeout);
+    if (!got.ok()) {
+      return Status(got.status().code(),
+                    fmt::format("round {}: {}", round_, got.status().message()));
+    }
+    auto m = wire::decode(*got, p.link.peer());
+    if (!m.ok()) return m.status();
+    Status s = handle(p, *m, round_checksum);
+    if (!s.ok()) return s;
+    any = true;
+  }
+  return any;
+}
+
+Status Fanout::drain_transfers() {
+  for (Peer& p : peers_) {
+    for (net::Transfer& t : p.transfers) {
+      Status s = p.link.net().wait(t, options_.timeout);
+      if (!s.ok()) return Status(s.code(), fmt::format("round {}: {}", round_, s.message()));
+    }
+    p.transfers.clear();
+  }
+  return ok_status();
+}
+
+Status Fanout::accept(std::uint32_t n) {
+  for (std::uint32_t i = 0; i < n; ++i) {
+    Status s = accept_one();
+    if (!s.ok()) return s;
+  }
+  return ok_status();
+}
+
+Status Fanout::accept_one() {
+  const auto deadline = Clock::now() + options_.timeout;
+  while (true) {
+    const auto left = std::chrono::duration_cast<milliseconds>(deadline - Clock::now());
+    if (left.count() <= 0) {
+      return timeout_error(fmt::format("no {} joined {} within {} ms", noun_, address_,
+                                       options_.timeout.count()));
+    }
+    Peer p;
+    if (net_listener_ != nullptr) {
+      auto ch = net_listener_->accept(left);
+      if (!ch.ok()) {
+        // A peer with a wrong or no token is refused (the listener logged it); keep serving.
+        if (ch.status().code() == Code::kUnauthenticated) continue;
+        return ch.status();
+      }
+      p.link = Link(std::move(*ch));
+    } else {
+      auto ch = shm_listener_.accept(left);
+      if (!ch.ok()) return ch.status();
+      p.link = Link(std::move(*ch));
+    }
+    p.conversation = wire::Conversation(wire::Conversation::Role::kSender, "", session_);
+    auto got = p.link.receive(options_.timeout);
+    if (!got.ok()) continue;  // a peer that connects and leaves is not a reason to stop serving
+    auto m = wire::decode(*got, p.link.peer());
+    Status s = m.ok() ? p.conversation.received(*m) : m.status();
+    std::uint32_t id = 0;
+    if (s.ok()) {
+      const auto& h = std::get<wire::Hello>(m->body);
+      id = h.receiver_id;
+      std::string where;
+      if (p.link.is_net()) {
+        where = p.link.net().peer();  // "peer host:port"
+        if (where.rfind("peer ", 0) == 0) where.erase(0, 5);
+        where = " at " + where;
+      }
+      p.link.set_peer(fmt::format("{} {}{} (pid {})", noun_, id, where, h.pid));
+      for (const Peer& q : peers_) {
+        if (q.id == id) s = already_exists(fmt::format("{} id {} already joined", noun_, id));
+      }
+    }
+    if (!s.ok()) {
+      // Turned away, not consumed: it hears why and the session goes on.
+      (void)p.link.send(wire::encode(message(wire::Error{s.code(), s.message()})),
+                        milliseconds(100));
+      continue;
+    }
+    p.id = id;
+    p.conversation = wire::Conversation(wire::Conversation::Role::kSender, p.link.peer(), session_);
+    (void)p.conversation.received(*m);
+    const wire::Message welcome = message(wire::Welcome{
+        ring_.slots(), ring_.slot_bytes(), static_cast<std::uint8_t>(options_.checksums ? 1 : 0)});
+    s = p.link.is_net() ? p.link.send(wire::encode(welcome), options_.timeout)
+                        : p.link.send_with_fd(wire::encode(welcome), options_.timeout, ring_.fd());
+    if (!s.ok()) continue;
+    p.conversation.sent(welcome);
+    if (p.link.is_net()) {
+      log::info("sync: {} joined over {}", p.link.peer(), p.link.net().transports());
+    }
+    peers_.push_back(std::move(p));
+    return ok_status();
+  }
+}
+
+}  // namespace ferry::sync

@@ -1,0 +1,110 @@
+// The downstream side of a session: the peers one ring serves. A Sender's peers are its
+// receivers (shm, same node) or relays and remote receivers (net); a Relay's peers are
+// its node's local receivers. Both publish segments, wait for RELEASE and ACK, and turn a
+// dead, silent or misbehaving peer into an error that names it and the round.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <deque>
+#include <poll.h>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "ferry/status.h"
+#include "ferry/sync.h"
+#include "sync/link.h"
+#include "transport/net/channel.h"
+#include "transport/shm/memfd_ring.h"
+#include "transport/shm/seqpacket_channel.h"
+#include "wire/conversation.h"
+#include "wire/message.h"
+
+namespace ferry::sync {
+
+struct Peer {
+  Link link;
+  wire::Conversation conversation{wire::Conversation::Role::kSender, "", 0};
+  std::uint32_t id = 0;
+  std::uint32_t released = 0;  // buckets released this round
+  bool acked = false;
+  std::uint32_t bulk_key = 0;  // net: the last segment's bulk message key (both ends count)
+  std::deque<net::Transfer> transfers;  // net: segment sends in flight
+};
+
+// The session secret for net sessions: options.token_file, else FERRY_TOKEN /
+// FERRY_TOKEN_FILE. The error says how to provide one.
+Result<net::Token> session_token(const SyncOptions& options);
+
+class Fanout {
+ public:
+  // Listens on `address` (shm "@name" or path; net "host:port") for peers of `session`
+  // and creates the ring they share: a memfd that shm peers map, registered with UCX
+  // for net peers.
+  static Result<std::unique_ptr<Fanout>> create(const std::string& address,
+                                                const SyncOptions& options,
+                                                std::uint32_t slots, std::uint64_t slot_bytes);
+
+  void set_session(std::uint64_t session) { session_ = session; }
+  std::uint64_t session() const { return session_; }
+  void set_round(std::uint64_t round) { round_ = round; }
+  std::uint64_t round() const { return round_; }
+  // How peers are named in errors ("receiver" for a Sender's, "local receiver" for a Relay's).
+  void set_peer_noun(std::string noun) { noun_ = std::move(noun); }
+
+  // Waits for `n` more peers, each within options.timeout. A peer of another session,
+  // a duplicate id or a failed authentication is turned away, and serving goes on.
+  Status accept(std::uint32_t n);
+
+  wire::Message message(wire::Body body) const;
+  // Sends to every peer; FILLED also starts the segment's bytes towards net peers.
+  Status send_all(const wire::Message& m);
+  Status send_all_bytes(const std::vector<std::byte>& bytes, const wire::Message& m);
+  // Reads peers' messages until every peer satisfies `done`, failing if none says
+  // anything for a whole timeout. `on_message` (may be empty) sees each accepted one.
+  Status wait_until(const std::function<bool(const Peer&)>& done, std::uint64_t round_checksum,
+                    const char* waiting_for);
+  // Waits for every net segment send to finish (after the round's ACKs).
+  Status drain_transfers();
+  // Tells every peer the session is over (best effort) and closes them.
+  Status fail(Status why);
+
+  std::vector<Peer>& peers() { return peers_; }
+  shm::MemfdRing& ring() { return ring_; }
+  const std::string& address() const { return address_; }
+  net::Context* net_context() const { return net_context_.get(); }
+
+  // For a caller's own poll() loop (a Relay also waits on its upstream): appends one
+  // pollfd per peer, the socket of each shm peer that owes something, -1 for the rest.
+  void add_poll_fds(const std::function<bool(const Peer&)>& done,
+                    std::vector<struct pollfd>* fds) const;
+  // Reads and handles one message from each peer whose pollfd, from fds[first] on, is
+  // readable; true if any.
+  Result<bool> handle_ready(const std::vector<struct pollfd>& fds, std::size_t first,
+                            std::uint64_t round_checksum);
+  // Net peers: handles the messages that already arrived (after progress); true if any.
+  Result<bool> handle_waiting(const std::function<bool(const Peer&)>& done,
+                              std::uint64_t round_checksum);
+
+ private:
+  Status accept_one();
+  Status handle(Peer& p, const wire::Message& m, std::uint64_t round_checksum);
+  Status explain_send_failure(Peer& p, Status failed);
+  Status reap(Peer& p);
+
+  SyncOptions options_;
+  std::uint64_t session_ = 0;
+  std::uint64_t round_ = 0;
+  std::string noun_ = "receiver";
+  std::string address_;
+  shm::Listener shm_listener_;
+  std::shared_ptr<net::Context> net_context_;
+  std::unique_ptr<net::Listener> net_listener_;
+  shm::MemfdRing ring_;
+  net::MemoryRegion ring_region_;  // after ring_: deregistered before the ring is unmapped
+  std::vector<Peer> peers_;
+};
+
+}  // namespace ferry::sync

@@ -1,0 +1,272 @@
+// Relay: upstream it is one receiver of a net session; downstream it is the sender of
+// the same session to this node's local receivers (Fanout over shm). Messages pass
+// through unchanged, so the round checksum both ends compute is the same everywhere.
+#include <fmt/format.h>
+#include <poll.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+
+#include "ferry/sync.h"
+#include "profiler/span.h"
+#include "sync/fanout.h"
+#include "sync/link.h"
+#include "sync/round_checksum.h"
+#include "sync/sync_options.h"
+#include "wire/conversation.h"
+#include "wire/message.h"
+
+namespace ferry::sync {
+
+using Clock = std::chrono::steady_clock;
+using std::chrono::milliseconds;
+
+struct Relay::Impl {
+  SyncOptions options;
+  std::uint32_t id = 0;
+  std::shared_ptr<net::Context> net_context;
+  Link upstream;
+  wire::Conversation conversation{wire::Conversation::Role::kReceiver, "", 0};
+  std::unique_ptr<Fanout> local;
+  net::MemoryRegion ring_region;  // the local ring, registered for upstream's segment sends
+  std::uint32_t bulk_key = 0;
+  Status broken;
+
+  wire::Message upstream_message(std::uint64_t round, wire::Body body) const {
+    wire::Message m;
+    m.session = conversation.session();
+    m.round = round;
+    m.body = std::move(body);
+    return m;
+  }
+
+  Status fail(Status why) {
+    if (broken.ok()) broken = why;
+    if (upstream.valid()) {
+      (void)upstream.send(wire::encode(upstream_message(conversation.round(),
+                                                        wire::Error{why.code(), why.message()})),
+                          milliseconds(100));
+      upstream.close();
+    }
+    if (local) (void)local->fail(why);
+    return why;
+  }
+
+  Result<wire::Message> decode_upstream(const std::vector<std::byte>& bytes) {
+    auto m = wire::decode(bytes, upstream.peer());
+    if (!m.ok()) return m.status();
+    Status s = conversation.received(*m);
+    if (!s.ok()) return s;
+    if (m->type() == wire::MessageType::kError) {
+      const auto& e = std::get<wire::Error>(m->body);
+      return aborted(fmt::format("{} aborted the session: {}", upstream.peer(), e.message));
+    }
+    return m;
+  }
+
+  Status receive_segment(const wire::Filled& f) {
+    std::span<std::byte> into(local->ring().slot(f.slot) + f.offset, f.used_bytes - f.offset);
+    auto t = upstream.net().receive_bulk(++bulk_key, into, ring_region);
+    if (!t.ok()) return t.status();
+    Status s = upstream.net().wait(*t, options.timeout);
+    if (!s.ok()) return s;
+    if (t->bytes() != into.size()) {
+      return corruption(fmt::format("{} sent {} bytes for a segment of {}", upstream.peer(),
+                                    t->bytes(), into.size()));
+    }
+    return ok_status();
+  }
+
+  Result<RoundStats> relay_round() {
+    profiler::Span round_span("sync.relay_round");
+    auto first_bytes = upstream.receive(options.idle_timeout);
+    if (!first_bytes.ok()) return first_bytes.status();
+    const auto start = Clock::now();
+    auto begin = decode_upstream(*first_bytes);
+    if (!begin.ok()) return begin.status();
+    if (begin->type() != wire::MessageType::kBegin) {
+      return internal_error("conversation let a non-BEGIN message start a round");
+    }
+    const std::uint64_t round = begin->round;
+    const auto& b = std::get<wire::Begin>(begin->body);
+    RoundStats stats;
+    stats.round = round;
+    stats.tensors = static_cast<std::uint32_t>(b.manifest.size());
+    stats.buckets = b.bucket_count;
+    stats.bytes = b.total_bytes;
+    local->set_round(round);
+    for (Peer& p : local->peers()) {
+      p.released = 0;
+      p.acked = false;
+    }
+    Status s = local->send_all_bytes(*first_bytes, *begin);
+    if (!s.ok()) return s;
+    RoundChecksum round_sum(*first_bytes);
+    std::uint32_t released_upstream = 0;
+    bool ended = false;
+    std::uint64_t digest = 0;
+    std::vector<pollfd> fds;
+    auto deadline = Clock::now() + options.timeout;
+    while (true) {
+      // Buckets every local receiver released go back upstream, in order.
+      std::uint32_t all_released = b.bucket_count;
+      bool all_acked = true;
+      for (const Peer& p : local->peers()) {
+        all_released = std::min(all_released, p.released);
+        all_acked &= p.acked;
+      }
+      for (; released_upstream < all_released; ++released_upstream) {
+        const std::uint32_t slot = released_upstream % local->ring().slots();
+        s = upstream.send(wire::encode(upstream_message(round, wire::Release{slot, released_upstream})),
+                          options.timeout);
+        if (!s.ok()) return s;
+      }
+      if (ended && all_acked) {
+        s = upstream.send(wire::encode(upstream_message(round, wire::Ack{b.bucket_count, digest})),
+                          options.timeout);
+        if (!s.ok()) return s;
+        stats.seconds = std::chrono::duration<double>(Clock::now() - start).count();
+        stats.checksum = digest;
+        return stats;
+      }
+      // Upstream first: a segment waiting there is what local receivers wait for.
+      net_context->progress();
+      auto got = upstream.try_receive();
+      if (!got.ok()) return got.status();
+      if (got->has_value()) {
+        auto m = decode_upstream(**got);
+        if (!m.ok()) return m.status();
+        if (m->type() == wire::MessageType::kEnd) {
+          const auto& e = std::get<wire::End>(m->body);
+          digest = round_sum.digest();
+          if (e.round_checksum != digest) {
+            return corruption(fmt::format("round {}: round checksum {:016x} from {}, the relay "
+                                          "computed {:016x}",
+                                          round, e.round_checksum, upstream.peer(), digest));
+          }
+          ended = true;
+        } else {
+          const auto& f = std::get<wire::Filled>(m->body);
+          if (f.used_bytes > f.offset) {
+            profiler::Span span("sync.net_receive", profiler::Detail::kBucket);
+            s = receive_segment(f);
+            if (!s.ok()) {
+              return Status(s.code(), fmt::format("round {} bucket {}: {}", round, f.bucket,
+                                                  s.message()));
+            }
+          }
+          round_sum.add_bucket(f.bucket, f.used_bytes, f.checksum);
+        }
+        s = local->send_all_bytes(**got, *m);
+        if (!s.ok()) return s;
+        deadline = Clock::now() + options.timeout;
+        continue;
+      }
+      // Then whatever local receivers say.
+      fds.clear();
+      local->add_poll_fds([](const Peer& p) { return p.acked; }, &fds);
+      if (!net_context->arm()) continue;
+      fds.push_back({net_context->event_fd(), POLLIN, 0});
+      const auto left = std::chrono::duration_cast<milliseconds>(deadline - Clock::now()).count();
+      const int r = ::poll(fds.data(), fds.size(), static_cast<int>(std::clamp<long long>(left, 0, 50)));
+      if (r < 0 && errno != EINTR) return errno_status("poll", "relay peers", errno);
+      auto handled = local->handle_ready(fds, 0, digest);
+      if (!handled.ok()) return handled.status();
+      if (*handled || (r > 0 && fds.back().revents != 0)) {
+        deadline = Clock::now() + options.timeout;
+      } else if (Clock::now() >= deadline) {
+        std::string waiting = ended ? "local acknowledgements" : "the sender or local releases";
+        return timeout_error(fmt::format("round {}: nothing from {} or the local receivers for "
+                                         "{} ms while waiting for {}",
+                                         round, upstream.peer(), options.timeout.count(), waiting));
+      }
+    }
+  }
+
+  Result<RoundStats> run() {
+    if (!broken.ok()) {
+      return failed_precondition("the session failed earlier: " + broken.to_string());
+    }
+    auto r = relay_round();
+    if (!r.ok()) {
+      return fail(Status(r.status().code(),
+                         fmt::format("relay {}: {}", id, r.status().message())));
+    }
+    return r;
+  }
+};
+
+Relay::Relay(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+Relay::~Relay() = default;
+
+Result<std::unique_ptr<Relay>> Relay::connect(const std::string& upstream, std::uint32_t relay_id,
+                                              const std::string& local_address,
+                                              const SyncOptions& options) {
+  if (options.timeout.count() <= 0) return invalid_argument("timeout must be positive");
+  if (!is_net_address(upstream)) {
+    return invalid_argument(fmt::format("relay upstream '{}' is not a host:port address",
+                                        upstream));
+  }
+  if (is_net_address(local_address)) {
+    return invalid_argument(fmt::format("relay local address '{}' must be a shm address "
+                                        "(\"@name\" or a path)",
+                                        local_address));
+  }
+  auto impl = std::make_unique<Impl>();
+  impl->options = options;
+  impl->id = relay_id;
+  auto token = session_token(options);
+  if (!token.ok()) return token.status();
+  auto ctx = net::Context::create();
+  if (!ctx.ok()) return ctx.status();
+  impl->net_context = std::move(*ctx);
+  auto ch = net::connect(impl->net_context, upstream, *token, options.timeout);
+  if (!ch.ok()) return ch.status();
+  impl->upstream = Link(std::move(*ch));
+  impl->conversation =
+      wire::Conversation(wire::Conversation::Role::kReceiver, impl->upstream.peer(), 0);
+  wire::Message hello;
+  hello.body = wire::Hello{relay_id, static_cast<std::uint32_t>(::getpid())};
+  Status s = impl->upstream.send(wire::encode(hello), options.timeout);
+  if (!s.ok()) return s;
+  auto got = impl->upstream.receive(options.timeout);
+  if (!got.ok()) return got.status().with_context("waiting for WELCOME");
+  auto m = impl->decode_upstream(*got);
+  if (!m.ok()) {
+    return Status(m.status().code(), fmt::format("{} turned relay {} away: {}",
+                                                 impl->upstream.peer(), relay_id,
+                                                 m.status().message()));
+  }
+  const auto& w = std::get<wire::Welcome>(m->body);
+  SyncOptions local_options = options;
+  local_options.checksums = w.checksums != 0;  // local receivers check what the sender sums
+  auto fanout = Fanout::create(local_address, local_options, w.slots, w.slot_bytes);
+  if (!fanout.ok()) return fanout.status();
+  impl->local = std::move(*fanout);
+  impl->local->set_session(m->session);
+  impl->local->set_round(m->round);
+  impl->local->set_peer_noun("local receiver");
+  auto region = impl->net_context->register_memory(
+      std::span(impl->local->ring().slot(0), std::size_t{w.slots} * w.slot_bytes));
+  if (!region.ok()) return region.status();
+  impl->ring_region = std::move(*region);
+  return std::unique_ptr<Relay>(new Relay(std::move(impl)));
+}
+
+Status Relay::accept(std::uint32_t local_receivers) {
+  if (!impl_->broken.ok()) return impl_->broken;
+  return impl_->local->accept(local_receivers);
+}
+
+Result<RoundStats> Relay::relay_round() {
+  if (impl_->local->peers().empty()) {
+    return failed_precondition("relay_round: no local receiver has joined");
+  }
+  return impl_->run();
+}
+
+std::uint64_t Relay::session_id() const { return impl_->conversation.session(); }
+const std::string& Relay::local_address() const { return impl_->local->address(); }
+
+}  // namespace ferry::sync

@@ -1,0 +1,200 @@
+// Sender and Receiver over the net transport (UCX on 127.0.0.1): the same rounds, modes
+// and checks as shm, with each segment's bytes sent into the receiver's own ring.
+#include <gtest/gtest.h>
+#include <stdlib.h>
+
+#include <map>
+#include <thread>
+
+#include "support/test_support.h"
+#include "sync/sync_test_util.h"
+
+namespace ferry::sync {
+namespace {
+
+using testing::make_weights;
+using testing::Weights;
+
+SyncOptions net_options(const std::string& token_file) {
+  SyncOptions o;
+  o.bucket_bytes = 64 << 10;
+  o.timeout = std::chrono::milliseconds(10'000);
+  o.token_file = token_file;
+  return o;
+}
+
+std::string write_token(ferry::testing::TempDir& dir, const std::string& secret,
+                        const std::string& name = "token") {
+  const std::string path = dir.file(name);
+  ferry::testing::write_bytes(path, secret);
+  EXPECT_EQ(::chmod(path.c_str(), 0600), 0);
+  return path;
+}
+
+std::vector<TensorSpec> net_model() {
+  return {*TensorSpec::make("embed", DType::kBF16, {300, 512}),  // 300 KiB: spans buckets
+          *TensorSpec::make("norm", DType::kF32, {37}),
+          *TensorSpec::make("empty", DType::kF16, {0}),
+          *TensorSpec::make("lm_head", DType::kF32, {100, 129})};
+}
+
+TEST(NetSync, TwoReceiversGetThreeRoundsBitExact) {
+  ferry::testing::TempDir dir;
+  const SyncOptions o = net_options(write_token(dir, "s3cret"));
+  auto sender = Sender::create("127.0.0.1:0", o);
+  ASSERT_TRUE(sender.ok()) << sender.status().to_string();
+  const std::string address = (*sender)->address();
+  ASSERT_NE(address.find("127.0.0.1:"), std::string::npos) << address;
+  std::vector<std::map<std::string, std::vector<std::byte>>> got(2);
+  std::vector<std::thread> rx;
+  for (std::uint32_t id = 0; id < 2; ++id) {
+    rx.emplace_back([&, id] {
+      auto r = Receiver::connect(address, id, o);
+      ASSERT_TRUE(r.ok()) << r.status().to_string();
+      for (int round = 0; round < 3; ++round) {
+        auto s = (*r)->receive_round([&](const TensorView& t) {
+          got[id][t.spec.name].assign(t.data.begin(), t.data.end());
+          return ok_status();
+        });
+        ASSERT_TRUE(s.ok()) << s.status().to_string();
+      }
+    });
+  }
+  ASSERT_TRUE((*sender)->accept(2).ok());
+  Weights w;
+  for (std::uint64_t round = 1; round <= 3; ++round) {
+    w = make_weights(net_model(), round);
+    auto views = w.views();
+    auto stats = (*sender)->send_round(views);
+    ASSERT_TRUE(stats.ok()) << stats.status().to_string();
+    EXPECT_GT(stats->buckets, 4u);
+  }
+  for (auto& t : rx) t.join();
+  for (std::uint32_t id = 0; id < 2; ++id) {
+    for (std::size_t i = 0; i < w.specs.size(); ++i) {
+      EXPECT_TRUE(got[id][w.specs[i].name] == w.data[i]) << "receiver " << id << " "
+                                                          << w.specs[i].name;
+    }
+  }
+}
+
+TEST(NetSync, BucketLargerThanASegmentIntoDestinations) {
+  ferry::testing::TempDir dir;
+  SyncOptions o = net_options(write_token(dir, "s3cret"));
+  o.bucket_bytes = 20ull << 20;  // segments of 16 + 4 MiB
+  auto sender = Sender::create("127.0.0.1:0", o);
+  ASSERT_TRUE(sender.ok()) << sender.status().to_string();
+  const Weights w = make_weights({*TensorSpec::make("big", DType::kU8, {30u << 20}),
+                                  *TensorSpec::make("small", DType::kF32, {1000})},
+                                 3);
+  std::vector<std::vector<std::byte>> dst = {std::vector<std::byte>(w.data[0].size()),
+                                             std::vector<std::byte>(w.data[1].size())};
+  std::thread rx([&] {
+    auto r = Receiver::connect((*sender)->address(), 0, o);
+    ASSERT_TRUE(r.ok()) << r.status().to_string();
+    for (std::size_t i = 0; i < dst.size(); ++i) {
+      ASSERT_TRUE((*r)->set_destination({w.specs[i], dst[i]}).ok());
+    }
+    auto s = (*r)->receive_round_into();
+    ASSERT_TRUE(s.ok()) << s.status().to_string();
+  });
+  ASSERT_TRUE((*sender)->accept(1).ok());
+  auto views = w.views();
+  auto stats = (*sender)->send_round(views);
+  rx.join();
+  ASSERT_TRUE(stats.ok()) << stats.status().to_string();
+  EXPECT_TRUE(dst[0] == w.data[0]);
+  EXPECT_TRUE(dst[1] == w.data[1]);
+}
+
+TEST(NetSync, WrongTokenIsRefusedAndTheSenderKeepsServing) {
+  ferry::testing::TempDir dir;
+  SyncOptions o = net_options(write_token(dir, "right"));
+  o.timeout = std::chrono::milliseconds(5'000);
+  auto sender = Sender::create("127.0.0.1:0", o);
+  ASSERT_TRUE(sender.ok()) << sender.status().to_string();
+  Status wrong, right;
+  std::thread rx([&] {
+    SyncOptions bad = o;
+    bad.token_file = write_token(dir, "wrong", "bad-token");
+    wrong = Receiver::connect((*sender)->address(), 0, bad).status();
+    auto r = Receiver::connect((*sender)->address(), 1, o);
+    right = r.status();
+    if (r.ok()) right = (*r)->receive_round([](const TensorView&) { return ok_status(); }).status();
+  });
+  ASSERT_TRUE((*sender)->accept(1).ok());
+  const Weights w = make_weights(net_model(), 1);
+  auto views = w.views();
+  auto stats = (*sender)->send_round(views);
+  rx.join();
+  EXPECT_EQ(wrong.code(), Code::kUnauthenticated) << wrong.to_string();
+  EXPECT_TRUE(right.ok()) << right.to_string();
+  ASSERT_TRUE(stats.ok()) << stats.status().to_string();
+  EXPECT_EQ((*sender)->receivers(), 1u);
+}
+
+// Two nodes' relays, each with two local shm receivers: three rounds, every byte.
+TEST(NetSync, RelaysFanOutToLocalReceivers) {
+  ferry::testing::TempDir dir;
+  const SyncOptions o = net_options(write_token(dir, "s3cret"));
+  auto sender = Sender::create("127.0.0.1:0", o);
+  ASSERT_TRUE(sender.ok()) << sender.status().to_string();
+  constexpr int kNodes = 2, kLocal = 2, kRounds = 3;
+  std::vector<std::map<std::string, std::vector<std::byte>>> got(kNodes * kLocal);
+  std::vector<std::thread> threads;
+  for (int node = 0; node < kNodes; ++node) {
+    const std::string local = testing::unique_address();
+    threads.emplace_back([&, node, local] {
+      auto relay = Relay::connect((*sender)->address(), static_cast<std::uint32_t>(node), local, o);
+      ASSERT_TRUE(relay.ok()) << relay.status().to_string();
+      ASSERT_TRUE((*relay)->accept(kLocal).ok());
+      for (int r = 0; r < kRounds; ++r) {
+        auto stats = (*relay)->relay_round();
+        ASSERT_TRUE(stats.ok()) << stats.status().to_string();
+      }
+    });
+    for (int i = 0; i < kLocal; ++i) {
+      threads.emplace_back([&, node, i, local] {
+        auto r = Receiver::connect(local, static_cast<std::uint32_t>(i), o);
+        ASSERT_TRUE(r.ok()) << r.status().to_string();
+        EXPECT_EQ((*r)->session_id(), (*sender)->session_id());
+        for (int round = 0; round < kRounds; ++round) {
+          auto s = (*r)->receive_round([&](const TensorView& t) {
+            got[node * kLocal + i][t.spec.name].assign(t.data.begin(), t.data.end());
+            return ok_status();
+          });
+          ASSERT_TRUE(s.ok()) << s.status().to_string();
+        }
+      });
+    }
+  }
+  ASSERT_TRUE((*sender)->accept(kNodes).ok());
+  Weights w;
+  for (std::uint64_t round = 1; round <= kRounds; ++round) {
+    w = make_weights(net_model(), round);
+    auto views = w.views();
+    auto stats = (*sender)->send_round(views);
+    ASSERT_TRUE(stats.ok()) << stats.status().to_string();
+  }
+  for (auto& t : threads) t.join();
+  for (std::size_t r = 0; r < got.size(); ++r) {
+    for (std::size_t i = 0; i < w.specs.size(); ++i) {
+      EXPECT_TRUE(got[r][w.specs[i].name] == w.data[i]) << "receiver " << r << " "
+                                                        << w.specs[i].name;
+    }
+  }
+}
+
+TEST(NetSync, NoTokenAnywhereIsAClearError) {
+  ::unsetenv("FERRY_TOKEN");
+  ::unsetenv("FERRY_TOKEN_FILE");
+  SyncOptions o;
+  auto sender = Sender::create("127.0.0.1:0", o);
+  ASSERT_FALSE(sender.ok());
+  EXPECT_EQ(sender.status().code(), Code::kUnauthenticated);
+  EXPECT_NE(sender.status().message().find("FERRY_TOKEN"), std::string::npos)
+      << sender.status().message();
+}
+
+}  // namespace
+}  // namespace ferry::sync
