@@ -1,10 +1,14 @@
-// ferry sync serve / ferry sync recv: the two ends of a weight-sync session, by hand.
+// ferry sync serve / recv / relay: the ends of a weight-sync session, by hand and in scripts
+// (tests/netns drives them across network namespaces).
 #include <fmt/format.h>
 
 #include <cstdio>
 #include <iostream>
 #include <memory>
 #include <nlohmann/json.hpp>
+
+#define XXH_INLINE_ALL
+#include <xxhash.h>
 
 #include "cli/commands.h"
 #include "ferry/model.h"
@@ -25,6 +29,18 @@ struct SyncArgs {
   double timeout_s = 60;
   bool no_checksums = false;
   bool json = false;
+  std::string token_file;
+  std::string local = "@ferry-relay";  // relay: the shm address local receivers join
+};
+
+// XXH3 of every tensor's name and bytes, combined so that the order does not matter: both
+// ends print it, so a script can check every byte arrived without trusting either end.
+struct ContentHash {
+  std::uint64_t value = 0;
+  void add(const TensorView& t) {
+    value += XXH3_64bits_withSeed(t.data.data(), t.data.size(),
+                                  XXH3_64bits(t.spec.name.data(), t.spec.name.size()));
+  }
 };
 
 sync::SyncOptions options_of(const SyncArgs& a) {
@@ -33,10 +49,12 @@ sync::SyncOptions options_of(const SyncArgs& a) {
   o.slots = a.slots;
   o.timeout = std::chrono::milliseconds(static_cast<long long>(a.timeout_s * 1000));
   o.checksums = !a.no_checksums;
+  o.token_file = a.token_file;
   return o;
 }
 
-void print_round(const SyncArgs& a, const sync::RoundStats& s, const char* role) {
+void print_round(const SyncArgs& a, const sync::RoundStats& s, const char* role,
+                 const ContentHash* content) {
   if (a.json) {
     nlohmann::ordered_json j = {{"role", role},
                                 {"round", s.round},
@@ -45,13 +63,18 @@ void print_round(const SyncArgs& a, const sync::RoundStats& s, const char* role)
                                 {"bytes", s.bytes},
                                 {"seconds", s.seconds},
                                 {"checksum", fmt::format("{:016x}", s.checksum)}};
+    if (content != nullptr) j["content_hash"] = fmt::format("{:016x}", content->value);
     std::cout << j.dump() << std::endl;
     return;
   }
   std::printf(
-      "round %llu: %u tensors, %u buckets, %.3f GB in %.3f s (%.2f GB/s), checksum %016llx\n",
+      "round %llu: %u tensors, %u buckets, %.3f GB in %.3f s (%.2f GB/s), checksum %016llx",
       static_cast<unsigned long long>(s.round), s.tensors, s.buckets, s.bytes / 1e9, s.seconds,
       s.seconds > 0 ? s.bytes / 1e9 / s.seconds : 0.0, static_cast<unsigned long long>(s.checksum));
+  if (content != nullptr) {
+    std::printf(", content %016llx", static_cast<unsigned long long>(content->value));
+  }
+  std::printf("\n");
   std::fflush(stdout);
 }
 
@@ -66,23 +89,25 @@ int run_serve(const SyncArgs& a) {
   auto sender = sync::Sender::create(a.address, options_of(a));
   if (!sender.ok()) return report_error(sender.status());
   for (const TensorSpec& s : specs) data.emplace_back(s.bytes());
-  if (!a.json) {
-    std::printf("serving %s (%zu tensors) on %s, session %016llx; waiting for %u receiver(s)\n",
-                a.preset.c_str(), specs.size(), a.address.c_str(),
-                static_cast<unsigned long long>((*sender)->session_id()), a.receivers);
-    std::fflush(stdout);
-  }
+  // Always said, on stderr under --json: with port 0 it is how scripts learn the port.
+  std::fprintf(a.json ? stderr : stdout,
+               "serving %s (%zu tensors) on %s, session %016llx; waiting for %u receiver(s)\n",
+               a.preset.c_str(), specs.size(), (*sender)->address().c_str(),
+               static_cast<unsigned long long>((*sender)->session_id()), a.receivers);
+  std::fflush(a.json ? stderr : stdout);
   Status s = (*sender)->accept(a.receivers);
   if (!s.ok()) return report_error(s);
   for (int r = 1; r <= a.rounds; ++r) {
     views.clear();
+    ContentHash content;
     for (std::size_t i = 0; i < specs.size(); ++i) {
       model::fill_synthetic(static_cast<std::uint64_t>(r), specs[i].name, 0, data[i]);
       views.push_back({specs[i], data[i]});
+      content.add(views.back());
     }
     auto st = (*sender)->send_round(views);
     if (!st.ok()) return report_error(st.status());
-    print_round(a, *st, "sender");
+    print_round(a, *st, "sender", &content);
   }
   return kExitOk;
 }
@@ -92,50 +117,106 @@ int run_recv(const SyncArgs& a) {
   if (!rx.ok()) return report_error(rx.status());
   for (int r = 0; r < a.rounds; ++r) {
     // Per-tensor delivery; the round checksum printed below is what both ends agreed on.
-    auto st = (*rx)->receive_round([](const TensorView&) { return ok_status(); });
+    ContentHash content;
+    auto st = (*rx)->receive_round([&](const TensorView& t) {
+      content.add(t);
+      return ok_status();
+    });
     if (!st.ok()) return report_error(st.status());
-    print_round(a, *st, "receiver");
+    print_round(a, *st, "receiver", &content);
   }
   return kExitOk;
+}
+
+int run_relay(const SyncArgs& a) {
+  auto relay = sync::Relay::connect(a.address, a.id, a.local, options_of(a));
+  if (!relay.ok()) return report_error(relay.status());
+  std::fprintf(a.json ? stderr : stdout,
+               "relay %u joined %s (session %016llx); waiting for %u local receiver(s) on %s\n",
+               a.id, a.address.c_str(), static_cast<unsigned long long>((*relay)->session_id()),
+               a.receivers, (*relay)->local_address().c_str());
+  std::fflush(a.json ? stderr : stdout);
+  Status s = (*relay)->accept(a.receivers);
+  if (!s.ok()) return report_error(s);
+  for (int r = 0; r < a.rounds; ++r) {
+    auto st = (*relay)->relay_round();
+    if (!st.ok()) return report_error(st.status());
+    print_round(a, *st, "relay", nullptr);
+  }
+  return kExitOk;
+}
+
+// The options every end shares.
+void add_common(CLI::App* cmd, SyncArgs* a) {
+  cmd->add_option("--rounds", a->rounds, "Rounds to run")->capture_default_str();
+  cmd->add_option("--timeout", a->timeout_s, "Seconds to wait for a peer")->capture_default_str();
+  cmd->add_option("--token-file", a->token_file,
+                  "Net sessions: file (mode 0600) with the session secret; default: FERRY_TOKEN "
+                  "or FERRY_TOKEN_FILE");
+  cmd->add_flag("--json", a->json, "Print one JSON object per round");
 }
 
 }  // namespace
 
 void add_sync_command(CLI::App& app, Dispatch& dispatch) {
-  CLI::App* sync = app.add_subcommand("sync", "Weight sync on one node: the two ends of a session");
+  CLI::App* sync = app.add_subcommand(
+      "sync", "Weight sync: a sender, its receivers, and per-node relays across the network");
   sync->require_subcommand(1);
   auto args = std::make_shared<SyncArgs>();
   CLI::App* serve = add_command(
       *sync, dispatch, "serve",
-      "Serve rounds of a model-shaped synthetic state to N receivers over a shared-memory ring",
-      "ferry sync serve --address @job42 --receivers 2 --rounds 3 --bucket-mb 64",
+      "Serve rounds of a model-shaped synthetic state to N receivers (shm) or relays (net)",
+      "ferry sync serve --address @job42 --receivers 2 --rounds 3 --bucket-mb 64\n"
+      "  FERRY_TOKEN=s3cret ferry sync serve --listen 0.0.0.0:5555 --receivers 2",
       [args] { return run_serve(*args); });
-  serve->add_option("--address", args->address, "@abstract-name or socket file path")
-      ->capture_default_str();
+  auto* where = serve->add_option("--address", args->address,
+                                  "@abstract-name or socket file path (this node)");
+  where->capture_default_str();
+  serve->add_option("--listen", args->address,
+                    "host:port to serve relays and receivers on other nodes (port 0: any)")
+      ->excludes(where);
   serve->add_option("--preset", args->preset, "Model shapes to send")->capture_default_str();
   serve->add_option("--dtype", args->dtype, "dtype of the tensors")->capture_default_str();
   serve->add_option("--bucket-mb", args->bucket_mb, "Bucket (ring slot) size in MiB")
       ->capture_default_str();
   serve->add_option("--slots", args->slots, "Ring slots (buckets in flight)")
       ->capture_default_str();
-  serve->add_option("--receivers", args->receivers, "Receivers to wait for")->capture_default_str();
-  serve->add_option("--rounds", args->rounds, "Rounds to send")->capture_default_str();
-  serve->add_option("--timeout", args->timeout_s, "Seconds to wait for a peer")
+  serve->add_option("--receivers", args->receivers, "Receivers (or relays) to wait for")
       ->capture_default_str();
   serve->add_flag("--no-checksums", args->no_checksums, "Skip per-bucket XXH3 checksums");
-  serve->add_flag("--json", args->json, "Print one JSON object per round");
+  add_common(serve, args.get());
   auto rargs = std::make_shared<SyncArgs>();
   CLI::App* recv = add_command(
       *sync, dispatch, "recv",
       "Join a session and receive rounds (per-tensor delivery, checksummed)",
-      "ferry sync recv --address @job42 --id 0 --rounds 3", [rargs] { return run_recv(*rargs); });
-  recv->add_option("--address", rargs->address, "Sender's address")->capture_default_str();
+      "ferry sync recv --address @job42 --id 0 --rounds 3\n"
+      "  FERRY_TOKEN=s3cret ferry sync recv --connect 10.0.0.1:5555 --id 0",
+      [rargs] { return run_recv(*rargs); });
+  auto* from = recv->add_option("--address", rargs->address,
+                                "Sender's (or this node's relay's) shm address");
+  from->capture_default_str();
+  recv->add_option("--connect", rargs->address, "Sender's host:port on another node")
+      ->excludes(from);
   recv->add_option("--id", rargs->id, "This receiver's id (unique in the session)")
       ->capture_default_str();
-  recv->add_option("--rounds", rargs->rounds, "Rounds to receive")->capture_default_str();
-  recv->add_option("--timeout", rargs->timeout_s, "Seconds to wait for the sender")
+  add_common(recv, rargs.get());
+
+  auto xargs = std::make_shared<SyncArgs>();
+  CLI::App* relay = add_command(
+      *sync, dispatch, "relay",
+      "On a receiving node: take each bucket once from the network and republish it to this "
+      "node's receivers over shm",
+      "FERRY_TOKEN=s3cret ferry sync relay --connect 10.0.0.1:5555 --id 1 --local @job42 "
+      "--receivers 2 --rounds 3",
+      [xargs] { return run_relay(*xargs); });
+  relay->add_option("--connect", xargs->address, "Sender's host:port")->required();
+  relay->add_option("--id", xargs->id, "This relay's id (unique among the sender's peers)")
       ->capture_default_str();
-  recv->add_flag("--json", rargs->json, "Print one JSON object per round");
+  relay->add_option("--local", xargs->local, "shm address this node's receivers join")
+      ->capture_default_str();
+  relay->add_option("--receivers", xargs->receivers, "Local receivers to wait for")
+      ->capture_default_str();
+  add_common(relay, xargs.get());
 }
 
 }  // namespace ferry::cli
