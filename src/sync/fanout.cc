@@ -107,8 +107,8 @@ Status Fanout::fail(Status why) {
   const auto bytes = wire::encode(message(wire::Error{why.code(), why.message()}));
   for (Peer& p : peers_) {
     if (p.link.valid()) (void)p.link.send(bytes, milliseconds(100));
+    p.link.abort();  // first: it cancels the segment sends still in flight
     p.transfers.clear();
-    p.link.close();
   }
   return why;
 }
@@ -145,7 +145,8 @@ Status Fanout::reap(Peer& p) {
   while (!p.transfers.empty() && p.transfers.front().done()) {
     if (!p.transfers.front().status().ok()) {
       return Status(p.transfers.front().status().code(),
-                    fmt::format("round {}: {}", round_, p.transfers.front().status().message()));
+                    fmt::format("round {}: {}: {}", round_, p.link.peer(),
+                                p.transfers.front().status().message()));
     }
     p.transfers.pop_front();
   }
@@ -164,7 +165,8 @@ Result<bool> Fanout::handle_waiting(const std::function<bool(const Peer&)>& done
     if (done(p)) continue;
     auto got = p.link.try_receive();
     if (!got.ok()) {
-      return Status(got.status().code(), fmt::format("round {}: {}", round_, got.status().message()));
+      return Status(got.status().code(), fmt::format("round {}: {}: {}", round_, p.link.peer(),
+                                                     got.status().message()));
     }
     if (!got->has_value()) continue;
     auto m = wire::decode(**got, p.link.peer());
@@ -282,9 +284,15 @@ Status Fanout::accept_one() {
     if (net_listener_ != nullptr) {
       auto ch = net_listener_->accept(left);
       if (!ch.ok()) {
-        // A peer with a wrong or no token is refused (the listener logged it); keep serving.
-        if (ch.status().code() == Code::kUnauthenticated) continue;
-        return ch.status();
+        // A peer refused for its token, or one that went away or fell silent during the
+        // handshake, is that peer's problem: log it and keep serving until the deadline.
+        if (Clock::now() >= deadline || ch.status().code() == Code::kInvalidArgument) {
+          return ch.status();
+        }
+        if (ch.status().code() != Code::kUnauthenticated) {
+          log::warn("sync: a peer failed to join {}: {}", address_, ch.status().message());
+        }
+        continue;
       }
       p.link = Link(std::move(*ch));
     } else {

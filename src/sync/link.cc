@@ -62,6 +62,11 @@ void Link::close() {
   if (auto* n = std::get_if<net::Channel>(&channel_)) n->close();
 }
 
+void Link::abort() {
+  if (auto* s = std::get_if<shm::Channel>(&channel_)) s->close();
+  if (auto* n = std::get_if<net::Channel>(&channel_)) n->abort();
+}
+
 const std::string& Link::peer() const {
   if (const auto* s = std::get_if<shm::Channel>(&channel_)) return s->peer();
   if (!net_peer_.empty()) return net_peer_;

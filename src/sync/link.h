@@ -45,6 +45,8 @@ class Link {
   int fd() const;
   bool valid() const;
   void close();
+  // close() without lingering to flush (net): for a session that already failed.
+  void abort();
   const std::string& peer() const;
   void set_peer(std::string peer);
 

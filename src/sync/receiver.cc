@@ -74,7 +74,7 @@ struct Receiver::Impl {
     if (channel.valid()) {
       (void)channel.send(wire::encode(message(round, wire::Error{why.code(), why.message()})),
                          std::chrono::milliseconds(100));
-      channel.close();
+      channel.abort();
     }
     return why;
   }

@@ -47,7 +47,7 @@ struct Relay::Impl {
       (void)upstream.send(wire::encode(upstream_message(conversation.round(),
                                                         wire::Error{why.code(), why.message()})),
                           milliseconds(100));
-      upstream.close();
+      upstream.abort();
     }
     if (local) (void)local->fail(why);
     return why;

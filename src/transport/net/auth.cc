@@ -1,0 +1,275 @@
+#include "transport/net/auth.h"
+
+#include <fcntl.h>
+#include <fmt/format.h>
+#include <openssl/crypto.h>
+#include <openssl/evp.h>
+#include <openssl/hmac.h>
+#include <openssl/rand.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <cstring>
+
+#include "base/file_util.h"
+
+namespace ferry::net {
+
+Mac hmac_sha256(std::span<const std::byte> key, std::span<const std::byte> data) {
+  Mac out{};
+  unsigned int length = 0;
+  // The one-shot HMAC() is not deprecated in OpenSSL 3 (only HMAC_CTX is).
+  ::HMAC(EVP_sha256(), key.data(), static_cast<int>(key.size()),
+         reinterpret_cast<const unsigned char*>(data.data()), data.size(), out.data(), &length);
+  return out;
+}
+
+bool macs_equal(const Mac& a, const Mac& b) {
+  return CRYPTO_memcmp(a.data(), b.data(), a.size()) == 0;
+}
+
+Status random_bytes(std::span<std::uint8_t> out) {
+  if (RAND_bytes(out.data(), static_cast<int>(out.size())) != 1) {
+    return internal_error("RAND_bytes failed: OpenSSL has no entropy source");
+  }
+  return ok_status();
+}
+
+Result<Token> Token::from_env() {
+  if (const char* value = std::getenv("FERRY_TOKEN"); value != nullptr) {
+    if (*value == '\0') return invalid_argument("FERRY_TOKEN is set but empty");
+    return from_string(value, "FERRY_TOKEN");
+  }
+  if (const char* path = std::getenv("FERRY_TOKEN_FILE"); path != nullptr && *path != '\0') {
+    return from_file(path);
+  }
+  return not_found(
+      "no session token: set FERRY_TOKEN, or FERRY_TOKEN_FILE to a file with mode 0600, "
+      "to the same secret on every node");
+}
+
+Result<Token> Token::from_file(const std::string& path) {
+  ScopedFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW));
+  if (!fd.valid()) return errno_status("open token file", path, errno);
+  struct stat st {};
+  if (::fstat(fd.get(), &st) != 0) return errno_status("fstat", path, errno);
+  if (!S_ISREG(st.st_mode)) {
+    return failed_precondition(fmt::format("token file {} is not a regular file", path));
+  }
+  if (st.st_uid != ::geteuid()) {
+    return failed_precondition(fmt::format(
+        "token file {} belongs to uid {}, not to this user (uid {}); refusing a secret others "
+        "control",
+        path, st.st_uid, ::geteuid()));
+  }
+  if ((st.st_mode & 077) != 0) {
+    return failed_precondition(
+        fmt::format("token file {} has mode {:04o}: it is readable or writable by group or others; "
+                    "run: chmod 600 {}",
+                    path, st.st_mode & 07777, path));
+  }
+  std::string secret;
+  char buffer[4096];
+  while (true) {
+    const ssize_t n = ::read(fd.get(), buffer, sizeof buffer);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return errno_status("read", path, errno);
+    if (n == 0) break;
+    secret.append(buffer, static_cast<std::size_t>(n));
+    if (secret.size() > (1u << 20)) {
+      return invalid_argument(fmt::format("token file {} is larger than 1 MiB", path));
+    }
+  }
+  OPENSSL_cleanse(buffer, sizeof buffer);
+  while (!secret.empty() &&
+         (secret.back() == '\n' || secret.back() == '\r' || secret.back() == ' ')) {
+    secret.pop_back();
+  }
+  return from_string(std::move(secret), fmt::format("token file {}", path));
+}
+
+Result<Token> Token::from_string(std::string secret, std::string source) {
+  if (secret.empty()) return invalid_argument(fmt::format("{} holds an empty token", source));
+  return Token(std::move(secret), std::move(source));
+}
+
+Token::~Token() { wipe(); }
+
+void Token::wipe() {
+  if (!secret_.empty()) OPENSSL_cleanse(secret_.data(), secret_.size());
+}
+
+namespace handshake {
+namespace {
+
+constexpr std::size_t kPrefixBytes = 6;  // magic, version, kind
+
+class Writer {
+ public:
+  explicit Writer(Kind kind) {
+    u32(kMagic);
+    u8(kVersion);
+    u8(static_cast<std::uint8_t>(kind));
+  }
+  void u8(std::uint8_t v) { out_.push_back(static_cast<std::byte>(v)); }
+  void u32(std::uint32_t v) {
+    for (int i = 0; i < 4; ++i) u8(static_cast<std::uint8_t>(v >> (8 * i)));
+  }
+  template <std::size_t N>
+  void bytes(const std::array<std::uint8_t, N>& a) {
+    for (auto b : a) u8(b);
+  }
+  std::vector<std::byte> take() { return std::move(out_); }
+
+ private:
+  std::vector<std::byte> out_;
+};
+
+class Reader {
+ public:
+  Reader(std::span<const std::byte> in, Kind kind, std::size_t body, const std::string& peer)
+      : in_(in) {
+    const char* name = kind == Kind::kHello       ? "HELLO"
+                       : kind == Kind::kChallenge ? "CHALLENGE"
+                       : kind == Kind::kProof     ? "PROOF"
+                       : kind == Kind::kVerdict   ? "VERDICT"
+                                                  : "CONFIRM";
+    if (in.size() != kPrefixBytes + body) {
+      error_ = corruption(fmt::format(
+          "{} sent {} bytes where the ferry auth handshake expects a {} of {} bytes (not a "
+          "ferry peer, or another version?)",
+          peer, in.size(), name, kPrefixBytes + body));
+      return;
+    }
+    const std::uint32_t magic = u32();
+    const std::uint8_t version = u8();
+    const std::uint8_t got = u8();
+    if (magic != kMagic || version != kVersion || got != static_cast<std::uint8_t>(kind)) {
+      error_ = corruption(fmt::format(
+          "{} sent no ferry auth {} (magic {:#x}, version {}, kind {}; expected {:#x}, {}, {})",
+          peer, name, magic, version, got, kMagic, kVersion, static_cast<int>(kind)));
+    }
+  }
+  const Status& error() const { return error_; }
+  std::uint8_t u8() { return static_cast<std::uint8_t>(in_[pos_++]); }
+  std::uint32_t u32() {
+    std::uint32_t v = 0;
+    for (int i = 0; i < 4; ++i) v |= std::uint32_t{u8()} << (8 * i);
+    return v;
+  }
+  template <std::size_t N>
+  void bytes(std::array<std::uint8_t, N>* a) {
+    for (auto& b : *a) b = u8();
+  }
+
+ private:
+  std::span<const std::byte> in_;
+  std::size_t pos_ = 0;
+  Status error_;
+};
+
+Mac proof(const Token& token, std::string_view label, const Nonce& connector,
+          const Nonce& listener) {
+  std::vector<std::byte> data;
+  data.reserve(label.size() + 2 * kNonceBytes);
+  for (char c : label) data.push_back(static_cast<std::byte>(c));
+  for (auto b : connector) data.push_back(static_cast<std::byte>(b));
+  for (auto b : listener) data.push_back(static_cast<std::byte>(b));
+  return hmac_sha256(token.bytes(), data);
+}
+
+}  // namespace
+
+std::vector<std::byte> encode(const Hello& m) {
+  Writer w(Kind::kHello);
+  w.u8(m.has_token ? 1 : 0);
+  w.bytes(m.nonce);
+  return w.take();
+}
+
+std::vector<std::byte> encode(const Challenge& m) {
+  Writer w(Kind::kChallenge);
+  w.u8(m.status);
+  w.bytes(m.nonce);
+  return w.take();
+}
+
+std::vector<std::byte> encode(const Proof& m) {
+  Writer w(Kind::kProof);
+  w.bytes(m.mac);
+  w.u32(m.bulk_id);
+  return w.take();
+}
+
+std::vector<std::byte> encode(const Verdict& m) {
+  Writer w(Kind::kVerdict);
+  w.u8(m.status);
+  w.bytes(m.mac);
+  w.u32(m.bulk_id);
+  return w.take();
+}
+
+std::vector<std::byte> encode(const Confirm& m) {
+  Writer w(Kind::kConfirm);
+  w.u8(m.status);
+  return w.take();
+}
+
+Result<Hello> decode_hello(std::span<const std::byte> bytes, const std::string& peer) {
+  Reader r(bytes, Kind::kHello, 1 + kNonceBytes, peer);
+  if (!r.error().ok()) return r.error();
+  Hello m;
+  const std::uint8_t flag = r.u8();
+  if (flag > 1) return corruption(fmt::format("{} sent a HELLO with flag {}", peer, flag));
+  m.has_token = flag == 1;
+  r.bytes(&m.nonce);
+  return m;
+}
+
+Result<Challenge> decode_challenge(std::span<const std::byte> bytes, const std::string& peer) {
+  Reader r(bytes, Kind::kChallenge, 1 + kNonceBytes, peer);
+  if (!r.error().ok()) return r.error();
+  Challenge m;
+  m.status = r.u8();
+  r.bytes(&m.nonce);
+  return m;
+}
+
+Result<Proof> decode_proof(std::span<const std::byte> bytes, const std::string& peer) {
+  Reader r(bytes, Kind::kProof, kMacBytes + 4, peer);
+  if (!r.error().ok()) return r.error();
+  Proof m;
+  r.bytes(&m.mac);
+  m.bulk_id = r.u32();
+  return m;
+}
+
+Result<Verdict> decode_verdict(std::span<const std::byte> bytes, const std::string& peer) {
+  Reader r(bytes, Kind::kVerdict, 1 + kMacBytes + 4, peer);
+  if (!r.error().ok()) return r.error();
+  Verdict m;
+  m.status = r.u8();
+  r.bytes(&m.mac);
+  m.bulk_id = r.u32();
+  return m;
+}
+
+Result<Confirm> decode_confirm(std::span<const std::byte> bytes, const std::string& peer) {
+  Reader r(bytes, Kind::kConfirm, 1, peer);
+  if (!r.error().ok()) return r.error();
+  Confirm m;
+  m.status = r.u8();
+  return m;
+}
+
+Mac listener_proof(const Token& token, const Nonce& connector, const Nonce& listener) {
+  return proof(token, "ferry-auth-v1 listener", connector, listener);
+}
+
+Mac connector_proof(const Token& token, const Nonce& connector, const Nonce& listener) {
+  return proof(token, "ferry-auth-v1 connector", connector, listener);
+}
+
+}  // namespace handshake
+}  // namespace ferry::net

@@ -1,0 +1,215 @@
+#include "transport/net/context.h"
+
+#include <fmt/format.h>
+#include <poll.h>
+#include <ucp/api/ucp.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <sstream>
+
+#include "base/log.h"
+#include "transport/net/auth.h"
+
+namespace ferry::net {
+namespace {
+
+Status ucx_error(std::string_view call, ucs_status_t status) {
+  return io_error(fmt::format("UCX {} failed: {}", call, ucs_status_string(status)));
+}
+
+// Captures what a ucp *_print_info function writes.
+template <typename Print>
+std::string capture(Print print) {
+  char* text = nullptr;
+  std::size_t size = 0;
+  FILE* f = ::open_memstream(&text, &size);
+  if (f == nullptr) return {};
+  print(f);
+  std::fclose(f);
+  std::string out(text, size);
+  std::free(text);
+  return out;
+}
+
+// "tl/device" of every "resource N : md M dev D flags -- tl/device" line.
+std::string parse_resources(const std::string& dump) {
+  std::istringstream in(dump);
+  std::string line;
+  std::string out;
+  while (std::getline(in, line)) {
+    if (line.find("resource") == std::string::npos) continue;
+    const auto dashes = line.find("-- ");
+    if (dashes == std::string::npos) continue;
+    std::string tl = line.substr(dashes + 3);
+    while (!tl.empty() && (tl.back() == ' ' || tl.back() == '\n')) tl.pop_back();
+    if (!out.empty()) out += ' ';
+    out += tl;
+  }
+  return out;
+}
+
+}  // namespace
+
+Result<std::shared_ptr<Context>> Context::create(const ContextOptions& options) {
+  ucp_config_t* config = nullptr;
+  ucs_status_t st = ucp_config_read(nullptr, nullptr, &config);
+  if (st != UCS_OK) return ucx_error("ucp_config_read", st);
+  // The environment wins over the options: a user forcing UCX_TLS must get what they asked.
+  const auto apply = [&](const char* name, const char* env, const std::string& value) -> Status {
+    if (value.empty() || std::getenv(env) != nullptr) return ok_status();
+    const ucs_status_t s = ucp_config_modify(config, name, value.c_str());
+    if (s != UCS_OK) {
+      return invalid_argument(
+          fmt::format("UCX rejects {}={}: {}", env, value, ucs_status_string(s)));
+    }
+    return ok_status();
+  };
+  Status s = apply("TLS", "UCX_TLS", options.transports);
+  if (s.ok()) s = apply("NET_DEVICES", "UCX_NET_DEVICES", options.devices);
+  if (!s.ok()) {
+    ucp_config_release(config);
+    return s;
+  }
+  ucp_params_t params{};
+  params.field_mask = UCP_PARAM_FIELD_FEATURES;
+  params.features = UCP_FEATURE_TAG | UCP_FEATURE_STREAM | UCP_FEATURE_WAKEUP;
+  auto ctx = std::make_shared<Context>(Private{});
+  st = ucp_init(&params, config, &ctx->context_);
+  ucp_config_release(config);
+  if (st != UCS_OK) {
+    ctx->context_ = nullptr;
+    return ucx_error("ucp_init (check UCX_TLS / UCX_NET_DEVICES)", st);
+  }
+  ucp_worker_params_t wp{};
+  wp.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
+  wp.thread_mode = UCS_THREAD_MODE_SINGLE;
+  st = ucp_worker_create(ctx->context_, &wp, &ctx->worker_);
+  if (st != UCS_OK) {
+    ctx->worker_ = nullptr;
+    return ucx_error("ucp_worker_create", st);
+  }
+  st = ucp_worker_get_efd(ctx->worker_, &ctx->event_fd_);
+  if (st != UCS_OK) return ucx_error("ucp_worker_get_efd", st);
+  ctx->resources_ =
+      parse_resources(capture([&](FILE* f) { ucp_context_print_info(ctx->context_, f); }));
+  log::debug("net: UCX {} context with transports {}", ucp_get_version_string(), ctx->resources_);
+  return ctx;
+}
+
+Context::~Context() {
+  if (worker_ != nullptr) ucp_worker_destroy(worker_);
+  if (context_ != nullptr) ucp_cleanup(context_);
+}
+
+bool Context::progress() {
+  bool any = false;
+  while (ucp_worker_progress(worker_) != 0) any = true;
+  return any;
+}
+
+bool Context::arm() {
+  const ucs_status_t st = ucp_worker_arm(worker_);
+  return st == UCS_OK;  // UCS_ERR_BUSY: events are pending
+}
+
+void Context::wait(std::chrono::milliseconds timeout) {
+  progress();
+  if (!arm()) return;
+  const auto ms = std::min<long long>(std::max<long long>(timeout.count(), 0), 50);
+  pollfd p{event_fd_, POLLIN, 0};
+  (void)::poll(&p, 1, static_cast<int>(ms));
+}
+
+Result<MemoryRegion> Context::register_memory(std::span<std::byte> memory) {
+  if (memory.empty()) return invalid_argument("cannot register an empty memory region");
+  ucp_mem_map_params_t p{};
+  p.field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS | UCP_MEM_MAP_PARAM_FIELD_LENGTH;
+  p.address = memory.data();
+  p.length = memory.size();
+  MemoryRegion region;
+  const ucs_status_t st = ucp_mem_map(context_, &p, &region.memh_);
+  if (st != UCS_OK) {
+    region.memh_ = nullptr;
+    return ucx_error(fmt::format("ucp_mem_map of {} bytes", memory.size()), st);
+  }
+  region.context_ = shared_from_this();
+  region.data_ = memory.data();
+  region.size_ = memory.size();
+  return region;
+}
+
+std::uint32_t Context::allocate_bulk_id() {
+  while (true) {
+    std::uint32_t id = 0;
+    std::array<std::uint8_t, 4> raw{};
+    if (!random_bytes(raw).ok()) {
+      id = static_cast<std::uint32_t>(bulk_ids_.size() + 1);  // still unique in this context
+    } else {
+      id = raw[0] | (raw[1] << 8) | (raw[2] << 16) | (std::uint32_t{raw[3]} << 24);
+    }
+    if (id != 0 && bulk_ids_.insert(id).second) return id;
+  }
+}
+
+MemoryRegion::MemoryRegion(MemoryRegion&& o) noexcept
+    : context_(std::move(o.context_)), memh_(o.memh_), data_(o.data_), size_(o.size_) {
+  o.memh_ = nullptr;
+  o.data_ = nullptr;
+  o.size_ = 0;
+}
+
+MemoryRegion& MemoryRegion::operator=(MemoryRegion&& o) noexcept {
+  if (this != &o) {
+    reset();
+    context_ = std::move(o.context_);
+    memh_ = o.memh_;
+    data_ = o.data_;
+    size_ = o.size_;
+    o.memh_ = nullptr;
+    o.data_ = nullptr;
+    o.size_ = 0;
+  }
+  return *this;
+}
+
+MemoryRegion::~MemoryRegion() { reset(); }
+
+void MemoryRegion::reset() {
+  if (memh_ != nullptr && context_) ucp_mem_unmap(context_->ucp(), memh_);
+  memh_ = nullptr;
+  context_.reset();
+  data_ = nullptr;
+  size_ = 0;
+}
+
+bool MemoryRegion::contains(const void* p, std::size_t n) const {
+  const auto* b = static_cast<const std::byte*>(p);
+  return data_ != nullptr && b >= data_ && n <= size_ &&
+         b - data_ <= static_cast<std::ptrdiff_t>(size_ - n);
+}
+
+std::string endpoint_transports(ucp_ep_h ep) {
+  const std::string dump = capture([&](FILE* f) { ucp_ep_print_info(ep, f); });
+  // Lane lines look like "#   lane[0]:  2:tcp/lo.0 md[1]  -> md[1]/tcp/sysdev[255] am am_bw#0".
+  std::istringstream in(dump);
+  std::string line;
+  std::string out;
+  while (std::getline(in, line)) {
+    const auto lane = line.find("lane[");
+    if (lane == std::string::npos) continue;
+    const auto colon = line.find(':', lane);
+    if (colon == std::string::npos) continue;
+    std::istringstream fields(line.substr(colon + 1));
+    std::string rsc;
+    fields >> rsc;  // "2:tcp/lo.0"
+    if (const auto c = rsc.find(':'); c != std::string::npos) rsc = rsc.substr(c + 1);
+    if (rsc.empty() || out.find(rsc) != std::string::npos) continue;
+    if (!out.empty()) out += ' ';
+    out += rsc;
+  }
+  return out.empty() ? "unknown" : out;
+}
+
+}  // namespace ferry::net

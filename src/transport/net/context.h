@@ -1,0 +1,111 @@
+// The UCX side of the net transport: one ucp context and one worker (single-thread
+// mode) per Context, and memory registered with it for the bulk path.
+//
+// Everything here is single-threaded: one thread owns a Context and all the listeners,
+// channels, regions and transfers made from it. The worker's event fd lets that
+// thread's poll() loop wait on net peers and shm peers together.
+#pragma once
+
+#include <ucp/api/ucp_def.h>
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <unordered_set>
+
+#include "ferry/status.h"
+
+namespace ferry::net {
+
+struct ContextOptions {
+  // UCX transports to ask for (UCX_TLS syntax, e.g. "tcp" or "rc,sm,self"), used only when
+  // the environment sets no UCX_TLS. Default "": UCX picks from all it finds (RDMA when
+  // present, shared memory between processes on one host, TCP otherwise). See
+  // docs/transport-net.md.
+  std::string transports;
+  // Network devices (UCX_NET_DEVICES syntax, e.g. "mlx5_0:1" or "eth0"), likewise only when
+  // UCX_NET_DEVICES is unset. Default "": all.
+  std::string devices;
+};
+
+class MemoryRegion;
+
+class Context : public std::enable_shared_from_this<Context> {
+ public:
+  // ucp_init with the tag, stream and wakeup features, and one worker.
+  static Result<std::shared_ptr<Context>> create(const ContextOptions& options = {});
+  ~Context();
+  Context(const Context&) = delete;
+  Context& operator=(const Context&) = delete;
+
+  // Becomes readable when the worker has work; after it does, call progress() and then
+  // look at every channel (try_receive, Transfer::done) before arming again.
+  int event_fd() const { return event_fd_; }
+  // Runs UCX's progress engine until it has nothing left to do; true if it did anything.
+  bool progress();
+  // Arms event_fd for the next event. false: events are pending already; progress instead
+  // of sleeping.
+  bool arm();
+  // progress(), arm(), then sleep on event_fd for at most `timeout` (capped at 50 ms so
+  // a missed wakeup costs at most that). For the blocking calls of Channel and Listener.
+  void wait(std::chrono::milliseconds timeout);
+
+  // Registers (ucp_mem_map) memory the caller owns, once per session, for bulk transfers
+  // from or into it. REQUIRES: the memory outlives the region.
+  Result<MemoryRegion> register_memory(std::span<std::byte> memory);
+
+  // The transports and devices UCX found, one "tl/device" per entry, e.g. "tcp/lo tcp/eth0
+  // posix/memory"; for logs and `ferry doctor`.
+  const std::string& resources() const { return resources_; }
+  // A fresh random nonzero id no other channel of this context uses (bulk tags).
+  std::uint32_t allocate_bulk_id();
+  void release_bulk_id(std::uint32_t id) { bulk_ids_.erase(id); }
+
+  ucp_context_h ucp() const { return context_; }
+  ucp_worker_h worker() const { return worker_; }
+
+ private:
+  struct Private {};
+
+ public:
+  explicit Context(Private) {}
+
+ private:
+  ucp_context_h context_ = nullptr;
+  ucp_worker_h worker_ = nullptr;
+  int event_fd_ = -1;
+  std::string resources_;
+  std::unordered_set<std::uint32_t> bulk_ids_;
+};
+
+// Memory registered with a Context. Move-only; deregisters on destruction.
+class MemoryRegion {
+ public:
+  MemoryRegion() = default;
+  MemoryRegion(MemoryRegion&& o) noexcept;
+  MemoryRegion& operator=(MemoryRegion&& o) noexcept;
+  ~MemoryRegion();
+
+  std::byte* data() const { return data_; }
+  std::size_t size() const { return size_; }
+  // Whether [p, p + n) lies inside the region.
+  bool contains(const void* p, std::size_t n) const;
+  ucp_mem_h handle() const { return memh_; }
+
+ private:
+  friend class Context;
+  void reset();
+  std::shared_ptr<Context> context_;
+  ucp_mem_h memh_ = nullptr;
+  std::byte* data_ = nullptr;
+  std::size_t size_ = 0;
+};
+
+// The "tl/device" pairs of the lanes an endpoint uses (from ucp_ep_print_info, since
+// ucp_ep_query cannot say in UCX 1.13), e.g. "tcp/lo" or "rc_mlx5/mlx5_0:1 sysv/memory".
+std::string endpoint_transports(ucp_ep_h ep);
+
+}  // namespace ferry::net

@@ -1,0 +1,204 @@
+// The net transport's authentication pieces: HMAC against RFC 4231, token sources and
+// the token file's permission check, and the handshake messages' encoding.
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+
+#include <cstdlib>
+#include <string>
+
+#include "support/test_support.h"
+#include "transport/net/auth.h"
+
+namespace ferry::net {
+namespace {
+
+std::string hex(const Mac& mac) {
+  static const char* digits = "0123456789abcdef";
+  std::string out;
+  for (auto b : mac) {
+    out += digits[b >> 4];
+    out += digits[b & 15];
+  }
+  return out;
+}
+
+std::span<const std::byte> bytes_of(const std::string& s) {
+  return {reinterpret_cast<const std::byte*>(s.data()), s.size()};
+}
+
+TEST(Hmac, Rfc4231TestCase1) {
+  const std::string key(20, '\x0b');
+  EXPECT_EQ(hex(hmac_sha256(bytes_of(key), bytes_of("Hi There"))),
+            "b0344c61d8db38535ca8afceaf0bf12b881dc200c9833da726e9376c2e32cff7");
+}
+
+TEST(Hmac, Rfc4231TestCase2) {
+  EXPECT_EQ(hex(hmac_sha256(bytes_of("Jefe"), bytes_of("what do ya want for nothing?"))),
+            "5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843");
+}
+
+TEST(Hmac, Rfc4231TestCase6KeyLongerThanBlock) {
+  const std::string key(131, '\xaa');
+  EXPECT_EQ(hex(hmac_sha256(bytes_of(key),
+                            bytes_of("Test Using Larger Than Block-Size Key - Hash Key First"))),
+            "60e431591ee0b67f0d8a26aacbf5b77f8e0bc6213728c5140546040f0ee37f54");
+}
+
+TEST(Hmac, MacsEqualComparesEveryByte) {
+  Mac a{};
+  Mac b{};
+  EXPECT_TRUE(macs_equal(a, b));
+  b[31] = 1;
+  EXPECT_FALSE(macs_equal(a, b));
+  b[31] = 0;
+  b[0] = 0x80;
+  EXPECT_FALSE(macs_equal(a, b));
+}
+
+TEST(Token, FileWithMode0600IsReadWithoutTrailingNewline) {
+  ferry::testing::TempDir dir;
+  const std::string path = dir.file("token");
+  ferry::testing::write_bytes(path, "s3cret value\n");
+  ASSERT_EQ(::chmod(path.c_str(), 0600), 0);
+  auto t = Token::from_file(path);
+  ASSERT_TRUE(t.ok()) << t.status().to_string();
+  EXPECT_EQ(std::string(reinterpret_cast<const char*>(t->bytes().data()), t->bytes().size()),
+            "s3cret value");
+  EXPECT_NE(t->source().find(path), std::string::npos);
+}
+
+TEST(Token, GroupOrWorldReadableFileIsRefusedWithTheFix) {
+  ferry::testing::TempDir dir;
+  const std::string path = dir.file("token");
+  ferry::testing::write_bytes(path, "secret");
+  for (mode_t mode : {0644, 0640, 0604, 0620}) {
+    ASSERT_EQ(::chmod(path.c_str(), mode), 0);
+    auto t = Token::from_file(path);
+    ASSERT_FALSE(t.ok()) << std::oct << mode;
+    EXPECT_EQ(t.status().code(), Code::kFailedPrecondition);
+    EXPECT_NE(t.status().message().find(path), std::string::npos) << t.status().message();
+    EXPECT_NE(t.status().message().find("chmod 600"), std::string::npos) << t.status().message();
+  }
+  ASSERT_EQ(::chmod(path.c_str(), 0400), 0);
+  EXPECT_TRUE(Token::from_file(path).ok());
+}
+
+TEST(Token, MissingOrEmptyFileIsAnError) {
+  ferry::testing::TempDir dir;
+  auto missing = Token::from_file(dir.file("nope"));
+  ASSERT_FALSE(missing.ok());
+  EXPECT_EQ(missing.status().code(), Code::kNotFound);
+  const std::string path = dir.file("empty");
+  ferry::testing::write_bytes(path, "\n");
+  ASSERT_EQ(::chmod(path.c_str(), 0600), 0);
+  auto empty = Token::from_file(path);
+  ASSERT_FALSE(empty.ok());
+  EXPECT_EQ(empty.status().code(), Code::kInvalidArgument);
+}
+
+class TokenEnv : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ::unsetenv("FERRY_TOKEN");
+    ::unsetenv("FERRY_TOKEN_FILE");
+  }
+  void TearDown() override { SetUp(); }
+};
+
+TEST_F(TokenEnv, NeitherVariableIsNotFoundNamingBoth) {
+  auto t = Token::from_env();
+  ASSERT_FALSE(t.ok());
+  EXPECT_EQ(t.status().code(), Code::kNotFound);
+  EXPECT_NE(t.status().message().find("FERRY_TOKEN"), std::string::npos);
+  EXPECT_NE(t.status().message().find("FERRY_TOKEN_FILE"), std::string::npos);
+}
+
+TEST_F(TokenEnv, FerryTokenWinsOverTheFile) {
+  ferry::testing::TempDir dir;
+  const std::string path = dir.file("token");
+  ferry::testing::write_bytes(path, "from-file");
+  ASSERT_EQ(::chmod(path.c_str(), 0600), 0);
+  ::setenv("FERRY_TOKEN_FILE", path.c_str(), 1);
+  auto f = Token::from_env();
+  ASSERT_TRUE(f.ok()) << f.status().to_string();
+  EXPECT_EQ(f->bytes().size(), 9u);
+  ::setenv("FERRY_TOKEN", "from-env-var", 1);
+  auto e = Token::from_env();
+  ASSERT_TRUE(e.ok());
+  EXPECT_EQ(e->bytes().size(), 12u);
+  EXPECT_EQ(e->source(), "FERRY_TOKEN");
+  ::setenv("FERRY_TOKEN", "", 1);
+  EXPECT_EQ(Token::from_env().status().code(), Code::kInvalidArgument);
+}
+
+TEST_F(TokenEnv, BadModeFileNamedByTheVariableIsRefused) {
+  ferry::testing::TempDir dir;
+  const std::string path = dir.file("token");
+  ferry::testing::write_bytes(path, "x");
+  ASSERT_EQ(::chmod(path.c_str(), 0644), 0);
+  ::setenv("FERRY_TOKEN_FILE", path.c_str(), 1);
+  EXPECT_EQ(Token::from_env().status().code(), Code::kFailedPrecondition);
+}
+
+TEST(Handshake, MessagesRoundTrip) {
+  handshake::Challenge c;
+  c.nonce[0] = 7;
+  c.nonce[31] = 9;
+  auto d = handshake::decode_challenge(handshake::encode(c), "peer x");
+  ASSERT_TRUE(d.ok()) << d.status().to_string();
+  EXPECT_EQ(d->nonce, c.nonce);
+  handshake::Verdict v;
+  v.status = handshake::kWrongToken;
+  v.mac[5] = 42;
+  v.bulk_id = 3;
+  auto w = handshake::decode_verdict(handshake::encode(v), "peer x");
+  ASSERT_TRUE(w.ok()) << w.status().to_string();
+  EXPECT_EQ(w->status, handshake::kWrongToken);
+  EXPECT_EQ(w->mac, v.mac);
+  EXPECT_EQ(w->bulk_id, 3u);
+  EXPECT_TRUE(handshake::decode_confirm(handshake::encode(handshake::Confirm{}), "peer x").ok());
+  handshake::Proof p;
+  p.bulk_id = 0xdeadbeef;
+  p.mac[0] = 1;
+  auto q = handshake::decode_proof(handshake::encode(p), "peer x");
+  ASSERT_TRUE(q.ok());
+  EXPECT_EQ(q->bulk_id, 0xdeadbeefu);
+  EXPECT_EQ(q->mac, p.mac);
+}
+
+TEST(Handshake, DecodeRefusesOtherBytesNamingThePeer) {
+  handshake::Hello h;
+  h.has_token = true;
+  auto bytes = handshake::encode(h);
+  EXPECT_TRUE(handshake::decode_hello(bytes, "peer 1.2.3.4:5").ok());
+  // A HELLO is not a VERDICT, a short message is not a HELLO, nor is another magic.
+  EXPECT_EQ(handshake::decode_verdict(bytes, "peer 1.2.3.4:5").status().code(), Code::kCorruption);
+  auto shorter = bytes;
+  shorter.pop_back();
+  auto r = handshake::decode_hello(shorter, "peer 1.2.3.4:5");
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("peer 1.2.3.4:5"), std::string::npos);
+  auto magic = bytes;
+  magic[0] = std::byte{'G'};
+  EXPECT_FALSE(handshake::decode_hello(magic, "p").ok());
+  auto flag = bytes;
+  flag[6] = std::byte{2};
+  EXPECT_FALSE(handshake::decode_hello(flag, "p").ok());
+}
+
+TEST(Handshake, ProofsDependOnRoleTokenAndBothNonces) {
+  auto a = Token::from_string("alpha");
+  auto b = Token::from_string("beta");
+  ASSERT_TRUE(a.ok() && b.ok());
+  Nonce n1{};
+  Nonce n2{};
+  n2[0] = 1;
+  const Mac l = handshake::listener_proof(*a, n1, n2);
+  EXPECT_FALSE(macs_equal(l, handshake::connector_proof(*a, n1, n2)));  // no reflection
+  EXPECT_FALSE(macs_equal(l, handshake::listener_proof(*b, n1, n2)));
+  EXPECT_FALSE(macs_equal(l, handshake::listener_proof(*a, n2, n1)));
+  EXPECT_TRUE(macs_equal(l, handshake::listener_proof(*a, n1, n2)));
+}
+
+}  // namespace
+}  // namespace ferry::net

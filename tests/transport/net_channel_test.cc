@@ -1,0 +1,834 @@
+// The UCX net transport on 127.0.0.1 with ephemeral ports: control messages, bulk
+// transfers into registered memory, authentication, and peers that die or go silent.
+//
+// Peers run on threads with their own Context, or as child processes (this binary
+// re-executed with FERRY_NET_TEST_CHILD set) when the test kills them.
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <poll.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <ucp/api/ucp.h>
+#include <unistd.h>
+
+#include <array>
+#include <atomic>
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "support/test_support.h"
+#include "transport/net/address.h"
+#include "transport/net/channel.h"
+
+extern char** environ;
+
+namespace ferry::net {
+namespace {
+
+using std::chrono::milliseconds;
+using Clock = std::chrono::steady_clock;
+
+constexpr milliseconds kTimeout{10000};
+
+Token token(const std::string& s = "test-secret") { return *Token::from_string(s); }
+
+std::shared_ptr<Context> make_context() {
+  auto c = Context::create();
+  EXPECT_TRUE(c.ok()) << c.status().to_string();
+  return c.ok() ? *c : nullptr;
+}
+
+std::vector<std::byte> pattern(std::size_t n, unsigned seed) {
+  std::vector<std::byte> v(n);
+  std::mt19937_64 rng(seed);
+  for (std::size_t i = 0; i < n; i += 8) {
+    const std::uint64_t x = rng();
+    std::memcpy(v.data() + i, &x, std::min<std::size_t>(8, n - i));
+  }
+  return v;
+}
+
+double ms_since(Clock::time_point t) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - t).count();
+}
+
+// A peer on its own thread and Context, which connects to `address` and runs `body`.
+class PeerThread {
+ public:
+  PeerThread(std::string address, std::optional<Token> tok, std::function<Status(Channel&)> body)
+      : thread_([this, address = std::move(address), tok = std::move(tok), body = std::move(body)] {
+          auto ctx = Context::create();
+          if (!ctx.ok()) {
+            connect_status_ = ctx.status();
+            finished_ = true;
+            return;
+          }
+          auto ch = connect(*ctx, address, tok, kTimeout);
+          if (!ch.ok()) {
+            connect_status_ = ch.status();
+            finished_ = true;
+            return;
+          }
+          transports_ = ch->transports();
+          body_status_ = body(*ch);
+          ch->close();
+          finished_ = true;
+        }) {}
+  ~PeerThread() { join(); }
+  void join() {
+    if (thread_.joinable()) thread_.join();
+  }
+  const Status& connect_status() {
+    join();
+    return connect_status_;
+  }
+  const Status& body_status() {
+    join();
+    return body_status_;
+  }
+  // Joins while progressing `ctx`, so that a peer closing its end (which flushes to us)
+  // is not kept waiting by this thread.
+  const Status& finish(Context& ctx) {
+    while (!finished_) ctx.wait(milliseconds(10));
+    return body_status();
+  }
+
+ private:
+  Status connect_status_;
+  Status body_status_;
+  std::atomic<bool> finished_{false};
+  std::string transports_;
+  std::thread thread_;
+};
+
+Listener bind_listener(const std::shared_ptr<Context>& ctx, Token tok = token(),
+                       ListenerOptions options = {}) {
+  auto l = Listener::bind(ctx, "127.0.0.1:0", std::move(tok), options);
+  EXPECT_TRUE(l.ok()) << l.status().to_string();
+  return std::move(*l);
+}
+
+// ---- child processes ----
+
+// This test binary, re-executed as a peer; killed on destruction.
+class ChildProcess {
+ public:
+  ChildProcess(const std::string& role, const std::string& address) {
+    int out[2];
+    EXPECT_EQ(::pipe2(out, O_CLOEXEC), 0);
+    std::vector<std::string> env_text = {"FERRY_NET_TEST_CHILD=" + role,
+                                         "FERRY_NET_TEST_ADDR=" + address,
+                                         "FERRY_TOKEN=test-secret"};
+    for (char** e = environ; *e != nullptr; ++e) {
+      if (std::strncmp(*e, "FERRY_", 6) != 0) env_text.emplace_back(*e);
+    }
+    std::vector<char*> envp;
+    for (auto& s : env_text) envp.push_back(s.data());
+    envp.push_back(nullptr);
+    char self[4096] = {};
+    EXPECT_GT(::readlink("/proc/self/exe", self, sizeof self - 1), 0);
+    char* argv[] = {self, nullptr};
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_adddup2(&fa, out[1], 1);
+    EXPECT_EQ(::posix_spawn(&pid_, self, &fa, nullptr, argv, envp.data()), 0);
+    posix_spawn_file_actions_destroy(&fa);
+    ::close(out[1]);
+    out_ = out[0];
+  }
+  ~ChildProcess() {
+    kill();
+    if (out_ >= 0) ::close(out_);
+  }
+  // One line the child printed (without the newline), or "" at EOF / after 10 s.
+  std::string read_line() {
+    std::string line;
+    const auto deadline = Clock::now() + kTimeout;
+    while (Clock::now() < deadline) {
+      pollfd p{out_, POLLIN, 0};
+      if (::poll(&p, 1, 100) <= 0) continue;
+      char c;
+      if (::read(out_, &c, 1) != 1) break;
+      if (c == '\n') return line;
+      line += c;
+    }
+    return line;
+  }
+  void kill() {
+    if (pid_ <= 0) return;
+    ::kill(pid_, SIGKILL);
+    int status = 0;
+    ::waitpid(pid_, &status, 0);
+    pid_ = -1;
+  }
+
+ private:
+  pid_t pid_ = -1;
+  int out_ = -1;
+};
+
+void say(const std::string& line) {
+  const std::string s = line + "\n";
+  (void)!::write(1, s.data(), s.size());
+}
+
+// Connects and streams 1 MiB bulk messages (keys 0, 1, ...) until killed.
+int child_bulk_sender(const std::string& address) {
+  auto ctx = Context::create();
+  if (!ctx.ok()) return 1;
+  auto ch = connect(*ctx, address, Token::from_env().value(), kTimeout);
+  if (!ch.ok()) return 2;
+  std::vector<std::byte> buffer = pattern(1 << 20, 1);
+  auto region = (*ctx)->register_memory(buffer);
+  if (!region.ok()) return 3;
+  say("connected");
+  for (std::uint32_t key = 0;; ++key) {
+    auto t = ch->send_bulk(key, buffer, *region);
+    if (!t.ok() || !ch->wait(*t, kTimeout).ok()) return 4;
+  }
+}
+
+// Listens, prints its address, accepts one peer, takes one bulk message and then stops
+// reading (so the peer's sends stay in flight) until killed.
+int child_stalled_receiver() {
+  auto ctx = Context::create();
+  if (!ctx.ok()) return 1;
+  auto l = Listener::bind(*ctx, "127.0.0.1:0", Token::from_env().value());
+  if (!l.ok()) return 2;
+  say(l->address());
+  auto ch = l->accept(kTimeout);
+  if (!ch.ok()) return 3;
+  std::vector<std::byte> buffer(1 << 20);
+  auto region = (*ctx)->register_memory(buffer);
+  auto t = ch->receive_bulk(0, buffer, *region);
+  if (!region.ok() || !t.ok() || !ch->wait(*t, kTimeout).ok()) return 4;
+  say("got one");
+  while (true) std::this_thread::sleep_for(std::chrono::seconds(1));
+}
+
+const bool kChildRan = [] {
+  const char* role = std::getenv("FERRY_NET_TEST_CHILD");
+  if (role == nullptr) return false;
+  const char* address = std::getenv("FERRY_NET_TEST_ADDR");
+  int rc = 100;
+  if (std::strcmp(role, "bulk-sender") == 0) rc = child_bulk_sender(address);
+  if (std::strcmp(role, "stalled-receiver") == 0) rc = child_stalled_receiver();
+  std::_Exit(rc);
+}();
+
+// ---- tests ----
+
+TEST(NetChannel, MessagesOfManySizesRoundTripInOrder) {
+  auto ctx = make_context();
+  Listener l = bind_listener(ctx);
+  EXPECT_EQ(l.address().rfind("127.0.0.1:", 0), 0u) << l.address();
+  EXPECT_NE(l.address(), "127.0.0.1:0");
+  const std::vector<std::size_t> sizes = {
+      0, 1, 3, 4, 5, 100, 4095, 4096, 65537, (1 << 20) + 7, 8u << 20, max_message_bytes()};
+  PeerThread peer(l.address(), token(), [&](Channel& ch) -> Status {
+    for (std::size_t i = 0; i < sizes.size(); ++i) {  // echo each message back
+      auto m = ch.receive(kTimeout);
+      if (!m.ok()) return m.status();
+      Status s = ch.send(*m, kTimeout);
+      if (!s.ok()) return s;
+    }
+    return ok_status();
+  });
+  auto ch = l.accept(kTimeout);
+  ASSERT_TRUE(ch.ok()) << ch.status().to_string();
+  EXPECT_EQ(ch->peer().rfind("peer 127.0.0.1:", 0), 0u) << ch->peer();
+  // Send all first: order and boundaries must survive several messages in the stream.
+  for (std::size_t i = 0; i < sizes.size(); ++i) {
+    ASSERT_TRUE(ch->send(pattern(sizes[i], static_cast<unsigned>(i)), kTimeout).ok());
+  }
+  for (std::size_t i = 0; i < sizes.size(); ++i) {
+    auto m = ch->receive(kTimeout);
+    ASSERT_TRUE(m.ok()) << m.status().to_string();
+    ASSERT_EQ(m->size(), sizes[i]);
+    EXPECT_EQ(ferry::testing::hash_bytes(*m),
+              ferry::testing::hash_bytes(pattern(sizes[i], static_cast<unsigned>(i))))
+        << "message " << i;
+  }
+  EXPECT_TRUE(peer.connect_status().ok()) << peer.connect_status().to_string();
+  EXPECT_TRUE(peer.finish(*ctx).ok()) << peer.body_status().to_string();
+  std::vector<std::byte> too_big(max_message_bytes() + 1);
+  EXPECT_EQ(ch->send(too_big, kTimeout).code(), Code::kInvalidArgument);
+}
+
+TEST(NetChannel, BulkBucketArrivesBitExactIntoRegisteredMemory) {
+  auto ctx = make_context();
+  Listener l = bind_listener(ctx);
+  constexpr std::size_t kBucket = (4u << 20) + 12345;
+  const auto data = pattern(kBucket, 7);
+  PeerThread peer(l.address(), token(), [&](Channel& ch) -> Status {
+    std::vector<std::byte> ring(2 * kBucket);  // send from the ring's second slot
+    std::memcpy(ring.data() + kBucket, data.data(), kBucket);
+    auto region = ch.context().register_memory(ring);
+    if (!region.ok()) return region.status();
+    auto t = ch.send_bulk(5, std::span<const std::byte>(ring).subspan(kBucket), *region);
+    if (!t.ok()) return t.status();
+    Status s = ch.wait(*t, kTimeout);
+    if (!s.ok()) return s;
+    return ch.receive(kTimeout).status();  // stay until the receiver says it is done
+  });
+  auto ch = l.accept(kTimeout);
+  ASSERT_TRUE(ch.ok()) << ch.status().to_string();
+  std::vector<std::byte> ring(3 * kBucket, std::byte{0xee});
+  auto region = ctx->register_memory(ring);
+  ASSERT_TRUE(region.ok()) << region.status().to_string();
+  auto into = std::span<std::byte>(ring).subspan(kBucket, kBucket);
+  auto t = ch->receive_bulk(5, into, *region);
+  ASSERT_TRUE(t.ok()) << t.status().to_string();
+  ASSERT_TRUE(ch->wait(*t, kTimeout).ok()) << t->status().to_string();
+  EXPECT_EQ(t->bytes(), kBucket);
+  EXPECT_EQ(ferry::testing::hash_bytes(into), ferry::testing::hash_bytes(data));
+  EXPECT_EQ(ring[kBucket - 1], std::byte{0xee});  // nothing written outside the slot
+  EXPECT_EQ(ring[2 * kBucket], std::byte{0xee});
+  ASSERT_TRUE(ch->send(std::vector<std::byte>(1), kTimeout).ok());
+  EXPECT_TRUE(peer.finish(*ctx).ok()) << peer.body_status().to_string();
+  // Memory outside the region is refused before anything is sent.
+  std::vector<std::byte> outside(16);
+  EXPECT_EQ(ch->receive_bulk(6, outside, *region).status().code(), Code::kInvalidArgument);
+}
+
+TEST(NetChannel, SeveralBucketsInFlightEachArriveWhole) {
+  auto ctx = make_context();
+  Listener l = bind_listener(ctx);
+  constexpr std::size_t kSlot = 1 << 20;
+  constexpr std::uint32_t kSlots = 4;
+  constexpr std::uint32_t kBuckets = 16;
+  PeerThread peer(l.address(), token(), [&](Channel& ch) -> Status {
+    std::vector<std::byte> ring(kSlots * kSlot);
+    auto region = ch.context().register_memory(ring);
+    if (!region.ok()) return region.status();
+    std::array<Transfer, kSlots> in_flight;
+    for (std::uint32_t b = 0; b < kBuckets; ++b) {
+      const std::uint32_t slot = b % kSlots;
+      if (b >= kSlots) {  // reuse a slot only once its previous send completed
+        Status s = ch.wait(in_flight[slot], kTimeout);
+        if (!s.ok()) return s;
+      }
+      const auto bytes = pattern(kSlot - b, b);  // distinct sizes: a mix-up is visible
+      std::memcpy(ring.data() + slot * kSlot, bytes.data(), bytes.size());
+      auto t = ch.send_bulk(b, std::span<const std::byte>(ring).subspan(slot * kSlot, bytes.size()),
+                            *region);
+      if (!t.ok()) return t.status();
+      in_flight[slot] = std::move(*t);
+    }
+    for (auto& t : in_flight) {
+      Status s = ch.wait(t, kTimeout);
+      if (!s.ok()) return s;
+    }
+    return ch.receive(kTimeout).status();
+  });
+  auto ch = l.accept(kTimeout);
+  ASSERT_TRUE(ch.ok()) << ch.status().to_string();
+  std::vector<std::byte> ring(kBuckets * kSlot);
+  auto region = ctx->register_memory(ring);
+  ASSERT_TRUE(region.ok());
+  std::vector<Transfer> posted;
+  // Half are posted before the peer sends them, half after (the first may already be here).
+  for (std::uint32_t b = 0; b < kBuckets; b += 2) {
+    posted.push_back(
+        ch->receive_bulk(b, std::span<std::byte>(ring).subspan(b * kSlot, kSlot), *region).value());
+  }
+  std::this_thread::sleep_for(milliseconds(50));
+  for (std::uint32_t b = 1; b < kBuckets; b += 2) {
+    posted.push_back(
+        ch->receive_bulk(b, std::span<std::byte>(ring).subspan(b * kSlot, kSlot), *region).value());
+  }
+  for (auto& t : posted) {
+    ASSERT_TRUE(ch->wait(t, kTimeout).ok()) << t.status().to_string();
+    const std::uint32_t b = t.key();
+    ASSERT_EQ(t.bytes(), kSlot - b);
+    EXPECT_EQ(ferry::testing::hash_bytes(std::span<std::byte>(ring).subspan(b * kSlot, kSlot - b)),
+              ferry::testing::hash_bytes(pattern(kSlot - b, b)))
+        << "bucket " << b;
+  }
+  ASSERT_TRUE(ch->send(std::vector<std::byte>(1), kTimeout).ok());
+  EXPECT_TRUE(peer.finish(*ctx).ok()) << peer.body_status().to_string();
+}
+
+TEST(NetChannel, BulkLargerThanThePostedBufferIsCorruption) {
+  auto ctx = make_context();
+  Listener l = bind_listener(ctx);
+  PeerThread peer(l.address(), token(), [&](Channel& ch) -> Status {
+    std::vector<std::byte> buf(64 << 10);
+    auto region = ch.context().register_memory(buf);
+    auto t = ch.send_bulk(1, buf, *region);
+    if (!t.ok()) return t.status();
+    (void)ch.wait(*t, kTimeout);
+    return ch.receive(kTimeout).status();
+  });
+  auto ch = l.accept(kTimeout);
+  ASSERT_TRUE(ch.ok());
+  std::vector<std::byte> small(1024);
+  auto region = ctx->register_memory(small);
+  auto t = ch->receive_bulk(1, small, *region);
+  ASSERT_TRUE(t.ok());
+  const Status s = ch->wait(*t, kTimeout);
+  EXPECT_EQ(s.code(), Code::kCorruption) << s.to_string();
+  ASSERT_TRUE(ch->send(std::vector<std::byte>(1), kTimeout).ok());
+}
+
+TEST(NetChannel, EventFdWakesThePollLoop) {
+  auto ctx = make_context();
+  Listener l = bind_listener(ctx);
+  PeerThread peer(l.address(), token(), [&](Channel& ch) -> Status {
+    std::this_thread::sleep_for(milliseconds(200));
+    Status s = ch.send(pattern(100, 1), kTimeout);
+    if (!s.ok()) return s;
+    return ch.receive(kTimeout).status();
+  });
+  auto ch = l.accept(kTimeout);
+  ASSERT_TRUE(ch.ok());
+  // The loop a sender runs over many peers: progress, look, arm, poll.
+  const auto start = Clock::now();
+  std::optional<std::vector<std::byte>> got;
+  int sleeps = 0;
+  while (!got && ms_since(start) < 5000) {
+    ctx->progress();
+    auto m = ch->try_receive();
+    ASSERT_TRUE(m.ok()) << m.status().to_string();
+    if (*m) {
+      got = std::move(*m);
+      break;
+    }
+    if (ctx->arm()) {
+      pollfd p{ch->fd(), POLLIN, 0};
+      ::poll(&p, 1, 5000);
+      ++sleeps;
+    }
+  }
+  ASSERT_TRUE(got.has_value());
+  EXPECT_EQ(got->size(), 100u);
+  EXPECT_LT(sleeps, 50) << "the loop spun instead of sleeping on the fd";
+  ASSERT_TRUE(ch->send(std::vector<std::byte>(1), kTimeout).ok());
+  EXPECT_TRUE(peer.finish(*ctx).ok()) << peer.body_status().to_string();
+}
+
+TEST(NetChannel, TransportsAreReported) {
+  auto ctx = make_context();
+  Listener l = bind_listener(ctx);
+  PeerThread peer(l.address(), token(), [&](Channel& ch) { return ch.receive(kTimeout).status(); });
+  auto ch = l.accept(kTimeout);
+  ASSERT_TRUE(ch.ok());
+  EXPECT_NE(ch->transports(), "unknown");
+  EXPECT_NE(ch->transports().find('/'), std::string::npos) << ch->transports();
+  EXPECT_FALSE(ctx->resources().empty());
+  ASSERT_TRUE(ch->send(std::vector<std::byte>(1), kTimeout).ok());
+}
+
+// ---- authentication ----
+
+TEST(NetAuth, WrongTokenIsRefusedOnBothSidesAndTheListenerStaysUsable) {
+  auto ctx = make_context();
+  Listener l = bind_listener(ctx, token("right"));
+  {
+    PeerThread bad(l.address(), token("wrong"), [](Channel&) { return ok_status(); });
+    auto ch = l.accept(kTimeout);
+    ASSERT_FALSE(ch.ok());
+    EXPECT_EQ(ch.status().code(), Code::kUnauthenticated);
+    EXPECT_NE(ch.status().message().find("peer 127.0.0.1:"), std::string::npos);
+    EXPECT_NE(ch.status().message().find("failed authentication: wrong token"), std::string::npos)
+        << ch.status().message();
+    const Status& c = bad.connect_status();
+    EXPECT_EQ(c.code(), Code::kUnauthenticated) << c.to_string();
+    EXPECT_NE(c.message().find("sender at " + l.address() + " refused our token"),
+              std::string::npos)
+        << c.message();
+  }
+  PeerThread good(l.address(), token("right"),
+                  [](Channel& ch) { return ch.receive(kTimeout).status(); });
+  auto ch = l.accept(kTimeout);
+  ASSERT_TRUE(ch.ok()) << ch.status().to_string();
+  ASSERT_TRUE(ch->send(std::vector<std::byte>(1), kTimeout).ok());
+  EXPECT_TRUE(good.finish(*ctx).ok()) << good.body_status().to_string();
+}
+
+TEST(NetAuth, MissingTokenIsRefusedOnBothSides) {
+  auto ctx = make_context();
+  Listener l = bind_listener(ctx);
+  PeerThread none(l.address(), std::nullopt, [](Channel&) { return ok_status(); });
+  auto ch = l.accept(kTimeout);
+  ASSERT_FALSE(ch.ok());
+  EXPECT_EQ(ch.status().code(), Code::kUnauthenticated);
+  EXPECT_NE(ch.status().message().find("has no token"), std::string::npos) << ch.status().message();
+  const Status& c = none.connect_status();
+  EXPECT_EQ(c.code(), Code::kUnauthenticated);
+  EXPECT_NE(c.message().find("we have no session token"), std::string::npos) << c.message();
+  EXPECT_NE(c.message().find("FERRY_TOKEN"), std::string::npos);
+}
+
+// A listener that does not know the token but pretends to accept any PROOF: raw UCX
+// with ferry's handshake messages. Returns the CONFIRM status the connector sent back.
+class ImpostorListener {
+ public:
+  ImpostorListener() {
+    ctx_ = *Context::create();
+    auto addr = resolve("127.0.0.1:0", true);
+    ucp_listener_params_t p{};
+    p.field_mask = UCP_LISTENER_PARAM_FIELD_SOCK_ADDR | UCP_LISTENER_PARAM_FIELD_CONN_HANDLER;
+    p.sockaddr.addr = addr->get();
+    p.sockaddr.addrlen = addr->length;
+    p.conn_handler.cb = [](ucp_conn_request_h r, void* arg) {
+      static_cast<ImpostorListener*>(arg)->request_ = r;
+    };
+    p.conn_handler.arg = this;
+    EXPECT_EQ(ucp_listener_create(ctx_->worker(), &p, &listener_), UCS_OK);
+    ucp_listener_attr_t a{};
+    a.field_mask = UCP_LISTENER_ATTR_FIELD_SOCKADDR;
+    ucp_listener_query(listener_, &a);
+    address_ = format_address(reinterpret_cast<const sockaddr*>(&a.sockaddr));
+    thread_ = std::thread([this] { run(); });
+  }
+  ~ImpostorListener() {
+    if (thread_.joinable()) thread_.join();
+    if (ep_ != nullptr) {
+      ucp_request_param_t cp{};
+      cp.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+      cp.flags = UCP_EP_CLOSE_FLAG_FORCE;
+      void* r = ucp_ep_close_nbx(ep_, &cp);
+      while (UCS_PTR_IS_PTR(r) && ucp_request_check_status(r) == UCS_INPROGRESS) ctx_->progress();
+      if (UCS_PTR_IS_PTR(r)) ucp_request_free(r);
+    }
+    ucp_listener_destroy(listener_);
+  }
+  const std::string& address() const { return address_; }
+  int confirm_status() {
+    if (thread_.joinable()) thread_.join();
+    return confirm_status_;
+  }
+
+ private:
+  std::vector<std::byte> read_frame() {
+    const auto deadline = Clock::now() + kTimeout;
+    while (Clock::now() < deadline) {
+      ctx_->progress();
+      std::size_t n = 0;
+      void* d = ucp_stream_recv_data_nb(ep_, &n);
+      if (d != nullptr && !UCS_PTR_IS_ERR(d)) {
+        auto* b = static_cast<std::byte*>(d);
+        inbox_.insert(inbox_.end(), b, b + n);
+        ucp_stream_data_release(ep_, d);
+      }
+      if (inbox_.size() >= 4) {
+        std::uint32_t len = 0;
+        std::memcpy(&len, inbox_.data(), 4);
+        if (inbox_.size() >= 4 + len) {
+          std::vector<std::byte> out(inbox_.begin() + 4, inbox_.begin() + 4 + len);
+          inbox_.erase(inbox_.begin(), inbox_.begin() + 4 + len);
+          return out;
+        }
+      }
+      ctx_->wait(milliseconds(5));
+    }
+    return {};
+  }
+  void send_frame(const std::vector<std::byte>& m) {
+    auto frame = std::make_shared<std::vector<std::byte>>(4 + m.size());
+    const auto len = static_cast<std::uint32_t>(m.size());
+    std::memcpy(frame->data(), &len, 4);
+    std::memcpy(frame->data() + 4, m.data(), m.size());
+    ucp_request_param_t sp{};
+    void* r = ucp_stream_send_nbx(ep_, frame->data(), frame->size(), &sp);
+    while (UCS_PTR_IS_PTR(r) && ucp_request_check_status(r) == UCS_INPROGRESS) ctx_->progress();
+    if (UCS_PTR_IS_PTR(r)) ucp_request_free(r);
+  }
+  void run() {
+    const auto deadline = Clock::now() + kTimeout;
+    while (request_ == nullptr && Clock::now() < deadline) ctx_->wait(milliseconds(5));
+    if (request_ == nullptr) return;
+    ucp_ep_params_t p{};
+    p.field_mask = UCP_EP_PARAM_FIELD_CONN_REQUEST | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE;
+    p.conn_request = request_;
+    p.err_mode = UCP_ERR_HANDLING_MODE_PEER;
+    if (ucp_ep_create(ctx_->worker(), &p, &ep_) != UCS_OK) return;
+    if (!handshake::decode_hello(read_frame(), "connector").ok()) return;
+    send_frame(handshake::encode(handshake::Challenge{}));
+    if (!handshake::decode_proof(read_frame(), "connector").ok()) return;
+    handshake::Verdict v;  // "accepted", with a MAC it cannot have computed
+    v.bulk_id = 1;
+    v.mac.fill(0x5a);
+    send_frame(handshake::encode(v));
+    auto c = handshake::decode_confirm(read_frame(), "connector");
+    if (c.ok()) confirm_status_ = c->status;
+  }
+
+  std::shared_ptr<Context> ctx_;
+  ucp_listener_h listener_ = nullptr;
+  ucp_conn_request_h request_ = nullptr;
+  ucp_ep_h ep_ = nullptr;
+  std::vector<std::byte> inbox_;
+  std::string address_;
+  int confirm_status_ = -1;
+  std::thread thread_;
+};
+
+TEST(NetAuth, ListenerThatDoesNotKnowTheTokenIsRejectedByTheConnector) {
+  ImpostorListener impostor;
+  auto ctx = make_context();
+  auto ch = connect(ctx, impostor.address(), token(), kTimeout);
+  ASSERT_FALSE(ch.ok());
+  EXPECT_EQ(ch.status().code(), Code::kUnauthenticated) << ch.status().to_string();
+  EXPECT_NE(ch.status().message().find("sender at " + impostor.address() +
+                                       " failed authentication: its proof does not match"),
+            std::string::npos)
+      << ch.status().message();
+  EXPECT_EQ(impostor.confirm_status(), handshake::kBadProof);
+}
+
+// ---- failures ----
+
+TEST(NetFailure, ConnectingWhereNobodyListensFailsWithinTheTimeout) {
+  auto ctx = make_context();
+  std::string address;
+  {
+    Listener l = bind_listener(ctx);  // find a free port, then free it
+    address = l.address();
+  }
+  const auto start = Clock::now();
+  auto ch = connect(ctx, address, token(), milliseconds(700));
+  const double took = ms_since(start);
+  ASSERT_FALSE(ch.ok());
+  EXPECT_EQ(ch.status().code(), Code::kTimeout) << ch.status().to_string();
+  EXPECT_NE(ch.status().message().find("could not connect to sender at " + address),
+            std::string::npos)
+      << ch.status().message();
+  EXPECT_GE(took, 600) << "it should retry until the timeout";
+  EXPECT_LT(took, 2500);
+}
+
+TEST(NetFailure, ListenerThatStartsLateIsReachedByRetrying) {
+  auto ctx = make_context();
+  std::string address;
+  {
+    Listener l = bind_listener(ctx);
+    address = l.address();
+  }
+  PeerThread peer(address, token(), [](Channel& ch) { return ch.receive(kTimeout).status(); });
+  std::this_thread::sleep_for(milliseconds(300));
+  auto l = Listener::bind(ctx, address, token());
+  ASSERT_TRUE(l.ok()) << l.status().to_string();
+  auto ch = l->accept(kTimeout);
+  ASSERT_TRUE(ch.ok()) << ch.status().to_string();
+  ASSERT_TRUE(ch->send(std::vector<std::byte>(1), kTimeout).ok());
+  EXPECT_TRUE(peer.finish(*ctx).ok()) << peer.body_status().to_string();
+}
+
+TEST(NetFailure, ListenerThatNeverAnswersHitsTheConnectTimeout) {
+  auto ctx = make_context();
+  Listener l = bind_listener(ctx);  // nobody calls accept(): the handshake never starts
+  auto other = make_context();
+  const auto start = Clock::now();
+  auto ch = connect(other, l.address(), token(), milliseconds(500));
+  const double took = ms_since(start);
+  ASSERT_FALSE(ch.ok());
+  EXPECT_EQ(ch.status().code(), Code::kTimeout) << ch.status().to_string();
+  EXPECT_NE(ch.status().message().find(l.address()), std::string::npos) << ch.status().message();
+  EXPECT_LT(took, 2000);
+}
+
+// A raw UCX client on its own thread: it connects to `address`, sends `bytes` on the stream
+// (nothing if empty) without any handshake, and keeps the connection until destroyed.
+class RawClient {
+ public:
+  RawClient(std::string address, std::vector<std::byte> bytes)
+      : thread_([this, address = std::move(address), bytes = std::move(bytes)] {
+          auto c = Context::create();
+          auto addr = resolve(address, false);
+          ucp_ep_params_t p{};
+          p.field_mask = UCP_EP_PARAM_FIELD_FLAGS | UCP_EP_PARAM_FIELD_SOCK_ADDR |
+                         UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE;
+          p.flags = UCP_EP_PARAMS_FLAGS_CLIENT_SERVER;
+          p.sockaddr.addr = addr->get();
+          p.sockaddr.addrlen = addr->length;
+          p.err_mode = UCP_ERR_HANDLING_MODE_PEER;
+          ucp_ep_h ep = nullptr;
+          if (ucp_ep_create((*c)->worker(), &p, &ep) != UCS_OK) return;
+          void* sent = nullptr;
+          if (!bytes.empty()) {
+            ucp_request_param_t sp{};
+            sent = ucp_stream_send_nbx(ep, bytes.data(), bytes.size(), &sp);
+          }
+          while (!stop_) (*c)->wait(milliseconds(10));
+          if (UCS_PTR_IS_PTR(sent)) ucp_request_free(sent);
+          ucp_request_param_t cp{};
+          cp.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+          cp.flags = UCP_EP_CLOSE_FLAG_FORCE;
+          void* r = ucp_ep_close_nbx(ep, &cp);
+          while (UCS_PTR_IS_PTR(r) && ucp_request_check_status(r) == UCS_INPROGRESS) {
+            (*c)->progress();
+          }
+          if (UCS_PTR_IS_PTR(r)) ucp_request_free(r);
+        }) {}
+  ~RawClient() {
+    stop_ = true;
+    thread_.join();
+  }
+
+ private:
+  std::atomic<bool> stop_{false};
+  std::thread thread_;
+};
+
+TEST(NetFailure, PeerThatConnectsAndSaysNothingHitsTheHandshakeTimeout) {
+  auto ctx = make_context();
+  ListenerOptions options;
+  options.handshake_timeout = milliseconds(300);
+  Listener l = bind_listener(ctx, token(), options);
+  RawClient silent(l.address(), {});
+  const auto start = Clock::now();
+  auto ch = l.accept(kTimeout);
+  const double took = ms_since(start);
+  ASSERT_FALSE(ch.ok());
+  EXPECT_EQ(ch.status().code(), Code::kTimeout) << ch.status().to_string();
+  EXPECT_NE(ch.status().message().find("did not finish the handshake within 300 ms"),
+            std::string::npos)
+      << ch.status().message();
+  EXPECT_LT(took, 3000);
+}
+
+TEST(NetAuth, PayloadBeforeTheHandshakeIsRefused) {
+  auto ctx = make_context();
+  Listener l = bind_listener(ctx);
+  // A well-formed frame of ten bytes where the HELLO should be.
+  std::vector<std::byte> frame = {std::byte{10}, std::byte{0}, std::byte{0}, std::byte{0}};
+  for (int i = 0; i < 10; ++i) frame.push_back(std::byte{'x'});
+  RawClient rude(l.address(), frame);
+  auto ch = l.accept(kTimeout);
+  ASSERT_FALSE(ch.ok());
+  EXPECT_EQ(ch.status().code(), Code::kCorruption) << ch.status().to_string();
+  EXPECT_NE(ch.status().message().find("peer 127.0.0.1:"), std::string::npos);
+  EXPECT_NE(ch.status().message().find("HELLO"), std::string::npos) << ch.status().message();
+}
+
+TEST(NetAuth, OversizedFrameBeforeTheHandshakeIsNotBuffered) {
+  auto ctx = make_context();
+  Listener l = bind_listener(ctx);
+  // Announces 64 MiB: refused from the length alone, before any of it is read.
+  std::vector<std::byte> frame = {std::byte{0}, std::byte{0}, std::byte{0}, std::byte{4}};
+  RawClient rude(l.address(), frame);
+  auto ch = l.accept(kTimeout);
+  ASSERT_FALSE(ch.ok());
+  EXPECT_EQ(ch.status().code(), Code::kCorruption) << ch.status().to_string();
+  EXPECT_NE(ch.status().message().find("the limit here is 256"), std::string::npos)
+      << ch.status().message();
+}
+
+TEST(NetFailure, SilentAuthenticatedPeerHitsTheReceiveTimeout) {
+  auto ctx = make_context();
+  Listener l = bind_listener(ctx);
+  PeerThread peer(l.address(), token(), [](Channel& ch) { return ch.receive(kTimeout).status(); });
+  auto ch = l.accept(kTimeout);
+  ASSERT_TRUE(ch.ok());
+  const auto start = Clock::now();
+  auto m = ch->receive(milliseconds(300));
+  ASSERT_FALSE(m.ok());
+  EXPECT_EQ(m.status().code(), Code::kTimeout);
+  EXPECT_NE(m.status().message().find(ch->peer()), std::string::npos) << m.status().message();
+  EXPECT_GE(ms_since(start), 290);
+  EXPECT_LT(ms_since(start), 1500);
+  ASSERT_TRUE(ch->send(std::vector<std::byte>(1), kTimeout).ok());
+}
+
+TEST(NetFailure, ClosedPeerIsAbortedAfterItsLastMessages) {
+  auto ctx = make_context();
+  Listener l = bind_listener(ctx);
+  PeerThread peer(l.address(), token(), [](Channel& ch) {
+    Status s = ch.send(pattern(10, 1), kTimeout);
+    ch.close();
+    return s;
+  });
+  auto ch = l.accept(kTimeout);
+  ASSERT_TRUE(ch.ok());
+  auto first = ch->receive(kTimeout);
+  ASSERT_TRUE(first.ok()) << first.status().to_string();  // delivered before the close
+  EXPECT_EQ(first->size(), 10u);
+  const auto start = Clock::now();
+  auto m = ch->receive(kTimeout);
+  ASSERT_FALSE(m.ok());
+  EXPECT_EQ(m.status().code(), Code::kAborted) << m.status().to_string();
+  EXPECT_NE(m.status().message().find(ch->peer() + " closed the connection"), std::string::npos)
+      << m.status().message();
+  EXPECT_LT(ms_since(start), 2000);
+  EXPECT_TRUE(peer.finish(*ctx).ok());
+  EXPECT_LT(ms_since(start), 900) << "the peer's close waited for a FIN it should have had";
+}
+
+TEST(NetFailure, SenderKilledMidTransferIsAbortedPromptlyNamingThePeer) {
+  auto ctx = make_context();
+  Listener l = bind_listener(ctx);
+  ChildProcess child("bulk-sender", l.address());
+  auto ch = l.accept(kTimeout);
+  ASSERT_TRUE(ch.ok()) << ch.status().to_string();
+  ASSERT_EQ(child.read_line(), "connected");
+  std::vector<std::byte> buffer(1 << 20);
+  auto region = ctx->register_memory(buffer);
+  ASSERT_TRUE(region.ok());
+  std::uint32_t key = 0;
+  for (; key < 3; ++key) {
+    auto t = ch->receive_bulk(key, buffer, *region);
+    ASSERT_TRUE(t.ok());
+    ASSERT_TRUE(ch->wait(*t, kTimeout).ok()) << t->status().to_string();
+    ASSERT_EQ(ferry::testing::hash_bytes(buffer), ferry::testing::hash_bytes(pattern(1 << 20, 1)));
+  }
+  child.kill();
+  const auto start = Clock::now();
+  Status s;
+  for (; s.ok() && key < 100000; ++key) {  // the child may have sent some more before it died
+    auto t = ch->receive_bulk(key, buffer, *region);
+    s = t.ok() ? ch->wait(*t, kTimeout) : t.status();
+  }
+  EXPECT_EQ(s.code(), Code::kAborted) << s.to_string();
+  EXPECT_NE(s.message().find("peer 127.0.0.1:"), std::string::npos) << s.message();
+  EXPECT_LT(ms_since(start), 3000);
+  EXPECT_EQ(ch->receive(kTimeout).status().code(), Code::kAborted);
+}
+
+TEST(NetFailure, ReceiverKilledWithSendsInFlightIsAbortedPromptlyNamingThePeer) {
+  auto ctx = make_context();
+  ChildProcess child("stalled-receiver", "");
+  const std::string address = child.read_line();
+  ASSERT_FALSE(address.empty());
+  ConnectOptions options;
+  options.role = "receiver";
+  auto ch = connect(ctx, address, token(), kTimeout, options);
+  ASSERT_TRUE(ch.ok()) << ch.status().to_string();
+  constexpr std::size_t kSlot = 1 << 20;
+  std::vector<std::byte> ring(4 * kSlot);
+  auto region = ctx->register_memory(ring);
+  ASSERT_TRUE(region.ok());
+  auto first = ch->send_bulk(0, std::span<const std::byte>(ring).subspan(0, kSlot), *region);
+  ASSERT_TRUE(first.ok());
+  ASSERT_TRUE(ch->wait(*first, kTimeout).ok()) << first->status().to_string();
+  ASSERT_EQ(child.read_line(), "got one");
+  std::vector<Transfer> in_flight;
+  for (std::uint32_t k = 1; k < 4; ++k) {  // nobody will receive these
+    in_flight.push_back(
+        ch->send_bulk(k, std::span<const std::byte>(ring).subspan(k * kSlot, kSlot), *region)
+            .value());
+  }
+  child.kill();
+  const auto start = Clock::now();
+  for (auto& t : in_flight) {
+    const Status s = ch->wait(t, kTimeout);
+    if (s.ok()) continue;  // buffered by TCP before the kill
+    EXPECT_EQ(s.code(), Code::kAborted) << s.to_string();
+    EXPECT_NE(s.message().find("receiver at " + address), std::string::npos) << s.message();
+  }
+  auto m = ch->receive(kTimeout);
+  EXPECT_EQ(m.status().code(), Code::kAborted) << m.status().to_string();
+  EXPECT_NE(m.status().message().find("receiver at " + address), std::string::npos);
+  EXPECT_LT(ms_since(start), 3000);
+}
+
+}  // namespace
+}  // namespace ferry::net
