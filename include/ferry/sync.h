@@ -12,8 +12,10 @@
 // A session (the ring, the sockets) persists across rounds: nothing is created,
 // faulted in or destroyed per round. A round is delivered whole or reported
 // aborted: receive_round*() returns OK only after END arrived and the round
-// checksum matched. After any error the session is broken; every later call
-// returns that first error, and both sides create a new session.
+// checksum matched. After any error the session is broken: every peer is told and let
+// go, and later calls return that first error. Receivers and relays then connect
+// anew; the Sender need not be created again: its next accept() starts a new session on
+// the same address and ring, so the next round reaches the peers that came back.
 //
 // Thread safety: a Sender or Receiver is used by one thread at a time.
 #pragma once
@@ -83,6 +85,7 @@ class Sender {
 
   // Waits for `receivers` more receivers to join, each within options.timeout.
   // A receiver asking for another session is told so and turned away (not counted).
+  // After a failed round it first starts a new session (new id; no peers yet).
   Status accept(std::uint32_t receivers);
 
   // Streams one round from memory the caller owns and keeps valid until it returns.

@@ -31,7 +31,15 @@ struct SyncArgs {
   bool json = false;
   std::string token_file;
   std::string local = "@ferry-relay";  // relay: the shm address local receivers join
+  bool keep_going = false;  // after a failed round, rejoin (or re-accept) and go on
 };
+
+// Under --keep-going a failed round is reported and the loop goes on.
+void report_round_failure(const Status& s, int round) {
+  std::fprintf(stderr, "ferry: round attempt %d failed, going on: %s\n", round,
+               s.to_string().c_str());
+  std::fflush(stderr);
+}
 
 // XXH3 of every tensor's name and bytes, combined so that the order does not matter: both
 // ends print it, so a script can check every byte arrived without trusting either end.
@@ -106,7 +114,14 @@ int run_serve(const SyncArgs& a) {
       content.add(views.back());
     }
     auto st = (*sender)->send_round(views);
-    if (!st.ok()) return report_error(st.status());
+    if (!st.ok()) {
+      if (!a.keep_going || r == a.rounds) return report_error(st.status());
+      report_round_failure(st.status(), r);
+      // The same sender starts a new session; peers that come back join it.
+      s = (*sender)->accept(a.receivers);
+      if (!s.ok()) return report_error(s);
+      continue;
+    }
     print_round(a, *st, "sender", &content);
   }
   return kExitOk;
@@ -115,32 +130,52 @@ int run_serve(const SyncArgs& a) {
 int run_recv(const SyncArgs& a) {
   auto rx = sync::Receiver::connect(a.address, a.id, options_of(a));
   if (!rx.ok()) return report_error(rx.status());
-  for (int r = 0; r < a.rounds; ++r) {
+  for (int r = 1; r <= a.rounds; ++r) {
     // Per-tensor delivery; the round checksum printed below is what both ends agreed on.
     ContentHash content;
     auto st = (*rx)->receive_round([&](const TensorView& t) {
       content.add(t);
       return ok_status();
     });
-    if (!st.ok()) return report_error(st.status());
+    if (!st.ok()) {
+      if (!a.keep_going || r == a.rounds) return report_error(st.status());
+      report_round_failure(st.status(), r);
+      rx->reset();
+      rx = sync::Receiver::connect(a.address, a.id, options_of(a));
+      if (!rx.ok()) return report_error(rx.status());
+      continue;
+    }
     print_round(a, *st, "receiver", &content);
   }
   return kExitOk;
 }
 
-int run_relay(const SyncArgs& a) {
+Result<std::unique_ptr<sync::Relay>> join_as_relay(const SyncArgs& a) {
   auto relay = sync::Relay::connect(a.address, a.id, a.local, options_of(a));
-  if (!relay.ok()) return report_error(relay.status());
+  if (!relay.ok()) return relay.status();
   std::fprintf(a.json ? stderr : stdout,
                "relay %u joined %s (session %016llx); waiting for %u local receiver(s) on %s\n",
                a.id, a.address.c_str(), static_cast<unsigned long long>((*relay)->session_id()),
                a.receivers, (*relay)->local_address().c_str());
   std::fflush(a.json ? stderr : stdout);
   Status s = (*relay)->accept(a.receivers);
-  if (!s.ok()) return report_error(s);
-  for (int r = 0; r < a.rounds; ++r) {
+  if (!s.ok()) return s;
+  return relay;
+}
+
+int run_relay(const SyncArgs& a) {
+  auto relay = join_as_relay(a);
+  if (!relay.ok()) return report_error(relay.status());
+  for (int r = 1; r <= a.rounds; ++r) {
     auto st = (*relay)->relay_round();
-    if (!st.ok()) return report_error(st.status());
+    if (!st.ok()) {
+      if (!a.keep_going || r == a.rounds) return report_error(st.status());
+      report_round_failure(st.status(), r);
+      relay->reset();  // frees the local address for the next relay session
+      relay = join_as_relay(a);
+      if (!relay.ok()) return report_error(relay.status());
+      continue;
+    }
     print_round(a, *st, "relay", nullptr);
   }
   return kExitOk;
@@ -154,6 +189,9 @@ void add_common(CLI::App* cmd, SyncArgs* a) {
                   "Net sessions: file (mode 0600) with the session secret; default: FERRY_TOKEN "
                   "or FERRY_TOKEN_FILE");
   cmd->add_flag("--json", a->json, "Print one JSON object per round");
+  cmd->add_flag("--keep-going", a->keep_going,
+                "After a failed round, report it and go on: the sender starts a new session "
+                "on the same address, receivers and relays join it again");
 }
 
 }  // namespace

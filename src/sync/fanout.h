@@ -70,6 +70,8 @@ class Fanout {
   Status drain_transfers();
   // Tells every peer the session is over (best effort) and closes them.
   Status fail(Status why);
+  // Forgets every peer (after fail()), so that a new session can accept them again.
+  void drop_peers() { peers_.clear(); }
 
   std::vector<Peer>& peers() { return peers_; }
   shm::MemfdRing& ring() { return ring_; }

@@ -15,6 +15,7 @@
 #include "sync/round_checksum.h"
 #include "sync/segment.h"
 #include "sync/sync_options.h"
+#include "base/log.h"
 #include "sync/fanout.h"
 #include "wire/conversation.h"
 #include "wire/message.h"
@@ -234,13 +235,21 @@ Result<std::unique_ptr<Sender>> Sender::create(const std::string& address,
 }
 
 Status Sender::accept(std::uint32_t receivers) {
-  if (!impl_->broken.ok()) return impl_->broken;
+  if (!impl_->broken.ok()) {
+    // After a failure, peers join a new session on the same address and ring.
+    log::info("sync: starting a new session on {} after: {}", impl_->fanout->address(),
+              impl_->broken.message());
+    impl_->fanout->drop_peers();
+    impl_->fanout->set_session(random_session());
+    impl_->broken = ok_status();
+  }
   return impl_->fanout->accept(receivers);
 }
 
 Result<RoundStats> Sender::send_round(std::span<const TensorView> weights) {
   if (!impl_->broken.ok()) {
-    return failed_precondition("the session failed earlier: " + impl_->broken.to_string());
+    return failed_precondition("the session failed earlier (accept() receivers again to start "
+                               "a new one): " + impl_->broken.to_string());
   }
   if (impl_->fanout->peers().empty()) {
     return failed_precondition("send_round: no receiver has joined");

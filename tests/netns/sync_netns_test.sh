@@ -76,15 +76,16 @@ start_sender() {
 }
 # start_node <ns> <relay-id> <sender-ip> <token> <rounds> <timeout>: relay + 2 receivers
 start_node() {
-  local ns=$1 id=$2 ip=$3 token=$4 rounds=$5 timeout=$6
+  local ns=$1 id=$2 ip=$3 token=$4 rounds=$5 timeout=$6 extra=${7:-}
   (in_ns "$ns" env FERRY_TOKEN="$token" "$FERRY" sync relay --connect "$ip:$PORT" --id "$id" \
-    --local "@$TAG-relay" --receivers 2 --rounds "$rounds" --timeout "$timeout" --json \
-    >"$WORK/relay$id.out" 2>"$WORK/relay$id.err") &
+    --local "@$TAG-relay" --receivers 2 --rounds "$rounds" --timeout "$timeout" --json $extra \
+    >>"$WORK/relay$id.out" 2>>"$WORK/relay$id.err") &
   PIDS+=($!)
   eval "RELAY$id=$!"
+  [ "${RELAY_ONLY:-}" = 1 ] && return
   for r in 0 1; do
     (in_ns "$ns" "$FERRY" sync recv --address "@$TAG-relay" --id "$r" --rounds "$rounds" \
-      --timeout "$timeout" --json >"$WORK/recv$id.$r.out" 2>"$WORK/recv$id.$r.err") &
+      --timeout "$timeout" --json $extra >"$WORK/recv$id.$r.out" 2>"$WORK/recv$id.$r.err") &
     PIDS+=($!)
   done
 }
@@ -170,6 +171,35 @@ for f in "$WORK"/recv2.*.err; do
   grep -q "aborted" "$f" || fail "$(basename "$f"): a receiver behind the killed relay did not report it: $(tail -1 "$f")"
 done
 pass "killed relay reported in ${took}s: $(grep -h error "$WORK/kill.err" | tail -1 | cut -c1-160)"
+stop_all
+
+# 5. The same sender goes on after a relay dies: --keep-going on every end; relay 2 is
+#    killed in round 2 and started again; the rounds after it reach all four receivers.
+start_sender again --receivers 2 --rounds 4 --bucket-mb 64 --preset qwen2.5-0.5b --timeout 20 \
+  --keep-going
+start_node "$NS_A" 1 $SENDER_IP right 4 20 --keep-going
+start_node "$NS_B" 2 $SENDER_IP right 4 20 --keep-going
+for _ in $(seq 1 100); do grep -q '"round":1' "$WORK/again.out" 2>/dev/null && break; sleep 0.2; done
+sleep 0.3
+kill -9 "$RELAY2"
+wait "$RELAY2" 2>/dev/null
+RELAY_ONLY=1 start_node "$NS_B" 2 $SENDER_IP right 2 20
+wait_for "$SENDER" 120; rc=$?
+[ $rc -eq 0 ] || fail "sender with --keep-going exited $rc"
+sent=$(hashes "$WORK/again.out")
+rounds_sent=$(echo $sent | wc -w)
+[ "$rounds_sent" -ge 3 ] || fail "sender completed $rounds_sent of 4 rounds"
+last=$(echo $sent | awk '{print $NF}')
+for f in "$WORK"/recv*.out; do
+  wait_for "${PIDS[-1]}" 30 >/dev/null
+  got=$(hashes "$f")
+  case " $got " in *" $last "*) ;; *) fail "$(basename "$f") lacks the last round ($last): '$got'";; esac
+  for h in $got; do
+    case " $sent " in *" $h "*) ;; *) fail "$(basename "$f") got content $h the sender never sent";; esac
+  done
+done
+grep -q "starting a new session" "$WORK/again.err" || fail "sender did not start a new session"
+pass "after relay 2 died the same sender went on: $rounds_sent of 4 rounds completed, the last to all 4 receivers"
 stop_all
 
 [ $FAILURES -eq 0 ] && echo "all netns sync checks passed" || echo "$FAILURES check(s) failed"

@@ -295,6 +295,24 @@ TEST(SyncFailure, ReceiverKilledMidRoundFailsTheSenderNamingIt) {
   EXPECT_EQ(wait_exit(kid), 128 + SIGKILL);
   // The session is broken and says why.
   EXPECT_EQ(sender->send_round(views).status().code(), Code::kFailedPrecondition);
+  // The receiver comes back: the same Sender's next accept() starts a new session on the
+  // same address and ring, and the next round reaches it.
+  const std::uint64_t old_session = sender->session_id();
+  Destination dst(small_model());
+  Status again;
+  std::thread rx([&] {
+    auto r = Receiver::connect(address, 4, o);
+    ASSERT_TRUE(r.ok()) << r.status().to_string();
+    ASSERT_TRUE(dst.register_all(**r).ok());
+    again = (*r)->receive_round_into().status();
+  });
+  ASSERT_TRUE(sender->accept(1).ok());
+  EXPECT_NE(sender->session_id(), old_session);
+  auto next = sender->send_round(views);
+  rx.join();
+  ASSERT_TRUE(next.ok()) << next.status().to_string();
+  EXPECT_TRUE(again.ok()) << again.to_string();
+  for (std::size_t i = 0; i < w.specs.size(); ++i) EXPECT_EQ(dst.data[i], w.data[i]);
 }
 
 TEST(SyncFailure, StoppedReceiverTimesOutNamingIt) {
