@@ -13,17 +13,6 @@ namespace ferry::sync {
 using Clock = std::chrono::steady_clock;
 using std::chrono::milliseconds;
 
-Result<net::Token> session_token(const SyncOptions& options) {
-  auto token = options.token_file.empty() ? net::Token::from_env()
-                                          : net::Token::from_file(options.token_file);
-  if (!token.ok() && token.status().code() == Code::kNotFound && options.token_file.empty()) {
-    return Status(Code::kUnauthenticated,
-                  "a net session needs its secret: set FERRY_TOKEN, or FERRY_TOKEN_FILE (or "
-                  "--token-file) to a file of mode 0600 holding it, the same on every node");
-  }
-  return token;
-}
-
 Result<std::unique_ptr<Fanout>> Fanout::create(const std::string& address,
                                                const SyncOptions& options, std::uint32_t slots,
                                                std::uint64_t slot_bytes) {

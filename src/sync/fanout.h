@@ -34,10 +34,6 @@ struct Peer {
   std::deque<net::Transfer> transfers;  // net: segment sends in flight
 };
 
-// The session secret for net sessions: options.token_file, else FERRY_TOKEN /
-// FERRY_TOKEN_FILE. The error says how to provide one.
-Result<net::Token> session_token(const SyncOptions& options);
-
 class Fanout {
  public:
   // Listens on `address` (shm "@name" or path; net "host:port") for peers of `session`

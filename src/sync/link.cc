@@ -1,5 +1,7 @@
 #include "sync/link.h"
 
+#include <fmt/format.h>
+
 namespace ferry::sync {
 
 bool is_net_address(const std::string& address) {
@@ -80,6 +82,60 @@ void Link::set_peer(std::string peer) {
   } else {
     net_peer_ = std::move(peer);
   }
+}
+
+Result<net::Token> session_token(const SyncOptions& options) {
+  auto token = options.token_file.empty() ? net::Token::from_env()
+                                          : net::Token::from_file(options.token_file);
+  if (!token.ok() && token.status().code() == Code::kNotFound && options.token_file.empty()) {
+    return Status(Code::kUnauthenticated,
+                  "a net session needs its secret: set FERRY_TOKEN, or FERRY_TOKEN_FILE (or "
+                  "--token-file) to a file of mode 0600 holding it, the same on every node");
+  }
+  return token;
+}
+
+Result<Link> connect_upstream(const std::string& address, const SyncOptions& options,
+                              std::shared_ptr<net::Context>* context) {
+  if (!is_net_address(address)) {
+    auto ch = shm::connect(address, options.timeout);
+    if (!ch.ok()) return ch.status();
+    return Link(std::move(*ch));
+  }
+  auto token = session_token(options);
+  if (!token.ok()) return token.status();
+  auto ctx = net::Context::create();
+  if (!ctx.ok()) return ctx.status();
+  *context = std::move(*ctx);
+  auto ch = net::connect(*context, address, *token, options.timeout);
+  if (!ch.ok()) return ch.status();
+  return Link(std::move(*ch));
+}
+
+Result<wire::Message> decode_from_sender(std::span<const std::byte> bytes, const Link& link,
+                                         wire::Conversation& conversation) {
+  auto m = wire::decode(bytes, link.peer());
+  if (!m.ok()) return m.status();
+  Status s = conversation.received(*m);
+  if (!s.ok()) return s;
+  if (m->type() == wire::MessageType::kError) {
+    const auto& e = std::get<wire::Error>(m->body);
+    return aborted(fmt::format("{} aborted the session: {}", link.peer(), e.message));
+  }
+  return m;
+}
+
+Status receive_segment(Link& link, std::uint32_t key, std::span<std::byte> into,
+                       const net::MemoryRegion& region, std::chrono::milliseconds timeout) {
+  auto t = link.net().receive_bulk(key, into, region);
+  if (!t.ok()) return t.status();
+  Status s = link.net().wait(*t, timeout);
+  if (!s.ok()) return s;
+  if (t->bytes() != into.size()) {
+    return corruption(fmt::format("{} sent {} bytes for a segment of {}", link.peer(),
+                                  t->bytes(), into.size()));
+  }
+  return ok_status();
 }
 
 }  // namespace ferry::sync

@@ -6,6 +6,7 @@
 
 #include <chrono>
 #include <cstddef>
+#include <memory>
 #include <optional>
 #include <span>
 #include <string>
@@ -13,7 +14,10 @@
 #include <vector>
 
 #include "ferry/status.h"
+#include "ferry/sync.h"
 #include "transport/net/channel.h"
+#include "wire/conversation.h"
+#include "wire/message.h"
 #include "transport/shm/seqpacket_channel.h"
 
 namespace ferry::sync {
@@ -54,5 +58,23 @@ class Link {
   std::variant<std::monostate, shm::Channel, net::Channel> channel_;
   std::string net_peer_;  // net channels name themselves by address; this overrides it
 };
+
+// The session secret for net sessions: options.token_file, else FERRY_TOKEN /
+// FERRY_TOKEN_FILE. The error says how to provide one.
+Result<net::Token> session_token(const SyncOptions& options);
+
+// A receiving end's connection to its sender: shm for "@name" or a path, else net (with
+// its own UCX context, returned in *context, authenticated with the session token).
+Result<Link> connect_upstream(const std::string& address, const SyncOptions& options,
+                              std::shared_ptr<net::Context>* context);
+
+// Decodes a message from the sender, checks that it may come now, and turns an ERROR into
+// kAborted with the sender's reason.
+Result<wire::Message> decode_from_sender(std::span<const std::byte> bytes, const Link& link,
+                                         wire::Conversation& conversation);
+
+// Net: receives bulk message `key` (a segment's bytes) into `into`, which lies in `region`.
+Status receive_segment(Link& link, std::uint32_t key, std::span<std::byte> into,
+                       const net::MemoryRegion& region, std::chrono::milliseconds timeout);
 
 }  // namespace ferry::sync

@@ -82,15 +82,7 @@ struct Receiver::Impl {
   Result<wire::Message> next(std::chrono::milliseconds timeout) {
     auto got = channel.receive(timeout);
     if (!got.ok()) return got.status();
-    auto m = wire::decode(*got, channel.peer());
-    if (!m.ok()) return m.status();
-    Status s = conversation.received(*m);
-    if (!s.ok()) return s;
-    if (m->type() == wire::MessageType::kError) {
-      const auto& e = std::get<wire::Error>(m->body);
-      return aborted(fmt::format("{} aborted the session: {}", channel.peer(), e.message));
-    }
-    return m;
+    return decode_from_sender(*got, channel, conversation);
   }
 
   // Finds each manifest tensor's destination, once per manifest and registration change:
@@ -316,19 +308,10 @@ struct Receiver::Impl {
   // Net: the segment's bytes follow its FILLED, straight into this process's ring.
   Status receive_segment(const wire::Filled& f) {
     std::span<std::byte> into(ring.slot(f.slot) + f.offset, f.used_bytes - f.offset);
-    auto t = channel.net().receive_bulk(++bulk_key, into, ring_region);
-    if (!t.ok()) return t.status();
-    Status s = channel.net().wait(*t, options.timeout);
-    if (!s.ok()) {
-      return Status(s.code(), fmt::format("round {} bucket {}: {}", conversation.round(), f.bucket,
-                                          s.message()));
-    }
-    if (t->bytes() != into.size()) {
-      return corruption(fmt::format("round {} bucket {}: {} sent {} bytes for a segment of {}",
-                                    conversation.round(), f.bucket, channel.peer(), t->bytes(),
-                                    into.size()));
-    }
-    return ok_status();
+    Status s = sync::receive_segment(channel, ++bulk_key, into, ring_region, options.timeout);
+    if (s.ok()) return s;
+    return Status(s.code(), fmt::format("round {} bucket {}: {}", conversation.round(), f.bucket,
+                                        s.message()));
   }
 
   Result<RoundStats> run(const Delivery& how) {
@@ -353,20 +336,9 @@ Result<std::unique_ptr<Receiver>> Receiver::connect(const std::string& address,
   impl->options = options;
   impl->id = receiver_id;
   ScopedFd ring_fd;
-  if (is_net_address(address)) {
-    auto token = session_token(options);
-    if (!token.ok()) return token.status();
-    auto ctx = net::Context::create();
-    if (!ctx.ok()) return ctx.status();
-    impl->net_context = std::move(*ctx);
-    auto ch = net::connect(impl->net_context, address, *token, options.timeout);
-    if (!ch.ok()) return ch.status();
-    impl->channel = Link(std::move(*ch));
-  } else {
-    auto ch = shm::connect(address, options.timeout);
-    if (!ch.ok()) return ch.status();
-    impl->channel = Link(std::move(*ch));
-  }
+  auto link = connect_upstream(address, options, &impl->net_context);
+  if (!link.ok()) return link.status();
+  impl->channel = std::move(*link);
   impl->conversation =
       wire::Conversation(wire::Conversation::Role::kReceiver, impl->channel.peer(), session);
   wire::Message hello;

@@ -54,28 +54,12 @@ struct Relay::Impl {
   }
 
   Result<wire::Message> decode_upstream(const std::vector<std::byte>& bytes) {
-    auto m = wire::decode(bytes, upstream.peer());
-    if (!m.ok()) return m.status();
-    Status s = conversation.received(*m);
-    if (!s.ok()) return s;
-    if (m->type() == wire::MessageType::kError) {
-      const auto& e = std::get<wire::Error>(m->body);
-      return aborted(fmt::format("{} aborted the session: {}", upstream.peer(), e.message));
-    }
-    return m;
+    return decode_from_sender(bytes, upstream, conversation);
   }
 
   Status receive_segment(const wire::Filled& f) {
     std::span<std::byte> into(local->ring().slot(f.slot) + f.offset, f.used_bytes - f.offset);
-    auto t = upstream.net().receive_bulk(++bulk_key, into, ring_region);
-    if (!t.ok()) return t.status();
-    Status s = upstream.net().wait(*t, options.timeout);
-    if (!s.ok()) return s;
-    if (t->bytes() != into.size()) {
-      return corruption(fmt::format("{} sent {} bytes for a segment of {}", upstream.peer(),
-                                    t->bytes(), into.size()));
-    }
-    return ok_status();
+    return sync::receive_segment(upstream, ++bulk_key, into, ring_region, options.timeout);
   }
 
   Result<RoundStats> relay_round() {
@@ -216,14 +200,9 @@ Result<std::unique_ptr<Relay>> Relay::connect(const std::string& upstream, std::
   auto impl = std::make_unique<Impl>();
   impl->options = options;
   impl->id = relay_id;
-  auto token = session_token(options);
-  if (!token.ok()) return token.status();
-  auto ctx = net::Context::create();
-  if (!ctx.ok()) return ctx.status();
-  impl->net_context = std::move(*ctx);
-  auto ch = net::connect(impl->net_context, upstream, *token, options.timeout);
-  if (!ch.ok()) return ch.status();
-  impl->upstream = Link(std::move(*ch));
+  auto link = connect_upstream(upstream, options, &impl->net_context);
+  if (!link.ok()) return link.status();
+  impl->upstream = std::move(*link);
   impl->conversation =
       wire::Conversation(wire::Conversation::Role::kReceiver, impl->upstream.peer(), 0);
   wire::Message hello;

@@ -1,0 +1,49 @@
+// U, the limit a net round is measured against: UCX's own ucx_perftest on the same path at
+// the same message size. Shared by `ferry bench sync --net` and bench/net_bench.cc.
+#pragma once
+
+#include <sys/types.h>
+
+#include <cstddef>
+#include <string>
+#include <vector>
+
+#include "ferry/status.h"
+
+namespace ferry::sync {
+
+// A process started by spawn_process, its stdout and stderr together in one pipe.
+struct SpawnedProcess {
+  pid_t pid = -1;
+  int out_fd = -1;
+};
+
+// Starts args[0] (looked up on PATH) with this process's environment plus `extra_env`
+// ("NAME=value", these win).
+Result<SpawnedProcess> spawn_process(const std::vector<std::string>& args,
+                                     const std::vector<std::string>& extra_env = {});
+// Everything the process writes until it exits, and its wait status in *wait_status.
+std::string collect_process(SpawnedProcess p, int* wait_status);
+// SIGKILLs and reaps it.
+void kill_process(SpawnedProcess p);
+
+// A TCP port on 127.0.0.1 that was free a moment ago (bound, read back, closed).
+int free_loopback_port();
+
+struct PerftestResult {
+  double gbps = -1;  // 10^9 bytes/s; < 0 when every attempt failed
+  std::string mode;  // "poll" or "sleep": which -E mode gave gbps
+  std::string log;   // the last failed attempt's output, for the error message
+};
+
+// ucx_perftest -t tag_bw -e (error handling on, as ferry's endpoints have it) at `bytes`,
+// `iterations` messages, server and client as children on 127.0.0.1, with -E `mode`.
+// Retries on a fresh port up to three times (a port taken meanwhile, a slow server start).
+PerftestResult ucx_perftest_loopback_once(std::size_t bytes, std::size_t iterations,
+                                          const std::string& mode);
+// The better of -E poll and -E sleep: on few shared cores two spinning processes starve
+// loopback TCP's kernel copies, and ferry waits on the worker's event fd, so poll mode
+// alone would understate the limit.
+PerftestResult ucx_perftest_loopback(std::size_t bytes, std::size_t iterations);
+
+}  // namespace ferry::sync
