@@ -15,5 +15,6 @@ void add_trace_command(CLI::App& app, Dispatch& dispatch);
 void add_sync_command(CLI::App& app, Dispatch& dispatch);
 void add_demo_command(CLI::App& app, Dispatch& dispatch);
 void add_bench_command(CLI::App& app, Dispatch& dispatch);
+void add_ckpt_command(CLI::App& app, Dispatch& dispatch);
 
 }  // namespace ferry::cli

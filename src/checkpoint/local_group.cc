@@ -1,0 +1,537 @@
+// RankGroup for ranks on one machine: UNIX-domain stream sockets.
+//
+// Rank 0 listens on the root address; every other rank connects and says who it
+// is (rank, node, its own fetch address). Collectives go through rank 0: each
+// rank sends its part, rank 0 answers everyone with all parts. Fetches go
+// straight to the peer's own listener, answered by a server thread there.
+// Stream sockets (not the shm transport's SEQPACKET channel) because fetches
+// move whole slices of hundreds of MB in one message.
+#include <poll.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <random>
+#include <thread>
+
+#include "base/file_util.h"
+#include "base/log.h"
+#include "checkpoint/format.h"
+#include "ferry/checkpoint.h"
+
+namespace ferry::checkpoint {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using std::chrono::milliseconds;
+
+constexpr std::uint64_t kMaxFrameBytes = 16ull << 30;
+
+Result<sockaddr_un> make_address(const std::string& address, socklen_t* len) {
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  if (address.empty() || address.size() >= sizeof(addr.sun_path)) {
+    return invalid_argument("socket address '" + address + "' must be 1-" +
+                            std::to_string(sizeof(addr.sun_path) - 1) + " characters");
+  }
+  std::memcpy(addr.sun_path, address.data(), address.size());
+  if (address[0] == '@') addr.sun_path[0] = '\0';  // abstract namespace
+  *len = static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + address.size());
+  return addr;
+}
+
+Status check_peer_user(int fd, const std::string& what) {
+  ucred cred{};
+  socklen_t len = sizeof cred;
+  if (::getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0) {
+    return errno_status("getsockopt(SO_PEERCRED)", what, errno);
+  }
+  if (cred.uid != ::getuid()) {
+    return unauthenticated(what + ": peer runs as uid " + std::to_string(cred.uid) +
+                           ", not as this process's uid " + std::to_string(::getuid()));
+  }
+  return ok_status();
+}
+
+// Waits for `events` on fd until `deadline` (nullopt: forever).
+Status wait_fd(int fd, short events, std::optional<Clock::time_point> deadline,
+               const std::string& what) {
+  while (true) {
+    int ms = -1;
+    if (deadline) {
+      auto left = std::chrono::duration_cast<milliseconds>(*deadline - Clock::now()).count();
+      if (left <= 0) return timeout_error(what + ": no answer in time");
+      ms = static_cast<int>(std::min<long long>(left, 1 << 30));
+    }
+    pollfd p{fd, events, 0};
+    int n = ::poll(&p, 1, ms);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return errno_status("poll", what, errno);
+    if (n > 0) return ok_status();
+  }
+}
+
+Status send_all(int fd, const void* data, std::size_t size, std::optional<Clock::time_point> dl,
+                const std::string& what) {
+  const char* p = static_cast<const char*>(data);
+  while (size > 0) {
+    ssize_t n = ::send(fd, p, size, MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+      if (Status s = wait_fd(fd, POLLOUT, dl, what); !s.ok()) return s;
+      continue;
+    }
+    if (n < 0 && (errno == EPIPE || errno == ECONNRESET)) {
+      return aborted(what + ": peer closed the connection");
+    }
+    if (n < 0) return errno_status("send", what, errno);
+    p += n;
+    size -= static_cast<std::size_t>(n);
+  }
+  return ok_status();
+}
+
+Status recv_all(int fd, void* data, std::size_t size, std::optional<Clock::time_point> dl,
+                const std::string& what) {
+  char* p = static_cast<char*>(data);
+  while (size > 0) {
+    ssize_t n = ::recv(fd, p, size, MSG_DONTWAIT);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+      if (Status s = wait_fd(fd, POLLIN, dl, what); !s.ok()) return s;
+      continue;
+    }
+    if (n == 0 || (n < 0 && errno == ECONNRESET)) {
+      return aborted(what + ": peer closed the connection (did it exit or crash?)");
+    }
+    if (n < 0) return errno_status("recv", what, errno);
+    p += n;
+    size -= static_cast<std::size_t>(n);
+  }
+  return ok_status();
+}
+
+// A frame: 8-byte little-endian length, then the bytes.
+Status send_frame(int fd, std::string_view bytes, std::optional<Clock::time_point> dl,
+                  const std::string& what) {
+  unsigned char len[8];
+  std::uint64_t n = bytes.size();
+  for (int i = 0; i < 8; ++i) len[i] = static_cast<unsigned char>(n >> (8 * i));
+  if (Status s = send_all(fd, len, 8, dl, what); !s.ok()) return s;
+  return send_all(fd, bytes.data(), bytes.size(), dl, what);
+}
+
+Result<std::string> recv_frame(int fd, std::optional<Clock::time_point> dl, const std::string& what) {
+  unsigned char len[8];
+  if (Status s = recv_all(fd, len, 8, dl, what); !s.ok()) return s;
+  std::uint64_t n = 0;
+  for (int i = 0; i < 8; ++i) n |= static_cast<std::uint64_t>(len[i]) << (8 * i);
+  if (n > kMaxFrameBytes) {
+    return corruption(what + ": frame of " + std::to_string(n) + " bytes is over the limit");
+  }
+  std::string out(n, '\0');
+  if (Status s = recv_all(fd, out.data(), n, dl, what); !s.ok()) return s;
+  return out;
+}
+
+void put_u64(std::string& out, std::uint64_t v) {
+  for (int i = 0; i < 8; ++i) out.push_back(static_cast<char>(v >> (8 * i)));
+}
+bool get_u64(std::string_view& in, std::uint64_t* v) {
+  if (in.size() < 8) return false;
+  *v = 0;
+  for (int i = 0; i < 8; ++i) *v |= static_cast<std::uint64_t>(static_cast<unsigned char>(in[i])) << (8 * i);
+  in.remove_prefix(8);
+  return true;
+}
+void put_str(std::string& out, std::string_view s) {
+  put_u64(out, s.size());
+  out.append(s);
+}
+bool get_str(std::string_view& in, std::string* s) {
+  std::uint64_t n = 0;
+  if (!get_u64(in, &n) || in.size() < n) return false;
+  s->assign(in.substr(0, n));
+  in.remove_prefix(n);
+  return true;
+}
+
+Result<ScopedFd> listen_on(const std::string& address) {
+  socklen_t len = 0;
+  auto addr = make_address(address, &len);
+  if (!addr.ok()) return addr.status();
+  ScopedFd fd(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  if (!fd.valid()) return errno_status("socket", address, errno);
+  if (::bind(fd.get(), reinterpret_cast<sockaddr*>(&*addr), len) != 0) {
+    return errno_status("bind", address, errno);
+  }
+  if (::listen(fd.get(), 128) != 0) return errno_status("listen", address, errno);
+  return fd;
+}
+
+Result<ScopedFd> connect_to(const std::string& address, Clock::time_point deadline) {
+  socklen_t len = 0;
+  auto addr = make_address(address, &len);
+  if (!addr.ok()) return addr.status();
+  while (true) {
+    ScopedFd fd(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+    if (!fd.valid()) return errno_status("socket", address, errno);
+    if (::connect(fd.get(), reinterpret_cast<sockaddr*>(&*addr), len) == 0) {
+      if (Status s = check_peer_user(fd.get(), address); !s.ok()) return s;
+      return fd;
+    }
+    const int err = errno;
+    if (err != ENOENT && err != ECONNREFUSED && err != EAGAIN) {
+      return errno_status("connect", address, err);
+    }
+    if (Clock::now() >= deadline) {
+      return timeout_error("connect(" + address + "): nobody listening in time (" +
+                           std::strerror(err) + ")");
+    }
+    std::this_thread::sleep_for(milliseconds(20));
+  }
+}
+
+Result<ScopedFd> accept_one(int listen_fd, Clock::time_point deadline, const std::string& what) {
+  if (Status s = wait_fd(listen_fd, POLLIN, deadline, what); !s.ok()) return s;
+  ScopedFd fd(::accept4(listen_fd, nullptr, nullptr, SOCK_CLOEXEC));
+  if (!fd.valid()) return errno_status("accept", what, errno);
+  if (Status s = check_peer_user(fd.get(), what); !s.ok()) return s;
+  return fd;
+}
+
+std::string random_suffix() {
+  std::random_device rd;
+  std::uint64_t v = (static_cast<std::uint64_t>(rd()) << 32) ^ rd();
+  char buf[24];
+  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(v));
+  return buf;
+}
+
+// Responses to a fetch: one frame of one status byte (0 = OK, else the Code),
+// then the payload or the error message. The payload goes straight from the
+// handler's memory (a mapped shard) to the socket.
+Status send_response(int fd, const Result<RankGroup::FetchReply>& r, const std::string& what) {
+  const std::string error = r.ok() ? std::string() : r.status().message();
+  const std::span<const std::byte> body =
+      r.ok() ? r->bytes() : std::span<const std::byte>(reinterpret_cast<const std::byte*>(error.data()), error.size());
+  unsigned char head[9];
+  const std::uint64_t n = body.size() + 1;
+  for (int i = 0; i < 8; ++i) head[i] = static_cast<unsigned char>(n >> (8 * i));
+  head[8] = r.ok() ? 0 : static_cast<unsigned char>(r.status().code());
+  if (Status s = send_all(fd, head, 9, std::nullopt, what); !s.ok()) return s;
+  return send_all(fd, body.data(), body.size(), std::nullopt, what);
+}
+
+class LocalGroup final : public RankGroup {
+ public:
+  LocalGroup(const LocalGroupOptions& o) : opts_(o) {}
+  ~LocalGroup() override {
+    stop_.store(true);
+    if (server_.joinable()) server_.join();
+    {
+      std::lock_guard<std::mutex> lock(conn_mu_);
+      for (int fd : open_server_fds_) ::shutdown(fd, SHUT_RDWR);
+    }
+    for (std::thread& t : conn_threads_) t.join();
+  }
+
+  Status start() {
+    if (Status s = format::validate_node_name(opts_.node); !s.ok()) return s;
+    if (opts_.size <= 0 || opts_.rank < 0 || opts_.rank >= opts_.size) {
+      return invalid_argument("rank " + std::to_string(opts_.rank) + " is outside a group of " +
+                              std::to_string(opts_.size));
+    }
+    const auto deadline = Clock::now() + opts_.timeout;
+    my_address_ = "@ferry-ckpt-" + random_suffix() + "-r" + std::to_string(opts_.rank);
+    auto listener = listen_on(my_address_);
+    if (!listener.ok()) return listener.status();
+    fetch_listener_ = std::move(*listener);
+    server_ = std::thread([this] { serve_loop(); });
+
+    nodes_.assign(opts_.size, "");
+    addresses_.assign(opts_.size, "");
+    nodes_[opts_.rank] = opts_.node;
+    addresses_[opts_.rank] = my_address_;
+    if (opts_.rank == 0) {
+      auto root = listen_on(opts_.root_address);
+      if (!root.ok()) return root.status().with_context("rank 0 listening for the group");
+      peers_.resize(opts_.size);
+      for (int joined = 1; joined < opts_.size; ++joined) {
+        auto fd = accept_one(root->get(), deadline,
+                             "rank 0 waiting for " + std::to_string(opts_.size - joined) +
+                                 " more rank(s) on " + opts_.root_address);
+        if (!fd.ok()) return fd.status();
+        auto hello = recv_frame(fd->get(), deadline, "hello from a joining rank");
+        if (!hello.ok()) return hello.status();
+        std::string_view in = *hello;
+        std::uint64_t r = 0;
+        std::string node, address;
+        if (!get_u64(in, &r) || !get_str(in, &node) || !get_str(in, &address)) {
+          return corruption("malformed hello from a joining rank on " + opts_.root_address);
+        }
+        if (r == 0 || r >= static_cast<std::uint64_t>(opts_.size) || peers_[r].valid()) {
+          return invalid_argument("rank " + std::to_string(r) + " joined " + opts_.root_address +
+                                  " twice or is outside the group of " +
+                                  std::to_string(opts_.size));
+        }
+        nodes_[r] = node;
+        addresses_[r] = address;
+        peers_[r] = std::move(*fd);
+      }
+      std::string table;
+      for (int r = 0; r < opts_.size; ++r) {
+        put_str(table, nodes_[r]);
+        put_str(table, addresses_[r]);
+      }
+      for (int r = 1; r < opts_.size; ++r) {
+        if (Status s = send_frame(peers_[r].get(), table, deadline, peer_name(r)); !s.ok()) return s;
+      }
+    } else {
+      auto fd = connect_to(opts_.root_address, deadline);
+      if (!fd.ok()) return fd.status().with_context("rank " + std::to_string(opts_.rank) + " joining");
+      root_ = std::move(*fd);
+      std::string hello;
+      put_u64(hello, static_cast<std::uint64_t>(opts_.rank));
+      put_str(hello, opts_.node);
+      put_str(hello, my_address_);
+      if (Status s = send_frame(root_.get(), hello, deadline, "rank 0"); !s.ok()) return s;
+      auto table = recv_frame(root_.get(), deadline, "rank 0 (the group's member table)");
+      if (!table.ok()) return table.status();
+      std::string_view in = *table;
+      for (int r = 0; r < opts_.size; ++r) {
+        if (!get_str(in, &nodes_[r]) || !get_str(in, &addresses_[r])) {
+          return corruption("malformed member table from rank 0");
+        }
+      }
+    }
+    return ok_status();
+  }
+
+  int rank() const override { return opts_.rank; }
+  int size() const override { return opts_.size; }
+  const std::string& node() const override { return opts_.node; }
+
+  Result<std::vector<std::string>> all_gather(std::string_view mine) override {
+    if (!broken_.ok()) return broken_;
+    auto r = gather_impl(mine);
+    if (!r.ok()) {
+      broken_ = r.status();
+      root_.reset();  // peers see EOF at once instead of waiting for their timeout
+      for (ScopedFd& p : peers_) p.reset();
+    }
+    return r;
+  }
+
+  Result<std::string> broadcast(std::string_view data, int root) override {
+    if (root < 0 || root >= opts_.size) return invalid_argument("broadcast root outside the group");
+    auto all = all_gather(opts_.rank == root ? data : std::string_view());
+    if (!all.ok()) return all.status();
+    return std::move((*all)[root]);
+  }
+
+  Status barrier() override { return all_gather("").status(); }
+
+  Result<std::string> fetch(int peer, std::string_view request) override {
+    std::string out;
+    if (Status s = fetch_impl(peer, request, nullptr, &out); !s.ok()) return s;
+    return out;
+  }
+
+  Status fetch_into(int peer, std::string_view request, std::span<std::byte> out) override {
+    return fetch_impl(peer, request, &out, nullptr);
+  }
+
+  void set_fetch_handler(FetchHandler handler) override {
+    std::lock_guard<std::mutex> lock(handler_mu_);
+    handler_ = std::make_shared<FetchHandler>(std::move(handler));
+  }
+
+ private:
+  struct Conn {
+    std::mutex mu;
+    ScopedFd fd;
+  };
+
+  // Sends `request` to `peer`; the answer's payload goes to `into` (which it must
+  // fill exactly) or to `text`.
+  Status fetch_impl(int peer, std::string_view request, std::span<std::byte>* into, std::string* text) {
+    if (peer < 0 || peer >= opts_.size) return invalid_argument("fetch from a rank outside the group");
+    const auto deadline = Clock::now() + opts_.timeout;
+    std::shared_ptr<Conn> conn;
+    {
+      std::lock_guard<std::mutex> lock(conn_mu_);
+      auto& c = fetch_conns_[peer];
+      if (!c) c = std::make_shared<Conn>();
+      conn = c;
+    }
+    std::lock_guard<std::mutex> lock(conn->mu);
+    const std::string what = peer_name(peer) + " (fetch)";
+    if (!conn->fd.valid()) {
+      auto fd = connect_to(addresses_[peer], deadline);
+      if (!fd.ok()) return fd.status().with_context(what);
+      conn->fd = std::move(*fd);
+      std::string hello;
+      put_u64(hello, static_cast<std::uint64_t>(opts_.rank));
+      if (Status s = send_frame(conn->fd.get(), hello, deadline, what); !s.ok()) return s;
+    }
+    Status s = recv_reply(conn->fd.get(), request, deadline, what, into, text);
+    if (!s.ok() && (s.code() == Code::kAborted || s.code() == Code::kTimeout ||
+                    s.code() == Code::kIoError)) {
+      conn->fd.reset();  // the stream is out of step; reconnect next time
+    }
+    return s;
+  }
+
+  static Status recv_reply(int fd, std::string_view request, Clock::time_point deadline,
+                           const std::string& what, std::span<std::byte>* into, std::string* text) {
+    if (Status s = send_frame(fd, request, deadline, what); !s.ok()) return s;
+    unsigned char head[9];
+    if (Status s = recv_all(fd, head, 9, deadline, what); !s.ok()) return s;
+    std::uint64_t n = 0;
+    for (int i = 0; i < 8; ++i) n |= static_cast<std::uint64_t>(head[i]) << (8 * i);
+    if (n == 0 || n > kMaxFrameBytes) return aborted(what + ": malformed response length");
+    const std::uint64_t body = n - 1;
+    const int code = head[8];
+    if (code != 0) {
+      std::string msg(body, '\0');
+      if (Status s = recv_all(fd, msg.data(), body, deadline, what); !s.ok()) return s;
+      if (code > static_cast<int>(Code::kInternal)) return corruption(what + ": bad response code");
+      return Status(static_cast<Code>(code), msg);
+    }
+    if (into != nullptr) {
+      if (body != into->size()) {
+        // Drain it so the connection stays usable, then say what was wrong.
+        std::string sink(body, '\0');
+        if (Status s = recv_all(fd, sink.data(), body, deadline, what); !s.ok()) return s;
+        return corruption(what + ": answered " + std::to_string(body) + " bytes, expected " +
+                          std::to_string(into->size()));
+      }
+      return recv_all(fd, into->data(), body, deadline, what);
+    }
+    text->assign(body, '\0');
+    return recv_all(fd, text->data(), body, deadline, what);
+  }
+
+  std::string peer_name(int r) const {
+    return "rank " + std::to_string(r) + " (node " + (nodes_[r].empty() ? "?" : nodes_[r]) + ")";
+  }
+
+  Result<std::vector<std::string>> gather_impl(std::string_view mine) {
+    const auto deadline = Clock::now() + opts_.collective_timeout;
+    std::vector<std::string> all(opts_.size);
+    if (opts_.rank == 0) {
+      all[0] = std::string(mine);
+      for (int r = 1; r < opts_.size; ++r) {
+        auto part = recv_frame(peers_[r].get(), deadline, peer_name(r) + " in a collective");
+        if (!part.ok()) return part.status();
+        all[r] = std::move(*part);
+      }
+      std::string out;
+      for (const std::string& p : all) put_str(out, p);
+      for (int r = 1; r < opts_.size; ++r) {
+        if (Status s = send_frame(peers_[r].get(), out, deadline, peer_name(r) + " in a collective");
+            !s.ok()) {
+          return s;
+        }
+      }
+      return all;
+    }
+    if (Status s = send_frame(root_.get(), mine, deadline, peer_name(0) + " in a collective"); !s.ok()) {
+      return s;
+    }
+    auto out = recv_frame(root_.get(), deadline, peer_name(0) + " in a collective");
+    if (!out.ok()) return out.status();
+    std::string_view in = *out;
+    for (int r = 0; r < opts_.size; ++r) {
+      if (!get_str(in, &all[r])) return corruption("malformed collective result from rank 0");
+    }
+    return all;
+  }
+
+  void serve_loop() {
+    while (!stop_.load()) {
+      pollfd p{fetch_listener_.get(), POLLIN, 0};
+      int n = ::poll(&p, 1, 50);
+      if (n <= 0) continue;
+      ScopedFd fd(::accept4(fetch_listener_.get(), nullptr, nullptr, SOCK_CLOEXEC));
+      if (!fd.valid()) continue;
+      if (Status s = check_peer_user(fd.get(), my_address_); !s.ok()) {
+        log::warn("checkpoint group: refused a fetch connection: {}", s.to_string());
+        continue;
+      }
+      std::lock_guard<std::mutex> lock(conn_mu_);
+      const int raw = fd.get();
+      open_server_fds_.push_back(raw);
+      conn_threads_.emplace_back([this, f = std::move(fd)]() mutable { serve_conn(std::move(f)); });
+    }
+  }
+
+  void serve_conn(ScopedFd fd) {
+    auto hello = recv_frame(fd.get(), std::nullopt, "fetch client");
+    std::string_view in = hello.ok() ? std::string_view(*hello) : std::string_view();
+    std::uint64_t from = 0;
+    if (hello.ok() && get_u64(in, &from)) {
+      while (!stop_.load()) {
+        auto req = recv_frame(fd.get(), std::nullopt, "fetch client");
+        if (!req.ok()) break;
+        std::shared_ptr<FetchHandler> h;
+        {
+          std::lock_guard<std::mutex> lock(handler_mu_);
+          h = handler_;
+        }
+        Result<FetchReply> resp =
+            (h && *h) ? (*h)(static_cast<int>(from), *req)
+                      : Result<FetchReply>(failed_precondition(
+                            "rank " + std::to_string(opts_.rank) + " is not serving fetches now"));
+        if (!send_response(fd.get(), resp, "fetch client").ok()) break;
+      }
+    }
+    std::lock_guard<std::mutex> lock(conn_mu_);
+    std::erase(open_server_fds_, fd.get());
+  }
+
+  LocalGroupOptions opts_;
+  std::string my_address_;
+  std::vector<std::string> nodes_, addresses_;
+  ScopedFd root_;                // ranks > 0: connection to rank 0
+  std::vector<ScopedFd> peers_;  // rank 0: connection to each rank
+  Status broken_;
+
+  ScopedFd fetch_listener_;
+  std::thread server_;
+  std::atomic<bool> stop_{false};
+  std::mutex conn_mu_;
+  std::vector<int> open_server_fds_;
+  std::vector<std::thread> conn_threads_;
+  std::map<int, std::shared_ptr<Conn>> fetch_conns_;
+  std::mutex handler_mu_;
+  std::shared_ptr<FetchHandler> handler_;
+};
+
+}  // namespace
+
+Status RankGroup::fetch_into(int peer, std::string_view request, std::span<std::byte> out) {
+  auto r = fetch(peer, request);
+  if (!r.ok()) return r.status();
+  if (r->size() != out.size()) {
+    return corruption("rank " + std::to_string(peer) + " answered " + std::to_string(r->size()) +
+                      " bytes, expected " + std::to_string(out.size()));
+  }
+  std::memcpy(out.data(), r->data(), r->size());
+  return ok_status();
+}
+
+Result<std::unique_ptr<RankGroup>> connect_local_group(const LocalGroupOptions& options) {
+  auto g = std::make_unique<LocalGroup>(options);
+  if (Status s = g->start(); !s.ok()) return s;
+  return std::unique_ptr<RankGroup>(std::move(g));
+}
+
+}  // namespace ferry::checkpoint

@@ -1,0 +1,31 @@
+// Box arithmetic for slices: intersections and strided copies between boxes.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <vector>
+
+namespace ferry::checkpoint {
+
+struct Box {
+  std::vector<std::int64_t> offset, extent;
+  std::int64_t volume() const;
+  friend bool operator==(const Box&, const Box&) = default;
+};
+
+// The common part of two boxes of one tensor; nullopt when empty.
+std::optional<Box> intersect(const Box& a, const Box& b);
+
+// Copies the part `region` (in global coordinates, inside both boxes) from
+// `src`, holding box `src_box` row-major, to `dst`, holding `dst_box` row-major.
+// Contiguous runs along the innermost dimensions are copied with one memcpy.
+void copy_region(const Box& region, std::span<const std::byte> src, const Box& src_box,
+                 std::span<std::byte> dst, const Box& dst_box, std::size_t element_bytes);
+
+// When `region` (inside `box`) is one contiguous run of `box`'s row-major bytes,
+// the element offset where it starts; nullopt otherwise.
+std::optional<std::int64_t> contiguous_offset(const Box& region, const Box& box);
+
+}  // namespace ferry::checkpoint

@@ -1,0 +1,165 @@
+// `ferry ckpt save|load|ls|verify|gc` end to end on a small Hugging Face folder.
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include <filesystem>
+#include <fstream>
+
+#include "base/file_util.h"
+#include "ferry/checkpoint.h"
+#include "ferry/safetensors.h"
+#include "support/test_support.h"
+
+namespace ferry::checkpoint {
+namespace {
+
+using testing::run_ferry;
+namespace fs = std::filesystem;
+
+// A small HF folder: config.json and one model.safetensors.
+void write_hf(const std::string& dir) {
+  fs::create_directories(dir);
+  std::vector<TensorSpec> specs = {{"model.embed_tokens.weight", DType::kBF16, {64, 16}},
+                                   {"model.layers.0.mlp.up_proj.weight", DType::kF32, {30, 16}},
+                                   {"model.norm.weight", DType::kBF16, {16}},
+                                   {"tiny", DType::kI32, {3, 2}},
+                                   {"scalar", DType::kF32, {}}};
+  auto w = SafetensorsWriter::create(dir + "/model.safetensors", specs);
+  ASSERT_TRUE(w.ok());
+  std::uint8_t x = 1;
+  for (const TensorSpec& s : specs) {
+    std::vector<std::byte> b(s.bytes());
+    for (auto& c : b) c = static_cast<std::byte>(x = static_cast<std::uint8_t>(x * 37 + 11));
+    ASSERT_TRUE(w->write(b).ok());
+  }
+  ASSERT_TRUE(w->finish().ok());
+  testing::write_bytes(dir + "/config.json", R"({"model_type": "qwen2", "hidden_size": 16})");
+}
+
+void expect_same_tensors(const std::string& a, const std::string& b) {
+  auto fa = ModelFolder::open(a);
+  auto fb = ModelFolder::open(b);
+  ASSERT_TRUE(fa.ok() && fb.ok());
+  ASSERT_EQ(fa->index().tensors.size(), fb->index().tensors.size());
+  for (const TensorView& v : fa->views()) {
+    auto o = fb->view(v.spec.name);
+    ASSERT_TRUE(o.ok()) << v.spec.name;
+    EXPECT_EQ(o->spec, v.spec);
+    EXPECT_EQ(testing::hash_bytes(o->data), testing::hash_bytes(v.data)) << v.spec.name;
+  }
+}
+
+TEST(CkptCli, SaveShardedThenListVerifyAndLoadBackBitExact) {
+  testing::TempDir dir;
+  write_hf(dir.file("hf"));
+  const std::string ckpt = dir.file("ckpt");
+  auto save = run_ferry({"ckpt", "save", "--from", dir.file("hf"), "--ranks", "4", "--nodes", "2", ckpt});
+  ASSERT_EQ(save.exit_code, 0) << save.err;
+  EXPECT_TRUE(fs::exists(ckpt + "/node1/step_1/rank_00003.safetensors"));
+  EXPECT_FALSE(fs::exists(ckpt + "/node0/step_1/rank_00003.safetensors"));
+
+  auto ls = run_ferry({"ckpt", "ls", "--json", ckpt});
+  ASSERT_EQ(ls.exit_code, 0) << ls.err;
+  auto j = nlohmann::json::parse(ls.out);
+  ASSERT_EQ(j["steps"].size(), 1u);
+  EXPECT_EQ(j["steps"][0]["state"], "committed");
+  EXPECT_EQ(j["steps"][0]["latest"], true);
+  EXPECT_EQ(j["steps"][0]["roots"][1]["node"], "node1");
+
+  auto verify = run_ferry({"ckpt", "verify", "--json", ckpt});
+  ASSERT_EQ(verify.exit_code, 0) << verify.out << verify.err;
+  EXPECT_EQ(nlohmann::json::parse(verify.out)["ok"], true);
+
+  auto load = run_ferry({"ckpt", "load", ckpt, "--to", dir.file("out")});
+  ASSERT_EQ(load.exit_code, 0) << load.err;
+  expect_same_tensors(dir.file("hf"), dir.file("out"));
+  auto cfg = read_file(dir.file("out/config.json"));
+  ASSERT_TRUE(cfg.ok());
+  EXPECT_EQ(nlohmann::json::parse(*cfg)["hidden_size"], 16);
+
+  // A second save is step 2; loading step 1 explicitly still works.
+  ASSERT_EQ(run_ferry({"ckpt", "save", "--from", dir.file("hf"), "--ranks", "2", "--nodes", "2", ckpt}).exit_code, 0);
+  auto old = run_ferry({"ckpt", "load", "--json", "--step", "1", ckpt, "--to", dir.file("out1")});
+  ASSERT_EQ(old.exit_code, 0) << old.err;
+  EXPECT_EQ(nlohmann::json::parse(old.out)["step"], 1);
+}
+
+TEST(CkptCli, VerifyAndLoadNameTheDamagedFileAndTensor) {
+  testing::TempDir dir;
+  write_hf(dir.file("hf"));
+  const std::string ckpt = dir.file("ckpt");
+  ASSERT_EQ(run_ferry({"ckpt", "save", "--from", dir.file("hf"), "--ranks", "4", "--nodes", "2", ckpt}).exit_code, 0);
+  const std::string file = ckpt + "/node1/step_1/rank_00003.safetensors";
+  auto header = read_safetensors_header(file);
+  ASSERT_TRUE(header.ok());
+  const SafetensorsEntry* e = header->find("model.layers.0.mlp.up_proj.weight");
+  ASSERT_NE(e, nullptr);
+  {
+    std::fstream f(file, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(static_cast<std::streamoff>(header->data_offset + e->begin + 1));
+    f.put('\x7f');
+  }
+  auto verify = run_ferry({"ckpt", "verify", ckpt});
+  EXPECT_EQ(verify.exit_code, 1);
+  EXPECT_NE(verify.out.find("PROBLEM node node1: " + file + " tensor model.layers.0.mlp.up_proj.weight"),
+            std::string::npos) << verify.out;
+  auto load = run_ferry({"ckpt", "load", ckpt, "--to", dir.file("out")});
+  EXPECT_EQ(load.exit_code, 1);
+  EXPECT_NE(load.err.find(file), std::string::npos) << load.err;
+  EXPECT_NE(load.err.find("model.layers.0.mlp.up_proj.weight"), std::string::npos) << load.err;
+
+  fs::remove(file);
+  auto missing = run_ferry({"ckpt", "verify", "--json", ckpt});
+  EXPECT_EQ(missing.exit_code, 1);
+  auto j = nlohmann::json::parse(missing.out);
+  EXPECT_EQ(j["missing_by_node"]["node1"], nlohmann::json::array({"rank_00003.safetensors"}));
+  EXPECT_EQ(j["missing_by_node"]["node0"], nlohmann::json::array());
+}
+
+TEST(CkptCli, GcRemovesPartialStepsButNotTheCommittedOne) {
+  testing::TempDir dir;
+  write_hf(dir.file("hf"));
+  const std::string ckpt = dir.file("ckpt");
+  ASSERT_EQ(run_ferry({"ckpt", "save", "--from", dir.file("hf"), "--ranks", "2", "--nodes", "2", ckpt}).exit_code, 0);
+  // A save that died after writing one shard.
+  fs::create_directories(ckpt + "/node0/step_2");
+  fs::copy_file(ckpt + "/node0/step_1/rank_00000.safetensors", ckpt + "/node0/step_2/rank_00000.safetensors");
+  auto ls = run_ferry({"ckpt", "ls", ckpt});
+  ASSERT_EQ(ls.exit_code, 0);
+  EXPECT_NE(ls.out.find("step 2  partial"), std::string::npos) << ls.out;
+  EXPECT_NE(ls.out.find("step 1  committed  (latest)"), std::string::npos) << ls.out;
+  auto dry = run_ferry({"ckpt", "gc", "--dry-run", ckpt});
+  EXPECT_NE(dry.out.find("would remove step 2"), std::string::npos) << dry.out;
+  EXPECT_TRUE(fs::exists(ckpt + "/node0/step_2"));
+  auto gc = run_ferry({"ckpt", "gc", "--json", ckpt});
+  ASSERT_EQ(gc.exit_code, 0) << gc.err;
+  auto j = nlohmann::json::parse(gc.out);
+  ASSERT_EQ(j["actions"].size(), 1u);
+  EXPECT_EQ(j["actions"][0]["removed"], true);
+  EXPECT_FALSE(fs::exists(ckpt + "/node0/step_2"));
+  EXPECT_TRUE(fs::exists(ckpt + "/node0/step_1/COMMITTED"));
+  EXPECT_EQ(run_ferry({"ckpt", "load", ckpt, "--to", dir.file("out")}).exit_code, 0);
+}
+
+TEST(CkptCli, LoadFetchesAMissingManifestFromTheOtherNodeAndSaysSo) {
+  testing::TempDir dir;
+  write_hf(dir.file("hf"));
+  const std::string ckpt = dir.file("ckpt");
+  ASSERT_EQ(run_ferry({"ckpt", "save", "--from", dir.file("hf"), "--ranks", "2", "--nodes", "2", ckpt}).exit_code, 0);
+  fs::remove(ckpt + "/node1/step_1/manifest.json");
+  auto load = run_ferry({"ckpt", "load", ckpt, "--to", dir.file("out")});
+  ASSERT_EQ(load.exit_code, 0) << load.err;
+  EXPECT_NE(load.out.find("note: node node1 has no manifest for step 1; fetched it from rank 0"),
+            std::string::npos) << load.out;
+  expect_same_tensors(dir.file("hf"), dir.file("out"));
+}
+
+TEST(CkptCli, UsageErrorsExitTwo) {
+  testing::TempDir dir;
+  EXPECT_EQ(run_ferry({"ckpt", "save", dir.file("x")}).exit_code, 2);  // no --from
+  EXPECT_EQ(run_ferry({"ckpt"}).exit_code, 2);
+  EXPECT_EQ(run_ferry({"ckpt", "verify", dir.file("nothing")}).exit_code, 1);
+}
+
+}  // namespace
+}  // namespace ferry::checkpoint

@@ -1,0 +1,295 @@
+// Failures users hit: a rank killed mid-save, a full disk, a damaged shard, a
+// node without its manifest, a manifest whose paths try to leave the folder.
+#include <gtest/gtest.h>
+#include <sys/mount.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <csignal>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+
+#include "base/file_util.h"
+#include "checkpoint/format.h"
+#include "ckpt_test_util.h"
+
+namespace ferry::checkpoint {
+namespace {
+
+using test::cut_all;
+using test::GlobalTensor;
+using test::load_and_check;
+using test::make_state;
+using test::run_group;
+using test::save_state;
+namespace fs = std::filesystem;
+
+std::vector<std::string> roots_of(const testing::TempDir& dir, int nodes) {
+  std::vector<std::string> r;
+  for (int i = 0; i < nodes; ++i) r.push_back(dir.path() + "/n" + std::to_string(i));
+  return r;
+}
+
+// Forks `ranks` processes (nodes n0, n1) saving `step`; rank `victim` SIGKILLs
+// itself right after `phase`. Returns each child's wait status.
+std::vector<int> save_with_kill(const std::string& dir, const std::vector<GlobalTensor>& state,
+                                std::int64_t step, int victim, const std::string& phase) {
+  const int ranks = 4;
+  const std::string address = test::unique_address();
+  std::vector<pid_t> pids;
+  for (int r = 0; r < ranks; ++r) {
+    pid_t pid = ::fork();
+    if (pid == 0) {
+      LocalGroupOptions o{address, r, ranks, "n" + std::to_string(r / 2), std::chrono::milliseconds(10'000)};
+      auto g = connect_local_group(o);
+      if (!g.ok()) ::_exit(10);
+      CheckpointOptions co{.root = dir + "/" + o.node, .test_hook = [&](std::string_view p) {
+                             if (r == victim && p == phase) ::raise(SIGKILL);
+                           }};
+      Checkpointer ckpt(**g, co);
+      auto slices = cut_all(state, r, ranks, 0);
+      auto v = test::views(slices);
+      Status s = ckpt.save(step, v);
+      ::_exit(s.ok() ? 0 : 3);
+    }
+    pids.push_back(pid);
+  }
+  std::vector<int> statuses;
+  for (pid_t p : pids) {
+    int st = 0;
+    ::waitpid(p, &st, 0);
+    statuses.push_back(st);
+  }
+  return statuses;
+}
+
+class KilledMidSave : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(KilledMidSave, PreviousStepLoadsAndThePartialOneIsListedAndCollected) {
+  testing::TempDir dir;
+  const auto old_state = make_state(11), new_state = make_state(12);
+  save_state(dir.path(), old_state, 4, 2, 1);
+  const auto st = save_with_kill(dir.path(), new_state, 2, /*victim=*/2, GetParam());
+  ASSERT_TRUE(WIFSIGNALED(st[2]) && WTERMSIG(st[2]) == SIGKILL);
+  for (int r : {0, 1, 3}) {  // the survivors fail (EOF from the dead rank), none hangs
+    ASSERT_TRUE(WIFEXITED(st[r])) << r;
+    EXPECT_EQ(WEXITSTATUS(st[r]), 3) << r;
+  }
+  const auto roots = roots_of(dir, 2);
+  auto listing = list_steps(roots);
+  ASSERT_TRUE(listing.ok());
+  ASSERT_EQ(listing->size(), 2u);
+  EXPECT_EQ((*listing)[0].state, StepState::kCommitted);
+  EXPECT_EQ((*listing)[1].step, 2);
+  EXPECT_EQ((*listing)[1].state, StepState::kPartial);
+  for (const std::string& root : roots) EXPECT_EQ(format::read_latest(root), 1);
+
+  EXPECT_EQ(load_and_check(dir.path(), old_state, 4, 2, 0).step, 1);
+
+  if (std::string(GetParam()) == "node_marker") {
+    // With node markers written, a root alone cannot tell: n1 might hold COMMITTED.
+    auto kept = gc({roots[0]});
+    ASSERT_TRUE(kept.ok());
+    ASSERT_EQ(kept->size(), 1u);
+    EXPECT_FALSE((*kept)[0].removed);
+    EXPECT_NE((*kept)[0].reason.find("n1"), std::string::npos) << (*kept)[0].reason;
+  }
+  auto actions = gc(roots);
+  ASSERT_TRUE(actions.ok()) << actions.status().to_string();
+  int removed = 0;
+  for (const GcAction& a : *actions) {
+    EXPECT_EQ(a.step, 2);
+    removed += a.removed;
+  }
+  EXPECT_GE(removed, 1);
+  for (const std::string& root : roots) {
+    EXPECT_FALSE(fs::exists(root + "/step_2")) << root;
+    EXPECT_TRUE(fs::exists(root + "/step_1/COMMITTED")) << root;
+  }
+  EXPECT_EQ(load_and_check(dir.path(), old_state, 4, 2, 0).step, 1);
+}
+
+INSTANTIATE_TEST_SUITE_P(Phases, KilledMidSave,
+                         ::testing::Values("shards", "manifest", "node_marker"));
+
+TEST(KilledMidSave, AfterCommittedTheNewStepCountsThoughLatestIsOld) {
+  testing::TempDir dir;
+  const auto old_state = make_state(13), new_state = make_state(14);
+  save_state(dir.path(), old_state, 4, 2, 1);
+  const auto st = save_with_kill(dir.path(), new_state, 2, 2, "committed");
+  ASSERT_TRUE(WIFSIGNALED(st[2]));
+  // Every node marker existed before any COMMITTED: the step is complete.
+  EXPECT_EQ(format::read_latest(dir.path() + "/n1"), 1);
+  EXPECT_EQ(load_and_check(dir.path(), new_state, 4, 2, 0).step, 2);
+  auto actions = gc(roots_of(dir, 2));
+  ASSERT_TRUE(actions.ok());
+  EXPECT_TRUE(actions->empty());
+}
+
+struct TmpfsMount {
+  std::string path;
+  bool mounted = false;
+  ~TmpfsMount() {
+    if (mounted) ::umount2(path.c_str(), MNT_DETACH);
+  }
+};
+
+TEST(DiskFull, ClearErrorNamingTheFileAndThePreviousStepIsIntact) {
+  if (::geteuid() != 0) GTEST_SKIP() << "mounting a tmpfs needs root";
+  testing::TempDir dir;
+  TmpfsMount mnt{dir.path() + "/n0"};
+  fs::create_directories(mnt.path);
+  if (::mount("none", mnt.path.c_str(), "tmpfs", 0, "size=4m") != 0) {
+    GTEST_SKIP() << "mount -t tmpfs is not permitted here: " << std::strerror(errno);
+  }
+  mnt.mounted = true;
+  const auto small = make_state(15);
+  save_state(dir.path(), small, 2, 1, 1);
+  GlobalTensor big{{"big", DType::kU8, {6 << 20}}, std::vector<std::byte>(6 << 20, std::byte{7})};
+  std::mutex mu;
+  std::vector<Status> results;
+  run_group(2, [](int) { return std::string("n0"); }, [&](RankGroup& g) {
+    Checkpointer ckpt(g, {.root = mnt.path});
+    auto slices = cut_all({big}, g.rank(), g.size(), 0);
+    auto v = test::views(slices);
+    Status s = ckpt.save(2, v);
+    std::lock_guard<std::mutex> lock(mu);
+    results.push_back(s);
+  });
+  bool named = false;
+  for (const Status& s : results) {
+    ASSERT_FALSE(s.ok());
+    EXPECT_NE(s.message().find("No space left on device"), std::string::npos) << s.to_string();
+    named |= s.code() == Code::kResourceExhausted &&
+             s.message().find(mnt.path + "/step_2/rank_0000") != std::string::npos;
+  }
+  EXPECT_TRUE(named) << results[0].to_string();
+  EXPECT_EQ(load_and_check(dir.path(), small, 2, 1, 0).step, 1);
+  auto actions = gc({mnt.path});
+  ASSERT_TRUE(actions.ok());
+  EXPECT_FALSE(fs::exists(mnt.path + "/step_2"));
+}
+
+// Step 1 from 2 ranks on 2 nodes; returns the manifest entry of `tensor` on rank 1.
+SavedSlice saved_slice(const std::string& root, const std::string& tensor, int rank) {
+  auto m = format::read_manifest(root, 1);
+  EXPECT_TRUE(m.ok());
+  for (const SavedSlice& s : m->find(tensor)->slices)
+    if (s.rank == rank) return s;
+  ADD_FAILURE() << "no slice";
+  return {};
+}
+
+std::vector<Status> load_statuses(const std::string& dir, const std::vector<GlobalTensor>& state) {
+  std::mutex mu;
+  std::vector<Status> out;
+  run_group(2, [](int r) { return "n" + std::to_string(r); }, [&](RankGroup& g) {
+    Checkpointer ckpt(g, {.root = dir + "/" + g.node()});
+    auto info = ckpt.prepare_load();
+    Status s = info.status();
+    if (s.ok()) {
+      auto want = cut_all(state, g.rank(), g.size(), 0);
+      auto d = test::mutable_views(want);
+      s = ckpt.load(d).status();
+    }
+    std::lock_guard<std::mutex> lock(mu);
+    out.push_back(s);
+  });
+  return out;
+}
+
+TEST(DamagedShard, FlippedByteIsNamedByVerifyAndLoad) {
+  testing::TempDir dir;
+  const auto state = make_state(16);
+  save_state(dir.path(), state, 2, 2, 1);
+  const std::string tensor = "model.layers.0.mlp.down_proj.weight";
+  const SavedSlice s = saved_slice(dir.path() + "/n1", tensor, 1);
+  const std::string file = dir.path() + "/n1/step_1/" + s.file;
+  {
+    std::fstream f(file, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekg(static_cast<std::streamoff>(s.data_offset + 5));
+    char c = 0;
+    f.read(&c, 1);
+    c ^= 0x10;
+    f.seekp(static_cast<std::streamoff>(s.data_offset + 5));
+    f.write(&c, 1);
+  }
+  auto report = verify(roots_of(dir, 2));
+  ASSERT_TRUE(report.ok()) << report.status().to_string();
+  ASSERT_EQ(report->problems.size(), 1u);
+  EXPECT_EQ(report->problems[0].file, file);
+  EXPECT_EQ(report->problems[0].tensor, tensor);
+  EXPECT_EQ(report->problems[0].node, "n1");
+  for (const Status& st : load_statuses(dir.path(), state)) {
+    EXPECT_EQ(st.code() == Code::kCorruption || st.code() == Code::kAborted, true) << st.to_string();
+    EXPECT_NE(st.message().find(file), std::string::npos) << st.to_string();
+    EXPECT_NE(st.message().find(tensor), std::string::npos) << st.to_string();
+  }
+}
+
+TEST(DamagedShard, TruncatedFileIsNamedWithItsTensorsByVerifyAndLoad) {
+  testing::TempDir dir;
+  const auto state = make_state(17);
+  save_state(dir.path(), state, 2, 2, 1);
+  const std::string tensor = "odd.rows";  // sorted last in the manifest, laid out last? find it
+  const SavedSlice s = saved_slice(dir.path() + "/n1", tensor, 1);
+  const std::string file = dir.path() + "/n1/step_1/" + s.file;
+  fs::resize_file(file, s.data_offset + 3);
+  auto report = verify(roots_of(dir, 2));
+  ASSERT_TRUE(report.ok());
+  bool named = false;
+  for (const VerifyProblem& p : report->problems) named |= p.file == file && p.tensor == tensor;
+  EXPECT_TRUE(named);
+  for (const Status& st : load_statuses(dir.path(), state)) {
+    EXPECT_FALSE(st.ok());
+    EXPECT_NE(st.message().find(s.file), std::string::npos) << st.to_string();
+    EXPECT_NE(st.message().find("of tensor "), std::string::npos) << st.to_string();
+  }
+}
+
+TEST(MissingManifest, LoadFetchesItFromAPeerAndSaysSo) {
+  testing::TempDir dir;
+  const auto state = make_state(18);
+  save_state(dir.path(), state, 2, 2, 1);
+  fs::remove(dir.path() + "/n1/step_1/manifest.json");
+  auto r = load_and_check(dir.path(), state, 2, 2, 0);
+  EXPECT_EQ(r.step, 1);
+  ASSERT_EQ(r.notes.size(), 2u);  // each of the two ranks heard it
+  for (const std::string& n : r.notes) {
+    EXPECT_EQ(n, "node n1 has no manifest for step 1; fetched it from rank 0");
+  }
+  auto report = verify(roots_of(dir, 2));
+  ASSERT_TRUE(report.ok());
+  ASSERT_EQ(report->problems.size(), 1u);
+  EXPECT_NE(report->problems[0].message.find("manifest.json is missing"), std::string::npos);
+}
+
+TEST(EscapingManifest, PathsLeavingTheCheckpointFolderAreRefused) {
+  testing::TempDir dir;
+  const auto state = make_state(19);
+  save_state(dir.path(), state, 2, 2, 1);
+  testing::write_bytes(dir.path() + "/n0/outside.safetensors", "not yours");
+  for (const std::string node : {"n0", "n1"}) {
+    const std::string path = dir.path() + "/" + node + "/step_1/manifest.json";
+    auto text = read_file(path);
+    ASSERT_TRUE(text.ok());
+    std::string t = *text;
+    for (std::size_t at; (at = t.find("\"rank_00000.safetensors\"")) != std::string::npos;) {
+      t.replace(at, 24, "\"../../outside.safetensors\"");
+    }
+    testing::write_bytes(path, t);
+  }
+  for (const Status& st : load_statuses(dir.path(), state)) {
+    EXPECT_FALSE(st.ok());
+    EXPECT_NE(st.message().find("'../../outside.safetensors'"), std::string::npos) << st.to_string();
+    EXPECT_NE(st.message().find("inside the checkpoint folder"), std::string::npos) << st.to_string();
+  }
+  auto report = verify(roots_of(dir, 2));
+  ASSERT_TRUE(report.ok()) << report.status().to_string();
+  ASSERT_FALSE(report->problems.empty());
+  EXPECT_NE(report->problems[0].message.find("../../outside.safetensors"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace ferry::checkpoint
