@@ -1,11 +1,9 @@
 // net_bench: the net transport's bulk path against UCX's own limit on the same path.
 //
 // For each bucket size it runs, in the same run and on 127.0.0.1:
-//   U     = ucx_perftest -t tag_bw -e (error handling on, as ferry's endpoints have it) at
-//           that message size, server and client as child processes, the better of its
-//           busy-polling (-E poll) and event-waiting (-E sleep) modes: on 2 shared cores two
-//           spinning processes starve loopback TCP's kernel copies, and ferry waits on the
-//           worker's event fd, so poll mode alone would understate the limit;
+//   U     = ucx_perftest -t tag_bw -e at that message size, server and client as child
+//           processes, the better of -E poll and -E sleep (src/sync/ucx_perftest.h, shared
+//           with `ferry bench sync --net`, says why);
 //   ferry = N buckets through net::Channel::send_bulk / receive_bulk between this process
 //           (receiver, listener) and a child (sender), K buckets in flight, ring slots
 //           registered once;
@@ -14,12 +12,6 @@
 // machine a run's figure says more about the neighbours than about either side.
 // Usage: net_bench [--sizes-mib 4,64,256] [--total-mib 1024] [--inflight K] [--repeat R].
 // UCX_TLS / UCX_NET_DEVICES apply to both sides alike.
-#include <fcntl.h>
-#include <netinet/in.h>
-#include <poll.h>
-#include <signal.h>
-#include <spawn.h>
-#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 #include <xxhash.h>
@@ -35,10 +27,9 @@
 #include <thread>
 #include <vector>
 
+#include "sync/ucx_perftest.h"
 #include "transport/net/auth.h"
 #include "transport/net/channel.h"
-
-extern char** environ;
 
 namespace {
 
@@ -79,93 +70,19 @@ void fill_pattern(std::span<std::byte> out, std::uint64_t seed) {
   }
 }
 
-// A child process with its stdout (and, if asked, stderr) in a pipe.
-struct Child {
-  pid_t pid = -1;
-  int out = -1;
-};
+using sync::PerftestResult;
+using sync::SpawnedProcess;
 
-Child spawn(const std::vector<std::string>& args, const std::vector<std::string>& extra_env) {
-  std::vector<std::string> env = extra_env;
-  for (char** e = environ; *e != nullptr; ++e) env.emplace_back(*e);
-  std::vector<char*> envp;
-  for (auto& s : env) envp.push_back(s.data());
-  envp.push_back(nullptr);
-  std::vector<std::string> a = args;
-  std::vector<char*> argv;
-  for (auto& s : a) argv.push_back(s.data());
-  argv.push_back(nullptr);
-  int p[2];
-  if (::pipe2(p, O_CLOEXEC) != 0) die("pipe2 failed");
-  posix_spawn_file_actions_t fa;
-  posix_spawn_file_actions_init(&fa);
-  posix_spawn_file_actions_adddup2(&fa, p[1], 1);
-  posix_spawn_file_actions_adddup2(&fa, p[1], 2);
-  Child c;
-  const int rc = ::posix_spawnp(&c.pid, argv[0], &fa, nullptr, argv.data(), envp.data());
-  posix_spawn_file_actions_destroy(&fa);
-  ::close(p[1]);
-  if (rc != 0) die("cannot start " + args[0] + ": " + std::strerror(rc));
-  c.out = p[0];
-  return c;
+SpawnedProcess spawn(const std::vector<std::string>& args,
+                     const std::vector<std::string>& extra_env) {
+  auto p = sync::spawn_process(args, extra_env);
+  check(p.status(), "spawn");
+  return *p;
 }
 
-// Everything the child writes until it exits; its exit status in *status.
-std::string collect(Child c, int* status) {
-  std::string text;
-  char buf[4096];
-  ssize_t n;
-  while ((n = ::read(c.out, buf, sizeof buf)) > 0) text.append(buf, static_cast<std::size_t>(n));
-  ::close(c.out);
-  ::waitpid(c.pid, status, 0);
-  return text;
-}
+std::string collect(SpawnedProcess c, int* status) { return sync::collect_process(c, status); }
 
-void stop(Child c) {
-  ::kill(c.pid, SIGKILL);
-  int st = 0;
-  (void)collect(c, &st);
-}
-
-int free_port() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof a;
-  ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
-  ::close(fd);
-  return ntohs(a.sin_port);
-}
-
-// ucx_perftest tag_bw at `bytes`, `iterations` messages: GB/s, or < 0 if it failed.
-double perftest(std::size_t bytes, std::size_t iterations, const std::string& mode,
-                std::string* log) {
-  for (int attempt = 0; attempt < 3; ++attempt) {
-    const std::string port = std::to_string(free_port());
-    Child server = spawn({"ucx_perftest", "-p", port, "-e", "-E", mode}, {});
-    std::this_thread::sleep_for(milliseconds(300 + 300 * attempt));
-    Child client = spawn({"ucx_perftest", "127.0.0.1", "-p", port, "-e", "-E", mode, "-t", "tag_bw",
-                          "-s", std::to_string(bytes), "-n", std::to_string(iterations), "-w", "2"},
-                         {});
-    int status = 0;
-    const std::string out = collect(client, &status);
-    stop(server);
-    std::istringstream in(out);
-    std::string line;
-    while (std::getline(in, line)) {
-      if (line.rfind("Final:", 0) != 0) continue;
-      // Final: iterations p50 avg overall bw-avg bw-overall rate-avg rate-overall
-      std::istringstream f(line.substr(6));
-      double v[8] = {};
-      for (double& x : v) f >> x;
-      return v[5] * 1048576.0 / 1e9;  // perftest's MB is 2^20 bytes
-    }
-    *log = out;
-  }
-  return -1;
-}
+void stop(SpawnedProcess c) { sync::kill_process(c); }
 
 // ---- ferry's side ----
 
@@ -185,7 +102,7 @@ FerryResult ferry_run(std::size_t bytes, std::uint32_t count, std::uint32_t infl
   check(ctx.status(), "net::Context::create");
   auto listener = net::Listener::bind(*ctx, "127.0.0.1:0", *net::Token::from_string(secret));
   check(listener.status(), "Listener::bind");
-  Child sender = spawn({self, "--child-sender", listener->address(), std::to_string(bytes),
+  SpawnedProcess sender = spawn({self, "--child-sender", listener->address(), std::to_string(bytes),
                         std::to_string(count), std::to_string(inflight)},
                        {"FERRY_TOKEN=" + secret});
   auto ch = listener->accept(kTimeout);
@@ -325,12 +242,12 @@ int main(int argc, char** argv) {
     FerryResult f;
     f.connect_ms = 1e9;
     for (int r = 0; r < repeat; ++r) {  // interleaved, so both see the same neighbours
-      for (const char* mode : {"poll", "sleep"}) {
-        const double one = perftest(bytes, count, mode, &log);
-        if (one > u) {
-          u = one;
-          u_mode = mode;
-        }
+      const PerftestResult one_u = sync::ucx_perftest_loopback(bytes, count);
+      if (one_u.gbps > u) {
+        u = one_u.gbps;
+        u_mode = one_u.mode;
+      } else if (u < 0) {
+        log = one_u.log;
       }
       const FerryResult one = ferry_run(bytes, count, k, self);
       f.gbps = std::max(f.gbps, one.gbps);

@@ -1,6 +1,7 @@
 // ferry bench sync: one round of a model-shaped state into receiver destinations,
 // as a ratio to this machine's single-thread memcpy bandwidth measured in the same run.
 #include <cstdio>
+#include <cstdlib>
 #include <iostream>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -16,9 +17,127 @@ struct BenchArgs {
   std::vector<std::string> dtypes = {"bf16"};
   std::uint64_t memcpy_mb = 1024;
   bool json = false;
+  // --net: across nodes (loopback here, or the two ends apart with --listen / --connect).
+  bool net = false;
+  sync::NetBenchConfig net_config;
+  std::string listen;   // sender end only
+  std::string connect;  // node end only
+  std::uint32_t relay_id = 1;
+  CLI::Option* bucket_option = nullptr;  // --net has its own default bucket sizes
 };
 
+nlohmann::ordered_json net_result_json(const sync::NetBenchResult& r) {
+  return {{"dtype", std::string(dtype_name(r.dtype))},
+          {"bucket_mb", r.bucket_mb},
+          {"nodes", r.nodes},
+          {"tensors", r.tensors},
+          {"bytes", r.bytes},
+          {"seconds", r.seconds},
+          {"gbps_per_node", r.gbps_per_node},
+          {"perftest_gbps", r.perftest_gbps},
+          {"perftest_mode", r.perftest_mode},
+          {"ratio_to_perftest", r.ratio_to_perftest},
+          {"round_time_ratio_to_one_node", r.round_time_ratio_to_one_node},
+          {"setup_ms_min", r.setup_ms_min},
+          {"setup_ms_max", r.setup_ms_max},
+          {"relay_peak_rss_bytes", r.relay_peak_rss_bytes},
+          {"receiver_peak_rss_bytes", r.receiver_peak_rss_bytes}};
+}
+
+int run_bench_sync_net(BenchArgs& a) {
+  sync::NetBenchConfig& c = a.net_config;
+  if (a.dtypes.size() != 1) return report_error(invalid_argument("--net takes one --dtype"));
+  auto t = parse_dtype(a.dtypes[0]);
+  if (!t.ok()) return report_error(t.status());
+  c.dtype = *t;
+  c.preset = a.config.preset;
+  c.slots = a.config.slots;
+  c.rounds = a.config.rounds;
+  c.checksums = a.config.checksums;
+  if (a.bucket_option != nullptr && a.bucket_option->count() > 0) c.bucket_mb = a.config.bucket_mb;
+  if (!a.listen.empty() || !a.connect.empty()) {
+    // One end of a run across machines: one bucket size, one node count.
+    if (c.bucket_mb.size() != 1 || c.nodes.size() != 1) {
+      return report_error(invalid_argument(
+          "--listen / --connect run one case: give one --bucket-mb and one --nodes"));
+    }
+  }
+  if (!a.connect.empty()) {
+    auto r = sync::run_net_bench_node(c, a.connect, a.relay_id);
+    if (!r.ok()) return report_error(r.status());
+    nlohmann::ordered_json j = {{"role", "node"},
+                                {"relay_id", a.relay_id},
+                                {"bucket_mb", c.bucket_mb[0]},
+                                {"setup_ms", r->setup_ms},
+                                {"round_seconds", r->round_seconds},
+                                {"relay_peak_rss_bytes", r->relay_peak_rss_bytes},
+                                {"receiver_peak_rss_bytes", r->receiver_peak_rss_bytes}};
+    if (a.json) {
+      std::cout << j.dump() << "\n";
+    } else {
+      std::printf("relay %u: session setup (Relay::connect) %.1f ms; rounds", a.relay_id,
+                  r->setup_ms);
+      for (double s : r->round_seconds) std::printf(" %.3f", s);
+      std::printf(" s\n");
+    }
+    return kExitOk;
+  }
+  if (!a.listen.empty()) {
+    auto r = sync::run_net_bench_sender(c, a.listen, [](const std::string& address) {
+      // On stderr always: with port 0 it is how scripts learn the port.
+      std::fprintf(stderr, "bench sender listening on %s\n", address.c_str());
+      std::fflush(stderr);
+    });
+    if (!r.ok()) return report_error(r.status());
+    if (a.json) {
+      nlohmann::ordered_json j = net_result_json(*r);
+      j["role"] = "sender";
+      std::cout << j.dump() << "\n";
+    } else {
+      std::printf("%llu MiB buckets, %u node(s): median round %.4f s, %.3f GB/s per node\n",
+                  static_cast<unsigned long long>(r->bucket_mb), r->nodes, r->seconds,
+                  r->gbps_per_node);
+    }
+    return kExitOk;
+  }
+  const char* tls = std::getenv("UCX_TLS");
+  if (!a.json) {
+    std::printf(
+        "%s %s, net sender on %s -> relays -> %u local receiver(s) each (destination mode); "
+        "UCX_TLS=%s; U = ucx_perftest -t tag_bw at the bucket size on %s\n",
+        c.preset.c_str(), a.dtypes[0].c_str(), c.host.c_str(), c.receivers_per_node,
+        tls != nullptr ? tls : "(unset)", c.host.c_str());
+    std::printf("%-9s %-5s %-7s %-8s %-9s %-8s %-6s %-7s %-9s %-12s %s\n", "bucket_mb", "nodes",
+                "GB", "seconds", "GB/s/node", "U_GB/s", "U_mode", "ratio_U", "t(N)/t(1)",
+                "setup_ms_max", "relay_rss_MB");
+    std::fflush(stdout);
+  }
+  auto results = sync::run_net_sync_bench(c, [&](const sync::NetBenchResult& r) {
+    if (a.json) return;
+    std::printf("%-9llu %-5u %-7.3f %-8.4f %-9.3f %-8.3f %-6s %-7.2f %-9.2f %-12.1f %.0f\n",
+                static_cast<unsigned long long>(r.bucket_mb), r.nodes, r.bytes / 1e9, r.seconds,
+                r.gbps_per_node, r.perftest_gbps, r.perftest_mode.c_str(), r.ratio_to_perftest,
+                r.round_time_ratio_to_one_node, r.setup_ms_max,
+                r.relay_peak_rss_bytes / 1048576.0);
+    std::fflush(stdout);
+  });
+  if (!results.ok()) return report_error(results.status());
+  if (a.json) {
+    nlohmann::ordered_json list = nlohmann::ordered_json::array();
+    for (const auto& r : *results) list.push_back(net_result_json(r));
+    nlohmann::ordered_json j = {{"mode", "net"},
+                                {"host", c.host},
+                                {"preset", c.preset},
+                                {"receivers_per_node", c.receivers_per_node},
+                                {"ucx_tls", tls != nullptr ? tls : ""},
+                                {"results", list}};
+    std::cout << j.dump(2) << "\n";
+  }
+  return kExitOk;
+}
+
 int run_bench_sync(BenchArgs& a) {
+  if (a.net) return run_bench_sync_net(a);
   a.config.dtypes.clear();
   for (const auto& d : a.dtypes) {
     auto t = parse_dtype(d);
@@ -83,15 +202,17 @@ void add_bench_command(CLI::App& app, Dispatch& dispatch) {
   CLI::App* cmd =
       add_command(*bench, dispatch, "sync",
                   "Round throughput into receiver destinations, per bucket size and receiver count",
-                  "ferry bench sync --bucket-mb 64,512 --receivers 1,2 --json",
+                  "ferry bench sync --bucket-mb 64,512 --receivers 1,2 --json\n"
+                  "  ferry bench sync --net --nodes 1,2 --bucket-mb 64,512",
                   [args] { return run_bench_sync(*args); });
   cmd->add_option("--preset", args->config.preset, "Model shapes")->capture_default_str();
   cmd->add_option("--dtype", args->dtypes, "dtypes (bf16,fp32)")
       ->delimiter(',')
       ->capture_default_str();
-  cmd->add_option("--bucket-mb", args->config.bucket_mb, "Bucket sizes in MiB")
-      ->delimiter(',')
-      ->capture_default_str();
+  args->bucket_option =
+      cmd->add_option("--bucket-mb", args->config.bucket_mb, "Bucket sizes in MiB (--net: 64,512)")
+          ->delimiter(',')
+          ->capture_default_str();
   cmd->add_option("--receivers", args->config.receivers, "Receiver counts")
       ->delimiter(',')
       ->capture_default_str();
@@ -105,6 +226,31 @@ void add_bench_command(CLI::App& app, Dispatch& dispatch) {
       ->capture_default_str();
   cmd->add_flag("--json", args->json, "Print one JSON object");
   cmd->add_flag("!--no-checksums", args->config.checksums, "Skip per-bucket checksums");
+  auto* net = cmd->add_flag("--net", args->net,
+                            "Across nodes: a net sender, relays with local receivers, against "
+                            "ucx_perftest on the same path (loopback unless --listen/--connect)");
+  cmd->add_option("--nodes", args->net_config.nodes, "--net: node (relay) counts")
+      ->delimiter(',')
+      ->capture_default_str()
+      ->needs(net);
+  cmd->add_option("--receivers-per-node", args->net_config.receivers_per_node,
+                  "--net: local receivers per relay")
+      ->capture_default_str()
+      ->needs(net);
+  cmd->add_option("--host", args->net_config.host, "--net loopback run: address to listen on")
+      ->capture_default_str()
+      ->needs(net);
+  auto* listen = cmd->add_option("--listen", args->listen,
+                                 "--net, sender end only: host:port to serve nodes on")
+                     ->needs(net);
+  cmd->add_option("--connect", args->connect,
+                  "--net, node end only: the bench sender's host:port; runs a relay and its "
+                  "local receivers here")
+      ->needs(net)
+      ->excludes(listen);
+  cmd->add_option("--id", args->relay_id, "--net --connect: this relay's id")
+      ->capture_default_str()
+      ->needs(net);
 }
 
 }  // namespace ferry::cli

@@ -1,20 +1,29 @@
 #include "sync/sync_bench.h"
 
 #include <fmt/format.h>
+#include <fcntl.h>
+#include <signal.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
+#include <cerrno>
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
+#include <sstream>
 #include <thread>
 
 #include "base/file_util.h"
+#include "base/log.h"
 #include "ferry/model.h"
 #include "ferry/sync.h"
 #include "sync/child_process.h"
 #include "sync/copy.h"
 #include "sync/host_buffer.h"
+#include "sync/ucx_perftest.h"
+#include "transport/net/auth.h"
 
 namespace ferry::sync {
 namespace {
@@ -23,6 +32,12 @@ using Clock = std::chrono::steady_clock;
 
 double seconds_since(Clock::time_point t) {
   return std::chrono::duration<double>(Clock::now() - t).count();
+}
+
+double median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
 }
 
 template <typename F>
@@ -153,6 +168,266 @@ Result<std::vector<BenchResult>> run_sync_bench(
         results.push_back(res);
         if (on_result) on_result(res);
       }
+    }
+  }
+  return results;
+}
+
+// ---- --net ----
+
+namespace {
+
+SyncOptions net_options(const NetBenchConfig& c, std::uint64_t bucket_mb) {
+  SyncOptions o;
+  o.bucket_bytes = bucket_mb << 20;
+  o.slots = c.slots;
+  o.checksums = c.checksums;
+  o.timeout = c.timeout;
+  return o;
+}
+
+Result<std::vector<TensorSpec>> net_specs(const NetBenchConfig& c) {
+  auto cfg = model::preset(c.preset);
+  if (!cfg.ok()) return cfg.status();
+  return model::hf_tensor_specs(*cfg, c.dtype);
+}
+
+// Children write "error ..." or their figures; an error text becomes this Status.
+Status child_error(const std::string& who, const std::string& out) {
+  if (out.rfind("error", 0) == 0) return aborted(who + ": " + out.substr(6));
+  return ok_status();
+}
+
+Status ensure_token() {
+  if (std::getenv("FERRY_TOKEN") != nullptr || std::getenv("FERRY_TOKEN_FILE") != nullptr) {
+    return ok_status();
+  }
+  std::array<std::uint8_t, 16> raw{};
+  Status s = net::random_bytes(raw);
+  if (!s.ok()) return s;
+  std::string secret;
+  for (std::uint8_t b : raw) secret += fmt::format("{:02x}", b);
+  if (::setenv("FERRY_TOKEN", secret.c_str(), 1) != 0) {
+    return errno_status("setenv", "FERRY_TOKEN", errno);
+  }
+  return ok_status();
+}
+
+}  // namespace
+
+Result<NetNodeResult> run_net_bench_node(const NetBenchConfig& config,
+                                         const std::string& upstream, std::uint32_t relay_id) {
+  if (config.bucket_mb.empty()) return invalid_argument("--net node: no bucket size");
+  auto specs = net_specs(config);
+  if (!specs.ok()) return specs.status();
+  std::uint64_t total = 0;
+  for (const auto& s : *specs) total += s.bytes();
+  const SyncOptions o = net_options(config, config.bucket_mb[0]);
+  const std::string local = fmt::format("@ferry-netbench-{}-{}", ::getpid(), relay_id);
+  const int rounds = config.rounds + 1;
+  // Local receivers first, before this process has a UCX context; they retry until the
+  // relay's local address is up.
+  std::vector<Child> kids;
+  auto stop_kids = [&] {
+    for (Child& k : kids) {
+      ::kill(k.pid, SIGKILL);
+      (void)finish_child(k);
+    }
+  };
+  for (std::uint32_t id = 0; id < config.receivers_per_node; ++id) {
+    auto kid = fork_child([&, id]() -> std::string {
+      auto rx = Receiver::connect(local, id, o);
+      if (!rx.ok()) return "error " + rx.status().to_string();
+      auto dst = map_anonymous(total, false, /*prefault=*/true);
+      if (!dst.ok()) return "error " + dst.status().to_string();
+      std::uint64_t off = 0;
+      for (const auto& s : *specs) {
+        (void)(*rx)->set_destination({s, {dst->data() + off, s.bytes()}});
+        off += s.bytes();
+      }
+      for (int r = 0; r < rounds; ++r) {
+        auto got = (*rx)->receive_round_into();
+        if (!got.ok()) return "error " + got.status().to_string();
+      }
+      return fmt::format("{}", peak_rss_bytes());
+    });
+    if (!kid.ok()) {
+      stop_kids();
+      return kid.status();
+    }
+    kids.push_back(*kid);
+  }
+  NetNodeResult res;
+  const auto t0 = Clock::now();
+  auto relay = Relay::connect(upstream, relay_id, local, o);
+  res.setup_ms = seconds_since(t0) * 1e3;
+  if (!relay.ok()) {
+    stop_kids();
+    return relay.status();
+  }
+  Status s = (*relay)->accept(config.receivers_per_node);
+  if (!s.ok()) {
+    stop_kids();
+    return s;
+  }
+  for (int r = 0; r < rounds; ++r) {
+    auto st = (*relay)->relay_round();
+    if (!st.ok()) {
+      stop_kids();
+      return st.status();
+    }
+    res.round_seconds.push_back(st->seconds);
+  }
+  res.relay_peak_rss_bytes = peak_rss_bytes();
+  Status first = ok_status();
+  for (std::size_t i = 0; i < kids.size(); ++i) {
+    auto out = finish_child(kids[i]);
+    Status e = out.ok() ? child_error(fmt::format("relay {} local receiver {}", relay_id, i), *out)
+                        : out.status();
+    if (!e.ok()) {
+      if (first.ok()) first = e;
+      continue;
+    }
+    res.receiver_peak_rss_bytes =
+        std::max<std::uint64_t>(res.receiver_peak_rss_bytes, std::stoull(*out));
+  }
+  if (!first.ok()) return first;
+  return res;
+}
+
+Result<NetBenchResult> run_net_bench_sender(
+    const NetBenchConfig& config, const std::string& listen,
+    const std::function<void(const std::string& address)>& on_listening) {
+  if (config.bucket_mb.empty() || config.nodes.empty()) {
+    return invalid_argument("--net sender: needs one bucket size and one node count");
+  }
+  auto specs = net_specs(config);
+  if (!specs.ok()) return specs.status();
+  std::uint64_t total = 0;
+  for (const auto& s : *specs) total += s.bytes();
+  auto source = map_anonymous(total, true, /*prefault=*/true);
+  if (!source.ok()) return source.status();
+  const std::vector<TensorView> views = lay_out(*specs, source->data());
+  auto sender = Sender::create(listen, net_options(config, config.bucket_mb[0]));
+  if (!sender.ok()) return sender.status();
+  if (on_listening) on_listening((*sender)->address());
+  Status s = (*sender)->accept(config.nodes[0]);
+  if (!s.ok()) return s;
+  std::vector<double> times;
+  for (int r = 0; r < config.rounds + 1; ++r) {
+    auto st = (*sender)->send_round(views);
+    if (!st.ok()) return st.status();
+    if (r > 0) times.push_back(st->seconds);  // round 0 warms up
+  }
+  NetBenchResult res;
+  res.dtype = config.dtype;
+  res.bucket_mb = config.bucket_mb[0];
+  res.nodes = config.nodes[0];
+  res.tensors = static_cast<std::uint32_t>(specs->size());
+  res.bytes = total;
+  res.seconds = median(times);
+  res.gbps_per_node = res.seconds > 0 ? static_cast<double>(total) / res.seconds / 1e9 : 0;
+  return res;
+}
+
+Result<std::vector<NetBenchResult>> run_net_sync_bench(
+    const NetBenchConfig& config, const std::function<void(const NetBenchResult&)>& on_result) {
+  Status tok = ensure_token();
+  if (!tok.ok()) return tok;
+  auto specs = net_specs(config);
+  if (!specs.ok()) return specs.status();
+  std::uint64_t total = 0;
+  for (const auto& s : *specs) total += s.bytes();
+  std::vector<NetBenchResult> results;
+  for (std::uint64_t bucket_mb : config.bucket_mb) {
+    // U first, while no node runs: about one model's worth of messages at the bucket size.
+    const std::uint64_t bucket = bucket_mb << 20;
+    const std::uint64_t messages = std::max<std::uint64_t>(4, (total + bucket - 1) / bucket);
+    const PerftestResult u = ucx_perftest_loopback(bucket, messages);
+    if (u.gbps <= 0) {
+      log::warn("bench: ucx_perftest at {} MiB gave no figure: {}", bucket_mb, u.log);
+    }
+    double one_node_seconds = 0;
+    for (std::uint32_t n : config.nodes) {
+      NetBenchConfig c = config;
+      c.bucket_mb = {bucket_mb};
+      c.nodes = {n};
+      // Each node waits for the sender's address on a pipe, so its Relay::connect time is
+      // connect + authenticate + join, not time spent waiting for the sender to exist.
+      std::vector<int> write_ends;
+      std::vector<int> read_ends;
+      for (std::uint32_t i = 0; i < n; ++i) {
+        int p[2];
+        if (::pipe2(p, O_CLOEXEC) != 0) return errno_status("pipe2", "bench node address", errno);
+        read_ends.push_back(p[0]);
+        write_ends.push_back(p[1]);
+      }
+      std::vector<Child> kids;
+      for (std::uint32_t i = 0; i < n; ++i) {
+        auto kid = fork_child([&, i]() -> std::string {
+          for (int fd : write_ends) ::close(fd);
+          std::string upstream;
+          char ch = 0;
+          while (::read(read_ends[i], &ch, 1) == 1 && ch != '\n') upstream += ch;
+          if (upstream.empty()) return "error the bench sender never started";
+          auto r = run_net_bench_node(c, upstream, i + 1);
+          if (!r.ok()) return "error " + r.status().to_string();
+          return fmt::format("{} {} {}", r->setup_ms, r->relay_peak_rss_bytes,
+                             r->receiver_peak_rss_bytes);
+        });
+        if (!kid.ok()) return kid.status();
+        kids.push_back(*kid);
+      }
+      for (int fd : read_ends) ::close(fd);
+      auto close_writers = [&] {
+        for (int& fd : write_ends) {
+          if (fd >= 0) ::close(fd);
+          fd = -1;
+        }
+      };
+      auto res = run_net_bench_sender(c, fmt::format("{}:0", config.host),
+                                      [&](const std::string& address) {
+                                        const std::string line = address + "\n";
+                                        for (int fd : write_ends) {
+                                          (void)write_all(fd, as_bytes(line), "bench node pipe");
+                                        }
+                                        close_writers();
+                                      });
+      close_writers();
+      // Every node's outcome, even when the sender failed: its error often names the cause.
+      Status node_error = ok_status();
+      std::vector<double> setup;
+      NetBenchResult r = res.ok() ? *res : NetBenchResult{};
+      for (std::uint32_t i = 0; i < n; ++i) {
+        if (!res.ok()) ::kill(kids[i].pid, SIGKILL);
+        auto out = finish_child(kids[i]);
+        Status e = out.ok() ? child_error(fmt::format("bench node (relay {})", i + 1), *out)
+                            : out.status();
+        if (!e.ok()) {
+          if (node_error.ok()) node_error = e;
+          continue;
+        }
+        if (!res.ok()) continue;
+        std::istringstream in(*out);
+        double ms = 0;
+        std::uint64_t relay_rss = 0;
+        std::uint64_t rx_rss = 0;
+        in >> ms >> relay_rss >> rx_rss;
+        setup.push_back(ms);
+        r.relay_peak_rss_bytes = std::max(r.relay_peak_rss_bytes, relay_rss);
+        r.receiver_peak_rss_bytes = std::max(r.receiver_peak_rss_bytes, rx_rss);
+      }
+      if (!res.ok()) return res.status();
+      if (!node_error.ok()) return node_error;
+      r.perftest_gbps = u.gbps;
+      r.perftest_mode = u.mode;
+      r.ratio_to_perftest = u.gbps > 0 ? r.gbps_per_node / u.gbps : 0;
+      if (n == 1) one_node_seconds = r.seconds;
+      r.round_time_ratio_to_one_node = one_node_seconds > 0 ? r.seconds / one_node_seconds : 0;
+      r.setup_ms_min = *std::min_element(setup.begin(), setup.end());
+      r.setup_ms_max = *std::max_element(setup.begin(), setup.end());
+      results.push_back(r);
+      if (on_result) on_result(r);
     }
   }
   return results;

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <chrono>
 #include <functional>
 #include <string>
 #include <vector>
@@ -56,5 +57,69 @@ struct BenchResult {
 Result<std::vector<BenchResult>> run_sync_bench(
     const BenchConfig& config, const CopyBandwidth& limits,
     const std::function<void(const BenchResult&)>& on_result);
+
+// ---- `ferry bench sync --net`: across nodes, against ucx_perftest on the same path ----
+//
+// A net Sender sends a full round to N relays ("nodes"), each republishing it over shm to
+// its local receivers in destination mode. U, the limit, is ucx_perftest -t tag_bw at the
+// bucket size on the same path (src/sync/ucx_perftest.h), measured in the same run.
+
+struct NetBenchConfig {
+  std::string preset = "qwen2.5-0.5b";
+  DType dtype = DType::kBF16;
+  std::vector<std::uint64_t> bucket_mb = {64, 512};
+  std::vector<std::uint32_t> nodes = {1, 2};
+  std::uint32_t receivers_per_node = 1;
+  std::uint32_t slots = 2;
+  int rounds = 3;  // timed rounds after one warm-up round; the median is reported
+  bool checksums = true;
+  std::string host = "127.0.0.1";  // the loopback run listens on host:0
+  std::chrono::milliseconds timeout{60'000};
+};
+
+struct NetBenchResult {
+  DType dtype = DType::kBF16;
+  std::uint64_t bucket_mb = 0;
+  std::uint32_t nodes = 0;
+  std::uint32_t tensors = 0;
+  std::uint64_t bytes = 0;
+  double seconds = 0;       // median round at the sender: until every node acknowledged it
+  double gbps_per_node = 0;  // bytes / seconds: what each node received in that time
+  double perftest_gbps = 0;  // U at this bucket size; <= 0 when ucx_perftest failed
+  std::string perftest_mode;
+  double ratio_to_perftest = 0;
+  // seconds / the 1-node case's seconds at this bucket size (0 without a 1-node case).
+  double round_time_ratio_to_one_node = 0;
+  // Session setup: each relay's Relay::connect (UCX context, connect, authenticate, join).
+  double setup_ms_min = 0;
+  double setup_ms_max = 0;
+  std::uint64_t relay_peak_rss_bytes = 0;     // largest relay's
+  std::uint64_t receiver_peak_rss_bytes = 0;  // largest local receiver's
+};
+
+// The loopback run: per bucket size U, then per node count a sender here and each node
+// (relay + local receivers) in forked children on config.host. Sets FERRY_TOKEN to a random
+// secret when neither FERRY_TOKEN nor FERRY_TOKEN_FILE is set.
+Result<std::vector<NetBenchResult>> run_net_sync_bench(
+    const NetBenchConfig& config, const std::function<void(const NetBenchResult&)>& on_result);
+
+// The two ends apart, for runs across machines or namespaces (bench/sync_net_bench.sh).
+// Sender end: listens on `listen` ("host:port", port 0: any), calls on_listening with the
+// address it got, waits for config.nodes[0] nodes and sends rounds of config.bucket_mb[0].
+// The result has no U (measured by the caller on that path) and setup times of 0.
+Result<NetBenchResult> run_net_bench_sender(
+    const NetBenchConfig& config, const std::string& listen,
+    const std::function<void(const std::string& address)>& on_listening);
+
+struct NetNodeResult {
+  double setup_ms = 0;  // Relay::connect
+  std::vector<double> round_seconds;  // relay_round() per round, warm-up included
+  std::uint64_t relay_peak_rss_bytes = 0;
+  std::uint64_t receiver_peak_rss_bytes = 0;
+};
+// Node end: config.receivers_per_node local receivers (forked, destination mode) and a
+// Relay with id `relay_id` joined to `upstream` in this process, for config.rounds + 1 rounds.
+Result<NetNodeResult> run_net_bench_node(const NetBenchConfig& config,
+                                         const std::string& upstream, std::uint32_t relay_id);
 
 }  // namespace ferry::sync
