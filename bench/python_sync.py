@@ -7,6 +7,8 @@ Paths, each trainer process -> a spawned rollout process, one copy on each side:
   cpp     ferry.Sender.send_round -> Receiver.receive_round_into (destinations filled by C++)
   verl    ferry.verl.BucketedWeightSender.async_send_weights(generator) ->
           BucketedWeightReceiver.receive_weights(cb), cb copying each tensor into the model
+  verl128 the same with round_bytes = 128 MiB: the update streamed as 8 rounds (the default,
+          1 GiB, sends this model in one)
   buckets ferry.Sender -> ferry.Receiver.receive_round_buckets(cb), the same cb as verl's
   memcpy  one torch copy of the same bytes in one process (the machine's limit)
 and `ferry bench sync --json` when the CLI has it. Figures: median GB/s (1e9 bytes/s) of the
@@ -91,7 +93,8 @@ def run_cpp(weights: dict, preset: str, rounds: int, bucket_mb: int,
     return times[1:]
 
 
-def run_verl(weights: dict, preset: str, rounds: int, bucket_mb: int) -> list[float]:
+def run_verl(weights: dict, preset: str, rounds: int, bucket_mb: int,
+             round_bytes: int | None = None) -> list[float]:
     handle = f"ipc:///tmp/ferry-bench-{uuid.uuid4().hex}.sock"
     ctx = mp.get_context("spawn")
     ready = ctx.Queue()
@@ -100,7 +103,8 @@ def run_verl(weights: dict, preset: str, rounds: int, bucket_mb: int) -> list[fl
     ready.get(timeout=120)
     times = []
     for _ in range(rounds + 1):
-        sender = verl.BucketedWeightSender(handle, bucket_size_mb=bucket_mb, use_shm=True)
+        sender = verl.BucketedWeightSender(handle, bucket_size_mb=bucket_mb, use_shm=True,
+                                           round_bytes=round_bytes)
         t0 = time.perf_counter()
         asyncio.run(sender.async_send_weights((n, t) for n, t in weights.items()))
         times.append(time.perf_counter() - t0)
@@ -155,13 +159,17 @@ def main() -> None:
                       ("buckets", lambda: run_cpp(weights, args.preset, args.rounds,
                                                   args.bucket_mb, buckets=True)),
                       ("verl", lambda: run_verl(weights, args.preset, args.rounds,
-                                                args.bucket_mb))):
+                                                args.bucket_mb)),
+                      # The update streamed in small rounds: what each round boundary costs.
+                      ("verl128", lambda: run_verl(weights, args.preset, args.rounds,
+                                                   args.bucket_mb, round_bytes=128 << 20))):
         times = run()
         results[name] = total / statistics.median(times) / 1e9
         print(f"  {name:7s} {results[name]:6.2f} GB/s   (median of "
               f"{', '.join(f'{t * 1e3:.0f}' for t in times)} ms)")
     print(f"  verl / cpp    = {results['verl'] / results['cpp']:.3f}")
     print(f"  verl / buckets = {results['verl'] / results['buckets']:.3f}")
+    print(f"  verl in 128 MiB rounds / verl = {results['verl128'] / results['verl']:.3f}")
     print(f"  cpp / memcpy  = {results['cpp'] / results['memcpy']:.3f}")
     cli = run_cli(args.ferry, args.preset, args.bucket_mb, args.rounds)
     print(f"  ferry bench sync: {cli}")

@@ -63,6 +63,14 @@ struct RoundStats {
   std::uint64_t bytes = 0;  // tensor bytes
   double seconds = 0;
   std::uint64_t checksum = 0;  // the round checksum both sides agreed on
+  bool more_follows = false;   // the sender's RoundOptions::more_follows for this round
+};
+
+// An update too large to hold at once (a generator of GPU tensors) is sent as several
+// rounds: every round but the last says more_follows. Each round is still whole or
+// aborted on its own; receivers learn where the update ends (BucketCallback's is_last).
+struct RoundOptions {
+  bool more_follows = false;
 };
 
 // A tensor whose bytes lie in several places in memory: parts[0], then parts[1], ...
@@ -91,9 +99,11 @@ class Sender {
   // Streams one round from memory the caller owns and keeps valid until it returns.
   // REQUIRES: at least one receiver joined; names unique; data.size() == spec.bytes().
   // Returns after every receiver acknowledged the round (END and checksum matched).
-  Result<RoundStats> send_round(std::span<const TensorView> weights);
+  Result<RoundStats> send_round(std::span<const TensorView> weights,
+                                const RoundOptions& round_options = {});
   // The same for tensors gathered from parts; a part may be empty.
-  Result<RoundStats> send_round_gathered(std::span<const GatheredTensor> weights);
+  Result<RoundStats> send_round_gathered(std::span<const GatheredTensor> weights,
+                                         const RoundOptions& round_options = {});
 
   std::uint64_t session_id() const;
   std::uint64_t rounds_sent() const;
@@ -115,7 +125,8 @@ class Sender {
 // bucket, or a view of an assembled copy when it spans several. Valid during the call only.
 using TensorCallback = std::function<Status(const TensorView& tensor)>;
 // verl's per-bucket delivery: the tensors that complete in this bucket; is_last on
-// the round's final bucket. Views are valid during the call only.
+// the update's final bucket: the last bucket of a round without more_follows (an
+// empty such round calls it once, with no tensors). Views are valid during the call only.
 using BucketCallback = std::function<Status(std::span<const TensorView> weights, bool is_last)>;
 
 class Receiver {

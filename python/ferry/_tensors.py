@@ -120,6 +120,11 @@ def tensor_arg(name: str, tensor: Any) -> tuple[TensorArg | tuple, Any]:
     return (name, DType.U8, (view.nbytes,), view.cast("B") if view.ndim != 1 else view), view
 
 
+def arg_bytes(arg: TensorArg | tuple) -> int:
+    """The byte size of one tensor_arg() result (a raw buffer's shape is its size)."""
+    return arg[4] if len(arg) == 5 else arg[2][0]
+
+
 def tensor_args(weights: Weights) -> tuple[list, list]:
     """tensor_arg() for every (name, tensor) of a mapping or iterable."""
     items = weights.items() if isinstance(weights, Mapping) else weights

@@ -56,18 +56,20 @@ class Sender:
         """accept() in a worker thread, leaving the event loop free."""
         await asyncio.get_running_loop().run_in_executor(None, self._impl.accept, receivers)
 
-    def send_round(self, weights: Weights) -> RoundStats:
+    def send_round(self, weights: Weights, more_follows: bool = False) -> RoundStats:
         """Sends one round: a mapping or iterable of (name, tensor), in that order.
 
         Returns once every receiver acknowledged the round. The tensors must not change
         until then; non-contiguous or device tensors are copied once to host memory first.
+        more_follows=True marks the round as one part of a larger update (receivers see
+        it in RoundStats.more_follows, and is_last stays False for its buckets).
         """
         args, owners = tensor_args(weights)
-        stats = self._impl.send_round(args)
+        stats = self._impl.send_round(args, more_follows)
         del owners
         return stats
 
-    async def send_round_async(self, weights: Weights) -> RoundStats:
+    async def send_round_async(self, weights: Weights, more_follows: bool = False) -> RoundStats:
         """send_round() as an awaitable: the transfer runs in a worker thread.
 
         Cancelling the awaiting task does not stop a round in flight; the sender stays
@@ -75,7 +77,7 @@ class Sender:
         """
         args, owners = tensor_args(weights)
         loop = asyncio.get_running_loop()
-        stats = await loop.run_in_executor(None, self._impl.send_round, args)
+        stats = await loop.run_in_executor(None, self._impl.send_round, args, more_follows)
         del owners
         return stats
 

@@ -22,7 +22,7 @@ import time
 from typing import Any, AsyncIterator, Callable, Iterable, Tuple
 
 from . import _ferry
-from ._tensors import _error, tensor_arg, to_torch
+from ._tensors import _error, arg_bytes, tensor_arg, to_torch
 from .sync import Receiver, Sender
 
 try:
@@ -103,13 +103,23 @@ class BucketedWeightSender:
     are copied to the host once as they are yielded. Extra keyword arguments newer verl
     versions pass (attempt_id, target_version, ...) are accepted and ignored; timeout_s
     bounds how long either side waits for the other (verl's 600 s).
+
+    The update streams: tensors are taken from the generator until they hold round_bytes
+    (default: 1 GiB, or the ring, 2 x bucket_size, if larger) and sent as one round, then
+    the next, so at most round_bytes plus one tensor are held (host copies of device tensors
+    included), never the whole model. A tensor larger than round_bytes goes alone in its
+    round. Each round boundary drains the pipeline once (bench/python_sync.py measures it),
+    which is why rounds are not smaller by default.
     """
 
     def __init__(self, zmq_handle: str, bucket_size_mb: int = 512, use_shm: bool = False,
-                 timeout_s: float = DEFAULT_TIMEOUT_S, **_verl_extras: Any) -> None:
+                 timeout_s: float = DEFAULT_TIMEOUT_S, round_bytes: int | None = None,
+                 **_verl_extras: Any) -> None:
         self.zmq_handle = zmq_handle
         self.bucket_size_mb = bucket_size_mb
         self.bucket_size = int(bucket_size_mb) << 20
+        self.round_bytes = (max(2 * self.bucket_size, 1 << 30) if round_bytes is None
+                            else int(round_bytes))
         self.use_shm = use_shm
         self.timeout_s = timeout_s
         self.address = ferry_address(zmq_handle)
@@ -136,23 +146,34 @@ class BucketedWeightSender:
         """Sends every (name, tensor) of a generator or async iterator as one round.
 
         Returns after the receiver processed every bucket; raises the receiver's error
-        (AbortedError naming its callback's exception) if it gave up. The yielded tensors
-        must stay unmodified until this returns (verl's sender copies them at yield time).
+        (AbortedError naming its callback's exception) if it gave up. A yielded tensor must
+        stay unmodified until the generator is resumed past the round that carries it
+        (at most round_bytes later); verl's sender copies them at yield time.
         """
-        args, owners = [], []
-        async for name, tensor in _items(weights):
-            arg, owner = tensor_arg(name, tensor)
-            args.append(arg)
-            owners.append(owner)
         loop = asyncio.get_running_loop()
         sender = await loop.run_in_executor(None, self._session)
-        try:
-            await loop.run_in_executor(None, sender._impl.send_round, args)
-        except _ferry.FerryError:
-            _drop(_senders, self.address, sender)  # the session is broken: next call starts anew
-            raise
-        finally:
-            del owners
+        args: list = []
+        owners: list = []
+        held = 0
+
+        async def send(more_follows: bool) -> None:
+            nonlocal args, owners, held
+            try:
+                await loop.run_in_executor(None, sender._impl.send_round, args, more_follows)
+            except _ferry.FerryError:
+                _drop(_senders, self.address, sender)  # broken: the next call starts anew
+                raise
+            args, owners, held = [], [], 0
+
+        async for name, tensor in _items(weights):
+            arg, owner = tensor_arg(name, tensor)
+            size = arg_bytes(arg)
+            if args and held + size > self.round_bytes:
+                await send(more_follows=True)  # `tensor` is proof that more follows
+            args.append(arg)
+            owners.append(owner)
+            held += size
+        await send(more_follows=False)
 
 
 class BucketedWeightReceiver:
@@ -214,7 +235,9 @@ class BucketedWeightReceiver:
         while True:
             receiver, fresh = self._session()
             try:
-                receiver._impl.receive_round_buckets(on_bucket)
+                # One update may come as several rounds (the sender streams it).
+                while receiver._impl.receive_round_buckets(on_bucket).more_follows:
+                    pass
                 return
             except _ferry.FerryError:
                 _drop(_receivers, self.address, receiver)

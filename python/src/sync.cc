@@ -119,7 +119,7 @@ class PySender {
     check(s.accept(receivers));
   }
 
-  RoundStats send_round(const py::sequence& weights) {
+  RoundStats send_round(const py::sequence& weights, bool more_follows) {
     UseGuard use(mutex_, "sender");
     sync::Sender& s = get();
     std::vector<TensorArg> args;
@@ -130,7 +130,7 @@ class PySender {
     for (TensorArg& a : args) views.push_back({std::move(a.spec), {a.data, a.size}});
     Result<RoundStats> r = [&] {
       py::gil_scoped_release nogil;
-      return s.send_round(views);
+      return s.send_round(views, sync::RoundOptions{more_follows});
     }();
     return check(std::move(r));
   }
@@ -314,17 +314,20 @@ void bind_sync(py::module_& m) {
       .def_readonly("bytes", &RoundStats::bytes)
       .def_readonly("seconds", &RoundStats::seconds)
       .def_readonly("checksum", &RoundStats::checksum)
+      .def_readonly("more_follows", &RoundStats::more_follows)
       .def("__repr__", [](const RoundStats& s) {
         return fmt::format(
             "RoundStats(round={}, tensors={}, buckets={}, bytes={}, seconds={:.6f}, "
-            "checksum=0x{:016x})",
-            s.round, s.tensors, s.buckets, s.bytes, s.seconds, s.checksum);
+            "checksum=0x{:016x}, more_follows={})",
+            s.round, s.tensors, s.buckets, s.bytes, s.seconds, s.checksum,
+            s.more_follows ? "True" : "False");
       });
 
   py::class_<PySender>(m, "Sender")
       .def_static("create", &PySender::create, py::arg("address"), py::arg("options"))
       .def("accept", &PySender::accept, py::arg("receivers"))
-      .def("send_round", &PySender::send_round, py::arg("weights"))
+      .def("send_round", &PySender::send_round, py::arg("weights"),
+           py::arg("more_follows") = false)
       .def("close", &PySender::close)
       .def_property_readonly("closed", &PySender::closed)
       .def_property_readonly("session_id", [](const PySender& s) { return s.get().session_id(); })

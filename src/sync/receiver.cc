@@ -52,6 +52,7 @@ struct Receiver::Impl {
   bool destinations_resolved = false;
   std::vector<TensorSpec> manifest;
   std::uint64_t plan_bucket_bytes = 0;
+  bool more_follows = false;  // the current round's BEGIN: another round of the update follows
   BucketPlan plan;
   std::vector<std::byte> staging;  // a tensor split across buckets, being assembled
   // Bucket mode delivers after the whole bucket; the next split tensor may start in the
@@ -174,7 +175,8 @@ struct Receiver::Impl {
         });
     if (!status.ok()) return status;
     if (how.on_bucket != nullptr && last) {
-      Status s = (*how.on_bucket)(bucket_views, f.bucket + 1 == plan.bucket_count());
+      const bool update_ends = f.bucket + 1 == plan.bucket_count() && !more_follows;
+      Status s = (*how.on_bucket)(bucket_views, update_ends);
       if (!s.ok()) return s.with_context(fmt::format("bucket callback for bucket {}", f.bucket));
     }
     return ok_status();
@@ -234,6 +236,7 @@ struct Receiver::Impl {
     }
     const std::vector<std::byte> begin_bytes = wire::encode(*first);
     auto& begin = std::get<wire::Begin>(first->body);
+    more_follows = begin.more_follows != 0;
     if (begin.manifest != manifest || begin.bucket_bytes != plan_bucket_bytes) {
       auto p = plan_buckets(begin.manifest, begin.bucket_bytes);
       if (!p.ok()) return corruption(fmt::format("round {}: {}", round, p.status().message()));
@@ -271,7 +274,8 @@ struct Receiver::Impl {
                                 options.timeout);
         if (!s.ok()) return s;
         RoundStats stats = finished_round(round, manifest.size(), plan, start, digest);
-        if (plan.bucket_count() == 0 && how.on_bucket != nullptr) {
+        stats.more_follows = more_follows;
+        if (plan.bucket_count() == 0 && how.on_bucket != nullptr && !more_follows) {
           Status cb = (*how.on_bucket)({}, true);
           if (!cb.ok()) return cb;
         }

@@ -150,7 +150,7 @@ struct Sender::Impl {
   }
 
   template <class Source>
-  Result<RoundStats> send_round(const Source& weights) {
+  Result<RoundStats> send_round(const Source& weights, const RoundOptions& round_options) {
     profiler::Span round_span("sync.send_round");
     const auto start = Clock::now();
     std::vector<TensorSpec> specs;
@@ -183,7 +183,7 @@ struct Sender::Impl {
       p.acked = false;
     }
     wire::Begin begin{options.bucket_bytes, plan.total_bytes, plan.bucket_count(),
-                      std::move(specs)};
+                      static_cast<std::uint8_t>(round_options.more_follows), std::move(specs)};
     const wire::Message begin_message = message(std::move(begin));
     const std::vector<std::byte> begin_bytes = wire::encode(begin_message);
     RoundChecksum round_sum(begin_bytes);
@@ -214,6 +214,7 @@ struct Sender::Impl {
     }
     if (!s.ok()) return fail(s);
     RoundStats stats = finished_round(round, weights.size(), plan, start, digest);
+    stats.more_follows = round_options.more_follows;
     return stats;
   }
 };
@@ -246,7 +247,8 @@ Status Sender::accept(std::uint32_t receivers) {
   return impl_->fanout->accept(receivers);
 }
 
-Result<RoundStats> Sender::send_round(std::span<const TensorView> weights) {
+Result<RoundStats> Sender::send_round(std::span<const TensorView> weights,
+                                      const RoundOptions& round_options) {
   if (!impl_->broken.ok()) {
     return failed_precondition("the session failed earlier (accept() receivers again to start "
                                "a new one): " + impl_->broken.to_string());
@@ -254,17 +256,18 @@ Result<RoundStats> Sender::send_round(std::span<const TensorView> weights) {
   if (impl_->fanout->peers().empty()) {
     return failed_precondition("send_round: no receiver has joined");
   }
-  return impl_->send_round(ViewSource{weights});
+  return impl_->send_round(ViewSource{weights}, round_options);
 }
 
-Result<RoundStats> Sender::send_round_gathered(std::span<const GatheredTensor> weights) {
+Result<RoundStats> Sender::send_round_gathered(std::span<const GatheredTensor> weights,
+                                               const RoundOptions& round_options) {
   if (!impl_->broken.ok()) {
     return failed_precondition("the session failed earlier: " + impl_->broken.to_string());
   }
   if (impl_->fanout->peers().empty()) {
     return failed_precondition("send_round: no receiver has joined");
   }
-  return impl_->send_round(GatheredSource(weights));
+  return impl_->send_round(GatheredSource(weights), round_options);
 }
 
 std::uint64_t Sender::session_id() const { return impl_->fanout->session(); }

@@ -57,6 +57,7 @@ struct BodyEncoder {
     put_u64(out, m.bucket_bytes);
     put_u64(out, m.total_bytes);
     put_u32(out, m.bucket_count);
+    put_u8(out, m.more_follows);
     put_u32(out, static_cast<std::uint32_t>(m.manifest.size()));
     for (const TensorSpec& s : m.manifest) encode_spec(out, s);
   }
@@ -100,7 +101,7 @@ BodyLimits limits(MessageType t) {
     case MessageType::kWelcome:
       return {13, true};
     case MessageType::kBegin:
-      return {24, false};
+      return {25, false};
     case MessageType::kFilled:
       return {33, true};
     case MessageType::kRelease:
@@ -232,6 +233,10 @@ Result<Message> decode(std::span<const std::byte> bytes, std::string_view peer) 
       b.bucket_bytes = r.u64();
       b.total_bytes = r.u64();
       b.bucket_count = r.u32();
+      b.more_follows = r.u8();
+      if (b.more_follows > 1) {
+        return corruption(fmt::format("{}: more_follows is {}, not 0 or 1", what, b.more_follows));
+      }
       const std::uint32_t count = r.u32();
       // Each spec takes at least 5 bytes, so a count beyond that is a lie: reject it
       // before reserving memory for it.

@@ -19,7 +19,9 @@
 namespace ferry::wire {
 
 inline constexpr std::uint32_t kMagic = 0x31595246;  // "FRY1" in little-endian bytes
-inline constexpr std::uint16_t kVersion = 2;  // 2: FILLED announces a segment of a bucket
+// 2: FILLED announces a segment of a bucket. 3: BEGIN says whether the update continues
+// in the next round (an update streamed as several rounds).
+inline constexpr std::uint16_t kVersion = 3;
 inline constexpr std::size_t kHeaderBytes = 28;
 // The largest body any message may carry: a BEGIN manifest of ~1M tensors.
 inline constexpr std::size_t kMaxBodyBytes = 64u << 20;
@@ -53,6 +55,9 @@ struct Begin {
   std::uint64_t bucket_bytes = 0;
   std::uint64_t total_bytes = 0;
   std::uint32_t bucket_count = 0;
+  // 1: this round is one part of an update and another round of it follows, so the
+  // receiver's last bucket of this round is not the update's last (verl's is_last).
+  std::uint8_t more_follows = 0;
   std::vector<TensorSpec> manifest;
 };
 // A bucket is published in segments, so receivers start on a large bucket before the

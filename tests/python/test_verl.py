@@ -39,7 +39,9 @@ def _sender(handle: str, queue) -> None:
     try:
         sums, sessions = [], []
         for r in range(ROUNDS):
-            sender = verl.BucketedWeightSender(handle, bucket_size_mb=BUCKET_MB, use_shm=True)
+            # Update 2 streams as several rounds (mixed dtypes, strides, an async iterator).
+            sender = verl.BucketedWeightSender(handle, bucket_size_mb=BUCKET_MB, use_shm=True,
+                                               round_bytes=(2 << 20) if r == 1 else None)
             asyncio.run(sender.async_send_weights(_weights_source(r)))
             sums.append({name: digest(t) for name, t in _big_weights(r)})
             sessions.append(verl._senders[verl.ferry_address(handle)][0].session_id)
@@ -197,3 +199,71 @@ def _send_once(handle: str, queue) -> None:
         queue.put(("no error", ""))
     except ferry.FerryError as e:
         queue.put((type(e).__name__, str(e)))
+
+
+STREAM_TENSORS = 24
+STREAM_TENSOR_BYTES = 1 << 20  # 1 MiB each: 24 MiB in all, against 2 MiB rounds
+
+
+def _stream_tensor(i: int) -> torch.Tensor:
+    return torch.full((STREAM_TENSOR_BYTES // 4,), float(i), dtype=torch.float32)
+
+
+def _streaming_sender(handle: str, queue) -> None:
+    import gc
+    import weakref
+
+    from ferry import verl
+
+    alive_at_yield = []
+
+    def generator():
+        refs = []
+        for i in range(STREAM_TENSORS):
+            gc.collect()
+            # Tensors yielded earlier that the sender still holds.
+            alive_at_yield.append(sum(ref() is not None for ref in refs))
+            t = _stream_tensor(i)
+            refs.append(weakref.ref(t))
+            yield f"layer.{i}", t
+            del t
+
+    try:
+        sender = verl.BucketedWeightSender(handle, bucket_size_mb=1, round_bytes=2 << 20)
+        asyncio.run(sender.async_send_weights(generator()))
+        queue.put(("ok", alive_at_yield, verl._senders[sender.address][0].rounds_sent))
+    except Exception as e:
+        queue.put(("error", type(e).__name__, str(e)))
+
+
+def _streaming_receiver(handle: str, queue) -> None:
+    from ferry import verl
+
+    try:
+        got, flags = {}, []
+
+        def on_bucket_received(weights, is_last):
+            flags.append(is_last)
+            for name, t in weights:
+                got[name] = digest(t)
+
+        verl.BucketedWeightReceiver(handle, "cpu").receive_weights(on_bucket_received)
+        queue.put(("ok", got, flags))
+    except Exception as e:
+        queue.put(("error", type(e).__name__, str(e)))
+
+
+def test_update_streams_without_holding_the_model():
+    handle = unique_zmq_handle()
+    sent, received = run_peers((_streaming_sender, handle), (_streaming_receiver, handle))
+    assert sent[0] == "ok", sent
+    assert received[0] == "ok", received
+    _, alive_at_yield, rounds = sent
+    # 2 MiB rounds of 1 MiB tensors: the sender never holds more than a round's worth.
+    assert max(alive_at_yield) <= 2, alive_at_yield
+    assert rounds == STREAM_TENSORS // 2, "one update, streamed as several rounds"
+    _, got, flags = received
+    want = {f"layer.{i}": digest(_stream_tensor(i)) for i in range(STREAM_TENSORS)}
+    assert got == want
+    # The rounds are invisible to the callback: one update, is_last once, at its end.
+    assert flags[-1] is True and not any(flags[:-1])

@@ -82,10 +82,10 @@ TEST(WireDecoder, RejectsBadHeaderFields) {
     return decode(b, "sender");
   };
   EXPECT_NE(with(0, 'X').status().message().find("magic"), std::string::npos);
-  // A peer of version 1 (before segments) is told which versions differ.
-  EXPECT_NE(with(4, 1).status().message().find("protocol version 1, this build speaks 2"),
+  // A peer of version 2 (before BEGIN's more_follows) is told which versions differ.
+  EXPECT_NE(with(4, 2).status().message().find("protocol version 2, this build speaks 3"),
             std::string::npos)
-      << with(4, 1).status().message();
+      << with(4, 2).status().message();
   EXPECT_NE(with(6, 0).status().message().find("unknown message type 0"), std::string::npos);
   EXPECT_NE(with(6, 9).status().message().find("unknown message type 9"), std::string::npos);
   EXPECT_NE(with(7, 1).status().message().find("RELEASE message from sender: unknown flags"),
@@ -107,18 +107,31 @@ TEST(WireDecoder, RejectsLyingManifest) {
   EXPECT_NE(r.status().message().find("total_bytes"), std::string::npos);
   // A count of tensors that cannot fit in the bytes given is rejected before allocating.
   auto bytes = encode(make(7, 3, small_begin()));
-  bytes[kHeaderBytes + 20] = std::byte{0xff};
   bytes[kHeaderBytes + 21] = std::byte{0xff};
   bytes[kHeaderBytes + 22] = std::byte{0xff};
+  bytes[kHeaderBytes + 23] = std::byte{0xff};
   r = decode(bytes, "sender");
   EXPECT_NE(r.status().message().find("manifest claims"), std::string::npos)
       << r.status().message();
   // Unknown dtype in the manifest.
   bytes = encode(make(7, 3, small_begin()));
-  const std::size_t dtype_at = kHeaderBytes + 24 + 2 + 25;
+  const std::size_t dtype_at = kHeaderBytes + 25 + 2 + 25;
   bytes[dtype_at] = std::byte{99};
   r = decode(bytes, "sender");
   EXPECT_NE(r.status().message().find("dtype value 99"), std::string::npos) << r.status().message();
+}
+
+TEST(WireDecoder, MoreFollowsRoundTripsAndIsABoolean) {
+  Begin b = small_begin();
+  b.more_follows = 1;
+  auto bytes = encode(make(7, 3, b));
+  auto r = decode(bytes, "sender");
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  EXPECT_EQ(std::get<Begin>(r->body).more_follows, 1);
+  bytes[kHeaderBytes + 20] = std::byte{2};  // after bucket_bytes, total_bytes, bucket_count
+  r = decode(bytes, "sender");
+  EXPECT_NE(r.status().message().find("more_follows is 2"), std::string::npos)
+      << r.status().message();
 }
 
 TEST(WireDecoder, RejectsOddSubByteTensorAndUnknownErrorCode) {
