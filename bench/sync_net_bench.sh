@@ -88,7 +88,9 @@ run_case() {  # run_case <bucket_mb> <nodes>
   local sender=$!
   PIDS+=($sender)
   for _ in $(seq 1 150); do
-    addr=$(grep -o "listening on [0-9.:]*" "$WORK/sender.err" 2>/dev/null | cut -d' ' -f3)
+    # The bench's own line, not the transport's "net: listening on ..." log line.
+    addr=$(grep -o "bench sender listening on [0-9.:]*" "$WORK/sender.err" 2>/dev/null |
+      head -1 | awk '{print $NF}')
     [ -n "$addr" ] && break
     sleep 0.1
   done
