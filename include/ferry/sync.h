@@ -54,6 +54,11 @@ struct SyncOptions {
   // Net sessions ("host:port" addresses): the file holding the session secret, mode 0600.
   // Empty: FERRY_TOKEN, else the file FERRY_TOKEN_FILE names. Every node uses the same.
   std::string token_file;
+  // Called about every 100 ms while a Sender or Receiver waits for a peer (to
+  // join, to answer, for the next round). A non-OK status ends the wait with it, as any
+  // error does: the peers are told and the session breaks. The Python module checks for
+  // Ctrl-C here, so a KeyboardInterrupt is not held up by a wait of minutes. Unset: no calls.
+  std::function<Status()> interrupt;
 };
 
 struct RoundStats {

@@ -13,6 +13,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <functional>
 #include <optional>
 #include <vector>
 
@@ -101,13 +102,46 @@ std::chrono::milliseconds millis(double s) {
   return std::chrono::milliseconds(s < 0 ? -1 : static_cast<std::int64_t>(s * 1000.0));
 }
 
+// Ctrl-C while C++ waits with the GIL released: SyncOptions::interrupt runs Python's
+// signal handlers (they run in the main thread only, as in Python itself); an exception
+// they raise (KeyboardInterrupt) ends the wait, and is raised again once the call returns.
+// Owned by the Python object, which outlives the C++ session holding the hook.
+class Interrupts {
+ public:
+  std::function<Status()> hook() {
+    return [this]() -> Status {
+      py::gil_scoped_acquire gil;
+      if (PyErr_CheckSignals() == 0) return ok_status();
+      py::error_already_set e;  // takes the pending exception
+      std::string type = py::str(e.type().attr("__name__"));
+      pending_.emplace(std::move(e));
+      return aborted(fmt::format("interrupted ({})", type));
+    };
+  }
+  // With the GIL held, after a call that may have been interrupted.
+  void raise_pending() {
+    if (!pending_) return;
+    py::error_already_set e = std::move(*pending_);
+    pending_.reset();
+    throw e;
+  }
+
+ private:
+  std::optional<py::error_already_set> pending_;
+};
+
+SyncOptions with_interrupts(SyncOptions o, Interrupts& interrupts) {
+  o.interrupt = interrupts.hook();
+  return o;
+}
+
 class PySender {
  public:
   static std::unique_ptr<PySender> create(const std::string& address, const SyncOptions& o) {
     auto s = std::make_unique<PySender>();
     {
       py::gil_scoped_release nogil;
-      s->impl_ = check(sync::Sender::create(address, o));
+      s->impl_ = check(sync::Sender::create(address, with_interrupts(o, s->interrupts_)));
     }
     return s;
   }
@@ -115,8 +149,12 @@ class PySender {
   void accept(std::uint32_t receivers) {
     UseGuard use(mutex_, "sender");
     sync::Sender& s = get();
-    py::gil_scoped_release nogil;
-    check(s.accept(receivers));
+    Status st = [&] {
+      py::gil_scoped_release nogil;
+      return s.accept(receivers);
+    }();
+    interrupts_.raise_pending();
+    check(st);
   }
 
   RoundStats send_round(const py::sequence& weights, bool more_follows) {
@@ -132,6 +170,7 @@ class PySender {
       py::gil_scoped_release nogil;
       return s.send_round(views, sync::RoundOptions{more_follows});
     }();
+    interrupts_.raise_pending();
     return check(std::move(r));
   }
 
@@ -148,6 +187,7 @@ class PySender {
 
  private:
   std::mutex mutex_;
+  Interrupts interrupts_;  // before impl_: the session's hook points at it
   std::unique_ptr<sync::Sender> impl_;
 };
 
@@ -186,7 +226,8 @@ class PyReceiver {
     auto r = std::make_unique<PyReceiver>();
     {
       py::gil_scoped_release nogil;
-      r->impl_ = check(sync::Receiver::connect(address, id, o, session));
+      r->impl_ =
+          check(sync::Receiver::connect(address, id, with_interrupts(o, r->interrupts_), session));
     }
     return r;
   }
@@ -217,6 +258,7 @@ class PyReceiver {
       py::gil_scoped_release nogil;
       return r.receive_round_into();
     }();
+    interrupts_.raise_pending();
     return check(std::move(result));
   }
 
@@ -231,6 +273,7 @@ class PyReceiver {
       py::gil_scoped_release nogil;
       return r.receive_round(cb);
     }();
+    interrupts_.raise_pending();
     return bridge.finish(std::move(result));
   }
 
@@ -249,6 +292,7 @@ class PyReceiver {
       py::gil_scoped_release nogil;
       return r.receive_round_buckets(cb);
     }();
+    interrupts_.raise_pending();
     return bridge.finish(std::move(result));
   }
 
@@ -268,6 +312,7 @@ class PyReceiver {
 
  private:
   std::mutex mutex_;
+  Interrupts interrupts_;  // before impl_: the session's hook points at it
   std::unique_ptr<sync::Receiver> impl_;
   std::map<std::string, std::unique_ptr<BufferHold>> holds_;
 };

@@ -18,6 +18,7 @@ Result<std::unique_ptr<Fanout>> Fanout::create(const std::string& address,
                                                std::uint64_t slot_bytes) {
   auto f = std::make_unique<Fanout>();
   f->options_ = options;
+  f->interrupted_ = InterruptCheck(options);
   std::optional<net::Token> token;
   if (is_net_address(address)) {
     auto t = session_token(options);
@@ -195,9 +196,14 @@ Status Fanout::wait_until(const std::function<bool(const Peer&)>& peer_done,
     auto left = std::chrono::duration_cast<milliseconds>(deadline - Clock::now()).count();
     // A missed UCX wakeup costs at most 50 ms, never a hang.
     if (net_waiting) left = std::min<long long>(left, 50);
+    left = std::min<long long>(left, wait_slice(options_, milliseconds(left)).count());
     const int r = ::poll(fds.data(), fds.size(), left < 0 ? 0 : static_cast<int>(left));
     if (r < 0 && errno == EINTR) continue;
     if (r < 0) return errno_status("poll", "receivers", errno);
+    if (r == 0) {
+      Status s = interrupted_();
+      if (!s.ok()) return s;
+    }
     if (r == 0 && Clock::now() >= deadline) {
       std::string slow;
       for (const Peer& p : peers_) {
@@ -270,8 +276,14 @@ Status Fanout::accept_one() {
                                        options_.timeout.count()));
     }
     Peer p;
+    const milliseconds slice = wait_slice(options_, left);
     if (net_listener_ != nullptr) {
-      auto ch = net_listener_->accept(left);
+      auto ch = net_listener_->accept(slice);
+      if (!ch.ok() && ch.status().code() == Code::kTimeout && slice != left) {
+        Status s = interrupted_();
+        if (!s.ok()) return s;
+        continue;
+      }
       if (!ch.ok()) {
         // A peer refused for its token, or one that went away or fell silent during the
         // handshake, is that peer's problem: log it and keep serving until the deadline.
@@ -285,7 +297,12 @@ Status Fanout::accept_one() {
       }
       p.link = Link(std::move(*ch));
     } else {
-      auto ch = shm_listener_.accept(left);
+      auto ch = shm_listener_.accept(slice);
+      if (!ch.ok() && ch.status().code() == Code::kTimeout && slice != left) {
+        Status s = interrupted_();
+        if (!s.ok()) return s;
+        continue;
+      }
       if (!ch.ok()) return ch.status();
       p.link = Link(std::move(*ch));
     }

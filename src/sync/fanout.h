@@ -16,6 +16,7 @@
 #include "ferry/status.h"
 #include "ferry/sync.h"
 #include "sync/link.h"
+#include "sync/sync_options.h"
 #include "transport/net/channel.h"
 #include "transport/shm/memfd_ring.h"
 #include "transport/shm/seqpacket_channel.h"
@@ -93,6 +94,7 @@ class Fanout {
   Status reap(Peer& p);
 
   SyncOptions options_;
+  InterruptCheck interrupted_{SyncOptions{}};
   std::uint64_t session_ = 0;
   std::uint64_t round_ = 0;
   std::string noun_ = "receiver";

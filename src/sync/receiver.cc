@@ -36,6 +36,7 @@ struct Delivery {
 
 struct Receiver::Impl {
   SyncOptions options;
+  InterruptCheck interrupted{SyncOptions{}};
   std::uint32_t id = 0;
   Link channel;
   // Net sessions: the ring is this process's own memory, each segment's bytes sent into it.
@@ -81,9 +82,28 @@ struct Receiver::Impl {
   }
 
   Result<wire::Message> next(std::chrono::milliseconds timeout) {
-    auto got = channel.receive(timeout);
-    if (!got.ok()) return got.status();
-    return decode_from_sender(*got, channel, conversation);
+    // In slices while the sender is silent, so options.interrupt is heard (Ctrl-C).
+    const auto deadline = Clock::now() + timeout;
+    while (true) {
+      auto left = timeout.count() < 0
+                      ? timeout
+                      : std::max(std::chrono::milliseconds(0),
+                                 std::chrono::duration_cast<std::chrono::milliseconds>(
+                                     deadline - Clock::now()));
+      const auto slice = wait_slice(options, left);
+      auto got = channel.receive(slice);
+      if (!got.ok() && got.status().code() == Code::kTimeout && options.interrupt) {
+        if (slice == left) {  // the whole timeout passed: say so, not the last slice
+          return timeout_error(
+              fmt::format("no message from {} within {} ms", channel.peer(), timeout.count()));
+        }
+        Status s = interrupted();
+        if (!s.ok()) return s;
+        continue;
+      }
+      if (!got.ok()) return got.status();
+      return decode_from_sender(*got, channel, conversation);
+    }
   }
 
   // Finds each manifest tensor's destination, once per manifest and registration change:
@@ -338,6 +358,7 @@ Result<std::unique_ptr<Receiver>> Receiver::connect(const std::string& address,
   if (options.timeout.count() <= 0) return invalid_argument("timeout must be positive");
   auto impl = std::make_unique<Impl>();
   impl->options = options;
+  impl->interrupted = InterruptCheck(options);
   impl->id = receiver_id;
   ScopedFd ring_fd;
   auto link = connect_upstream(address, options, &impl->net_context);

@@ -3,10 +3,41 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <chrono>
+
 #include "ferry/sync.h"
 #include "sync/bucket_planner.h"
 
 namespace ferry::sync {
+
+// Waits are cut into slices of at most this when SyncOptions::interrupt is set.
+inline constexpr std::chrono::milliseconds kInterruptSlice{100};
+
+// How long to wait before the next interrupt check: `left` (negative: forever) capped
+// at kInterruptSlice when there is a check to make, else `left` itself.
+inline std::chrono::milliseconds wait_slice(const SyncOptions& o, std::chrono::milliseconds left) {
+  if (!o.interrupt) return left;
+  return left.count() < 0 ? kInterruptSlice : std::min(left, kInterruptSlice);
+}
+
+// Calls SyncOptions::interrupt when a wait has gone a slice without news, at most once a
+// slice however often it is asked: the hook may be costly (Python's takes the GIL).
+class InterruptCheck {
+ public:
+  explicit InterruptCheck(const SyncOptions& o) : hook_(o.interrupt) {}
+  Status operator()() {
+    if (!hook_) return ok_status();
+    const auto now = std::chrono::steady_clock::now();
+    if (now - last_ < kInterruptSlice) return ok_status();
+    last_ = now;
+    return hook_();
+  }
+
+ private:
+  std::function<Status()> hook_;
+  std::chrono::steady_clock::time_point last_{};
+};
 
 inline Status validate_options(const SyncOptions& o) {
   if (o.bucket_bytes < kPieceAlignment || o.bucket_bytes % kPieceAlignment != 0) {

@@ -187,3 +187,37 @@ def test_presets_give_model_shapes():
     specs = ferry.hf_tensor_specs("qwen2.5-0.5b", ferry.DType.BF16)
     assert specs[0][0] == "model.embed_tokens.weight" and list(specs[0][2]) == [151936, 896]
     assert ferry.tensor_bytes(ferry.DType.BF16, [151936, 896]) == 151936 * 896 * 2
+
+
+def _interrupt_soon(delay_s: float = 0.5) -> threading.Timer:
+    import os
+    import signal
+
+    timer = threading.Timer(delay_s, lambda: os.kill(os.getpid(), signal.SIGINT))
+    timer.start()
+    return timer
+
+
+def test_ctrl_c_ends_a_blocking_wait_at_once():
+    import time
+
+    # A sender waiting for receivers that never come (its timeout: 20 s).
+    sender = ferry.Sender(unique_address(), bucket_bytes=64 << 10, timeout=20)
+    start = time.monotonic()
+    _interrupt_soon()
+    with pytest.raises(KeyboardInterrupt):
+        sender.accept(1)
+    assert time.monotonic() - start < 5, "Ctrl-C waited for the accept timeout"
+    sender.close()
+
+    # A receiver waiting for a round that never begins (idle_timeout 20 s).
+    pair = Pair(idle_timeout=20)
+    start = time.monotonic()
+    _interrupt_soon()
+    with pytest.raises(KeyboardInterrupt):
+        pair.receiver.receive_round_into()
+    assert time.monotonic() - start < 5, "Ctrl-C waited for the idle timeout"
+    # The interrupted receiver's session is over: the sender hears so, it does not hang.
+    with pytest.raises(ferry.FerryError):
+        pair.sender.send_round({"a": torch.zeros(100_000)})
+    pair.close()
