@@ -41,8 +41,9 @@ def ferry_address(zmq_handle: str) -> str:
     """The ferry address a verl zmq_handle maps to (deterministic, same on both sides).
 
     "ipc://PATH" -> "@ferry" + PATH (PATH made absolute-looking), or "@ferry-<sha256>" when
-    that exceeds 107 characters. A handle that already is a ferry address ("@name" or a
-    socket path) is used as is. tcp:// handles need the net transport, not built yet.
+    that exceeds 107 characters. "tcp://HOST:PORT" -> "HOST:PORT": ferry's net transport
+    (UCX; both sides need the same FERRY_TOKEN or FERRY_TOKEN_FILE). A handle that already is
+    a ferry address ("@name" or a socket path) is used as is.
     """
     if zmq_handle.startswith("@") or zmq_handle.startswith("/"):
         return zmq_handle
@@ -50,10 +51,16 @@ def ferry_address(zmq_handle: str) -> str:
     if not sep or not rest:
         raise _error(_ferry.InvalidArgumentError,
                      f"zmq_handle '{zmq_handle}': expected ipc://PATH (or a ferry address)")
+    if scheme == "tcp":
+        host, colon, port = rest.rpartition(":")
+        if not colon or not host or not port.isdigit():
+            raise _error(_ferry.InvalidArgumentError,
+                         f"zmq_handle '{zmq_handle}': expected tcp://HOST:PORT")
+        return rest
     if scheme != "ipc":
         raise _error(_ferry.UnimplementedError,
-                     f"zmq_handle '{zmq_handle}': ferry.verl carries {scheme}:// handles only "
-                     "once the net transport exists; use ipc:// (same node)")
+                     f"zmq_handle '{zmq_handle}': ferry.verl carries ipc:// (same node) and "
+                     f"tcp:// (net transport) handles, not {scheme}://")
     address = "@ferry" + (rest if rest.startswith("/") else "/" + rest)
     if len(address) > _MAX_ADDRESS:
         address = "@ferry-" + hashlib.sha256(rest.encode()).hexdigest()[:40]

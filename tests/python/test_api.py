@@ -177,8 +177,11 @@ def test_zmq_handles_map_to_ferry_addresses():
     long = "ipc:///tmp/" + "x" * 200 + ".sock"
     assert verl.ferry_address(long) == verl.ferry_address(long)
     assert len(verl.ferry_address(long)) <= 107
-    with pytest.raises(ferry.UnimplementedError, match="tcp"):
-        verl.ferry_address("tcp://127.0.0.1:5555")
+    assert verl.ferry_address("tcp://127.0.0.1:5555") == "127.0.0.1:5555"
+    with pytest.raises(ferry.InvalidArgumentError, match="HOST:PORT"):
+        verl.ferry_address("tcp://127.0.0.1")
+    with pytest.raises(ferry.UnimplementedError, match="inproc://"):
+        verl.ferry_address("inproc://x")
     with pytest.raises(ferry.InvalidArgumentError):
         verl.ferry_address("not-a-handle")
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
 import torch
 
 from conftest import digest, run_peers, unique_zmq_handle
@@ -74,8 +75,21 @@ def _receiver(handle: str, queue) -> None:
         queue.put(("error", type(e).__name__, str(e)))
 
 
-def test_verl_updates_reuse_one_session():
-    handle = unique_zmq_handle()
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.mark.parametrize("transport", ["ipc", "tcp"])
+def test_verl_updates_reuse_one_session(transport, monkeypatch):
+    if transport == "tcp":  # the net transport (UCX), authenticated with the token
+        monkeypatch.setenv("FERRY_TOKEN", "test-token-" + unique_zmq_handle()[-12:])
+        handle = f"tcp://127.0.0.1:{_free_port()}"
+    else:
+        handle = unique_zmq_handle()
     sent, received = run_peers((_sender, handle), (_receiver, handle))
     assert sent[0] == "ok", sent
     assert received[0] == "ok", received
