@@ -43,8 +43,8 @@ inline constexpr int kFormatVersion = 1;
 // What a collective save or load needs from the ranks' transport. Every
 // collective call (all_gather, broadcast, barrier) must be made by every rank,
 // in the same order. Implementations: connect_local_group() (threads or
-// processes on one machine, UNIX-domain sockets); a network group over UCX
-// (issue 4's transport) is to come and plugs in behind this same interface.
+// processes on one machine, UNIX-domain sockets) and connect_net_group()
+// (ranks on any machines, UCX with token authentication).
 class RankGroup {
  public:
   virtual ~RankGroup() = default;
@@ -108,6 +108,49 @@ struct LocalGroupOptions {
 // "node" is just a name with its own root folder, so tests model several nodes
 // without shared storage. Blocks until all `size` ranks joined.
 Result<std::unique_ptr<RankGroup>> connect_local_group(const LocalGroupOptions& options);
+
+struct NetGroupOptions {
+  // "host:port" (or "[v6]:port") that rank 0 listens on and every other rank
+  // connects to, as torch's MASTER_ADDR:MASTER_PORT. Rank 0 stops listening
+  // once every rank joined.
+  std::string root_address;
+  int rank = 0;
+  int size = 1;
+  std::string node = "node0";
+  // Where this rank serves fetches, "host:port"; port 0 takes an ephemeral port.
+  // A wildcard host (0.0.0.0 or [::]) listens on every interface and is
+  // advertised to the others as the address rank 0 saw this rank connect from
+  // (for rank 0: the host of root_address). Name one interface to pin it.
+  std::string serve_address = "0.0.0.0:0";
+  // The session secret every rank must share. "": FERRY_TOKEN, else the file
+  // named by FERRY_TOKEN_FILE (which must have mode 0600 or 0400); with none of
+  // them connect_net_group() fails. Never logged.
+  std::string token;
+  // How long to wait for every rank to join, and for a peer to answer a fetch.
+  // A dead peer is seen at once anyway (UCX endpoint error); timeouts catch hung ones.
+  std::chrono::milliseconds timeout{120'000};
+  // How long a collective waits for the slowest rank (see LocalGroupOptions).
+  std::chrono::milliseconds collective_timeout{1'800'000};
+};
+
+// Joins a group of ranks on any machines through UCX (docs/transport-net.md):
+// TCP here, RDMA where the cluster has it. Every connection is authenticated
+// with the token first; a peer with another token is refused and both sides
+// name each other (rank 0 keeps waiting for the real rank, so a stranger cannot
+// break the join; its timeout error lists whom it refused). Nothing assumes a
+// shared filesystem. Blocks until all `size` ranks joined.
+//
+// Collectives go through rank 0 as in the local group. Fetch answers travel as
+// UCX bulk transfers straight into the caller's buffer; each rank answers them
+// on a thread of its own, so a rank serves while it waits in a collective.
+// Fetches and collectives from this rank are carried out one at a time (callers
+// on several threads take turns). When a rank dies, a collective fails on every
+// rank with aborted naming it, at once; a fetch from it fails likewise. After a
+// collective failed the group is broken: every later collective returns that
+// error. The handler set by set_fetch_handler() runs on the serving thread, one
+// request at a time; set_fetch_handler() returns once no call of the previous
+// handler is running.
+Result<std::unique_ptr<RankGroup>> connect_net_group(const NetGroupOptions& options);
 
 // ---------------------------------------------------------------------------
 // Slices.

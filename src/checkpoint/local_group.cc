@@ -22,8 +22,7 @@
 
 #include "base/file_util.h"
 #include "base/log.h"
-#include "checkpoint/format.h"
-#include "ferry/checkpoint.h"
+#include "checkpoint/group_base.h"
 
 namespace ferry::checkpoint {
 namespace {
@@ -229,9 +228,9 @@ Status send_response(int fd, const Result<RankGroup::FetchReply>& r, const std::
   return send_all(fd, body.data(), body.size(), std::nullopt, what);
 }
 
-class LocalGroup final : public RankGroup {
+class LocalGroup final : public GroupBase {
  public:
-  LocalGroup(const LocalGroupOptions& o) : opts_(o) {}
+  LocalGroup(const LocalGroupOptions& o) : GroupBase(o.rank, o.size, o.node), opts_(o) {}
   ~LocalGroup() override {
     stop_.store(true);
     if (server_.joinable()) server_.join();
@@ -243,11 +242,7 @@ class LocalGroup final : public RankGroup {
   }
 
   Status start() {
-    if (Status s = format::validate_node_name(opts_.node); !s.ok()) return s;
-    if (opts_.size <= 0 || opts_.rank < 0 || opts_.rank >= opts_.size) {
-      return invalid_argument("rank " + std::to_string(opts_.rank) + " is outside a group of " +
-                              std::to_string(opts_.size));
-    }
+    if (Status s = check_membership(); !s.ok()) return s;
     const auto deadline = Clock::now() + opts_.timeout;
     my_address_ = "@ferry-ckpt-" + random_suffix() + "-r" + std::to_string(opts_.rank);
     auto listener = listen_on(my_address_);
@@ -314,10 +309,6 @@ class LocalGroup final : public RankGroup {
     return ok_status();
   }
 
-  int rank() const override { return opts_.rank; }
-  int size() const override { return opts_.size; }
-  const std::string& node() const override { return opts_.node; }
-
   Result<std::vector<std::string>> all_gather(std::string_view mine) override {
     if (!broken_.ok()) return broken_;
     auto r = gather_impl(mine);
@@ -329,40 +320,14 @@ class LocalGroup final : public RankGroup {
     return r;
   }
 
-  Result<std::string> broadcast(std::string_view data, int root) override {
-    if (root < 0 || root >= opts_.size) return invalid_argument("broadcast root outside the group");
-    auto all = all_gather(opts_.rank == root ? data : std::string_view());
-    if (!all.ok()) return all.status();
-    return std::move((*all)[root]);
-  }
-
-  Status barrier() override { return all_gather("").status(); }
-
-  Result<std::string> fetch(int peer, std::string_view request) override {
-    std::string out;
-    if (Status s = fetch_impl(peer, request, nullptr, &out); !s.ok()) return s;
-    return out;
-  }
-
-  Status fetch_into(int peer, std::string_view request, std::span<std::byte> out) override {
-    return fetch_impl(peer, request, &out, nullptr);
-  }
-
-  void set_fetch_handler(FetchHandler handler) override {
-    std::lock_guard<std::mutex> lock(handler_mu_);
-    handler_ = std::make_shared<FetchHandler>(std::move(handler));
-  }
-
  private:
   struct Conn {
     std::mutex mu;
     ScopedFd fd;
   };
 
-  // Sends `request` to `peer`; the answer's payload goes to `into` (which it must
-  // fill exactly) or to `text`.
-  Status fetch_impl(int peer, std::string_view request, std::span<std::byte>* into, std::string* text) {
-    if (peer < 0 || peer >= opts_.size) return invalid_argument("fetch from a rank outside the group");
+  Status fetch_impl(int peer, std::string_view request, std::span<std::byte>* into,
+                    std::string* text) override {
     const auto deadline = Clock::now() + opts_.timeout;
     std::shared_ptr<Conn> conn;
     {
@@ -417,10 +382,6 @@ class LocalGroup final : public RankGroup {
     }
     text->assign(body, '\0');
     return recv_all(fd, text->data(), body, deadline, what);
-  }
-
-  std::string peer_name(int r) const {
-    return "rank " + std::to_string(r) + " (node " + (nodes_[r].empty() ? "?" : nodes_[r]) + ")";
   }
 
   Result<std::vector<std::string>> gather_impl(std::string_view mine) {
@@ -481,15 +442,7 @@ class LocalGroup final : public RankGroup {
       while (!stop_.load()) {
         auto req = recv_frame(fd.get(), std::nullopt, "fetch client");
         if (!req.ok()) break;
-        std::shared_ptr<FetchHandler> h;
-        {
-          std::lock_guard<std::mutex> lock(handler_mu_);
-          h = handler_;
-        }
-        Result<FetchReply> resp =
-            (h && *h) ? (*h)(static_cast<int>(from), *req)
-                      : Result<FetchReply>(failed_precondition(
-                            "rank " + std::to_string(opts_.rank) + " is not serving fetches now"));
+        Result<FetchReply> resp = answer(static_cast<int>(from), *req);
         if (!send_response(fd.get(), resp, "fetch client").ok()) break;
       }
     }
@@ -499,7 +452,7 @@ class LocalGroup final : public RankGroup {
 
   LocalGroupOptions opts_;
   std::string my_address_;
-  std::vector<std::string> nodes_, addresses_;
+  std::vector<std::string> addresses_;
   ScopedFd root_;                // ranks > 0: connection to rank 0
   std::vector<ScopedFd> peers_;  // rank 0: connection to each rank
   Status broken_;
@@ -511,8 +464,6 @@ class LocalGroup final : public RankGroup {
   std::vector<int> open_server_fds_;
   std::vector<std::thread> conn_threads_;
   std::map<int, std::shared_ptr<Conn>> fetch_conns_;
-  std::mutex handler_mu_;
-  std::shared_ptr<FetchHandler> handler_;
 };
 
 }  // namespace

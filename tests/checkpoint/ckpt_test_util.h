@@ -87,10 +87,16 @@ inline std::string unique_address() {
   return "@ferry-ckpt-test-" + std::to_string(rd()) + "-" + std::to_string(rd());
 }
 
+// Joins rank `rank` of a group of `size` on `node`: one function per group, so that
+// every rank it is called for joins the same group.
+using Connect =
+    std::function<Result<std::unique_ptr<RankGroup>>(int rank, int size, const std::string& node)>;
+
 // Runs `fn(rank)` for every rank on its own thread, each with its own group.
-// node_of(rank) names the node; fn gets the group.
+// node_of(rank) names the node; fn gets the group. `connect` joins it (default: a
+// local group).
 inline void run_group(int size, const std::function<std::string(int)>& node_of,
-                      const std::function<void(RankGroup&)>& fn) {
+                      const std::function<void(RankGroup&)>& fn, const Connect& connect = {}) {
   const std::string address = unique_address();
   std::vector<std::thread> threads;
   for (int r = 0; r < size; ++r) {
@@ -101,7 +107,7 @@ inline void run_group(int size, const std::function<std::string(int)>& node_of,
       o.size = size;
       o.node = node_of(r);
       o.timeout = std::chrono::milliseconds(20'000);
-      auto g = connect_local_group(o);
+      auto g = connect ? connect(r, size, o.node) : connect_local_group(o);
       ASSERT_TRUE(g.ok()) << g.status().to_string();
       fn(**g);
     });
@@ -111,7 +117,8 @@ inline void run_group(int size, const std::function<std::string(int)>& node_of,
 
 // Saves `state` from `ranks` ranks over `nodes` nodes (roots <dir>/n<i>), split along dim 0.
 inline void save_state(const std::string& dir, const std::vector<GlobalTensor>& state, int ranks, int nodes,
-                std::int64_t step, const std::string& common = R"({"lr":0.001})") {
+                std::int64_t step, const std::string& common = R"({"lr":0.001})",
+                const Connect& connect = {}) {
   run_group(ranks, [&](int r) { return "n" + std::to_string(r * nodes / ranks); },
             [&](RankGroup& g) {
               Checkpointer ckpt(g, {.root = dir + "/" + g.node()});
@@ -119,7 +126,7 @@ inline void save_state(const std::string& dir, const std::vector<GlobalTensor>& 
               auto v = test::views(slices);
               Status s = ckpt.save(step, v, common);
               EXPECT_TRUE(s.ok()) << s.to_string();
-            });
+            }, connect);
 }
 
 struct LoadOutcome {
@@ -131,7 +138,8 @@ struct LoadOutcome {
 // Loads with `ranks` ranks on `nodes` nodes, each rank its slices along `dim`,
 // and checks every byte against `state`.
 inline LoadOutcome load_and_check(const std::string& dir, const std::vector<GlobalTensor>& state, int ranks,
-                           int nodes, int dim, std::optional<std::int64_t> step = std::nullopt) {
+                           int nodes, int dim, std::optional<std::int64_t> step = std::nullopt,
+                           const Connect& connect = {}) {
   LoadOutcome out;
   std::mutex mu;
   run_group(ranks, [&](int r) { return "n" + std::to_string(r * nodes / ranks); },
@@ -154,7 +162,7 @@ inline LoadOutcome load_and_check(const std::string& dir, const std::vector<Glob
               out.local += stats->local_bytes;
               out.remote += stats->remote_bytes;
               out.notes.insert(out.notes.end(), info->notes.begin(), info->notes.end());
-            });
+            }, connect);
   return out;
 }
 
