@@ -72,6 +72,7 @@ int run_ls(const CkptArgs& a) {
 }
 
 int run_verify(const CkptArgs& a) {
+  if (auto rc = run_megatron_verify(a.roots, step_of(a), a.json)) return *rc;  // verl/Megatron
   const auto roots = ck::expand_roots(a.roots);
   ProgressBar bar("verify");
   auto report = ck::verify(roots, step_of(a),
@@ -194,10 +195,12 @@ void add_ckpt_command(CLI::App& app, Dispatch& dispatch) {
   auto ver = std::make_shared<CkptArgs>();
   c = add_command(*ckpt, dispatch, "verify",
                   "Re-hash every slice of a step; name file and tensor on a mismatch and list "
-                  "expected files missing per node (exit 1 on any problem)",
+                  "expected files missing per node (exit 1 on any problem). On verl/Megatron "
+                  "folders: per node, the metadata files missing or inconsistent",
                   "ferry ckpt verify /tmp/ckpt --step 3", [ver] { return run_verify(*ver); });
   c->add_option("ROOT", ver->roots, roots_help)->required();
-  c->add_option("--step", ver->step, "Step to verify (default: newest committed)");
+  c->add_option("--step", ver->step,
+                "Step to verify (default: newest committed; verl/Megatron: every complete step)");
   c->add_flag("--json", ver->json, "Print JSON");
 
   auto g = std::make_shared<CkptArgs>();
@@ -233,6 +236,8 @@ void add_ckpt_command(CLI::App& app, Dispatch& dispatch) {
   c->add_option("--to", ld->to, "Output folder")->required();
   c->add_option("--step", ld->step, "Step to load (default: newest committed)");
   c->add_flag("--json", ld->json, "Print JSON");
+
+  add_ckpt_verl_commands(*ckpt, dispatch);
 }
 
 }  // namespace ferry::cli

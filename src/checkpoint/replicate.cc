@@ -1,0 +1,641 @@
+// Replicating verl / Megatron checkpoint metadata across nodes over the net transport:
+// the protocol's coding (replicate.h), the server and the puller.
+#include "checkpoint/replicate.h"
+
+#include <fmt/format.h>
+#include <sys/stat.h>
+#include <xxhash.h>
+
+#include <algorithm>
+#include <chrono>
+#include <filesystem>
+#include <memory>
+
+#include "base/file_util.h"
+#include "base/log.h"
+#include "checkpoint/megatron_folder.h"
+#include "ferry/checkpoint.h"
+#include "transport/net/channel.h"
+#include "wire/coding.h"
+
+namespace ferry::checkpoint {
+namespace replicate {
+namespace {
+
+std::vector<std::byte> header(Kind kind) {
+  std::vector<std::byte> out;
+  wire::put_u32(&out, kMagic);
+  wire::put_u8(&out, kVersion);
+  wire::put_u8(&out, static_cast<std::uint8_t>(kind));
+  return out;
+}
+
+void put_file(std::vector<std::byte>* out, const ReplicaFile& f) {
+  wire::put_u16(out, static_cast<std::uint16_t>(f.path.size()));
+  wire::put_bytes(out, f.path);
+  wire::put_u64(out, f.bytes);
+  wire::put_u64(out, f.xxh3);
+}
+
+void read_file_entry(wire::Reader& r, ReplicaFile* f) {
+  const std::uint16_t n = r.u16();
+  if (n > kMaxPathBytes) {
+    (void)r.bytes(r.remaining() + 1);  // fails the reader
+    return;
+  }
+  f->path = r.bytes(n);
+  f->bytes = r.u64();
+  f->xxh3 = r.u64();
+}
+
+// A reader past the header, for a message decode_kind() accepted.
+wire::Reader body(std::span<const std::byte> m) {
+  wire::Reader r(m);
+  (void)r.bytes(kHeaderBytes);
+  return r;
+}
+
+Status malformed(std::string_view what, const std::string& peer) {
+  return corruption(fmt::format("replicate: malformed {} message from {}", what, peer));
+}
+
+template <typename T>
+Result<T> finish(const wire::Reader& r, T value, std::string_view what, const std::string& peer) {
+  if (!r.ok() || r.remaining() != 0) return malformed(what, peer);
+  return value;
+}
+
+}  // namespace
+
+std::vector<std::byte> encode_list() { return header(Kind::kList); }
+std::vector<std::byte> encode_done() { return header(Kind::kDone); }
+
+std::vector<std::byte> encode_index(const ReplicaSet& set) {
+  auto out = header(Kind::kIndex);
+  wire::put_u8(&out, set.tracker ? 1 : 0);
+  wire::put_u64(&out, static_cast<std::uint64_t>(set.tracker.value_or(0)));
+  const std::size_t notes = std::min(set.notes.size(), kMaxNotes);
+  wire::put_u16(&out, static_cast<std::uint16_t>(notes));
+  for (std::size_t i = 0; i < notes; ++i) {
+    const std::string_view n = std::string_view(set.notes[i]).substr(0, kMaxNoteBytes);
+    wire::put_u32(&out, static_cast<std::uint32_t>(n.size()));
+    wire::put_bytes(&out, n);
+  }
+  wire::put_u32(&out, static_cast<std::uint32_t>(set.files.size()));
+  for (const ReplicaFile& f : set.files) put_file(&out, f);
+  return out;
+}
+
+std::vector<std::byte> encode_get(const ReplicaFile& file) {
+  auto out = header(Kind::kGet);
+  put_file(&out, file);
+  return out;
+}
+
+std::vector<std::byte> encode_file(const ReplicaFile& file) {
+  auto out = header(Kind::kFile);
+  put_file(&out, file);
+  return out;
+}
+
+std::vector<std::byte> encode_chunk(std::uint64_t offset, std::span<const std::byte> data) {
+  auto out = header(Kind::kChunk);
+  wire::put_u64(&out, offset);
+  out.insert(out.end(), data.begin(), data.end());
+  return out;
+}
+
+std::vector<std::byte> encode_error(ErrorCode code, std::string_view message) {
+  auto out = header(Kind::kError);
+  wire::put_u8(&out, static_cast<std::uint8_t>(code));
+  const std::string_view m = message.substr(0, kMaxNoteBytes);
+  wire::put_u32(&out, static_cast<std::uint32_t>(m.size()));
+  wire::put_bytes(&out, m);
+  return out;
+}
+
+std::size_t max_chunk_bytes(std::size_t message_bytes) {
+  return message_bytes > kHeaderBytes + 8 ? message_bytes - kHeaderBytes - 8 : 0;
+}
+
+Result<Kind> decode_kind(std::span<const std::byte> m, const std::string& peer) {
+  wire::Reader r(m);
+  const std::uint32_t magic = r.u32();
+  const std::uint8_t version = r.u8();
+  const std::uint8_t kind = r.u8();
+  if (!r.ok() || magic != kMagic) {
+    return corruption(
+        fmt::format("replicate: {} sent a message that is not ferry's replicate "
+                    "protocol",
+                    peer));
+  }
+  if (version != kVersion) {
+    return corruption(
+        fmt::format("replicate: {} speaks protocol version {}, we speak {}: use the "
+                    "same ferry version on both nodes",
+                    peer, version, kVersion));
+  }
+  if (kind < static_cast<std::uint8_t>(Kind::kList) ||
+      kind > static_cast<std::uint8_t>(Kind::kDone)) {
+    return corruption(fmt::format("replicate: {} sent unknown message kind {}", peer, kind));
+  }
+  return static_cast<Kind>(kind);
+}
+
+Result<ReplicaSet> decode_index(std::span<const std::byte> m, const std::string& peer) {
+  wire::Reader r = body(m);
+  ReplicaSet set;
+  const bool has_tracker = r.u8() != 0;
+  const std::uint64_t tracker = r.u64();
+  if (has_tracker) set.tracker = static_cast<std::int64_t>(tracker);
+  const std::uint16_t notes = r.u16();
+  if (notes > kMaxNotes) return malformed("INDEX", peer);
+  for (std::uint16_t i = 0; i < notes && r.ok(); ++i) {
+    const std::uint32_t n = r.u32();
+    if (n > kMaxNoteBytes) return malformed("INDEX", peer);
+    set.notes.push_back(r.bytes(n));
+  }
+  const std::uint32_t files = r.u32();
+  // Each entry takes at least 18 bytes: a count beyond what is left is a lie.
+  if (!r.ok() || files > r.remaining() / 18) return malformed("INDEX", peer);
+  set.files.resize(files);
+  for (ReplicaFile& f : set.files) read_file_entry(r, &f);
+  return finish(r, std::move(set), "INDEX", peer);
+}
+
+Result<ReplicaFile> decode_get(std::span<const std::byte> m, const std::string& peer) {
+  wire::Reader r = body(m);
+  ReplicaFile f;
+  read_file_entry(r, &f);
+  return finish(r, std::move(f), "GET", peer);
+}
+
+Result<ReplicaFile> decode_file(std::span<const std::byte> m, const std::string& peer) {
+  wire::Reader r = body(m);
+  ReplicaFile f;
+  read_file_entry(r, &f);
+  return finish(r, std::move(f), "FILE", peer);
+}
+
+Result<Chunk> decode_chunk(std::span<const std::byte> m, const std::string& peer) {
+  wire::Reader r = body(m);
+  Chunk c;
+  c.offset = r.u64();
+  if (!r.ok()) return malformed("CHUNK", peer);
+  c.data = m.subspan(kHeaderBytes + 8);
+  return c;
+}
+
+Result<Error> decode_error(std::span<const std::byte> m, const std::string& peer) {
+  wire::Reader r = body(m);
+  Error e;
+  e.code = static_cast<ErrorCode>(r.u8());
+  const std::uint32_t n = r.u32();
+  if (n > kMaxNoteBytes) return malformed("ERROR", peer);
+  e.message = r.bytes(n);
+  return finish(r, std::move(e), "ERROR", peer);
+}
+
+}  // namespace replicate
+
+// ---------------------------------------------------------------------------
+
+namespace {
+
+using std::chrono::milliseconds;
+using Clock = std::chrono::steady_clock;
+namespace fs = std::filesystem;
+namespace rp = replicate;
+
+// How long the server waits for a puller to take a message: a puller that stopped reading
+// costs at most this.
+constexpr milliseconds kSendTimeout{60'000};
+constexpr milliseconds kPoll{50};
+
+Result<net::Token> load_token(const std::string& token_file) {
+  return token_file.empty() ? net::Token::from_env() : net::Token::from_file(token_file);
+}
+
+Status send_message(net::Channel& ch, const std::vector<std::byte>& m) {
+  return ch.send(m, kSendTimeout);
+}
+
+// --- server ---
+
+struct Peer {
+  net::Channel channel;
+  ReplicaSet offered;  // the last INDEX it was sent: the only files it may GET
+};
+
+class Server {
+ public:
+  explicit Server(const ReplicateServeOptions& o) : o_(o) {}
+
+  // Answers one message; `done` when the peer said DONE. An error drops the peer.
+  Status handle(Peer& p, std::span<const std::byte> m, bool* done) {
+    const std::string& who = p.channel.peer();
+    auto kind = rp::decode_kind(m, who);
+    if (!kind.ok()) return kind.status();
+    switch (*kind) {
+      case rp::Kind::kList: {
+        auto set = megatron::replica_set(o_.root, hashes_);
+        if (!set.ok()) {
+          log::warn("replicate: {}", set.status().message());
+          return send_message(p.channel,
+                              rp::encode_error(rp::ErrorCode::kIo, set.status().message()));
+        }
+        p.offered = std::move(*set);
+        return send_message(p.channel, rp::encode_index(p.offered));
+      }
+      case rp::Kind::kGet: {
+        auto want = rp::decode_get(m, who);
+        if (!want.ok()) return want.status();
+        return send_file(p, *want);
+      }
+      case rp::Kind::kDone:
+        *done = true;
+        return ok_status();
+      default:
+        (void)send_message(p.channel,
+                           rp::encode_error(rp::ErrorCode::kBadRequest, "unexpected message"));
+        return corruption(fmt::format("replicate: {} sent a message only a server sends", who));
+    }
+  }
+
+ private:
+  Status send_file(Peer& p, const ReplicaFile& want) {
+    const auto offered = std::find_if(p.offered.files.begin(), p.offered.files.end(),
+                                      [&](const ReplicaFile& f) { return f.path == want.path; });
+    if (offered == p.offered.files.end()) {
+      // Only what the last INDEX offered is ever read: a GET cannot name another file.
+      log::warn("replicate: {} asked for '{}', which was not offered", p.channel.peer(), want.path);
+      return send_message(p.channel, rp::encode_error(rp::ErrorCode::kNotOffered,
+                                                      "'" + want.path + "' is not offered"));
+    }
+    const std::string path = o_.root + "/" + want.path;
+    // Read whole (metadata files are small), not mapped: a file truncated while it is sent
+    // (a re-save) must not SIGBUS the server.
+    auto text = read_file(path);
+    const auto changed = [&] {
+      return send_message(p.channel, rp::encode_error(rp::ErrorCode::kChanged,
+                                                      want.path + " changed since it was listed"));
+    };
+    if (!text.ok()) return text.status().code() == Code::kNotFound ? changed() : text.status();
+    const std::span<const std::byte> bytes = as_bytes(*text);
+    // What goes out is hashed from the buffer it is sent from, so FILE never vouches for other
+    // bytes.
+    if (bytes.size() != offered->bytes || bytes.size() != want.bytes ||
+        XXH3_64bits(bytes.data(), bytes.size()) != offered->xxh3 || offered->xxh3 != want.xxh3) {
+      return changed();
+    }
+    if (Status s = send_message(p.channel, rp::encode_file(*offered)); !s.ok()) return s;
+    const std::size_t chunk =
+        std::clamp<std::size_t>(o_.chunk_bytes, 1, rp::max_chunk_bytes(net::max_message_bytes()));
+    for (std::size_t off = 0; off < bytes.size(); off += chunk) {
+      const auto piece = bytes.subspan(off, std::min(chunk, bytes.size() - off));
+      if (Status s = send_message(p.channel, rp::encode_chunk(off, piece)); !s.ok()) return s;
+      if (o_.test_after_chunk) o_.test_after_chunk(want.path, off + piece.size());
+    }
+    event(fmt::format("sent {} ({} bytes) to {}", want.path, bytes.size(), p.channel.peer()));
+    return ok_status();
+  }
+
+ public:
+  void event(const std::string& e) const {
+    log::debug("replicate: {}", e);
+    if (o_.on_event) o_.on_event(e);
+  }
+
+ private:
+  const ReplicateServeOptions& o_;
+  megatron::FileHashes hashes_;
+};
+
+// --- puller ---
+
+// Refuses a path from the server that leaves the folder, is not a metadata file or the
+// tracker, or passes through a symbolic link (which could lead outside the folder).
+Status check_offered_path(const std::string& root, const std::string& path,
+                          const std::string& peer) {
+  if (Status s = validate_relative_path(path, "file offered by " + peer); !s.ok()) {
+    return invalid_argument(s.message() + ": refused");
+  }
+  if (!megatron::is_replica_path(path)) {
+    return invalid_argument(
+        fmt::format("file offered by {} '{}' is not a Megatron metadata file "
+                    "(common.pt, .metadata, metadata.json in a step folder) "
+                    "or {}: refused",
+                    peer, path, kMegatronTracker));
+  }
+  std::string at = root;
+  for (std::size_t start = 0; start < path.size();) {
+    std::size_t end = path.find('/', start);
+    if (end == std::string::npos) end = path.size();
+    at += "/" + path.substr(start, end - start);
+    struct stat st {};
+    if (::lstat(at.c_str(), &st) == 0 && S_ISLNK(st.st_mode)) {
+      return invalid_argument(
+          fmt::format("file offered by {} '{}' would be written through the "
+                      "symbolic link {}: refused",
+                      peer, path, at));
+    }
+    start = end + 1;
+  }
+  return ok_status();
+}
+
+struct XxhState {
+  void operator()(XXH3_state_t* s) const { XXH3_freeState(s); }
+};
+
+class Puller {
+ public:
+  Puller(const ReplicatePullOptions& o, net::Channel& ch) : o_(o), ch_(ch) {}
+
+  // One LIST and the GETs it calls for. `changed` when the server said a file changed
+  // under it (that file and the ones after it wait for the next round).
+  Result<PullRound> round(int number, bool* changed, bool* stopped) {
+    PullRound out;
+    out.round = number;
+    if (Status s = send_message(ch_, rp::encode_list()); !s.ok()) return s;
+    auto m = receive("INDEX");
+    if (!m.ok()) return m.status();
+    auto kind = rp::decode_kind(*m, peer());
+    if (!kind.ok()) return kind.status();
+    if (*kind == rp::Kind::kError) return server_error(*m, "listing");
+    if (*kind != rp::Kind::kIndex)
+      return corruption("replicate: " + peer() + " answered LIST out of order");
+    auto set = rp::decode_index(*m, peer());
+    if (!set.ok()) return set.status();
+    // Everything is checked before anything is written.
+    for (const ReplicaFile& f : set->files) {
+      if (Status s = check_offered_path(o_.root, f.path, peer()); !s.ok()) return s;
+    }
+    std::stable_partition(set->files.begin(), set->files.end(),
+                          [](const ReplicaFile& f) { return f.path != kMegatronTracker; });
+    out.tracker = set->tracker;
+    out.notes = set->notes;
+    std::vector<ReplicaFile> need;
+    for (const ReplicaFile& f : set->files) {
+      auto local = hashes_.get(o_.root + "/" + f.path);
+      if (local.ok() && local->bytes == f.bytes && local->xxh3 == f.xxh3) {
+        ++out.unchanged;
+        continue;
+      }
+      if (!local.ok() && local.status().code() != Code::kNotFound) return local.status();
+      need.push_back(f);
+    }
+    done_ = total_ = 0;
+    for (const ReplicaFile& f : need) total_ += f.bytes;
+    for (const ReplicaFile& f : need) {
+      if (o_.stop && o_.stop()) {
+        *stopped = true;
+        return out;
+      }
+      auto got = fetch(f);
+      if (!got.ok()) return got.status();
+      if (!*got) {
+        *changed = true;
+        out.notes.push_back(f.path +
+                            " changed on the server while being copied; it waits for "
+                            "the next round");
+        return out;
+      }
+      out.copied.push_back({f.path, f.bytes});
+    }
+    return out;
+  }
+
+  const std::string& peer() const { return ch_.peer(); }
+
+ private:
+  Result<std::vector<std::byte>> receive(std::string_view what) {
+    auto m = ch_.receive(o_.timeout);
+    if (!m.ok()) return m.status().with_context(fmt::format("replicate: waiting for {}", what));
+    return m;
+  }
+
+  // An ERROR message from the server as our error.
+  Status server_error(std::span<const std::byte> m, std::string_view doing) {
+    auto e = rp::decode_error(m, peer());
+    if (!e.ok()) return e.status();
+    return failed_precondition(
+        fmt::format("replicate: {} failed {}: {}", peer(), doing, e->message));
+  }
+
+  // Copies one file; false when the server reported it changed.
+  Result<bool> fetch(const ReplicaFile& f) {
+    if (Status s = send_message(ch_, rp::encode_get(f)); !s.ok()) return s;
+    auto m = receive(f.path);
+    if (!m.ok()) return m.status();
+    auto kind = rp::decode_kind(*m, peer());
+    if (!kind.ok()) return kind.status();
+    if (*kind == rp::Kind::kError) {
+      auto e = rp::decode_error(*m, peer());
+      if (!e.ok()) return e.status();
+      if (e->code == rp::ErrorCode::kChanged) return false;
+      return server_error(*m, f.path);
+    }
+    if (*kind != rp::Kind::kFile)
+      return corruption("replicate: " + peer() + " answered GET out of order");
+    auto head = rp::decode_file(*m, peer());
+    if (!head.ok()) return head.status();
+    if (head->path != f.path || head->bytes != f.bytes || head->xxh3 != f.xxh3) {
+      return corruption(
+          fmt::format("replicate: {} sent '{}' ({} bytes) when asked for '{}' ({} "
+                      "bytes)",
+                      peer(), head->path, head->bytes, f.path, f.bytes));
+    }
+    const std::string target = o_.root + "/" + f.path;
+    std::error_code ec;
+    fs::create_directories(fs::path(target).parent_path(), ec);
+    if (ec) return errno_status("mkdir", fs::path(target).parent_path().string(), ec.value());
+    // The temp file lives beside the target; destroying it uncommitted removes it, so a
+    // server that dies mid-file leaves nothing behind.
+    auto out = AtomicFile::create(target);
+    if (!out.ok()) return out.status();
+    std::unique_ptr<XXH3_state_t, XxhState> hash(XXH3_createState());
+    if (!hash || XXH3_64bits_reset(hash.get()) != XXH_OK) return internal_error("XXH3 state");
+    std::uint64_t received = 0;
+    while (received < f.bytes) {
+      auto c = receive("CHUNK");
+      if (!c.ok())
+        return c.status().with_context(
+            fmt::format("{} at byte {} of {}", f.path, received, f.bytes));
+      auto k = rp::decode_kind(*c, peer());
+      if (!k.ok()) return k.status();
+      if (*k != rp::Kind::kChunk)
+        return corruption("replicate: " + peer() + " interrupted " + f.path);
+      auto chunk = rp::decode_chunk(*c, peer());
+      if (!chunk.ok()) return chunk.status();
+      if (chunk->offset != received || chunk->data.size() > f.bytes - received ||
+          chunk->data.empty()) {
+        return corruption(
+            fmt::format("replicate: {} sent bytes [{}, +{}) of {} out of order or "
+                        "past its {} bytes",
+                        peer(), chunk->offset, chunk->data.size(), f.path, f.bytes));
+      }
+      if (Status s = out->write(chunk->data); !s.ok()) return s;
+      XXH3_64bits_update(hash.get(), chunk->data.data(), chunk->data.size());
+      received += chunk->data.size();
+      done_ += chunk->data.size();
+      if (o_.progress) o_.progress(done_, total_);
+    }
+    if (const std::uint64_t got = XXH3_64bits_digest(hash.get()); got != f.xxh3) {
+      return corruption(
+          fmt::format("replicate: {} from {} has XXH3 {:016x}, not the {:016x} it "
+                      "was offered with; discarded",
+                      f.path, peer(), got, f.xxh3));
+    }
+    if (Status s = out->commit(); !s.ok()) return s;
+    return true;
+  }
+
+  const ReplicatePullOptions& o_;
+  net::Channel& ch_;
+  megatron::FileHashes hashes_;
+  std::uint64_t done_ = 0, total_ = 0;  // bytes of this round's copies, for `progress`
+};
+
+}  // namespace
+
+Status serve_replicas(const ReplicateServeOptions& o) {
+  std::error_code ec;
+  if (!fs::is_directory(o.root, ec))
+    return not_found("checkpoint folder " + o.root + " is not a folder");
+  if (o.clients < 0) return invalid_argument("clients must be 0 (serve until stopped) or more");
+  auto token = load_token(o.token_file);
+  if (!token.ok()) return token.status();
+  auto ctx = net::Context::create();
+  if (!ctx.ok()) return ctx.status();
+  auto listener = net::Listener::bind(*ctx, o.address, std::move(*token));
+  if (!listener.ok()) return listener.status();
+  Server server(o);
+  if (o.on_listening) o.on_listening(listener->address());
+  std::vector<Peer> peers;
+  int finished = 0;
+  while (!(o.stop && o.stop()) && (o.clients == 0 || finished < o.clients)) {
+    bool busy = false;
+    auto accepted = listener->accept(milliseconds(0));
+    if (accepted.ok()) {
+      server.event(accepted->peer() + " connected");
+      peers.push_back({std::move(*accepted), {}});
+      busy = true;
+    } else if (accepted.status().code() != Code::kTimeout) {
+      server.event("refused a peer: " + accepted.status().message());
+    }
+    (*ctx)->progress();
+    for (auto it = peers.begin(); it != peers.end();) {
+      auto m = it->channel.try_receive();
+      if (m.ok() && !m->has_value()) {
+        ++it;
+        continue;
+      }
+      busy = true;
+      bool done = false;
+      Status st = m.ok() ? server.handle(*it, **m, &done) : m.status();
+      if (st.ok() && !done) {
+        ++it;
+        continue;
+      }
+      if (done) {
+        ++finished;
+        server.event(it->channel.peer() + " finished");
+        it->channel.close();
+      } else {
+        // A peer that left (a watch ending) is routine; one that broke the protocol is not.
+        if (st.code() == Code::kAborted) {
+          server.event(it->channel.peer() + " left");
+        } else {
+          log::warn("replicate: dropping {}: {}", it->channel.peer(), st.message());
+          server.event("dropped " + it->channel.peer() + ": " + st.message());
+        }
+        it->channel.abort();
+      }
+      it = peers.erase(it);
+    }
+    if (!busy) (*ctx)->wait(kPoll);
+  }
+  for (Peer& p : peers) p.channel.close();
+  return ok_status();
+}
+
+Result<PullResult> pull_replicas(const ReplicatePullOptions& o) {
+  if (o.root.empty()) return invalid_argument("no checkpoint folder to pull into");
+  if (o.from.empty()) return invalid_argument("no server address to pull from (--from HOST:PORT)");
+  if (o.watch &&
+      (o.watch_interval < milliseconds(10) || o.watch_interval > milliseconds(3'600'000))) {
+    return invalid_argument(
+        fmt::format("watch interval {} ms is outside 10 ms .. 1 h", o.watch_interval.count()));
+  }
+  std::error_code ec;
+  if (fs::exists(o.root, ec) && !fs::is_directory(o.root, ec)) {
+    return failed_precondition(o.root + " exists and is not a folder");
+  }
+  auto token = load_token(o.token_file);
+  if (!token.ok()) return token.status();
+  auto ctx = net::Context::create();
+  if (!ctx.ok()) return ctx.status();
+  auto ch = net::connect(*ctx, o.from, *token, o.timeout, {.role = "replicate server"});
+  if (!ch.ok()) return ch.status();
+  Puller puller(o, *ch);
+  PullResult result;
+  // A one-shot pull lists again when a file changed under the server, a few times.
+  constexpr int kOnceRounds = 3;
+  while (true) {
+    bool changed = false, stopped = false;
+    auto r = puller.round(result.rounds + 1, &changed, &stopped);
+    if (!r.ok()) {
+      if (o.watch && r.status().code() == Code::kAborted) {
+        result.stopped = r.status().message();
+        return result;
+      }
+      ch->abort();
+      return r.status();
+    }
+    ++result.rounds;
+    result.files_copied += r->copied.size();
+    for (const PulledFile& f : r->copied) result.bytes_copied += f.bytes;
+    if (r->tracker) result.tracker = r->tracker;
+    if (o.on_round) o.on_round(*r);
+    if (stopped) {
+      result.stopped = "stop requested";
+      ch->close();
+      return result;
+    }
+    if (!o.watch) {
+      if (changed && result.rounds < kOnceRounds) continue;
+      if (changed) {
+        ch->abort();
+        return failed_precondition(
+            fmt::format("files kept changing on {} over {} rounds: is a "
+                        "save running there? Try again",
+                        puller.peer(), kOnceRounds));
+      }
+      (void)send_message(*ch, rp::encode_done());
+      ch->close();
+      return result;
+    }
+    const auto until = Clock::now() + o.watch_interval;
+    while (Clock::now() < until) {
+      if (o.stop && o.stop()) {
+        result.stopped = "stop requested";
+        ch->close();
+        return result;
+      }
+      (*ctx)->wait(std::min(kPoll, std::chrono::duration_cast<milliseconds>(until - Clock::now())));
+      // The server speaks only when asked; reading here sees it close or die at once.
+      auto m = ch->try_receive();
+      if (!m.ok()) {
+        result.stopped = m.status().message();
+        return result;
+      }
+      if (m->has_value()) {
+        ch->abort();
+        return corruption("replicate: " + puller.peer() + " sent a message nobody asked for");
+      }
+    }
+  }
+}
+
+}  // namespace ferry::checkpoint
