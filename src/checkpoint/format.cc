@@ -12,6 +12,7 @@
 #include <set>
 
 #include "base/file_util.h"
+#include "base/parse_number.h"
 #include "checkpoint/slice.h"
 
 namespace ferry::checkpoint {
@@ -45,13 +46,9 @@ using json = nlohmann::ordered_json;
 std::string step_folder(std::int64_t step) { return "step_" + std::to_string(step); }
 
 std::optional<std::int64_t> parse_step_folder(std::string_view name) {
-  if (name.substr(0, 5) != "step_" || name.size() == 5 || name.size() > 5 + 18) return std::nullopt;
-  std::int64_t v = 0;
-  for (char c : name.substr(5)) {
-    if (c < '0' || c > '9') return std::nullopt;
-    v = v * 10 + (c - '0');
-  }
-  if (step_folder(v) != name) return std::nullopt;  // no leading zeros: one name per step
+  if (name.substr(0, 5) != "step_") return std::nullopt;
+  const auto v = parse_uint(name.substr(5));
+  if (!v || step_folder(*v) != name) return std::nullopt;  // no leading zeros: one name per step
   return v;
 }
 

@@ -44,16 +44,6 @@ bool starts_with_ci(std::string_view s, std::string_view prefix) {
   return true;
 }
 
-std::optional<std::int64_t> parse_uint(std::string_view s) {
-  if (s.empty() || s.size() > 18) return std::nullopt;
-  std::int64_t v = 0;
-  for (char c : s) {
-    if (c < '0' || c > '9') return std::nullopt;
-    v = v * 10 + (c - '0');
-  }
-  return v;
-}
-
 std::optional<std::string> find_key_value(std::string_view text, std::string_view key, char sep) {
   for (const std::string& line : split_lines(text)) {
     std::string_view l = trim(line);

@@ -7,14 +7,14 @@
 #include <string_view>
 #include <vector>
 
+#include "base/parse_number.h"  // parse_uint, used with these helpers
+
 namespace ferry::device {
 
 std::string_view trim(std::string_view s);
 std::vector<std::string> split(std::string_view s, char sep);
 std::vector<std::string> split_lines(std::string_view s);
 bool starts_with_ci(std::string_view s, std::string_view prefix);
-// A whole non-negative decimal number, or nullopt (no sign, no spaces, no overflow).
-std::optional<std::int64_t> parse_uint(std::string_view s);
 // The value of `key=value` / `key: value` lines (first match, trimmed).
 std::optional<std::string> find_key_value(std::string_view text, std::string_view key, char sep);
 std::string join(const std::vector<std::string>& parts, std::string_view sep);

@@ -1,12 +1,16 @@
 #include "support/test_support.h"
 
 #include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
 #include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
 #include <xxhash.h>
 
+#include <chrono>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <stdexcept>
@@ -90,6 +94,89 @@ void write_bytes(const std::string& path, const std::string& bytes) {
 
 std::uint64_t hash_bytes(std::span<const std::byte> data) {
   return XXH3_64bits(data.data(), data.size());
+}
+
+Spawned::Spawned(const std::string& binary, const std::vector<std::string>& args,
+                 const std::vector<std::string>& env) {
+  int out[2];
+  if (::pipe2(out, O_CLOEXEC) != 0) throw std::runtime_error("pipe2 failed");
+  std::vector<std::string> env_text = env;
+  for (char** e = environ; *e != nullptr; ++e) {
+    if (std::strncmp(*e, "FERRY_", 6) != 0) env_text.emplace_back(*e);
+  }
+  std::vector<char*> envp;
+  for (auto& e : env_text) envp.push_back(e.data());
+  envp.push_back(nullptr);
+  std::vector<std::string> argv_text = {binary};
+  argv_text.insert(argv_text.end(), args.begin(), args.end());
+  std::vector<char*> argv;
+  for (auto& a : argv_text) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_adddup2(&fa, out[1], 1);
+  pid_t pid = -1;
+  const int rc = ::posix_spawn(&pid, binary.c_str(), &fa, nullptr, argv.data(), envp.data());
+  posix_spawn_file_actions_destroy(&fa);
+  ::close(out[1]);
+  out_ = out[0];
+  if (rc != 0) throw std::runtime_error("posix_spawn " + binary + " failed");
+  pid_ = pid;
+}
+
+Spawned::~Spawned() {
+  kill();
+  ::close(out_);
+}
+
+std::string Spawned::read_line() {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  std::size_t eol;
+  while ((eol = pending_.find('\n')) == std::string::npos &&
+         std::chrono::steady_clock::now() < deadline) {
+    pollfd p{out_, POLLIN, 0};
+    if (::poll(&p, 1, 100) <= 0) continue;
+    char buf[512];
+    const ssize_t n = ::read(out_, buf, sizeof buf);
+    if (n <= 0) break;
+    pending_.append(buf, static_cast<std::size_t>(n));
+  }
+  std::string line = pending_.substr(0, eol);
+  pending_.erase(0, eol == std::string::npos ? eol : eol + 1);
+  return line;
+}
+
+void Spawned::signal(int sig) {
+  if (pid_ > 0) ::kill(pid_, sig);
+}
+
+int Spawned::wait(std::chrono::milliseconds timeout) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (pid_ > 0) {
+    int status = 0;
+    if (::waitpid(pid_, &status, WNOHANG) == pid_) {
+      pid_ = -1;
+      return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    }
+    if (std::chrono::steady_clock::now() >= deadline) return -1;
+    ::usleep(10'000);
+  }
+  return -1;
+}
+
+void Spawned::kill() {
+  if (pid_ <= 0) return;
+  ::kill(pid_, SIGKILL);
+  ::waitpid(pid_, nullptr, 0);
+  pid_ = -1;
+}
+
+std::string self_binary() {
+  char self[4096] = {};
+  if (::readlink("/proc/self/exe", self, sizeof self - 1) <= 0) {
+    throw std::runtime_error("readlink /proc/self/exe failed");
+  }
+  return self;
 }
 
 }  // namespace ferry::testing

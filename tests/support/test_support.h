@@ -1,6 +1,7 @@
 // Helpers shared by ferry's tests: temporary folders, running the CLI, hashing.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <span>
 #include <string>
@@ -38,5 +39,32 @@ void write_bytes(const std::string& path, const std::string& bytes);
 
 // XXH3-64 of bytes, for bit-exactness checks.
 std::uint64_t hash_bytes(std::span<const std::byte> data);
+
+// A child process whose stdout is a pipe the test reads lines from: a `ferry` command, or
+// this test binary re-executed as a peer (self_binary()). Its environment is the test's
+// without FERRY_* variables, plus `env` ("NAME=value"). SIGKILLed on destruction if running.
+class Spawned {
+ public:
+  Spawned(const std::string& binary, const std::vector<std::string>& args,
+          const std::vector<std::string>& env);
+  ~Spawned();
+  Spawned(const Spawned&) = delete;
+  Spawned& operator=(const Spawned&) = delete;
+
+  // One line it printed (without the newline), or what it had at EOF / after 10 s.
+  std::string read_line();
+  void signal(int sig);
+  // Its exit code (128 + signal when killed by one), or -1 if it runs on after `timeout`.
+  int wait(std::chrono::milliseconds timeout);
+  void kill();
+
+ private:
+  int pid_ = -1;
+  int out_ = -1;
+  std::string pending_;  // read but not yet returned
+};
+
+// This test binary's path, for re-executing it as a child.
+std::string self_binary();
 
 }  // namespace ferry::testing

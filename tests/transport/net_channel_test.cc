@@ -7,7 +7,6 @@
 #include <gtest/gtest.h>
 #include <poll.h>
 #include <signal.h>
-#include <spawn.h>
 #include <sys/wait.h>
 #include <ucp/api/ucp.h>
 #include <unistd.h>
@@ -27,7 +26,6 @@
 #include "transport/net/address.h"
 #include "transport/net/channel.h"
 
-extern char** environ;
 
 namespace ferry::net {
 namespace {
@@ -117,61 +115,13 @@ Listener bind_listener(const std::shared_ptr<Context>& ctx, Token tok = token(),
 
 // ---- child processes ----
 
-// This test binary, re-executed as a peer; killed on destruction.
-class ChildProcess {
+// This test binary, re-executed as a peer in `role`; killed on destruction.
+class ChildProcess : public ferry::testing::Spawned {
  public:
-  ChildProcess(const std::string& role, const std::string& address) {
-    int out[2];
-    EXPECT_EQ(::pipe2(out, O_CLOEXEC), 0);
-    std::vector<std::string> env_text = {"FERRY_NET_TEST_CHILD=" + role,
-                                         "FERRY_NET_TEST_ADDR=" + address,
-                                         "FERRY_TOKEN=test-secret"};
-    for (char** e = environ; *e != nullptr; ++e) {
-      if (std::strncmp(*e, "FERRY_", 6) != 0) env_text.emplace_back(*e);
-    }
-    std::vector<char*> envp;
-    for (auto& s : env_text) envp.push_back(s.data());
-    envp.push_back(nullptr);
-    char self[4096] = {};
-    EXPECT_GT(::readlink("/proc/self/exe", self, sizeof self - 1), 0);
-    char* argv[] = {self, nullptr};
-    posix_spawn_file_actions_t fa;
-    posix_spawn_file_actions_init(&fa);
-    posix_spawn_file_actions_adddup2(&fa, out[1], 1);
-    EXPECT_EQ(::posix_spawn(&pid_, self, &fa, nullptr, argv, envp.data()), 0);
-    posix_spawn_file_actions_destroy(&fa);
-    ::close(out[1]);
-    out_ = out[0];
-  }
-  ~ChildProcess() {
-    kill();
-    if (out_ >= 0) ::close(out_);
-  }
-  // One line the child printed (without the newline), or "" at EOF / after 10 s.
-  std::string read_line() {
-    std::string line;
-    const auto deadline = Clock::now() + kTimeout;
-    while (Clock::now() < deadline) {
-      pollfd p{out_, POLLIN, 0};
-      if (::poll(&p, 1, 100) <= 0) continue;
-      char c;
-      if (::read(out_, &c, 1) != 1) break;
-      if (c == '\n') return line;
-      line += c;
-    }
-    return line;
-  }
-  void kill() {
-    if (pid_ <= 0) return;
-    ::kill(pid_, SIGKILL);
-    int status = 0;
-    ::waitpid(pid_, &status, 0);
-    pid_ = -1;
-  }
-
- private:
-  pid_t pid_ = -1;
-  int out_ = -1;
+  ChildProcess(const std::string& role, const std::string& address)
+      : Spawned(ferry::testing::self_binary(), {},
+                {"FERRY_NET_TEST_CHILD=" + role, "FERRY_NET_TEST_ADDR=" + address,
+                 "FERRY_TOKEN=test-secret"}) {}
 };
 
 void say(const std::string& line) {
