@@ -145,9 +145,14 @@ Result<Kind> decode_kind(std::span<const std::byte> m, const std::string& peer) 
 Result<ReplicaSet> decode_index(std::span<const std::byte> m, const std::string& peer) {
   wire::Reader r = body(m);
   ReplicaSet set;
-  const bool has_tracker = r.u8() != 0;
+  // One encoding per value: a flag of 0 or 1, no step without the flag, no negative step.
+  const std::uint8_t has_tracker = r.u8();
   const std::uint64_t tracker = r.u64();
-  if (has_tracker) set.tracker = static_cast<std::int64_t>(tracker);
+  if (has_tracker > 1 || (has_tracker == 0 && tracker != 0) ||
+      tracker > static_cast<std::uint64_t>(INT64_MAX)) {
+    return malformed("INDEX", peer);
+  }
+  if (has_tracker == 1) set.tracker = static_cast<std::int64_t>(tracker);
   const std::uint16_t notes = r.u16();
   if (notes > kMaxNotes) return malformed("INDEX", peer);
   for (std::uint16_t i = 0; i < notes && r.ok(); ++i) {
