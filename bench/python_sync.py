@@ -11,8 +11,9 @@ Paths, each trainer process -> a spawned rollout process, one copy on each side:
           1 GiB, sends this model in one)
   buckets ferry.Sender -> ferry.Receiver.receive_round_buckets(cb), the same cb as verl's
   memcpy  one torch copy of the same bytes in one process (the machine's limit)
-and `ferry bench sync --json` when the CLI has it. Figures: median GB/s (1e9 bytes/s) of the
-timed rounds after one warm-up; ratio = verl / cpp.
+and the C++ engine alone (`ferry bench sync --json`) in both delivery modes: destinations
+(against cpp) and `--bucket-callback` (against buckets and verl, which deliver the same way).
+Figures: median GB/s (1e9 bytes/s) of the timed rounds after one warm-up.
 """
 
 from __future__ import annotations
@@ -124,11 +125,11 @@ def run_memcpy(total: int, rounds: int) -> list[float]:
     return times[1:]
 
 
-def run_cli(binary: str, preset: str, bucket_mb: int, rounds: int) -> str:
+def run_cli(binary: str, preset: str, bucket_mb: int, rounds: int, *extra: str) -> str:
     if not os.path.exists(binary):
         return f"n/a ({binary} not built)"
     cmd = [binary, "bench", "sync", "--preset", preset, "--bucket-mb", str(bucket_mb),
-           "--receivers", "1", "--dtype", "bf16", "--rounds", str(rounds), "--json"]
+           "--receivers", "1", "--dtype", "bf16", "--rounds", str(rounds), "--json", *extra]
     try:
         out = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     except subprocess.TimeoutExpired:
@@ -171,14 +172,19 @@ def main() -> None:
     print(f"  verl / buckets = {results['verl'] / results['buckets']:.3f}")
     print(f"  verl in 128 MiB rounds / verl = {results['verl128'] / results['verl']:.3f}")
     print(f"  cpp / memcpy  = {results['cpp'] / results['memcpy']:.3f}")
-    cli = run_cli(args.ferry, args.preset, args.bucket_mb, args.rounds)
-    print(f"  ferry bench sync: {cli}")
-    try:
-        cli_gbps = json.loads(cli)["results"][0]["gbps"]
-        print(f"  C++ CLI {cli_gbps:6.2f} GB/s; verl / C++ CLI = {results['verl'] / cli_gbps:.3f}, "
-              f"cpp (Python) / C++ CLI = {results['cpp'] / cli_gbps:.3f}")
-    except (ValueError, KeyError, IndexError, TypeError):
-        pass
+    # The C++ engine in each delivery mode: destinations (cpp's) and the per-bucket callback
+    # that verl's API imposes (buckets' and verl's), each compared like for like.
+    for mode, extra, python_paths in (("destinations", (), ("cpp",)),
+                                      ("bucket callback", ("--bucket-callback",),
+                                       ("buckets", "verl"))):
+        cli = run_cli(args.ferry, args.preset, args.bucket_mb, args.rounds, *extra)
+        print(f"  ferry bench sync ({mode}): {cli}")
+        try:
+            cli_gbps = json.loads(cli)["results"][0]["gbps"]
+        except (ValueError, KeyError, IndexError, TypeError):
+            continue
+        ratios = ", ".join(f"{p} / C++ = {results[p] / cli_gbps:.3f}" for p in python_paths)
+        print(f"  C++ CLI, {mode}: {cli_gbps:6.2f} GB/s; {ratios}")
 
 
 if __name__ == "__main__":

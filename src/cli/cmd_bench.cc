@@ -149,9 +149,12 @@ int run_bench_sync(BenchArgs& a) {
     std::printf(
         "memcpy (one thread, %llu MiB, pre-faulted): M = %.2f GB/s; in 16 MiB pieces: "
         "glibc %.2f GB/s, ferry copy_bytes %.2f GB/s\n"
-        "two threads copying at once: M2 = %.2f GB/s together\n",
+        "two threads copying at once: M2 = %.2f GB/s together\n"
+        "receivers deliver %s\n",
         static_cast<unsigned long long>(a.memcpy_mb), m.whole_gbps, m.glibc_pieces_gbps,
-        m.ferry_pieces_gbps, m.two_threads_gbps);
+        m.ferry_pieces_gbps, m.two_threads_gbps,
+        a.config.bucket_callback ? "through the per-bucket callback, memcpy per tensor (verl)"
+                                 : "into destinations");
     std::printf("%-6s %-9s %-9s %-8s %-9s %-8s %-7s %-7s %-8s %-7s %s\n", "dtype", "bucket_mb",
                 "receivers", "tensors", "GB", "seconds", "GB/s", "ratio", "agg_GB/s", "agg/M2",
                 "peak_rss_MB");
@@ -187,6 +190,8 @@ int run_bench_sync(BenchArgs& a) {
                                 {"memcpy_pieces_glibc_gbps", m.glibc_pieces_gbps},
                                 {"memcpy_pieces_ferry_gbps", m.ferry_pieces_gbps},
                                 {"two_threads_memcpy_gbps", m.two_threads_gbps},
+                                {"delivery", a.config.bucket_callback ? "bucket_callback"
+                                                                      : "destinations"},
                                 {"results", list}};
     std::cout << j.dump(2) << "\n";
   }
@@ -226,6 +231,9 @@ void add_bench_command(CLI::App& app, Dispatch& dispatch) {
       ->capture_default_str();
   cmd->add_flag("--json", args->json, "Print one JSON object");
   cmd->add_flag("!--no-checksums", args->config.checksums, "Skip per-bucket checksums");
+  cmd->add_flag("--bucket-callback", args->config.bucket_callback,
+                "Receivers take verl's per-bucket callback and memcpy each tensor out "
+                "(what ferry.verl does), instead of destination mode");
   auto* net = cmd->add_flag("--net", args->net,
                             "Across nodes: a net sender, relays with local receivers, against "
                             "ucx_perftest on the same path (loopback unless --listen/--connect)");

@@ -14,6 +14,7 @@
 #include <cstring>
 #include <sstream>
 #include <thread>
+#include <unordered_map>
 
 #include "base/file_util.h"
 #include "base/log.h"
@@ -122,12 +123,24 @@ Result<std::vector<BenchResult>> run_sync_bench(
             auto dst = map_anonymous(total, false, /*prefault=*/true);
             if (!dst.ok()) return "error " + dst.status().to_string();
             std::uint64_t off = 0;
+            std::unordered_map<std::string, std::byte*> where;  // bucket_callback mode
             for (const auto& s : specs) {
-              (void)(*rx)->set_destination({s, {dst->data() + off, s.bytes()}});
+              if (config.bucket_callback) {
+                where[s.name] = dst->data() + off;
+              } else {
+                (void)(*rx)->set_destination({s, {dst->data() + off, s.bytes()}});
+              }
               off += s.bytes();
             }
+            const BucketCallback copy_out = [&](std::span<const TensorView> weights, bool) {
+              for (const TensorView& t : weights) {
+                std::memcpy(where.at(t.spec.name), t.data.data(), t.data.size());
+              }
+              return ok_status();
+            };
             for (int r = 0; r < rounds; ++r) {
-              auto got = (*rx)->receive_round_into();
+              auto got = config.bucket_callback ? (*rx)->receive_round_buckets(copy_out)
+                                                : (*rx)->receive_round_into();
               if (!got.ok()) return "error " + got.status().to_string();
             }
             return fmt::format("{}", peak_rss_bytes());

@@ -34,6 +34,9 @@ struct BenchConfig {
   std::uint32_t slots = 2;
   int rounds = 3;  // timed rounds after one warm-up round; the median is reported
   bool checksums = true;
+  // Receivers take verl's per-bucket callback and memcpy each tensor into its destination
+  // (what ferry.verl's users do: vLLM's load_weights), instead of destination mode.
+  bool bucket_callback = false;
   // A synthetic manifest instead of the preset: `tensor_count` tensors of `tensor_bytes`.
   std::uint32_t tensor_count = 0;
   std::uint64_t tensor_bytes = 0;
