@@ -27,6 +27,7 @@ struct SyncArgs {
   std::uint32_t id = 0;
   int rounds = 1;
   double timeout_s = 60;
+  double idle_timeout_s = -1;  // negative: wait for the next round forever
   bool no_checksums = false;
   bool json = false;
   std::string token_file;
@@ -56,6 +57,8 @@ sync::SyncOptions options_of(const SyncArgs& a) {
   o.bucket_bytes = a.bucket_mb << 20;
   o.slots = a.slots;
   o.timeout = std::chrono::milliseconds(static_cast<long long>(a.timeout_s * 1000));
+  o.idle_timeout = std::chrono::milliseconds(
+      a.idle_timeout_s < 0 ? -1 : static_cast<long long>(a.idle_timeout_s * 1000));
   o.checksums = !a.no_checksums;
   o.token_file = a.token_file;
   return o;
@@ -185,6 +188,10 @@ int run_relay(const SyncArgs& a) {
 void add_common(CLI::App* cmd, SyncArgs* a) {
   cmd->add_option("--rounds", a->rounds, "Rounds to run")->capture_default_str();
   cmd->add_option("--timeout", a->timeout_s, "Seconds to wait for a peer")->capture_default_str();
+  cmd->add_option("--idle-timeout", a->idle_timeout_s,
+                  "Receivers and relays: seconds to wait for the next round to begin (default: "
+                  "forever; a sender that dies is seen at once, but one behind a cut link only "
+                  "when TCP keepalive gives up, ~30 s)");
   cmd->add_option("--token-file", a->token_file,
                   "Net sessions: file (mode 0600) with the session secret; default: FERRY_TOKEN "
                   "or FERRY_TOKEN_FILE");

@@ -157,7 +157,9 @@ struct Relay::Impl {
       if (r < 0 && errno != EINTR) return errno_status("poll", "relay peers", errno);
       auto handled = local->handle_ready(fds, 0, digest);
       if (!handled.ok()) return handled.status();
-      if (*handled || (r > 0 && fds.back().revents != 0)) {
+      // Only news from a peer restarts the silence timer: UCX also wakes the event fd for
+      // its own traffic (retries, keepalives to an unreachable peer), which is no sign of life.
+      if (*handled) {
         deadline = Clock::now() + options.timeout;
       } else if (Clock::now() >= deadline) {
         std::string waiting = ended ? "local acknowledgements" : "the sender or local releases";

@@ -135,9 +135,11 @@ pass "wrong token refused on both sides"
 stop_all
 
 # 3. The link to node A cut mid-round: both ends name the peer and the round, in time.
+# A relay between rounds when the link goes learns it from its idle timeout (or, later, from
+# TCP keepalive), so the nodes bound that wait too.
 start_sender cut --receivers 2 --rounds 20 --bucket-mb 64 --preset qwen2.5-0.5b --timeout 5
-start_node "$NS_A" 1 $SENDER_IP right 20 5
-start_node "$NS_B" 2 $SENDER_IP right 20 5
+start_node "$NS_A" 1 $SENDER_IP right 20 5 "--idle-timeout 10"
+start_node "$NS_B" 2 $SENDER_IP right 20 5 "--idle-timeout 10"
 for _ in $(seq 1 100); do grep -q '"round":1' "$WORK/cut.out" 2>/dev/null && break; sleep 0.2; done
 sleep 0.3
 ip -n "$NS_A" link set "${TAG}1n" down
