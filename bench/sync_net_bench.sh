@@ -30,37 +30,8 @@ while [ $# -gt 0 ]; do
 done
 
 TAG="fb$$"
-NS_S="$TAG-s" NS_A="$TAG-a" NS_B="$TAG-b"
-WORK=$(mktemp -d)
-PIDS=()
-cleanup() {
-  for p in "${PIDS[@]}"; do kill -9 "$p" 2>/dev/null; done
-  wait 2>/dev/null
-  for ns in "$NS_S" "$NS_A" "$NS_B"; do ip netns del "$ns" 2>/dev/null; done
-  rm -rf "$WORK"
-}
-trap cleanup EXIT
-
-if [ "$(id -u)" -ne 0 ]; then echo "SKIP: needs root for network namespaces"; exit 77; fi
 command -v ucx_perftest >/dev/null || { echo "ucx_perftest not found (Debian: ucx-utils)"; exit 1; }
-ip netns add "$NS_S" 2>/dev/null || { echo "SKIP: cannot create network namespaces"; exit 77; }
-ip netns add "$NS_A" && ip netns add "$NS_B" || exit 1
-
-# One subnet with a bridge in the sender's namespace, as tests/netns/sync_netns_test.sh
-# explains: with one subnet per veth pair the sender's UCX worker advertises addresses a
-# node cannot reach.
-ip -n "$NS_S" link add "${TAG}br" type bridge || exit 1
-ip -n "$NS_S" addr add 10.77.0.1/24 dev "${TAG}br" && ip -n "$NS_S" link set "${TAG}br" up
-join() {  # join <ns> <n>: veth "<tag><n>s" on the bridge, "<tag><n>n" in <ns> as 10.77.0.<n+1>
-  local ns=$1 n=$2
-  ip link add "$TAG${n}s" type veth peer name "$TAG${n}n" || return 1
-  ip link set "$TAG${n}s" netns "$NS_S" && ip link set "$TAG${n}n" netns "$ns" || return 1
-  ip -n "$NS_S" link set "$TAG${n}s" master "${TAG}br" && ip -n "$NS_S" link set "$TAG${n}s" up
-  ip -n "$ns" addr add "10.77.0.$((n + 1))/24" dev "$TAG${n}n" && ip -n "$ns" link set "$TAG${n}n" up
-}
-for ns in "$NS_S" "$NS_A" "$NS_B"; do ip -n "$ns" link set lo up; done
-join "$NS_A" 1 && join "$NS_B" 2 || { echo "veth setup failed"; exit 1; }
-SENDER_IP=10.77.0.1
+source "$(dirname "$0")/../tests/netns/three_nodes.sh"
 export FERRY_TOKEN=${FERRY_TOKEN:-$(head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \n')}
 
 num() { grep -o "\"$2\":[-0-9.e+]*" "$1" | head -1 | cut -d: -f2; }
