@@ -94,7 +94,7 @@ class Fanout {
   Status reap(Peer& p);
 
   SyncOptions options_;
-  InterruptCheck interrupted_{SyncOptions{}};
+  InterruptCheck interrupted_;  // set with options_ in create()
   std::uint64_t session_ = 0;
   std::uint64_t round_ = 0;
   std::string noun_ = "receiver";

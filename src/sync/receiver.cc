@@ -36,7 +36,7 @@ struct Delivery {
 
 struct Receiver::Impl {
   SyncOptions options;
-  InterruptCheck interrupted{SyncOptions{}};
+  InterruptCheck interrupted;  // set with options in connect()
   std::uint32_t id = 0;
   Link channel;
   // Net sessions: the ring is this process's own memory, each segment's bytes sent into it.

@@ -25,6 +25,7 @@ inline std::chrono::milliseconds wait_slice(const SyncOptions& o, std::chrono::m
 // slice however often it is asked: the hook may be costly (Python's takes the GIL).
 class InterruptCheck {
  public:
+  InterruptCheck() = default;  // no hook: never interrupts
   explicit InterruptCheck(const SyncOptions& o) : hook_(o.interrupt) {}
   Status operator()() {
     if (!hook_) return ok_status();
