@@ -181,10 +181,12 @@ SavedSlice saved_slice(const std::string& root, const std::string& tensor, int r
   return {};
 }
 
-std::vector<Status> load_statuses(const std::string& dir, const std::vector<GlobalTensor>& state) {
+// Loads `state` with `ranks` ranks, one per node n0, n1, ...; every rank's status.
+std::vector<Status> load_statuses(const std::string& dir, const std::vector<GlobalTensor>& state,
+                                  int ranks = 2) {
   std::mutex mu;
   std::vector<Status> out;
-  run_group(2, [](int r) { return "n" + std::to_string(r); }, [&](RankGroup& g) {
+  run_group(ranks, [](int r) { return "n" + std::to_string(r); }, [&](RankGroup& g) {
     Checkpointer ckpt(g, {.root = dir + "/" + g.node()});
     auto info = ckpt.prepare_load();
     Status s = info.status();
@@ -199,6 +201,17 @@ std::vector<Status> load_statuses(const std::string& dir, const std::vector<Glob
   return out;
 }
 
+// flip_byte(file, at): the byte at `at` of `file`, inverted in one bit.
+void flip_byte(const std::string& file, std::uint64_t at) {
+  std::fstream f(file, std::ios::in | std::ios::out | std::ios::binary);
+  f.seekg(static_cast<std::streamoff>(at));
+  char c = 0;
+  f.read(&c, 1);
+  c ^= 0x10;
+  f.seekp(static_cast<std::streamoff>(at));
+  f.write(&c, 1);
+}
+
 TEST(DamagedShard, FlippedByteIsNamedByVerifyAndLoad) {
   testing::TempDir dir;
   const auto state = make_state(16);
@@ -206,15 +219,7 @@ TEST(DamagedShard, FlippedByteIsNamedByVerifyAndLoad) {
   const std::string tensor = "model.layers.0.mlp.down_proj.weight";
   const SavedSlice s = saved_slice(dir.path() + "/n1", tensor, 1);
   const std::string file = dir.path() + "/n1/step_1/" + s.file;
-  {
-    std::fstream f(file, std::ios::in | std::ios::out | std::ios::binary);
-    f.seekg(static_cast<std::streamoff>(s.data_offset + 5));
-    char c = 0;
-    f.read(&c, 1);
-    c ^= 0x10;
-    f.seekp(static_cast<std::streamoff>(s.data_offset + 5));
-    f.write(&c, 1);
-  }
+  flip_byte(file, s.data_offset + 5);
   auto report = verify(roots_of(dir, 2));
   ASSERT_TRUE(report.ok()) << report.status().to_string();
   ASSERT_EQ(report->problems.size(), 1u);
@@ -226,6 +231,60 @@ TEST(DamagedShard, FlippedByteIsNamedByVerifyAndLoad) {
     EXPECT_NE(st.message().find(file), std::string::npos) << st.to_string();
     EXPECT_NE(st.message().find(tensor), std::string::npos) << st.to_string();
   }
+}
+
+TEST(DamagedShard, FlippedByteInAFetchedShardIsNamedToTheRanksThatFetchIt) {
+  testing::TempDir dir;
+  const auto state = make_state(18);
+  save_state(dir.path(), state, 2, 2, 1);
+  const std::string tensor = "model.layers.0.mlp.down_proj.weight";
+  const SavedSlice s = saved_slice(dir.path() + "/n1", tensor, 1);
+  const std::string file = dir.path() + "/n1/step_1/" + s.file;
+  flip_byte(file, s.data_offset + 7);
+  // Four ranks on four nodes: n2 and n3 have no shards and fetch n1's from rank 1,
+  // whose readahead reads the damaged slice first and must not hide the damage.
+  const auto statuses = load_statuses(dir.path(), state, 4);
+  ASSERT_EQ(statuses.size(), 4u);
+  int fetchers_told = 0;
+  for (const Status& st : statuses) {
+    ASSERT_FALSE(st.ok());
+    EXPECT_NE(st.message().find(file), std::string::npos) << st.to_string();
+    EXPECT_NE(st.message().find(tensor), std::string::npos) << st.to_string();
+    fetchers_told += st.message().find("fetching " + tensor + " from rank 1") != std::string::npos;
+  }
+  EXPECT_GE(fetchers_told, 1);
+}
+
+TEST(MalformedFetch, BadSliceRequestGetsAClearErrorAndTheLoadStillCompletes) {
+  testing::TempDir dir;
+  const auto state = make_state(19);
+  save_state(dir.path(), state, 2, 2, 1);
+  std::mutex mu;
+  std::vector<Status> loads;
+  Status bad;
+  run_group(
+      2, [](int r) { return "n" + std::to_string(r); },
+      [&](RankGroup& g) {
+        Checkpointer ckpt(g, {.root = dir.path() + "/" + g.node()});
+        auto info = ckpt.prepare_load();
+        ASSERT_TRUE(info.ok()) << info.status().to_string();
+        if (g.rank() == 1) {  // rank 0 serves from prepare_load on
+          auto reply = g.fetch(0, R"({"op":"slice","step":1,"tensor":"odd.rows","slice":"first",)"
+                                  R"("offset":[0,0],"extent":[1,5]})");
+          std::lock_guard<std::mutex> lock(mu);
+          bad = reply.status();
+        }
+        auto want = cut_all(state, g.rank(), g.size(), 0);
+        auto d = test::mutable_views(want);
+        auto stats = ckpt.load(d);
+        std::lock_guard<std::mutex> lock(mu);
+        loads.push_back(stats.status());
+      });
+  EXPECT_EQ(bad.code(), Code::kInvalidArgument) << bad.to_string();
+  EXPECT_NE(bad.message().find("malformed slice request from rank 1"), std::string::npos)
+      << bad.to_string();
+  ASSERT_EQ(loads.size(), 2u);
+  for (const Status& st : loads) EXPECT_TRUE(st.ok()) << st.to_string();
 }
 
 TEST(DamagedShard, TruncatedFileIsNamedWithItsTensorsByVerifyAndLoad) {

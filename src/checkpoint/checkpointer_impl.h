@@ -1,0 +1,112 @@
+// Checkpointer's internals, shared by checkpointer.cc (save) and load.cc (load).
+#pragma once
+
+#include <sys/mman.h>
+
+#include <condition_variable>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "base/file_util.h"
+#include "checkpoint/format.h"
+#include "checkpoint/readahead.h"
+#include "checkpoint/slice.h"
+#include "ferry/checkpoint.h"
+#include "ferry/safetensors.h"
+
+namespace ferry::checkpoint {
+
+std::uint64_t xxh3(std::span<const std::byte> data);
+std::string hex(std::uint64_t v);  // 16 lowercase hex digits
+inline Box box_of(const SavedSlice& s) { return {s.offset, s.extent}; }
+inline Box box_of(const SliceSpec& s) { return {s.offset, s.extent}; }
+
+// Every rank learns whether every rank succeeded: the first failure (by rank)
+// is returned to all, so no rank goes on to commit what another could not write.
+Status agree(RankGroup& group, const Status& mine, std::string_view phase);
+
+// The shard files a load has opened, and which of their slices matched their XXH3.
+struct ShardFileCache {
+  std::mutex mu;
+  std::condition_variable done;  // a slice left `verifying`
+  std::map<std::string, std::shared_ptr<SafetensorsFile>> files;
+  std::set<std::string> verified;   // "file\0tensor" of slices whose XXH3 matched
+  std::set<std::string> verifying;  // being hashed now: others wait rather than hash again
+};
+
+// What one load knows, shared with the fetch handler's server threads.
+struct LoadState {
+  std::int64_t step = 0;
+  Manifest manifest;
+  std::map<std::string, std::vector<int>> file_ranks;  // ranks that can read a file locally
+  std::set<std::string> local_files;
+  ShardFileCache cache;
+  // Set by prepare_load: verifies one slice ahead of its use (errors are left to the
+  // reader, who verifies again).
+  std::function<void(SliceReadahead::Key)> verify_ahead;
+  // One worker per shard file, so each file is read as one sequential stream and a
+  // rank that both reads a file and serves another reads both at once.
+  // Declared last: destroyed (workers stopped) before what they read.
+  std::mutex readahead_mu;
+  std::map<std::string, std::unique_ptr<SliceReadahead>> readahead;
+
+  // Has slice `i` of `t` (a tensor of `manifest`) verified ahead if its file is on
+  // this node.
+  void read_ahead(const SavedTensor& t, std::size_t i) {
+    if (!verify_ahead || i >= t.slices.size() || !local_files.count(t.slices[i].file)) return;
+    std::lock_guard<std::mutex> lock(readahead_mu);
+    auto& worker = readahead[t.slices[i].file];
+    if (!worker) worker = std::make_unique<SliceReadahead>(verify_ahead);
+    worker->hint({static_cast<std::size_t>(&t - manifest.tensors.data()), i});
+  }
+};
+struct Checkpointer::Impl {
+  RankGroup& group;
+  CheckpointOptions opts;
+
+  // Async save.
+  std::thread background;
+  Status background_status;
+  MappedRegion staging;  // anonymous memory, kept between async saves
+
+  // Grows the staging area to `bytes`; `populate` faults it in now rather than
+  // during the first copy.
+  Status reserve_staging(std::uint64_t bytes, bool populate) {
+    if (staging.size() >= bytes) return ok_status();
+    staging.reset();
+    void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE,
+                     MAP_PRIVATE | MAP_ANONYMOUS | (populate ? MAP_POPULATE : 0), -1, 0);
+    if (p == MAP_FAILED) {
+      return errno_status("mmap", "checkpoint staging of " + std::to_string(bytes) + " bytes",
+                          errno);
+    }
+    staging = MappedRegion(p, bytes);
+    return ok_status();
+  }
+
+  std::shared_ptr<LoadState> load;
+
+  Impl(RankGroup& g, CheckpointOptions o) : group(g), opts(std::move(o)) {}
+
+  void hook(std::string_view phase) const {
+    if (opts.test_hook) opts.test_hook(phase);
+  }
+  std::string step_dir(std::int64_t step) const { return format::step_path(opts.root, step); }
+
+  Status save(std::int64_t step, std::span<const SliceView> slices, std::string_view common);
+
+  // Load helpers (load.cc).
+  Result<RankGroup::FetchReply> handle_fetch(const std::shared_ptr<LoadState>& st, int from,
+                                             std::string_view request);
+  // The shard file holding slice `s` of `t`, once the slice's XXH3 has matched.
+  Result<std::shared_ptr<SafetensorsFile>> open_checked(LoadState& st, const SavedTensor& t,
+                                                        const SavedSlice& s);
+};
+
+}  // namespace ferry::checkpoint

@@ -1,0 +1,467 @@
+// Collective load of checkpoints, in the saved layout or any other: each rank copies
+// the regions it needs from its node's shard files and fetches the rest from peers that
+// have them, while serving its own node's shards to the others (docs/checkpoint.md).
+#include <sys/stat.h>
+#include <xxhash.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstring>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <thread>
+
+#include "base/log.h"
+#include "checkpoint/checkpointer_impl.h"
+
+namespace ferry::checkpoint {
+
+using json = nlohmann::json;
+
+namespace {
+
+// Bytes of saved slices a reader names ahead of the one it is using: enough to keep
+// the disk busy while one large slice is copied or sent, small next to host memory.
+constexpr std::uint64_t kReadaheadBytes = 256ull << 20;
+// The most hints one slice request may carry (the rest are ignored).
+constexpr std::size_t kMaxAheadHints = 64;
+
+}  // namespace
+
+Result<std::shared_ptr<SafetensorsFile>> Checkpointer::Impl::open_checked(LoadState& st,
+                                                                          const SavedTensor& t,
+                                                                          const SavedSlice& s) {
+  const std::string path = step_dir(st.step) + "/" + s.file;
+  std::shared_ptr<SafetensorsFile> file;
+  {
+    std::lock_guard<std::mutex> lock(st.cache.mu);
+    auto it = st.cache.files.find(s.file);
+    if (it != st.cache.files.end()) file = it->second;
+  }
+  if (!file) {
+    auto opened = SafetensorsFile::open(path);
+    if (!opened.ok()) return opened.status().with_context("shard of tensor " + t.name);
+    file = std::make_shared<SafetensorsFile>(std::move(*opened));
+    std::lock_guard<std::mutex> lock(st.cache.mu);
+    st.cache.files.emplace(s.file, file);
+  }
+  const SafetensorsEntry* e = file->header().find(s.tensor_in_file);
+  if (e == nullptr || e->spec.dtype != t.dtype || e->spec.shape != s.extent ||
+      file->header().data_offset + e->begin != s.data_offset || e->end - e->begin != s.bytes) {
+    return corruption(path + ": tensor " + t.name +
+                      " is not where the manifest puts it (dtype, shape or offset differ)");
+  }
+  // Hash each slice once: a second caller (the readahead worker, a peer's request,
+  // the loader itself) waits for the first rather than reading the slice again.
+  const std::string key = s.file + '\0' + s.tensor_in_file;
+  {
+    std::unique_lock<std::mutex> lock(st.cache.mu);
+    st.cache.done.wait(lock, [&] { return !st.cache.verifying.count(key); });
+    if (st.cache.verified.count(key)) return file;
+    st.cache.verifying.insert(key);
+  }
+  const TensorView v = file->view(*e);
+  const std::uint64_t got = xxh3(v.data);
+  {
+    std::lock_guard<std::mutex> lock(st.cache.mu);
+    st.cache.verifying.erase(key);
+    if (got == s.xxh3) st.cache.verified.insert(key);
+  }
+  st.cache.done.notify_all();
+  if (got != s.xxh3) {
+    return corruption(path + ": tensor " + t.name + " slice " +
+                      SliceSpec{t.name, t.dtype, t.shape, s.offset, s.extent}.to_string() +
+                      ": XXH3 " + hex(got) + " does not match the manifest's " + hex(s.xxh3));
+  }
+  return file;
+}
+
+Result<RankGroup::FetchReply> Checkpointer::Impl::handle_fetch(const std::shared_ptr<LoadState>& st,
+                                                               int from, std::string_view request) {
+  json q = json::parse(request, nullptr, false);
+  if (q.is_discarded())
+    return invalid_argument("malformed fetch request from rank " + std::to_string(from));
+  const std::string op = q.value("op", "");
+  const std::int64_t step = q.value("step", std::int64_t{-1});
+  if (op == "manifest") {
+    auto text = read_file(step_dir(step) + "/" + std::string(format::kManifestFile));
+    if (!text.ok()) return text.status();
+    return RankGroup::FetchReply{std::move(*text), {}, nullptr};
+  }
+  if (op != "slice" || step != st->step) {
+    return invalid_argument("fetch request '" + op + "' of step " + std::to_string(step) +
+                            " from rank " + std::to_string(from) + " is not being served");
+  }
+  const SavedTensor* t = nullptr;
+  std::size_t index = 0;
+  Box region;
+  try {
+    t = st->manifest.find(q.value("tensor", ""));
+    index = q.value("slice", std::size_t{0});
+    region = {q.at("offset").get<std::vector<std::int64_t>>(),
+              q.at("extent").get<std::vector<std::int64_t>>()};
+    // Slices the peer asks for next: read them while this one is sent.
+    if (q.contains("ahead")) {
+      const json& ahead = q.at("ahead");
+      for (std::size_t i = 0; i < ahead.size() && i < kMaxAheadHints; ++i) {
+        const SavedTensor* h = st->manifest.find(ahead.at(i).at(0).get<std::string>());
+        const std::size_t hs = ahead.at(i).at(1).get<std::size_t>();
+        if (h != nullptr) st->read_ahead(*h, hs);
+      }
+    }
+  } catch (const json::exception&) {
+    return invalid_argument("malformed slice request from rank " + std::to_string(from) +
+                            ": needs tensor, slice, offset and extent");
+  }
+  if (t == nullptr || index >= t->slices.size()) {
+    return not_found("rank " + std::to_string(from) + " asked for an unknown slice");
+  }
+  const SavedSlice& s = t->slices[index];
+  auto inside = intersect(region, box_of(s));
+  if (!inside || !(*inside == region)) return invalid_argument("fetch region outside the slice");
+  if (!st->local_files.count(s.file)) return not_found(s.file + " is not on node " + group.node());
+  auto file = open_checked(*st, *t, s);
+  if (!file.ok()) return file.status();
+  const TensorView v = (*file)->view(*(*file)->header().find(s.tensor_in_file));
+  const std::size_t eb = static_cast<std::size_t>(dtype_bits(t->dtype) / 8);
+  const std::size_t n = static_cast<std::size_t>(region.volume()) * eb;
+  if (auto at = contiguous_offset(region, box_of(s))) {  // sent straight from the mapping
+    return RankGroup::FetchReply{{}, v.data.subspan(static_cast<std::size_t>(*at) * eb, n), *file};
+  }
+  std::string out(n, '\0');
+  copy_region(region, v.data, box_of(s), {reinterpret_cast<std::byte*>(out.data()), out.size()},
+              region, eb);
+  return RankGroup::FetchReply{std::move(out), {}, nullptr};
+}
+
+Result<LoadInfo> Checkpointer::prepare_load(std::optional<std::int64_t> wanted) {
+  if (Status s = wait(); !s.ok()) return s;
+  Impl& m = *impl_;
+  RankGroup& g = m.group;
+  auto st = std::make_shared<LoadState>();
+  // Serve manifests and slices from now until the end of load().
+  g.set_fetch_handler(
+      [&m, st](int from, std::string_view req) { return m.handle_fetch(st, from, req); });
+
+  // 1. What every node holds.
+  json mine = json::object();
+  for (std::int64_t step : format::list_step_folders(m.opts.root)) {
+    NodeStepState ns = format::scan_step(m.opts.root, step);
+    mine[std::to_string(step)] = {{"committed", ns.committed}, {"manifest", ns.manifest}};
+  }
+  auto all = g.all_gather(mine.dump());
+  if (!all.ok()) return all.status().with_context("checkpoint load");
+  std::map<std::int64_t, std::vector<int>> committed_on, manifest_on;
+  for (int r = 0; r < g.size(); ++r) {
+    json j = json::parse((*all)[r], nullptr, false);
+    if (j.is_discarded()) return corruption("malformed step list from rank " + std::to_string(r));
+    for (auto& [k, v] : j.items()) {
+      const std::int64_t step = std::stoll(k);
+      if (v.value("committed", false)) committed_on[step].push_back(r);
+      if (v.value("manifest", false)) manifest_on[step].push_back(r);
+    }
+  }
+  LoadInfo info;
+  if (wanted) {
+    if (!committed_on.count(*wanted)) {
+      return failed_precondition("checkpoint step " + std::to_string(*wanted) +
+                                 " is not committed on any node" +
+                                 (manifest_on.count(*wanted) ? " (it is partial)" : ""));
+    }
+    info.step = *wanted;
+  } else {
+    if (committed_on.empty())
+      return not_found("no committed checkpoint on any node (root " + m.opts.root + " on node " +
+                       g.node() + ")");
+    info.step = committed_on.rbegin()->first;
+  }
+  st->step = info.step;
+  const std::string dir = m.step_dir(info.step);
+  const auto& committers = committed_on[info.step];
+  if (std::none_of(committers.begin(), committers.end(), [&](int r) { return g.rank() == r; }) &&
+      format::file_exists(dir + "/" + std::string(format::kManifestFile))) {
+    info.notes.push_back("step " + std::to_string(info.step) + " is committed on rank " +
+                         std::to_string(committers.front()) + "'s node but not on node " +
+                         g.node() + " (its save was interrupted after the global commit began)");
+  }
+
+  // 2. The manifest: from this node's disk, else from a node that has it.
+  Status s;
+  std::string text;
+  if (auto local = read_file(dir + "/" + std::string(format::kManifestFile)); local.ok()) {
+    text = std::move(*local);
+  } else {
+    const auto& holders = manifest_on[info.step];
+    if (holders.empty()) {
+      s = not_found("no node has the manifest of step " + std::to_string(info.step));
+    } else {
+      const int peer = holders.front();
+      json q = {{"op", "manifest"}, {"step", info.step}};
+      auto fetched = g.fetch(peer, q.dump());
+      if (fetched.ok()) {
+        text = std::move(*fetched);
+        info.notes.push_back("node " + g.node() + " has no manifest for step " +
+                             std::to_string(info.step) + "; fetched it from rank " +
+                             std::to_string(peer));
+      } else {
+        s = fetched.status().with_context("fetching the manifest of step " +
+                                          std::to_string(info.step));
+      }
+    }
+  }
+  if (s.ok()) {
+    auto decoded = format::decode_manifest(text, dir + "/" + std::string(format::kManifestFile));
+    if (!decoded.ok())
+      s = decoded.status();
+    else if (decoded->step != info.step)
+      s = corruption(dir + ": manifest is of another step");
+    else
+      st->manifest = std::move(*decoded);
+  }
+  // 3. Which files each rank can read from its own disk (present, of the right size).
+  json have = json::array();
+  if (s.ok()) {
+    for (const SavedFile& f : st->manifest.files) {
+      struct stat sb {};
+      if (::stat((dir + "/" + f.file).c_str(), &sb) == 0 &&
+          static_cast<std::uint64_t>(sb.st_size) == f.bytes) {
+        have.push_back(f.file);
+        st->local_files.insert(f.file);
+      }
+    }
+  }
+  if (s.ok()) {
+    st->verify_ahead = [&m, raw = st.get()](SliceReadahead::Key k) {
+      const SavedTensor& t = raw->manifest.tensors[k.first];
+      (void)m.open_checked(*raw, t, t.slices[k.second]);  // the reader reports errors
+    };
+  }
+  json report = {{"code", static_cast<int>(s.code())},
+                 {"message", s.message()},
+                 {"files", have},
+                 {"notes", info.notes},
+                 {"xxh3", hex(XXH3_64bits(text.data(), text.size()))}};
+  auto reports = g.all_gather(report.dump());
+  if (!reports.ok()) return reports.status().with_context("checkpoint load");
+  std::string first_hash;
+  for (const std::string& note : info.notes) log::info("checkpoint: {}", note);
+  info.notes.clear();  // every rank hears every rank's notes
+  for (int r = 0; r < g.size(); ++r) {
+    json j = json::parse((*reports)[r], nullptr, false);
+    if (j.is_discarded()) return corruption("malformed file list from rank " + std::to_string(r));
+    if (j.value("code", 0) != 0) {
+      if (r == g.rank()) return s;
+      return aborted("checkpoint load: rank " + std::to_string(r) +
+                     " failed: " + j.value("message", std::string()));
+    }
+    const std::string h = j.value("xxh3", "");
+    if (r == 0)
+      first_hash = h;
+    else if (h != first_hash) {
+      return corruption("the manifests of step " + std::to_string(info.step) +
+                        " on rank 0's and rank " + std::to_string(r) + "'s nodes differ");
+    }
+    for (const json& f : j["files"]) st->file_ranks[f.get<std::string>()].push_back(r);
+    for (const json& n : j["notes"]) {
+      const std::string note = n.get<std::string>();
+      if (std::find(info.notes.begin(), info.notes.end(), note) == info.notes.end()) {
+        info.notes.push_back(note);
+      }
+    }
+  }
+  info.manifest = st->manifest;
+  m.load = st;
+  return info;
+}
+
+namespace {
+
+// One saved slice's part of one destination.
+struct Piece {
+  const SavedTensor* tensor;
+  std::size_t slice;  // index in tensor->slices
+  const MutableSliceView* dest;
+  Box region;  // global coordinates, inside the slice and the destination
+  int peer;    // the rank to fetch from; -1: this node's disk
+
+  const SavedSlice& saved() const { return tensor->slices[slice]; }
+  std::size_t element_bytes() const {
+    return static_cast<std::size_t>(std::max(1, dtype_bits(tensor->dtype) / 8));
+  }
+  std::size_t bytes() const { return static_cast<std::size_t>(region.volume()) * element_bytes(); }
+};
+
+// Walks `pieces` in order and names, before each, the ones after it that fit in
+// kReadaheadBytes of saved slices and were not named yet.
+class AheadWindow {
+ public:
+  explicit AheadWindow(const std::vector<const Piece*>& pieces) : pieces_(pieces) {}
+
+  // The pieces to name before using pieces_[i]; call with i = 0, 1, 2, ...
+  std::vector<const Piece*> advance(std::size_t i) {
+    if (next_ <= i) {  // nothing named ahead of i: start the window after it
+      next_ = i + 1;
+      ahead_ = 0;
+    } else {
+      ahead_ -= pieces_[i]->saved().bytes;  // i leaves the window
+    }
+    std::vector<const Piece*> out;
+    while (next_ < pieces_.size() &&
+           (ahead_ + pieces_[next_]->saved().bytes <= kReadaheadBytes || next_ == i + 1)) {
+      ahead_ += pieces_[next_]->saved().bytes;
+      out.push_back(pieces_[next_++]);
+    }
+    return out;
+  }
+
+ private:
+  const std::vector<const Piece*>& pieces_;
+  std::size_t next_ = 0;
+  std::uint64_t ahead_ = 0;  // saved bytes of pieces_[i + 1, next_)
+};
+
+// Splits the destinations into pieces, one per saved slice each overlaps: from this
+// node's disk when a replica is here, else from a rank that has the file.
+Status plan_load(const LoadState& st, const std::string& dir,
+                 std::span<const MutableSliceView> destinations, std::vector<Piece>* pieces) {
+  for (const MutableSliceView& d : destinations) {
+    if (Status s = d.spec.validate(); !s.ok()) return s;
+    const SavedTensor* t = st.manifest.find(d.spec.name);
+    if (t == nullptr) {
+      return not_found("tensor " + d.spec.name + " is not in checkpoint step " +
+                       std::to_string(st.step));
+    }
+    if (t->dtype != d.spec.dtype || t->shape != d.spec.global_shape) {
+      return invalid_argument("tensor " + d.spec.name + " is saved as " +
+                              TensorSpec{t->name, t->dtype, t->shape}.to_string() +
+                              ", asked for as " +
+                              TensorSpec{t->name, d.spec.dtype, d.spec.global_shape}.to_string());
+    }
+    if (d.data.size() != d.spec.bytes()) {
+      return invalid_argument("destination of " + d.spec.to_string() + " has the wrong size");
+    }
+    const Box want = box_of(d.spec);
+    // Prefer a replica this node has; take each distinct box once.
+    std::vector<std::size_t> order(t->slices.size());
+    for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
+    std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
+      return st.local_files.count(t->slices[a].file) > st.local_files.count(t->slices[b].file);
+    });
+    std::vector<Box> done;
+    for (std::size_t i : order) {
+      const SavedSlice& sl = t->slices[i];
+      const Box src = box_of(sl);
+      if (std::find(done.begin(), done.end(), src) != done.end()) continue;
+      auto region = intersect(want, src);
+      if (!region) continue;
+      done.push_back(src);
+      int peer = -1;
+      if (!st.local_files.count(sl.file)) {
+        auto owners = st.file_ranks.find(sl.file);
+        if (owners == st.file_ranks.end() || owners->second.empty()) {
+          return not_found("shard " + sl.file + " of tensor " + t->name + " (rank " +
+                           std::to_string(sl.rank) + ", node " +
+                           st.manifest.layout.rank_nodes[sl.rank] +
+                           ") is on no node of this load: missing or truncated in " + dir);
+        }
+        // Every reader of a file asks the same holder, so it is read and hashed once;
+        // files spread over the holders by the rank that saved them.
+        peer = owners->second[static_cast<std::size_t>(sl.rank) % owners->second.size()];
+      }
+      pieces->push_back({t, i, &d, std::move(*region), peer});
+    }
+  }
+  return ok_status();
+}
+
+}  // namespace
+
+Result<LoadStats> Checkpointer::load(std::span<const MutableSliceView> destinations) {
+  Impl& m = *impl_;
+  RankGroup& g = m.group;
+  if (!m.load) return failed_precondition("Checkpointer::load() needs prepare_load() first");
+  auto st = m.load;
+  const std::string dir = m.step_dir(st->step);
+  std::vector<Piece> pieces;
+  Status s = plan_load(*st, dir, destinations, &pieces);
+  std::vector<const Piece*> local, remote;
+  for (const Piece& p : pieces) (p.peer < 0 ? local : remote).push_back(&p);
+
+  // Fetches run on their own thread while this one copies from disk, so the network
+  // and the disk work at once; either stops early when the other fails.
+  std::atomic<bool> failed{false};
+  LoadStats stats;
+  Status fetched;
+  std::thread fetcher;
+  if (s.ok() && !remote.empty()) {
+    fetcher = std::thread([&] {
+      // Each request names the peer's next slices, which it reads while it sends this one.
+      std::map<int, std::vector<const Piece*>> by_peer;
+      std::map<const Piece*, std::size_t> position;
+      for (const Piece* p : remote) {
+        position[p] = by_peer[p->peer].size();
+        by_peer[p->peer].push_back(p);
+      }
+      std::map<int, AheadWindow> windows;
+      for (auto& [peer, list] : by_peer) windows.emplace(peer, AheadWindow(list));
+      for (const Piece* p : remote) {
+        if (failed) return;
+        const SavedTensor& t = *p->tensor;
+        json ahead = json::array();
+        for (const Piece* a : windows.at(p->peer).advance(position[p])) {
+          ahead.push_back({a->tensor->name, a->slice});
+        }
+        json q = {{"op", "slice"},     {"step", st->step},           {"tensor", t.name},
+                  {"slice", p->slice}, {"offset", p->region.offset}, {"extent", p->region.extent},
+                  {"ahead", ahead}};
+        const Box want = box_of(p->dest->spec);
+        const std::size_t eb = p->element_bytes(), n = p->bytes();
+        Status f;
+        if (auto at = contiguous_offset(p->region, want)) {  // straight into the destination
+          f = g.fetch_into(p->peer, q.dump(),
+                           p->dest->data.subspan(static_cast<std::size_t>(*at) * eb, n));
+        } else {
+          std::vector<std::byte> got(n);
+          f = g.fetch_into(p->peer, q.dump(), got);
+          if (f.ok()) copy_region(p->region, got, p->region, p->dest->data, want, eb);
+        }
+        if (!f.ok()) {
+          fetched = f.with_context("fetching " + t.name + " from rank " + std::to_string(p->peer));
+          failed = true;
+          return;
+        }
+        stats.remote_bytes += n;
+      }
+    });
+  }
+  if (s.ok()) {
+    AheadWindow window(local);
+    for (std::size_t i = 0; i < local.size() && !failed; ++i) {
+      const Piece& p = *local[i];
+      for (const Piece* a : window.advance(i)) st->read_ahead(*a->tensor, a->slice);
+      auto file = m.open_checked(*st, *p.tensor, p.saved());
+      if (!file.ok()) {
+        s = file.status();
+        failed = true;
+        break;
+      }
+      const TensorView v = (*file)->view(*(*file)->header().find(p.saved().tensor_in_file));
+      const Box src = box_of(p.saved()), want = box_of(p.dest->spec);
+      if (src == want)
+        std::memcpy(p.dest->data.data(), v.data.data(), v.data.size());
+      else
+        copy_region(p.region, v.data, src, p.dest->data, want, p.element_bytes());
+      stats.local_bytes += p.bytes();
+    }
+  }
+  if (fetcher.joinable()) fetcher.join();
+  if (s.ok()) s = fetched;
+  // Serve the others until every rank is done, then stop.
+  Status all = agree(g, s, "checkpoint load step " + std::to_string(st->step));
+  g.set_fetch_handler({});
+  m.load.reset();
+  if (!all.ok()) return all;
+  return stats;
+}
+
+}  // namespace ferry::checkpoint

@@ -1,0 +1,38 @@
+#include "checkpoint/readahead.h"
+
+namespace ferry::checkpoint {
+
+SliceReadahead::~SliceReadahead() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_ = true;
+    queue_.clear();
+  }
+  cv_.notify_all();
+  if (worker_.joinable()) worker_.join();
+}
+
+void SliceReadahead::hint(Key key) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (stop_ || !seen_.insert(key).second) return;
+    queue_.push_back(key);
+    if (!worker_.joinable()) worker_ = std::thread([this] { run(); });
+  }
+  cv_.notify_one();
+}
+
+void SliceReadahead::run() {
+  std::unique_lock<std::mutex> lock(mu_);
+  while (true) {
+    cv_.wait(lock, [this] { return stop_ || !queue_.empty(); });
+    if (stop_) return;
+    const Key key = queue_.front();
+    queue_.pop_front();
+    lock.unlock();
+    verify_(key);
+    lock.lock();
+  }
+}
+
+}  // namespace ferry::checkpoint

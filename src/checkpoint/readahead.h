@@ -1,0 +1,52 @@
+// SliceReadahead: reads and verifies saved slices ahead of their use during a load.
+//
+// A load touches each saved slice in two steps: verify (hash the whole slice, which
+// reads it from disk) and use (copy a region out, or send it to a peer). Done one after
+// the other, the disk idles while a slice is copied or sent, and the copy or the network
+// idles while the next slice is read. The loader, and each peer that fetches from this
+// rank, name the slices they will want next; a worker thread per shard file verifies
+// them in that order, so reading slice i+1 overlaps using slice i. Verification is
+// single-flight in the loader's cache: the worker and a request for the same slice
+// hash it once.
+#pragma once
+
+#include <condition_variable>
+#include <cstddef>
+#include <deque>
+#include <functional>
+#include <mutex>
+#include <set>
+#include <thread>
+#include <utility>
+#include <vector>
+
+namespace ferry::checkpoint {
+
+class SliceReadahead {
+ public:
+  // A slice: (tensor index in the manifest, slice index in that tensor).
+  using Key = std::pair<std::size_t, std::size_t>;
+
+  // `verify` runs on the worker thread, once per key, in hint order; its errors are
+  // not reported here (the load that uses the slice verifies it again and reports them).
+  explicit SliceReadahead(std::function<void(Key)> verify) : verify_(std::move(verify)) {}
+  ~SliceReadahead();  // drops what is queued, waits for the slice in progress
+  SliceReadahead(const SliceReadahead&) = delete;
+  SliceReadahead& operator=(const SliceReadahead&) = delete;
+
+  // Queues `key` unless it was queued before. The worker starts on the first hint.
+  void hint(Key key);
+
+ private:
+  void run();
+
+  std::function<void(Key)> verify_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<Key> queue_;
+  std::set<Key> seen_;  // every key ever queued: each is read ahead at most once
+  bool stop_ = false;
+  std::thread worker_;
+};
+
+}  // namespace ferry::checkpoint
