@@ -66,6 +66,7 @@ struct LoadState {
     worker->hint({static_cast<std::size_t>(&t - manifest.tensors.data()), i});
   }
 };
+
 struct Checkpointer::Impl {
   RankGroup& group;
   CheckpointOptions opts;

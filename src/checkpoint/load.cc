@@ -13,6 +13,7 @@
 
 #include "base/log.h"
 #include "checkpoint/checkpointer_impl.h"
+#include "checkpoint/fetch_request.h"
 
 namespace ferry::checkpoint {
 
@@ -23,8 +24,6 @@ namespace {
 // Bytes of saved slices a reader names ahead of the one it is using: enough to keep
 // the disk busy while one large slice is copied or sent, small next to host memory.
 constexpr std::uint64_t kReadaheadBytes = 256ull << 20;
-// The most hints one slice request may carry (the rest are ignored).
-constexpr std::size_t kMaxAheadHints = 64;
 
 }  // namespace
 
@@ -78,47 +77,32 @@ Result<std::shared_ptr<SafetensorsFile>> Checkpointer::Impl::open_checked(LoadSt
 
 Result<RankGroup::FetchReply> Checkpointer::Impl::handle_fetch(const std::shared_ptr<LoadState>& st,
                                                                int from, std::string_view request) {
-  json q = json::parse(request, nullptr, false);
-  if (q.is_discarded())
-    return invalid_argument("malformed fetch request from rank " + std::to_string(from));
-  const std::string op = q.value("op", "");
-  const std::int64_t step = q.value("step", std::int64_t{-1});
-  if (op == "manifest") {
-    auto text = read_file(step_dir(step) + "/" + std::string(format::kManifestFile));
+  auto req = decode_fetch_request(request, "rank " + std::to_string(from));
+  if (!req.ok()) return req.status();
+  if (req->op == FetchRequest::Op::kManifest) {
+    auto text = read_file(step_dir(req->step) + "/" + std::string(format::kManifestFile));
     if (!text.ok()) return text.status();
     return RankGroup::FetchReply{std::move(*text), {}, nullptr};
   }
-  if (op != "slice" || step != st->step) {
-    return invalid_argument("fetch request '" + op + "' of step " + std::to_string(step) +
-                            " from rank " + std::to_string(from) + " is not being served");
+  if (req->step != st->step) {
+    return invalid_argument("fetch request for step " + std::to_string(req->step) + " from rank " +
+                            std::to_string(from) + " is not being served");
   }
-  const SavedTensor* t = nullptr;
-  std::size_t index = 0;
-  Box region;
-  try {
-    t = st->manifest.find(q.value("tensor", ""));
-    index = q.value("slice", std::size_t{0});
-    region = {q.at("offset").get<std::vector<std::int64_t>>(),
-              q.at("extent").get<std::vector<std::int64_t>>()};
-    // Slices the peer asks for next: read them while this one is sent.
-    if (q.contains("ahead")) {
-      const json& ahead = q.at("ahead");
-      for (std::size_t i = 0; i < ahead.size() && i < kMaxAheadHints; ++i) {
-        const SavedTensor* h = st->manifest.find(ahead.at(i).at(0).get<std::string>());
-        const std::size_t hs = ahead.at(i).at(1).get<std::size_t>();
-        if (h != nullptr) st->read_ahead(*h, hs);
-      }
-    }
-  } catch (const json::exception&) {
-    return invalid_argument("malformed slice request from rank " + std::to_string(from) +
-                            ": needs tensor, slice, offset and extent");
+  // Slices the peer asks for next: read them while this one is sent.
+  for (const auto& [name, slice] : req->ahead) {
+    if (const SavedTensor* h = st->manifest.find(name)) st->read_ahead(*h, slice);
   }
+  const SavedTensor* t = st->manifest.find(req->tensor);
+  const std::size_t index = req->slice;
+  const Box& region = req->region;
   if (t == nullptr || index >= t->slices.size()) {
     return not_found("rank " + std::to_string(from) + " asked for an unknown slice");
   }
   const SavedSlice& s = t->slices[index];
-  auto inside = intersect(region, box_of(s));
-  if (!inside || !(*inside == region)) return invalid_argument("fetch region outside the slice");
+  if (!contains(box_of(s), region)) {
+    return invalid_argument("rank " + std::to_string(from) + " asked for a region outside slice " +
+                            std::to_string(index) + " of " + t->name);
+  }
   if (!st->local_files.count(s.file)) return not_found(s.file + " is not on node " + group.node());
   auto file = open_checked(*st, *t, s);
   if (!file.ok()) return file.status();
@@ -196,8 +180,8 @@ Result<LoadInfo> Checkpointer::prepare_load(std::optional<std::int64_t> wanted) 
       s = not_found("no node has the manifest of step " + std::to_string(info.step));
     } else {
       const int peer = holders.front();
-      json q = {{"op", "manifest"}, {"step", info.step}};
-      auto fetched = g.fetch(peer, q.dump());
+      FetchRequest q{.op = FetchRequest::Op::kManifest, .step = info.step};
+      auto fetched = g.fetch(peer, encode_fetch_request(q));
       if (fetched.ok()) {
         text = std::move(*fetched);
         info.notes.push_back("node " + g.node() + " has no manifest for step " +
@@ -407,22 +391,21 @@ Result<LoadStats> Checkpointer::load(std::span<const MutableSliceView> destinati
       for (const Piece* p : remote) {
         if (failed) return;
         const SavedTensor& t = *p->tensor;
-        json ahead = json::array();
+        FetchRequest q{.op = FetchRequest::Op::kSlice, .step = st->step, .tensor = t.name,
+                       .slice = p->slice, .region = p->region, .ahead = {}};
         for (const Piece* a : windows.at(p->peer).advance(position[p])) {
-          ahead.push_back({a->tensor->name, a->slice});
+          q.ahead.emplace_back(a->tensor->name, a->slice);
         }
-        json q = {{"op", "slice"},     {"step", st->step},           {"tensor", t.name},
-                  {"slice", p->slice}, {"offset", p->region.offset}, {"extent", p->region.extent},
-                  {"ahead", ahead}};
+        const std::string request = encode_fetch_request(q);
         const Box want = box_of(p->dest->spec);
         const std::size_t eb = p->element_bytes(), n = p->bytes();
         Status f;
         if (auto at = contiguous_offset(p->region, want)) {  // straight into the destination
-          f = g.fetch_into(p->peer, q.dump(),
+          f = g.fetch_into(p->peer, request,
                            p->dest->data.subspan(static_cast<std::size_t>(*at) * eb, n));
         } else {
           std::vector<std::byte> got(n);
-          f = g.fetch_into(p->peer, q.dump(), got);
+          f = g.fetch_into(p->peer, request, got);
           if (f.ok()) copy_region(p->region, got, p->region, p->dest->data, want, eb);
         }
         if (!f.ok()) {

@@ -68,6 +68,19 @@ std::int64_t Box::volume() const {
   return v;
 }
 
+bool contains(const Box& outer, const Box& inner) {
+  const std::size_t nd = outer.offset.size();
+  if (outer.extent.size() != nd || inner.offset.size() != nd || inner.extent.size() != nd) {
+    return false;
+  }
+  for (std::size_t d = 0; d < nd; ++d) {
+    // Subtractions only of values known to be in range: no overflow.
+    if (inner.offset[d] < outer.offset[d] || inner.extent[d] < 1) return false;
+    if (inner.offset[d] - outer.offset[d] > outer.extent[d] - inner.extent[d]) return false;
+  }
+  return true;
+}
+
 std::optional<Box> intersect(const Box& a, const Box& b) {
   Box out;
   for (std::size_t d = 0; d < a.offset.size(); ++d) {

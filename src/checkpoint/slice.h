@@ -15,7 +15,13 @@ struct Box {
   friend bool operator==(const Box&, const Box&) = default;
 };
 
-// The common part of two boxes of one tensor; nullopt when empty.
+// Whether `inner` has `outer`'s number of dimensions, at least one element in each,
+// and lies inside `outer`. `outer` must be valid (offsets and extents >= 0); `inner`
+// may hold any values (a peer's request is checked with it).
+bool contains(const Box& outer, const Box& inner);
+
+// The common part of two boxes of one tensor (same number of dimensions); nullopt
+// when empty.
 std::optional<Box> intersect(const Box& a, const Box& b);
 
 // Copies the part `region` (in global coordinates, inside both boxes) from

@@ -255,13 +255,13 @@ TEST(DamagedShard, FlippedByteInAFetchedShardIsNamedToTheRanksThatFetchIt) {
   EXPECT_GE(fetchers_told, 1);
 }
 
-TEST(MalformedFetch, BadSliceRequestGetsAClearErrorAndTheLoadStillCompletes) {
+TEST(MalformedFetch, BadSliceRequestsGetClearErrorsAndTheLoadStillCompletes) {
   testing::TempDir dir;
   const auto state = make_state(19);
   save_state(dir.path(), state, 2, 2, 1);
   std::mutex mu;
   std::vector<Status> loads;
-  Status bad;
+  Status bad_field, bad_region;
   run_group(
       2, [](int r) { return "n" + std::to_string(r); },
       [&](RankGroup& g) {
@@ -269,10 +269,14 @@ TEST(MalformedFetch, BadSliceRequestGetsAClearErrorAndTheLoadStillCompletes) {
         auto info = ckpt.prepare_load();
         ASSERT_TRUE(info.ok()) << info.status().to_string();
         if (g.rank() == 1) {  // rank 0 serves from prepare_load on
-          auto reply = g.fetch(0, R"({"op":"slice","step":1,"tensor":"odd.rows","slice":"first",)"
+          auto field = g.fetch(0, R"({"op":"slice","step":1,"tensor":"odd.rows","slice":"first",)"
                                   R"("offset":[0,0],"extent":[1,5]})");
+          // One dimension more than the tensor has: must not be read past the slice's box.
+          auto region = g.fetch(0, R"({"op":"slice","step":1,"tensor":"odd.rows","slice":0,)"
+                                   R"("offset":[0,0,0],"extent":[1,5,1]})");
           std::lock_guard<std::mutex> lock(mu);
-          bad = reply.status();
+          bad_field = field.status();
+          bad_region = region.status();
         }
         auto want = cut_all(state, g.rank(), g.size(), 0);
         auto d = test::mutable_views(want);
@@ -280,9 +284,13 @@ TEST(MalformedFetch, BadSliceRequestGetsAClearErrorAndTheLoadStillCompletes) {
         std::lock_guard<std::mutex> lock(mu);
         loads.push_back(stats.status());
       });
-  EXPECT_EQ(bad.code(), Code::kInvalidArgument) << bad.to_string();
-  EXPECT_NE(bad.message().find("malformed slice request from rank 1"), std::string::npos)
-      << bad.to_string();
+  EXPECT_EQ(bad_field.code(), Code::kInvalidArgument) << bad_field.to_string();
+  EXPECT_NE(bad_field.message().find("fetch request from rank 1: 'slice' must be"), std::string::npos)
+      << bad_field.to_string();
+  EXPECT_EQ(bad_region.code(), Code::kInvalidArgument) << bad_region.to_string();
+  EXPECT_NE(bad_region.message().find("rank 1 asked for a region outside slice 0 of odd.rows"),
+            std::string::npos)
+      << bad_region.to_string();
   ASSERT_EQ(loads.size(), 2u);
   for (const Status& st : loads) EXPECT_TRUE(st.ok()) << st.to_string();
 }

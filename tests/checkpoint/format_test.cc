@@ -2,6 +2,7 @@
 // manifest, and the strided copy between boxes.
 #include <gtest/gtest.h>
 
+#include <limits>
 #include <numeric>
 
 #include "checkpoint/format.h"
@@ -101,6 +102,25 @@ TEST(Slice, CopyRegionMatchesElementwiseCopy) {
         EXPECT_EQ(dst_data[(i * 4 + j) * 7 + k], inside ? at(i, j + 1, k) : 0) << i << j << k;
       }
   EXPECT_FALSE(intersect(Box{{0}, {3}}, Box{{3}, {2}}).has_value());
+}
+
+TEST(Slice, ContainsRefusesWrongRankEmptyNegativeAndOverflowingBoxes) {
+  const Box outer{{4, 0}, {4, 8}};
+  EXPECT_TRUE(contains(outer, Box{{4, 0}, {4, 8}}));
+  EXPECT_TRUE(contains(outer, Box{{7, 7}, {1, 1}}));
+  EXPECT_FALSE(contains(outer, Box{{4}, {4}}));              // fewer dimensions
+  EXPECT_FALSE(contains(outer, Box{{4, 0, 0}, {1, 1, 1}}));  // more dimensions
+  EXPECT_FALSE(contains(outer, Box{{4, 0}, {1}}));           // offset and extent disagree
+  EXPECT_FALSE(contains(outer, Box{{4, 0}, {0, 8}}));        // empty
+  EXPECT_FALSE(contains(outer, Box{{3, 0}, {1, 8}}));        // starts before
+  EXPECT_FALSE(contains(outer, Box{{7, 0}, {2, 8}}));        // ends after
+  EXPECT_FALSE(contains(outer, Box{{4, -1}, {1, 1}}));
+  const std::int64_t big = std::numeric_limits<std::int64_t>::max();
+  const std::int64_t small = std::numeric_limits<std::int64_t>::min();
+  EXPECT_FALSE(contains(outer, Box{{big, 0}, {big, 1}}));
+  EXPECT_FALSE(contains(outer, Box{{5, 0}, {big, 1}}));
+  EXPECT_FALSE(contains(outer, Box{{small, 0}, {1, 1}}));
+  EXPECT_FALSE(contains(outer, Box{{5, 0}, {small, 1}}));
 }
 
 TEST(Slice, ContiguousOffsetOnlyForOneRun) {
