@@ -4,11 +4,12 @@
 #include <sys/stat.h>
 #include <xxhash.h>
 
+#include <nlohmann/json.hpp>
+
 #include <algorithm>
 #include <atomic>
 #include <cstring>
 #include <map>
-#include <nlohmann/json.hpp>
 #include <thread>
 
 #include "base/log.h"
