@@ -50,13 +50,13 @@ Status agree(RankGroup& group, const Status& mine, std::string_view phase) {
   if (!all.ok()) return all.status().with_context(std::string(phase));
   if (!mine.ok()) return mine;
   for (std::size_t r = 0; r < all->size(); ++r) {
-    json o = json::parse((*all)[r], nullptr, false);
-    if (o.is_discarded()) return corruption("malformed status from rank " + std::to_string(r));
-    const int code = o.value("code", 0);
-    if (code != 0) {
+    Status s = read_from_rank(static_cast<int>(r), "status", [&] {
+      const json o = json::parse((*all)[r]);
+      if (o.value("code", 0) == 0) return ok_status();
       return aborted(std::string(phase) + ": rank " + std::to_string(r) + " failed: " +
                      o.value("message", std::string()));
-    }
+    });
+    if (!s.ok()) return s;
   }
   return ok_status();
 }
@@ -112,20 +112,23 @@ Status Checkpointer::Impl::save(std::int64_t step, std::span<const SliceView> sl
   layout.world_size = group.size();
   std::map<std::string, int> per_node, leader_of;
   for (int r = 0; r < group.size(); ++r) {
-    json h = json::parse((*hellos)[r], nullptr, false);
-    if (h.is_discarded()) return corruption("malformed hello from rank " + std::to_string(r));
-    const std::string node = h.value("node", "");
-    layout.rank_nodes.push_back(node);
-    if (!per_node.count(node)) {
-      layout.nodes.push_back(node);
-      leader_of[node] = r;
-    }
-    layout.ranks_per_node = std::max(layout.ranks_per_node, ++per_node[node]);
-    if (local.ok() && h.value("step", std::int64_t{-1}) != step) {
-      local = invalid_argument("rank " + std::to_string(r) + " saves step " +
-                               std::to_string(h.value("step", std::int64_t{-1})) + ", rank " +
-                               std::to_string(rank) + " step " + std::to_string(step));
-    }
+    Status s = read_from_rank(r, "hello", [&] {
+      const json h = json::parse((*hellos)[r]);
+      const std::string node = h.value("node", "");
+      layout.rank_nodes.push_back(node);
+      if (!per_node.count(node)) {
+        layout.nodes.push_back(node);
+        leader_of[node] = r;
+      }
+      layout.ranks_per_node = std::max(layout.ranks_per_node, ++per_node[node]);
+      const std::int64_t theirs = h.value("step", std::int64_t{-1});
+      if (local.ok() && theirs != step) {
+        local = invalid_argument("rank " + std::to_string(r) + " saves step " + std::to_string(theirs) +
+                                 ", rank " + std::to_string(rank) + " step " + std::to_string(step));
+      }
+      return ok_status();
+    });
+    if (!s.ok()) return s;
   }
   const bool leader = leader_of[group.node()] == rank;
   // A partial step of the same number (an earlier crash) is replaced.
@@ -194,45 +197,49 @@ Status Checkpointer::Impl::save(std::int64_t step, std::span<const SliceView> sl
   std::map<std::string, SavedTensor> tensors;
   Status built;
   for (int r = 0; r < group.size() && built.ok(); ++r) {
-    json p = json::parse((*parts)[r], nullptr, false);
-    if (p.is_discarded()) { built = corruption("malformed slice list from rank " + std::to_string(r)); break; }
-    if (p.value("code", 0) != 0) {
-      built = r == rank ? local
-                        : aborted("checkpoint save step " + std::to_string(step) + ": rank " +
-                                  std::to_string(r) + " failed: " + p.value("message", std::string()));
-      break;
-    }
-    if (r == 0) m.common_state = p.value("common_state", std::string("{}"));
-    const std::string f = format::shard_file(r);
-    m.files.push_back({f, r, layout.rank_nodes[r], p.value("file_bytes", std::uint64_t{0})});
-    for (const json& s : p["slices"]) {
-      const std::string name = s["name"];
-      auto dtype = parse_dtype(s["dtype"].get<std::string>());
-      const auto shape = s["shape"].get<std::vector<std::int64_t>>();
-      auto [it, fresh] = tensors.try_emplace(name);
-      SavedTensor& t = it->second;
-      if (fresh) {
-        t.name = name;
-        t.dtype = *dtype;
-        t.shape = shape;
-      } else if (t.dtype != *dtype || t.shape != shape) {
-        built = invalid_argument("tensor " + name + ": rank " + std::to_string(r) + " saves it as " +
-                                 TensorSpec{name, *dtype, shape}.to_string() + ", rank " +
-                                 std::to_string(t.slices.front().rank) + " as " +
-                                 TensorSpec{name, t.dtype, t.shape}.to_string());
-        break;
+    built = read_from_rank(r, "slice list", [&]() -> Status {
+      const json p = json::parse((*parts)[r]);
+      if (p.value("code", 0) != 0) {
+        return r == rank ? local
+                         : aborted("checkpoint save step " + std::to_string(step) + ": rank " +
+                                   std::to_string(r) + " failed: " + p.value("message", std::string()));
       }
-      SavedSlice ss;
-      ss.rank = r;
-      ss.file = f;
-      ss.tensor_in_file = name;
-      ss.offset = s["offset"].get<std::vector<std::int64_t>>();
-      ss.extent = s["extent"].get<std::vector<std::int64_t>>();
-      ss.data_offset = s["data_offset"];
-      ss.bytes = s["bytes"];
-      ss.xxh3 = std::stoull(s["xxh3"].get<std::string>(), nullptr, 16);
-      t.slices.push_back(std::move(ss));
-    }
+      if (r == 0) m.common_state = p.value("common_state", std::string("{}"));
+      const std::string f = format::shard_file(r);
+      m.files.push_back({f, r, layout.rank_nodes[r], p.value("file_bytes", std::uint64_t{0})});
+      for (const json& s : p.at("slices")) {
+        const std::string name = s.at("name");
+        auto dtype = parse_dtype(s.at("dtype").get<std::string>());
+        if (!dtype.ok()) {
+          return corruption("malformed slice list from rank " + std::to_string(r) + ": " +
+                            dtype.status().message());
+        }
+        const auto shape = s.at("shape").get<std::vector<std::int64_t>>();
+        auto [it, fresh] = tensors.try_emplace(name);
+        SavedTensor& t = it->second;
+        if (fresh) {
+          t.name = name;
+          t.dtype = *dtype;
+          t.shape = shape;
+        } else if (t.dtype != *dtype || t.shape != shape) {
+          return invalid_argument("tensor " + name + ": rank " + std::to_string(r) + " saves it as " +
+                                  TensorSpec{name, *dtype, shape}.to_string() + ", rank " +
+                                  std::to_string(t.slices.front().rank) + " as " +
+                                  TensorSpec{name, t.dtype, t.shape}.to_string());
+        }
+        SavedSlice ss;
+        ss.rank = r;
+        ss.file = f;
+        ss.tensor_in_file = name;
+        ss.offset = s.at("offset").get<std::vector<std::int64_t>>();
+        ss.extent = s.at("extent").get<std::vector<std::int64_t>>();
+        ss.data_offset = s.at("data_offset");
+        ss.bytes = s.at("bytes");
+        ss.xxh3 = std::stoull(s.at("xxh3").get<std::string>(), nullptr, 16);
+        t.slices.push_back(std::move(ss));
+      }
+      return ok_status();
+    });
   }
   // Distinct boxes of a tensor must not overlap and must cover it; identical
   // boxes on several ranks are replicas.

@@ -27,6 +27,19 @@ std::string hex(std::uint64_t v);  // 16 lowercase hex digits
 inline Box box_of(const SavedSlice& s) { return {s.offset, s.extent}; }
 inline Box box_of(const SliceSpec& s) { return {s.offset, s.extent}; }
 
+// Runs `read` on rank `r`'s message of a collective. A malformed one (not JSON, a field
+// missing or of the wrong type) becomes a corruption error naming the rank and `what`,
+// never an exception on the caller's thread.
+template <typename F>
+Status read_from_rank(int r, std::string_view what, F&& read) {
+  try {
+    return read();
+  } catch (const std::exception& e) {
+    return corruption("malformed " + std::string(what) + " from rank " + std::to_string(r) + ": " +
+                      e.what());
+  }
+}
+
 // Every rank learns whether every rank succeeded: the first failure (by rank)
 // is returned to all, so no rank goes on to commit what another could not write.
 Status agree(RankGroup& group, const Status& mine, std::string_view phase);

@@ -138,13 +138,16 @@ Result<LoadInfo> Checkpointer::prepare_load(std::optional<std::int64_t> wanted) 
   if (!all.ok()) return all.status().with_context("checkpoint load");
   std::map<std::int64_t, std::vector<int>> committed_on, manifest_on;
   for (int r = 0; r < g.size(); ++r) {
-    json j = json::parse((*all)[r], nullptr, false);
-    if (j.is_discarded()) return corruption("malformed step list from rank " + std::to_string(r));
-    for (auto& [k, v] : j.items()) {
-      const std::int64_t step = std::stoll(k);
-      if (v.value("committed", false)) committed_on[step].push_back(r);
-      if (v.value("manifest", false)) manifest_on[step].push_back(r);
-    }
+    Status read = read_from_rank(r, "step list", [&] {
+      const json j = json::parse((*all)[r]);
+      for (const auto& [k, v] : j.items()) {
+        const std::int64_t step = std::stoll(k);
+        if (v.value("committed", false)) committed_on[step].push_back(r);
+        if (v.value("manifest", false)) manifest_on[step].push_back(r);
+      }
+      return ok_status();
+    });
+    if (!read.ok()) return read;
   }
   LoadInfo info;
   if (wanted) {
@@ -232,27 +235,29 @@ Result<LoadInfo> Checkpointer::prepare_load(std::optional<std::int64_t> wanted) 
   for (const std::string& note : info.notes) log::info("checkpoint: {}", note);
   info.notes.clear();  // every rank hears every rank's notes
   for (int r = 0; r < g.size(); ++r) {
-    json j = json::parse((*reports)[r], nullptr, false);
-    if (j.is_discarded()) return corruption("malformed file list from rank " + std::to_string(r));
-    if (j.value("code", 0) != 0) {
-      if (r == g.rank()) return s;
-      return aborted("checkpoint load: rank " + std::to_string(r) +
-                     " failed: " + j.value("message", std::string()));
-    }
-    const std::string h = j.value("xxh3", "");
-    if (r == 0)
-      first_hash = h;
-    else if (h != first_hash) {
-      return corruption("the manifests of step " + std::to_string(info.step) +
-                        " on rank 0's and rank " + std::to_string(r) + "'s nodes differ");
-    }
-    for (const json& f : j["files"]) st->file_ranks[f.get<std::string>()].push_back(r);
-    for (const json& n : j["notes"]) {
-      const std::string note = n.get<std::string>();
-      if (std::find(info.notes.begin(), info.notes.end(), note) == info.notes.end()) {
-        info.notes.push_back(note);
+    Status read = read_from_rank(r, "file list", [&] {
+      const json j = json::parse((*reports)[r]);
+      if (j.value("code", 0) != 0) {
+        if (r == g.rank()) return s;
+        return aborted("checkpoint load: rank " + std::to_string(r) +
+                       " failed: " + j.value("message", std::string()));
       }
-    }
+      const std::string h = j.value("xxh3", "");
+      if (r == 0) first_hash = h;
+      if (h != first_hash) {
+        return corruption("the manifests of step " + std::to_string(info.step) +
+                          " on rank 0's and rank " + std::to_string(r) + "'s nodes differ");
+      }
+      for (const json& f : j.at("files")) st->file_ranks[f.get<std::string>()].push_back(r);
+      for (const json& n : j.at("notes")) {
+        const std::string note = n.get<std::string>();
+        if (std::find(info.notes.begin(), info.notes.end(), note) == info.notes.end()) {
+          info.notes.push_back(note);
+        }
+      }
+      return ok_status();
+    });
+    if (!read.ok()) return read;
   }
   info.manifest = st->manifest;
   m.load = st;

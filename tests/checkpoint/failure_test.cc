@@ -295,6 +295,79 @@ TEST(MalformedFetch, BadSliceRequestsGetClearErrorsAndTheLoadStillCompletes) {
   for (const Status& st : loads) EXPECT_TRUE(st.ok()) << st.to_string();
 }
 
+// A rank group whose all_gather number `call` hands this rank `text` as rank
+// `victim`'s part: a peer that sends a malformed collective message.
+class TamperedGroup : public RankGroup {
+ public:
+  TamperedGroup(RankGroup& inner, int call, int victim, std::string text)
+      : inner_(inner), call_(call), victim_(victim), text_(std::move(text)) {}
+  int rank() const override { return inner_.rank(); }
+  int size() const override { return inner_.size(); }
+  const std::string& node() const override { return inner_.node(); }
+  Result<std::vector<std::string>> all_gather(std::string_view mine) override {
+    auto all = inner_.all_gather(mine);
+    if (all.ok() && calls_++ == call_) (*all)[victim_] = text_;
+    return all;
+  }
+  Result<std::string> broadcast(std::string_view data, int root) override {
+    return inner_.broadcast(data, root);
+  }
+  Status barrier() override { return inner_.barrier(); }
+  Result<std::string> fetch(int peer, std::string_view request) override {
+    return inner_.fetch(peer, request);
+  }
+  Status fetch_into(int peer, std::string_view request, std::span<std::byte> out) override {
+    return inner_.fetch_into(peer, request, out);
+  }
+  void set_fetch_handler(FetchHandler handler) override {
+    inner_.set_fetch_handler(std::move(handler));
+  }
+
+ private:
+  RankGroup& inner_;
+  const int call_, victim_;
+  const std::string text_;
+  int calls_ = 0;
+};
+
+TEST(MalformedCollective, FieldsOfTheWrongTypeAreNamedErrorsNotCrashes) {
+  testing::TempDir dir;
+  const auto state = make_state(20);
+  save_state(dir.path(), state, 2, 2, 1);
+  struct Case {
+    int call;                // which all_gather of the operation
+    std::string text, want;  // rank 1's part as rank 0 sees it; rank 0's error
+    bool save;
+  };
+  const Case cases[] = {
+      {0, R"({"1":{"committed":"yes","manifest":true}})", "malformed step list from rank 1", false},
+      {0, R"({"one":{"committed":true}})", "malformed step list from rank 1", false},
+      {1, R"({"code":"zero","files":[],"notes":[]})", "malformed file list from rank 1", false},
+      {0, R"({"node":7,"step":2})", "malformed hello from rank 1", true},
+      {1, R"({"code":{}})", "malformed status from rank 1", true},  // agree()
+      {2, R"({"code":0,"slices":[{"name":"x","dtype":"nonsense","shape":[1]}]})",
+       "malformed slice list from rank 1", true},
+  };
+  for (const Case& c : cases) {
+    Status at_rank0;
+    run_group(2, [](int r) { return "n" + std::to_string(r); }, [&](RankGroup& g) {
+      TamperedGroup tg(g, g.rank() == 0 ? c.call : -1, 1, c.text);
+      Checkpointer ckpt(tg, {.root = dir.path() + "/" + g.node()});
+      Status s;
+      if (c.save) {
+        auto slices = cut_all(state, g.rank(), g.size(), 0);
+        auto v = test::views(slices);
+        s = ckpt.save(2, v);
+      } else {
+        s = ckpt.prepare_load().status();
+      }
+      if (g.rank() == 0) at_rank0 = s;
+    });
+    EXPECT_EQ(at_rank0.code(), Code::kCorruption) << c.text << ": " << at_rank0.to_string();
+    EXPECT_NE(at_rank0.message().find(c.want), std::string::npos) << at_rank0.to_string();
+  }
+}
+
 TEST(DamagedShard, TruncatedFileIsNamedWithItsTensorsByVerifyAndLoad) {
   testing::TempDir dir;
   const auto state = make_state(17);
