@@ -1,9 +1,10 @@
 // RankGroup across machines over the UCX net transport (docs/checkpoint.md).
 //
-// A net::Context and everything made from it belong to one thread, so each rank has two:
+// A net::Context and everything made from it are used by one thread at a time, so each
+// rank has two:
 // - the calling side (`calls_`): the channels of the collectives (a star through rank 0,
-//   as in the local group) and the channels of this rank's fetches to the others. Callers
-//   take turns on it under call_mu_.
+//   as in the local group) and the channels of this rank's fetches to the others. Callers'
+//   threads take turns on it under call_mu_ (a SERIALIZED UCX worker).
 // - the serving side (`serve_`): owned by one thread that accepts the others' fetch
 //   channels, answers each request with the installed handler and sends the answer as one
 //   UCX bulk transfer straight from the handler's memory. It never waits on a caller, so a
@@ -216,7 +217,9 @@ class NetGroup final : public GroupBase {
           "NetGroupOptions::token, FERRY_TOKEN or FERRY_TOKEN_FILE)");
     }
     token_.emplace(std::move(*token));
-    auto calls = net::Context::create();
+    // Collectives and fetches reach calls_ from the callers' threads (load() fetches on a
+    // thread of its own), one at a time under call_mu_.
+    auto calls = net::Context::create({.serialized = true});
     if (!calls.ok()) return calls.status();
     calls_ = std::move(*calls);
     auto serve = net::Context::create();

@@ -84,7 +84,7 @@ Result<std::shared_ptr<Context>> Context::create(const ContextOptions& options) 
   }
   ucp_worker_params_t wp{};
   wp.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
-  wp.thread_mode = UCS_THREAD_MODE_SINGLE;
+  wp.thread_mode = options.serialized ? UCS_THREAD_MODE_SERIALIZED : UCS_THREAD_MODE_SINGLE;
   st = ucp_worker_create(ctx->context_, &wp, &ctx->worker_);
   if (st != UCS_OK) {
     ctx->worker_ = nullptr;

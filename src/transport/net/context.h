@@ -2,7 +2,8 @@
 // mode) per Context, and memory registered with it for the bulk path.
 //
 // Everything here is single-threaded: one thread owns a Context and all the listeners,
-// channels, regions and transfers made from it. The worker's event fd lets that
+// channels, regions and transfers made from it (or, with ContextOptions::serialized,
+// several threads take turns under the caller's mutex). The worker's event fd lets that
 // thread's poll() loop wait on net peers and shm peers together.
 #pragma once
 
@@ -29,6 +30,10 @@ struct ContextOptions {
   // Network devices (UCX_NET_DEVICES syntax, e.g. "mlx5_0:1" or "eth0"), likewise only when
   // UCX_NET_DEVICES is unset. Default "": all.
   std::string devices;
+  // Several threads use this Context, one at a time (the caller serializes them, e.g. under
+  // a mutex): the worker is made UCS_THREAD_MODE_SERIALIZED. Default false: SINGLE, which
+  // UCX reserves for a worker only the thread that made it touches.
+  bool serialized = false;
 };
 
 class MemoryRegion;
