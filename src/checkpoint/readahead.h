@@ -18,7 +18,6 @@
 #include <set>
 #include <thread>
 #include <utility>
-#include <vector>
 
 namespace ferry::checkpoint {
 

@@ -201,15 +201,19 @@ std::vector<Status> load_statuses(const std::string& dir, const std::vector<Glob
   return out;
 }
 
-// flip_byte(file, at): the byte at `at` of `file`, inverted in one bit.
-void flip_byte(const std::string& file, std::uint64_t at) {
+// Inverts one bit of rank 1's slice of `tensor` in step 1 (saved on n1); returns its file.
+std::string damage_slice(const testing::TempDir& dir, const std::string& tensor) {
+  const SavedSlice s = saved_slice(dir.path() + "/n1", tensor, 1);
+  const std::string file = dir.path() + "/n1/step_1/" + s.file;
+  const auto at = static_cast<std::streamoff>(s.data_offset + 5);
   std::fstream f(file, std::ios::in | std::ios::out | std::ios::binary);
-  f.seekg(static_cast<std::streamoff>(at));
+  f.seekg(at);
   char c = 0;
   f.read(&c, 1);
   c ^= 0x10;
-  f.seekp(static_cast<std::streamoff>(at));
+  f.seekp(at);
   f.write(&c, 1);
+  return file;
 }
 
 TEST(DamagedShard, FlippedByteIsNamedByVerifyAndLoad) {
@@ -217,9 +221,7 @@ TEST(DamagedShard, FlippedByteIsNamedByVerifyAndLoad) {
   const auto state = make_state(16);
   save_state(dir.path(), state, 2, 2, 1);
   const std::string tensor = "model.layers.0.mlp.down_proj.weight";
-  const SavedSlice s = saved_slice(dir.path() + "/n1", tensor, 1);
-  const std::string file = dir.path() + "/n1/step_1/" + s.file;
-  flip_byte(file, s.data_offset + 5);
+  const std::string file = damage_slice(dir, tensor);
   auto report = verify(roots_of(dir, 2));
   ASSERT_TRUE(report.ok()) << report.status().to_string();
   ASSERT_EQ(report->problems.size(), 1u);
@@ -238,9 +240,7 @@ TEST(DamagedShard, FlippedByteInAFetchedShardIsNamedToTheRanksThatFetchIt) {
   const auto state = make_state(18);
   save_state(dir.path(), state, 2, 2, 1);
   const std::string tensor = "model.layers.0.mlp.down_proj.weight";
-  const SavedSlice s = saved_slice(dir.path() + "/n1", tensor, 1);
-  const std::string file = dir.path() + "/n1/step_1/" + s.file;
-  flip_byte(file, s.data_offset + 7);
+  const std::string file = damage_slice(dir, tensor);
   // Four ranks on four nodes: n2 and n3 have no shards and fetch n1's from rank 1,
   // whose readahead reads the damaged slice first and must not hide the damage.
   const auto statuses = load_statuses(dir.path(), state, 4);
