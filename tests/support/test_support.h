@@ -9,6 +9,9 @@
 
 namespace ferry::testing {
 
+// A session token strong enough for net sessions (ferry refuses tokens under 128 bits).
+inline constexpr const char* kTestToken = "ferry-test-token-5f3a9c2e71b84d06";
+
 // A fresh folder under $TMPDIR, removed (with its contents) on destruction.
 class TempDir {
  public:

@@ -9,6 +9,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <bitset>
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 
@@ -89,8 +91,50 @@ Result<Token> Token::from_file(const std::string& path) {
   return from_string(std::move(secret), fmt::format("token file {}", path));
 }
 
+double estimated_token_bits(std::string_view secret) {
+  bool lower = false, upper = false, digit = false, punct = false, other = false;
+  std::bitset<256> seen;
+  for (const char c : secret) {
+    const auto u = static_cast<unsigned char>(c);
+    seen.set(u);
+    if (u >= 'a' && u <= 'z') lower = true;
+    else if (u >= 'A' && u <= 'Z') upper = true;
+    else if (u >= '0' && u <= '9') digit = true;
+    else if (u >= 0x20 && u < 0x7f) punct = true;
+    else other = true;
+  }
+  // "aaaa..." or "abab..." is long but guessable whatever its length.
+  if (seen.count() < 8) return 0;
+  const int alphabet = (lower ? 26 : 0) + (upper ? 26 : 0) + (digit ? 10 : 0) +
+                       (punct ? 33 : 0) + (other ? 128 : 0);
+  return static_cast<double>(secret.size()) * std::log2(static_cast<double>(alphabet));
+}
+
+Result<std::string> new_token_text(std::size_t bytes) {
+  std::vector<std::uint8_t> raw(bytes);
+  Status st = random_bytes(raw);
+  if (!st.ok()) return st;
+  std::string text;
+  text.reserve(2 * bytes);
+  for (const std::uint8_t b : raw) text += fmt::format("{:02x}", b);
+  OPENSSL_cleanse(raw.data(), raw.size());
+  return text;
+}
+
 Result<Token> Token::from_string(std::string secret, std::string source) {
   if (secret.empty()) return invalid_argument(fmt::format("{} holds an empty token", source));
+  if (const double bits = estimated_token_bits(secret); bits < kMinTokenBits) {
+    OPENSSL_cleanse(secret.data(), secret.size());
+    return invalid_argument(fmt::format(
+        "{} holds a weak token ({}; at least {:.0f} bits needed: a captured handshake would let "
+        "an eavesdropper guess it offline). Make one with "
+        "`ferry token new` (writes ~/.ferry/token; then set FERRY_TOKEN_FILE=~/.ferry/token on "
+        "every node) or `openssl rand -hex 32`",
+        source,
+        bits == 0 ? std::string("fewer than 8 distinct characters")
+                  : fmt::format("about {:.0f} bits by ferry's estimate", bits),
+        kMinTokenBits));
+  }
   return Token(std::move(secret), std::move(source));
 }
 

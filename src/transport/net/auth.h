@@ -11,6 +11,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "ferry/status.h"
@@ -29,6 +30,19 @@ bool macs_equal(const Mac& a, const Mac& b);
 // Cryptographically random bytes (OpenSSL RAND_bytes).
 Status random_bytes(std::span<std::uint8_t> out);
 
+// The least strength a session token may have, in bits (docs/security.md).
+inline constexpr double kMinTokenBits = 128;
+
+// An estimate of a secret's strength in bits: its length times log2 of the alphabet that its
+// character classes span (lowercase 26, uppercase 26, digits 10, other printable ASCII 33,
+// other bytes 128), or 0 when it uses fewer than 8 distinct characters. Generous to words
+// and phrases, so it only keeps out the short and the repetitive; `ferry token new` makes
+// tokens that pass with room to spare.
+double estimated_token_bits(std::string_view secret);
+
+// A fresh token of `bytes` random bytes, hex-encoded (`ferry token new`).
+Result<std::string> new_token_text(std::size_t bytes = 32);
+
 // The session secret. Its bytes are wiped when it is destroyed.
 class Token {
  public:
@@ -38,7 +52,8 @@ class Token {
   // user and have no group or other permission bits (mode 0600 or 0400): kFailedPrecondition
   // otherwise, with the chmod that fixes it.
   static Result<Token> from_file(const std::string& path);
-  // kInvalidArgument for an empty secret.
+  // kInvalidArgument for an empty secret or one weaker than kMinTokenBits (the message says
+  // how to make a strong one).
   static Result<Token> from_string(std::string secret, std::string source = "a token string");
 
   Token(const Token&) = default;
