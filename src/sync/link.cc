@@ -101,10 +101,9 @@ Result<Link> connect_upstream(const std::string& address, const SyncOptions& opt
                               std::shared_ptr<net::Context>* context) {
   if (!is_net_address(address)) {
     // No sender listening yet is retried until the timeout, in slices so Ctrl-C is heard.
-    auto ch = retry_in_slices(options, options.timeout, "no sender listening at " + address,
-                              [&](std::chrono::milliseconds slice) {
-                                return shm::connect(address, slice);
-                              });
+    auto ch = retry_in_slices(
+        options, options.timeout, "no sender listening at " + address,
+        [&](std::chrono::milliseconds slice) { return shm::connect(address, slice); });
     if (!ch.ok()) return ch.status();
     return Link(std::move(*ch));
   }

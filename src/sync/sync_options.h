@@ -51,9 +51,9 @@ auto retry_in_slices(const SyncOptions& o, std::chrono::milliseconds timeout,
   InterruptCheck interrupted(o);
   const auto deadline = Clock::now() + timeout;
   while (true) {
-    const auto left = std::max(std::chrono::milliseconds(0),
-                               std::chrono::duration_cast<std::chrono::milliseconds>(
-                                   deadline - Clock::now()));
+    const auto left =
+        std::max(std::chrono::milliseconds(0),
+                 std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()));
     auto got = attempt(wait_slice(o, left));
     if (got.ok() || got.status().code() != Code::kTimeout) return got;
     if (Clock::now() >= deadline) {
