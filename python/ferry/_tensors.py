@@ -88,10 +88,11 @@ def torch_dtype(dtype: DType) -> "torch.dtype | None":
     return _FERRY_TO_TORCH.get(dtype)
 
 
-def tensor_arg(name: str, tensor: Any) -> tuple[TensorArg | tuple, Any]:
+def tensor_arg(name: str, tensor: Any, copy: bool = False) -> tuple[TensorArg | tuple, Any]:
     """The C++ argument for one outgoing tensor, and the object that owns its memory.
 
-    The owner must stay alive (and unmodified) until the transfer returns.
+    The owner must stay alive (and unmodified) until the transfer returns. copy=True takes a
+    private host copy even of contiguous host memory, so the caller may reuse it at once.
     """
     if torch is not None and isinstance(tensor, torch.Tensor):
         t = tensor.detach()
@@ -102,14 +103,17 @@ def tensor_arg(name: str, tensor: Any) -> tuple[TensorArg | tuple, Any]:
         dtype = ferry_dtype(t.dtype)
         if t.is_conj() or t.is_neg():
             t = t.resolve_conj().resolve_neg()
-        if t.device.type != "cpu" or not t.is_contiguous():
+        if copy or t.device.type != "cpu" or not t.is_contiguous():
             host = torch.empty(t.shape, dtype=t.dtype, device="cpu")
             host.copy_(t)  # one copy: gathers strides and crosses from the device at once
             t = host
         return (name, dtype, tuple(t.shape), t.data_ptr(), t.numel() * t.element_size()), t
     if np is not None and isinstance(tensor, np.ndarray):
         dtype = ferry_dtype(tensor.dtype)
-        a = tensor if tensor.flags.c_contiguous else np.ascontiguousarray(tensor)
+        if copy:
+            a = np.array(tensor, order="C")
+        else:
+            a = tensor if tensor.flags.c_contiguous else np.ascontiguousarray(tensor)
         return (name, dtype, a.shape, a.__array_interface__["data"][0], a.nbytes), a
     try:
         view = memoryview(tensor)
@@ -117,6 +121,8 @@ def tensor_arg(name: str, tensor: Any) -> tuple[TensorArg | tuple, Any]:
         raise _error(_ferry.InvalidArgumentError,
                      f"tensor '{name}': expected a torch tensor, numpy array or buffer, got "
                      f"{type(tensor).__name__}") from None
+    if copy:
+        view = memoryview(bytearray(view))
     return (name, DType.U8, (view.nbytes,), view.cast("B") if view.ndim != 1 else view), view
 
 
@@ -171,15 +177,25 @@ def _frombuffer(memory: memoryview) -> "torch.Tensor":
     return torch.frombuffer(memory, dtype=torch.uint8)
 
 
-def to_torch(dtype: DType, shape: tuple, memory: memoryview) -> "torch.Tensor":
-    """A torch tensor viewing `memory` (no copy). Dtypes torch lacks come as 1-D uint8 bytes."""
+def typed(raw: "torch.Tensor", dtype: DType, shape: tuple) -> "torch.Tensor":
+    """`raw` (1-D uint8, its offset aligned to the element size) as `dtype` and `shape`.
+    Dtypes torch lacks stay 1-D uint8 bytes."""
     target = _FERRY_TO_TORCH.get(dtype)
-    if memory.nbytes == 0:
+    if raw.numel() == 0:
         return torch.empty(shape if target is not None else (0,), dtype=target or torch.uint8)
-    raw = _frombuffer(memory)
     if target is None:
         return raw
     return raw.view(target).view(shape)
+
+
+def to_torch(dtype: DType, shape: tuple, memory: memoryview) -> "torch.Tensor":
+    """A torch tensor viewing `memory` (no copy). Dtypes torch lacks come as 1-D uint8 bytes.
+
+    torch has no read-only tensors: writing into one that views the ring (mapped read-only)
+    is SIGSEGV. Callers that may write take copies (ferry.verl's receiver does)."""
+    if memory.nbytes == 0:
+        return typed(torch.empty(0, dtype=torch.uint8), dtype, shape)
+    return typed(_frombuffer(memory), dtype, shape)
 
 
 def to_numpy(dtype: DType, shape: tuple, memory: memoryview) -> "np.ndarray":

@@ -17,12 +17,14 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import logging
 import threading
 import time
+import warnings
 from typing import Any, AsyncIterator, Callable, Iterable, Tuple
 
 from . import _ferry
-from ._tensors import _error, arg_bytes, tensor_arg, to_torch
+from ._tensors import _error, _frombuffer, arg_bytes, tensor_arg, to_torch, typed
 from .sync import Receiver, Sender
 
 try:
@@ -35,6 +37,21 @@ DEFAULT_TIMEOUT_S = 600.0
 _MAX_ADDRESS = 107  # sizeof(sockaddr_un::sun_path) - 1
 
 NamedTensor = Tuple[str, Any]
+
+_log = logging.getLogger(__name__)
+
+# Keyword arguments verl's own classes take beyond ferry's: accepted and ignored. Any other
+# is a typo or a newer verl's: warned about once per class and name, never silently.
+VERL_KEYWORDS = frozenset({"attempt_id", "target_version"})
+_warned_keywords: set[tuple[str, str]] = set()
+
+
+def _ignore_keywords(cls: str, extras: dict) -> None:
+    for key in extras:
+        if key in VERL_KEYWORDS or (cls, key) in _warned_keywords:
+            continue
+        _warned_keywords.add((cls, key))
+        warnings.warn(f"{cls}: unknown keyword argument '{key}' is ignored", stacklevel=3)
 
 
 def ferry_address(zmq_handle: str) -> str:
@@ -72,6 +89,7 @@ def ferry_address(zmq_handle: str) -> str:
 _lock = threading.Lock()
 _senders: dict[str, tuple[Sender, int]] = {}
 _receivers: dict[str, Receiver] = {}
+_stagings: dict[str, "_Staging"] = {}
 
 
 def close_sessions() -> None:
@@ -80,6 +98,7 @@ def close_sessions() -> None:
         sessions = [s for s, _ in _senders.values()] + list(_receivers.values())
         _senders.clear()
         _receivers.clear()
+        _stagings.clear()
     for session in sessions:
         session.close()
 
@@ -106,9 +125,10 @@ class BucketedWeightSender:
     """verl's sender: async_send_weights() sends one update to the receiver of zmq_handle.
 
     bucket_size_mb sizes each ring slot (2 slots); any tensor fits. use_shm is accepted for
-    compatibility: ferry always moves buckets through host shared memory, so device tensors
-    are copied to the host once as they are yielded. Extra keyword arguments newer verl
-    versions pass (attempt_id, target_version, ...) are accepted and ignored; timeout_s
+    compatibility: ferry always moves buckets through host shared memory, so every tensor is
+    copied to the host once as it is yielded (as verl's sender copies into its buffer: the
+    generator may reuse its memory at once). verl's extra keyword arguments (VERL_KEYWORDS)
+    are accepted and ignored; any other is ignored with a warning naming it. timeout_s
     bounds how long either side waits for the other (verl's 600 s).
 
     The update streams: tensors are taken from the generator until they hold round_bytes
@@ -121,7 +141,8 @@ class BucketedWeightSender:
 
     def __init__(self, zmq_handle: str, bucket_size_mb: int = 512, use_shm: bool = False,
                  timeout_s: float = DEFAULT_TIMEOUT_S, round_bytes: int | None = None,
-                 **_verl_extras: Any) -> None:
+                 **verl_extras: Any) -> None:
+        _ignore_keywords("BucketedWeightSender", verl_extras)
         self.zmq_handle = zmq_handle
         self.bucket_size_mb = bucket_size_mb
         self.bucket_size = int(bucket_size_mb) << 20
@@ -153,32 +174,41 @@ class BucketedWeightSender:
         """Sends every (name, tensor) of a generator or async iterator as one round.
 
         Returns after the receiver processed every bucket; raises the receiver's error
-        (AbortedError naming its callback's exception) if it gave up. A yielded tensor must
-        stay unmodified until the generator is resumed past the round that carries it
-        (at most round_bytes later); verl's sender copies them at yield time.
+        (AbortedError naming its callback's exception) if it gave up. Each yielded tensor is
+        copied as it is yielded, so the generator may refill its buffer at once. A name
+        yielded twice is sent twice, in order (the later one starts a new round), so the
+        receiver ends with the last, as with verl's sender; it is logged.
         """
         loop = asyncio.get_running_loop()
         sender = await loop.run_in_executor(None, self._session)
         args: list = []
         owners: list = []
+        names: set[str] = set()  # in the round being gathered
         held = 0
 
         async def send(more_follows: bool) -> None:
-            nonlocal args, owners, held
+            nonlocal args, owners, names, held
             try:
                 await loop.run_in_executor(None, sender._impl.send_round, args, more_follows)
             except _ferry.FerryError:
                 _drop(_senders, self.address, sender)  # broken: the next call starts anew
                 raise
-            args, owners, held = [], [], 0
+            args, owners, names, held = [], [], set(), 0
 
         async for name, tensor in _items(weights):
-            arg, owner = tensor_arg(name, tensor)
+            # A private copy now: verl's generators refill the yielded buffer as soon as they
+            # resume (its nixl engine with device=cpu), and verl's sender copies at yield too.
+            arg, owner = tensor_arg(name, tensor, copy=True)
             size = arg_bytes(arg)
-            if args and held + size > self.round_bytes:
+            duplicate = name in names
+            if duplicate:  # one round holds a name once; the next round carries the later one
+                _log.warning("ferry.verl: '%s' was yielded twice in one update; both are sent "
+                             "in order, so the receiver keeps the last (as verl)", name)
+            if args and (duplicate or held + size > self.round_bytes):
                 await send(more_follows=True)  # `tensor` is proof that more follows
             args.append(arg)
             owners.append(owner)
+            names.add(name)
             held += size
         await send(more_follows=False)
 
@@ -186,15 +216,25 @@ class BucketedWeightSender:
 class BucketedWeightReceiver:
     """verl's receiver: receive_weights() calls on_bucket_received(weights, is_last) per bucket.
 
-    `weights` is a list of (name, tensor) on `device`, in the sender's order. On a CPU device
-    the tensors view ferry's shared memory without a copy and are valid only during the
-    callback (as verl's shm path); on another device they are copies made by .to(device).
+    `weights` is a list of (name, tensor) on `device`, in the sender's order, for each bucket
+    that completes at least one tensor (one that only carries pieces of a larger tensor is
+    not handed over). The tensors are writable, as verl's: on a CPU device they live in a
+    host buffer this process reuses for every bucket (the ring itself is read-only), valid
+    during the callback only, as in verl's shm path; on another device they are copies made
+    by .to(device). A device this process cannot use fails here, not at the first bucket.
     """
 
     def __init__(self, zmq_handle: str, device: Any, use_shm: bool = False,
-                 timeout_s: float = DEFAULT_TIMEOUT_S, **_verl_extras: Any) -> None:
+                 timeout_s: float = DEFAULT_TIMEOUT_S, **verl_extras: Any) -> None:
+        _ignore_keywords("BucketedWeightReceiver", verl_extras)
         self.zmq_handle = zmq_handle
         self.device = torch.device(device) if torch is not None else device
+        if self.device.type != "cpu":
+            try:
+                torch.empty(0, device=self.device)
+            except Exception as e:  # AssertionError without CUDA, RuntimeError for an index
+                raise _error(_ferry.InvalidArgumentError,
+                             f"device '{device}' is not usable in this process: {e}") from None
         self.use_shm = use_shm
         self.timeout_s = timeout_s
         self.address = ferry_address(zmq_handle)
@@ -208,6 +248,10 @@ class BucketedWeightReceiver:
         with _lock:
             _receivers[self.address] = receiver
         return receiver, True
+
+    def _staging(self) -> "_Staging":
+        with _lock:
+            return _stagings.setdefault(self.address, _Staging())
 
     def _connect(self) -> Receiver:
         # Right after a failed update the sender closes its old session and opens a new
@@ -227,14 +271,18 @@ class BucketedWeightReceiver:
         on_cpu = self.device.type == "cpu"
         device = self.device
         delivered = False
+        staging = self._staging() if on_cpu else None
 
         def on_bucket(views: list, is_last: bool) -> None:
             nonlocal delivered
             delivered = True
-            weights = []
-            for name, dtype, shape, memory in views:
-                tensor = to_torch(dtype, shape, memory)
-                weights.append((name, tensor if on_cpu else tensor.to(device)))
+            if not views and not is_last:
+                return  # only pieces of a tensor that completes in a later bucket
+            if staging is not None:
+                weights = staging.copy(views)
+            else:
+                weights = [(name, to_torch(dtype, shape, memory).to(device))
+                           for name, dtype, shape, memory in views]
             on_bucket_received(weights, is_last)
             if not on_cpu and device.type == "cuda":
                 torch.cuda.synchronize(device)
@@ -255,3 +303,28 @@ class BucketedWeightReceiver:
             except BaseException:
                 _drop(_receivers, self.address, receiver)
                 raise
+
+
+class _Staging:
+    """A writable host buffer for a CPU receiver's callback tensors, grown to the largest
+    bucket's and reused: verl hands out writable tensors, ferry's ring is read-only."""
+
+    _ALIGN = 64  # each tensor's offset: any dtype's view is aligned
+
+    def __init__(self) -> None:
+        self._buffer = torch.empty(0, dtype=torch.uint8)
+
+    def copy(self, views: list) -> list[NamedTensor]:
+        align = self._ALIGN
+        total = sum((memory.nbytes + align - 1) // align * align for *_, memory in views)
+        if self._buffer.numel() < total:
+            self._buffer = torch.empty(total, dtype=torch.uint8)
+        weights, offset = [], 0
+        for name, dtype, shape, memory in views:
+            n = memory.nbytes
+            raw = self._buffer[offset:offset + n]
+            if n:
+                raw.copy_(_frombuffer(memory))
+            weights.append((name, typed(raw, dtype, shape)))
+            offset += (n + align - 1) // align * align
+        return weights

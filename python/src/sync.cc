@@ -139,10 +139,12 @@ class PySender {
  public:
   static std::unique_ptr<PySender> create(const std::string& address, const SyncOptions& o) {
     auto s = std::make_unique<PySender>();
-    {
+    Result<std::unique_ptr<sync::Sender>> r = [&] {
       py::gil_scoped_release nogil;
-      s->impl_ = check(sync::Sender::create(address, with_interrupts(o, s->interrupts_)));
-    }
+      return sync::Sender::create(address, with_interrupts(o, s->interrupts_));
+    }();
+    s->interrupts_.raise_pending();
+    s->impl_ = check(std::move(r));
     return s;
   }
 
@@ -224,11 +226,12 @@ class PyReceiver {
   static std::unique_ptr<PyReceiver> connect(const std::string& address, std::uint32_t id,
                                              const SyncOptions& o, std::uint64_t session) {
     auto r = std::make_unique<PyReceiver>();
-    {
+    Result<std::unique_ptr<sync::Receiver>> c = [&] {
       py::gil_scoped_release nogil;
-      r->impl_ =
-          check(sync::Receiver::connect(address, id, with_interrupts(o, r->interrupts_), session));
-    }
+      return sync::Receiver::connect(address, id, with_interrupts(o, r->interrupts_), session);
+    }();
+    r->interrupts_.raise_pending();  // Ctrl-C while waiting for the sender: KeyboardInterrupt
+    r->impl_ = check(std::move(c));
     return r;
   }
 

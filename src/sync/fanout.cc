@@ -279,8 +279,9 @@ Status Fanout::accept_one() {
     const milliseconds slice = wait_slice(options_, left);
     if (net_listener_ != nullptr) {
       auto ch = net_listener_->accept(slice);
-      if (!ch.ok() && ch.status().code() == Code::kTimeout && slice != left) {
-        Status s = interrupted_();
+      if (!ch.ok() && ch.status().code() == Code::kTimeout) {
+        // The last slice's timeout names the slice: the loop's head names the whole timeout.
+        Status s = slice != left ? interrupted_() : ok_status();
         if (!s.ok()) return s;
         continue;
       }
@@ -298,8 +299,9 @@ Status Fanout::accept_one() {
       p.link = Link(std::move(*ch));
     } else {
       auto ch = shm_listener_.accept(slice);
-      if (!ch.ok() && ch.status().code() == Code::kTimeout && slice != left) {
-        Status s = interrupted_();
+      if (!ch.ok() && ch.status().code() == Code::kTimeout) {
+        // The last slice's timeout names the slice: the loop's head names the whole timeout.
+        Status s = slice != left ? interrupted_() : ok_status();
         if (!s.ok()) return s;
         continue;
       }

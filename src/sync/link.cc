@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include "sync/sync_options.h"
+
 namespace ferry::sync {
 
 bool is_net_address(const std::string& address) {
@@ -98,7 +100,10 @@ Result<net::Token> session_token(const SyncOptions& options) {
 Result<Link> connect_upstream(const std::string& address, const SyncOptions& options,
                               std::shared_ptr<net::Context>* context) {
   if (!is_net_address(address)) {
-    auto ch = shm::connect(address, options.timeout);
+    // No sender listening yet is retried until the timeout, in slices so Ctrl-C is heard.
+    auto ch = retry_in_slices(
+        options, options.timeout, "no sender listening at " + address,
+        [&](std::chrono::milliseconds slice) { return shm::connect(address, slice); });
     if (!ch.ok()) return ch.status();
     return Link(std::move(*ch));
   }

@@ -371,7 +371,11 @@ Result<std::unique_ptr<Receiver>> Receiver::connect(const std::string& address,
   hello.body = wire::Hello{receiver_id, static_cast<std::uint32_t>(::getpid())};
   Status s = impl->channel.send(wire::encode(hello), options.timeout);
   if (!s.ok()) return s;
-  auto got = impl->channel.receive_with_fd(options.timeout, &ring_fd);
+  // A sender that is up but not yet in accept() answers later: wait in slices (Ctrl-C).
+  auto got = retry_in_slices(options, options.timeout, "no answer from " + impl->channel.peer(),
+                             [&](std::chrono::milliseconds slice) {
+                               return impl->channel.receive_with_fd(slice, &ring_fd);
+                             });
   if (!got.ok()) return got.status().with_context("waiting for WELCOME");
   auto m = wire::decode(*got, impl->channel.peer());
   if (!m.ok()) return m.status();

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <string>
 
 #include "ferry/sync.h"
 #include "sync/bucket_planner.h"
@@ -39,6 +40,29 @@ class InterruptCheck {
   std::function<Status()> hook_;
   std::chrono::steady_clock::time_point last_{};
 };
+
+// Calls attempt(slice) until it returns anything but a timeout, or `timeout` (positive) has
+// passed: then returns timeout_error(what + " within <timeout> ms"), the whole time the
+// user gave, not the last slice's. Between slices options.interrupt is heard (Ctrl-C).
+template <typename Attempt>
+auto retry_in_slices(const SyncOptions& o, std::chrono::milliseconds timeout,
+                     const std::string& what, Attempt attempt) -> decltype(attempt(timeout)) {
+  using Clock = std::chrono::steady_clock;
+  InterruptCheck interrupted(o);
+  const auto deadline = Clock::now() + timeout;
+  while (true) {
+    const auto left =
+        std::max(std::chrono::milliseconds(0),
+                 std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()));
+    auto got = attempt(wait_slice(o, left));
+    if (got.ok() || got.status().code() != Code::kTimeout) return got;
+    if (Clock::now() >= deadline) {
+      return timeout_error(fmt::format("{} within {} ms", what, timeout.count()));
+    }
+    Status s = interrupted();
+    if (!s.ok()) return s;
+  }
+}
 
 inline Status validate_options(const SyncOptions& o) {
   if (o.bucket_bytes < kPieceAlignment || o.bucket_bytes % kPieceAlignment != 0) {

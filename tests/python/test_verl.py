@@ -100,7 +100,8 @@ def test_verl_updates_reuse_one_session(transport, monkeypatch):
     names = [name for name, _ in _big_weights(0)]
     for r, (sums, order, flags, devices) in enumerate(rounds):
         assert order == names, "verl's order of tensors"
-        assert flags[-1] is True and not any(flags[:-1]) and len(flags) > 3
+        # Several buckets (the ones that only carry pieces of the 3 MiB tensor are not handed over).
+        assert flags[-1] is True and not any(flags[:-1]) and len(flags) > 1
         assert devices == ["cpu"]
         bad = [n for n in names if sums[n] != sent_sums[r][n]]
         assert not bad, f"update {r + 1}: wrong bytes for {bad}"

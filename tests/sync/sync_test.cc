@@ -547,5 +547,28 @@ TEST(Sync, BadArgumentsAreRejected) {
   EXPECT_EQ(sender->send_round({}).status().code(), Code::kFailedPrecondition);
 }
 
+// Issue #15: no sender was IoError "Connection refused", and a sliced wait's timeout named
+// its last slice ("within 14 ms" for a 3 s timeout). With and without an interrupt hook.
+TEST(SyncFailure, WaitForAPeerTimesOutNamingAddressAndTimeout) {
+  for (const bool hook : {false, true}) {
+    SCOPED_TRACE(hook ? "with an interrupt hook" : "without");
+    SyncOptions o = tiny_options();
+    o.timeout = std::chrono::milliseconds(300);
+    if (hook) o.interrupt = [] { return ok_status(); };
+    const std::string address = unique_address();
+    auto r = Receiver::connect(address, 0, o);
+    ASSERT_FALSE(r.ok());
+    EXPECT_EQ(r.status().code(), Code::kTimeout) << r.status().to_string();
+    EXPECT_NE(r.status().message().find(address), std::string::npos) << r.status().to_string();
+    EXPECT_NE(r.status().message().find("within 300 ms"), std::string::npos)
+        << r.status().to_string();
+    auto sender = make_sender(address, o);
+    ASSERT_NE(sender, nullptr);
+    Status s = sender->accept(1);
+    EXPECT_EQ(s.code(), Code::kTimeout) << s.to_string();
+    EXPECT_NE(s.message().find("within 300 ms"), std::string::npos) << s.to_string();
+  }
+}
+
 }  // namespace
 }  // namespace ferry::sync

@@ -264,7 +264,11 @@ Result<Channel> connect(const std::string& address, std::chrono::milliseconds ti
     }
     const int err = errno;
     // Not listening yet: the two ends may start in either order.
-    if ((err == ENOENT || err == ECONNREFUSED || err == EAGAIN) && Clock::now() < deadline) {
+    if (err == ENOENT || err == ECONNREFUSED || err == EAGAIN) {
+      if (Clock::now() >= deadline) {
+        return timeout_error(fmt::format("no sender listening at {} within {} ms ({})", address,
+                                         timeout.count(), std::strerror(err)));
+      }
       std::this_thread::sleep_for(std::chrono::milliseconds(10));
       continue;
     }

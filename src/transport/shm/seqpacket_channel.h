@@ -74,7 +74,8 @@ class Listener {
   bool owns_path_ = false;
 };
 
-// Connects to a Listener, retrying while it does not exist yet, up to `timeout`.
+// Connects to a Listener, retrying while it does not exist yet (or refuses), up to
+// `timeout`; then kTimeout naming the address. Other errors are kIoError at once.
 Result<Channel> connect(const std::string& address, std::chrono::milliseconds timeout);
 
 }  // namespace ferry::shm
