@@ -94,10 +94,9 @@ struct FerryResult {
 
 FerryResult ferry_run(std::size_t bytes, std::uint32_t count, std::uint32_t inflight,
                       const std::string& self) {
-  std::array<std::uint8_t, 16> raw{};
-  check(net::random_bytes(raw), "random_bytes");
-  std::string secret;
-  for (auto b : raw) secret += "0123456789abcdef"[b & 15];
+  auto token_text = net::new_token_text();
+  check(token_text.status(), "new_token_text");
+  const std::string secret = *token_text;
   auto ctx = net::Context::create();
   check(ctx.status(), "net::Context::create");
   auto listener = net::Listener::bind(*ctx, "127.0.0.1:0", *net::Token::from_string(secret));

@@ -19,6 +19,10 @@ TAG="fy$$"                       # unique names: parallel runs must not collide
 PORT=5555  # each case listens on the next port: a killed sender's port may linger
 FAILURES=0
 source "$(dirname "$0")/three_nodes.sh"
+# Session tokens: the sender's, and another as strong for the wrong-token case.
+new_token() { head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n'; }
+RIGHT=$(new_token)
+WRONG=$(new_token)
 
 # Runs a command in a namespace; in the background ($!) the pid is the command's own
 # ("ip netns exec" execs it), so kill -9 $! kills the ferry process, not a subshell.
@@ -38,7 +42,7 @@ pass() {
 start_sender() {
   local name=$1; shift
   PORT=$((PORT + 1))
-  (in_ns "$NS_S" env FERRY_TOKEN=right "$FERRY" sync serve --listen "0.0.0.0:$PORT" \
+  (in_ns "$NS_S" env FERRY_TOKEN="$RIGHT" "$FERRY" sync serve --listen "0.0.0.0:$PORT" \
     --json "$@" >"$WORK/$name.out" 2>"$WORK/$name.err") &
   PIDS+=($!)
   SENDER=$!
@@ -73,8 +77,8 @@ stop_all() { for p in "${PIDS[@]}"; do kill -9 "$p" 2>/dev/null; done; wait 2>/d
 
 # 1. Three rounds through two relays, two local receivers each, bit-exact.
 start_sender good --receivers 2 --rounds 3 --bucket-mb 64 --preset qwen2.5-0.5b --timeout 30
-start_node "$NS_A" 1 $SENDER_IP right 3 30
-start_node "$NS_B" 2 $SENDER_IP right 3 30
+start_node "$NS_A" 1 $SENDER_IP "$RIGHT" 3 30
+start_node "$NS_B" 2 $SENDER_IP "$RIGHT" 3 30
 if wait_for "$SENDER" 180; then
   want=$(hashes "$WORK/good.out")
   [ "$(echo $want | wc -w)" -eq 3 ] || fail "sender printed $(echo $want | wc -w) rounds, not 3"
@@ -92,7 +96,7 @@ stop_all
 
 # 2. A relay with the wrong token: refused by both sides, and no weight byte reaches it.
 start_sender auth --receivers 1 --rounds 1 --preset qwen2.5-0.5b --timeout 3
-start_node "$NS_A" 1 $SENDER_IP wrong 1 3
+start_node "$NS_A" 1 $SENDER_IP "$WRONG" 1 3
 wait_for "$RELAY1" 20; rc=$?
 [ $rc -ne 0 ] || fail "relay with a wrong token exited 0"
 grep -q "refused our token" "$WORK/relay1.err" || fail "relay did not say it was refused: $(tail -1 "$WORK/relay1.err")"
@@ -107,8 +111,8 @@ stop_all
 # A relay between rounds when the link goes learns it from its idle timeout (or, later, from
 # TCP keepalive), so the nodes bound that wait too.
 start_sender cut --receivers 2 --rounds 20 --bucket-mb 64 --preset qwen2.5-0.5b --timeout 5
-start_node "$NS_A" 1 $SENDER_IP right 20 5 "--idle-timeout 10"
-start_node "$NS_B" 2 $SENDER_IP right 20 5 "--idle-timeout 10"
+start_node "$NS_A" 1 $SENDER_IP "$RIGHT" 20 5 "--idle-timeout 10"
+start_node "$NS_B" 2 $SENDER_IP "$RIGHT" 20 5 "--idle-timeout 10"
 for _ in $(seq 1 100); do grep -q '"round":1' "$WORK/cut.out" 2>/dev/null && break; sleep 0.2; done
 sleep 0.3
 ip -n "$NS_A" link set "${TAG}1n" down
@@ -127,8 +131,8 @@ ip -n "$NS_A" link set "${TAG}1n" up
 
 # 4. Relay 2 killed mid-round: the sender names it at once, not after its timeout.
 start_sender kill --receivers 2 --rounds 20 --bucket-mb 64 --preset qwen2.5-0.5b --timeout 30
-start_node "$NS_A" 1 $SENDER_IP right 20 30
-start_node "$NS_B" 2 $SENDER_IP right 20 30
+start_node "$NS_A" 1 $SENDER_IP "$RIGHT" 20 30
+start_node "$NS_B" 2 $SENDER_IP "$RIGHT" 20 30
 for _ in $(seq 1 100); do grep -q '"round":1' "$WORK/kill.out" 2>/dev/null && break; sleep 0.2; done
 sleep 0.3
 kill -9 "$RELAY2"
@@ -155,13 +159,13 @@ stop_all
 #    killed in round 2 and started again; the rounds after it reach all four receivers.
 start_sender again --receivers 2 --rounds 4 --bucket-mb 64 --preset qwen2.5-0.5b --timeout 20 \
   --keep-going
-start_node "$NS_A" 1 $SENDER_IP right 4 20 --keep-going
-start_node "$NS_B" 2 $SENDER_IP right 4 20 --keep-going
+start_node "$NS_A" 1 $SENDER_IP "$RIGHT" 4 20 --keep-going
+start_node "$NS_B" 2 $SENDER_IP "$RIGHT" 4 20 --keep-going
 for _ in $(seq 1 100); do grep -q '"round":1' "$WORK/again.out" 2>/dev/null && break; sleep 0.2; done
 sleep 0.3
 kill -9 "$RELAY2"
 wait "$RELAY2" 2>/dev/null
-RELAY_ONLY=1 start_node "$NS_B" 2 $SENDER_IP right 2 20
+RELAY_ONLY=1 start_node "$NS_B" 2 $SENDER_IP "$RIGHT" 2 20
 wait_for "$SENDER" 120; rc=$?
 [ $rc -eq 0 ] || fail "sender with --keep-going exited $rc"
 sent=$(hashes "$WORK/again.out")
