@@ -21,6 +21,7 @@ struct SyncArgs {
   std::string address = "@ferry-sync";
   std::string preset = "qwen2.5-0.5b";
   std::string dtype = "bf16";
+  std::int64_t layers = 0;  // serve: 0 = the preset's depth
   std::uint64_t bucket_mb = 512;
   std::uint32_t slots = 2;
   std::uint32_t receivers = 1;
@@ -92,6 +93,11 @@ void print_round(const SyncArgs& a, const sync::RoundStats& s, const char* role,
 int run_serve(const SyncArgs& a) {
   auto cfg = model::preset(a.preset);
   if (!cfg.ok()) return report_error(cfg.status());
+  if (a.layers < 0 || a.layers > cfg->num_layers) {
+    return report_error(invalid_argument(fmt::format(
+        "--layers {}: {} has 1 to {} layers (0: all)", a.layers, a.preset, cfg->num_layers)));
+  }
+  if (a.layers > 0) cfg->num_layers = a.layers;
   auto dtype = parse_dtype(a.dtype);
   if (!dtype.ok()) return report_error(dtype.status());
   const std::vector<TensorSpec> specs = model::hf_tensor_specs(*cfg, *dtype);
@@ -222,6 +228,9 @@ void add_sync_command(CLI::App& app, Dispatch& dispatch) {
       ->excludes(where);
   serve->add_option("--preset", args->preset, "Model shapes to send")->capture_default_str();
   serve->add_option("--dtype", args->dtype, "dtype of the tensors")->capture_default_str();
+  serve->add_option("--layers", args->layers,
+                    "Send only this many of the preset's layers, shapes unchanged (0: all)")
+      ->capture_default_str();
   serve->add_option("--bucket-mb", args->bucket_mb, "Bucket (ring slot) size in MiB")
       ->capture_default_str();
   serve->add_option("--slots", args->slots, "Ring slots (buckets in flight)")
