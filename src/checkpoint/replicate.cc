@@ -277,15 +277,24 @@ class Server {
       return send_message(p.channel, rp::encode_error(rp::ErrorCode::kNotOffered,
                                                       "'" + want.path + "' is not offered"));
     }
-    const std::string path = o_.root + "/" + want.path;
-    // Read whole (metadata files are small), not mapped: a file truncated while it is sent
-    // (a re-save) must not SIGBUS the server.
-    auto text = read_file(path);
+    // Opened from the root's fd, each component with O_NOFOLLOW, checked with fstat on the
+    // fd it is read from: a file swapped for a link after the INDEX is refused, never
+    // followed. Read whole (metadata files are small), not mapped: a file truncated while it
+    // is sent (a re-save) must not SIGBUS the server.
     const auto changed = [&] {
       return send_message(p.channel, rp::encode_error(rp::ErrorCode::kChanged,
                                                       want.path + " changed since it was listed"));
     };
-    if (!text.ok()) return text.status().code() == Code::kNotFound ? changed() : text.status();
+    auto root = megatron::open_root(o_.root);
+    if (!root.ok()) return root.status();
+    struct stat st {};
+    auto text = megatron::read_beneath(root->get(), o_.root, want.path, &st);
+    if (!text.ok()) {
+      const Code c = text.status().code();
+      if (c != Code::kNotFound && c != Code::kFailedPrecondition) return text.status();
+      if (c == Code::kFailedPrecondition) log::warn("replicate: {}", text.status().message());
+      return changed();
+    }
     const std::span<const std::byte> bytes = as_bytes(*text);
     // What goes out is hashed from the buffer it is sent from, so FILE never vouches for other
     // bytes.
@@ -382,12 +391,16 @@ class Puller {
     out.notes = set->notes;
     std::vector<ReplicaFile> need;
     for (const ReplicaFile& f : set->files) {
-      auto local = hashes_.get(o_.root + "/" + f.path);
+      auto local = hashes_.get(o_.root, f.path);
       if (local.ok() && local->bytes == f.bytes && local->xxh3 == f.xxh3) {
         ++out.unchanged;
         continue;
       }
-      if (!local.ok() && local.status().code() != Code::kNotFound) return local.status();
+      // Missing, or a link where the file goes (replaced by the rename, never followed).
+      if (!local.ok() && local.status().code() != Code::kNotFound &&
+          local.status().code() != Code::kFailedPrecondition) {
+        return local.status();
+      }
       need.push_back(f);
     }
     done_ = total_ = 0;
@@ -451,14 +464,9 @@ class Puller {
                       "bytes)",
                       peer(), head->path, head->bytes, f.path, f.bytes));
     }
-    const std::string target = o_.root + "/" + f.path;
-    std::error_code ec;
-    fs::create_directories(fs::path(target).parent_path(), ec);
-    if (ec) return errno_status("mkdir", fs::path(target).parent_path().string(), ec.value());
-    // The temp file lives beside the target; destroying it uncommitted removes it, so a
-    // server that dies mid-file leaves nothing behind.
-    auto out = AtomicFile::create(target);
-    if (!out.ok()) return out.status();
+    // Kept in memory until whole and checked (metadata files are small): a server that dies
+    // mid-file leaves nothing behind.
+    std::vector<std::byte> content;
     std::unique_ptr<XXH3_state_t, XxhState> hash(XXH3_createState());
     if (!hash || XXH3_64bits_reset(hash.get()) != XXH_OK) return internal_error("XXH3 state");
     std::uint64_t received = 0;
@@ -480,7 +488,7 @@ class Puller {
                         "past its {} bytes",
                         peer(), chunk->offset, chunk->data.size(), f.path, f.bytes));
       }
-      if (Status s = out->write(chunk->data); !s.ok()) return s;
+      content.insert(content.end(), chunk->data.begin(), chunk->data.end());
       XXH3_64bits_update(hash.get(), chunk->data.data(), chunk->data.size());
       received += chunk->data.size();
       done_ += chunk->data.size();
@@ -492,7 +500,17 @@ class Puller {
                       "was offered with; discarded",
                       f.path, peer(), got, f.xxh3));
     }
-    if (Status s = out->commit(); !s.ok()) return s;
+    // Written through the folder's fd: a temp name made with O_EXCL|O_NOFOLLOW, renamed
+    // over the target, every folder on the way opened with O_NOFOLLOW. A link planted in
+    // the destination is replaced or refused, never written through.
+    std::error_code ec;
+    fs::create_directories(o_.root, ec);
+    if (ec) return errno_status("mkdir", o_.root, ec.value());
+    auto root = megatron::open_root(o_.root);
+    if (!root.ok()) return root.status();
+    if (Status s = megatron::write_beneath(root->get(), o_.root, f.path, content); !s.ok()) {
+      return s.with_context("replicate: writing " + f.path);
+    }
     return true;
   }
 
