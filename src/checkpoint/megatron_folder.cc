@@ -321,8 +321,11 @@ Result<ReplicaSet> replica_set(const std::string& root, FileHashes& hashes) {
         ReplicaFile f{d.path + "/" + std::string(name), 0, 0};
         auto h = hashes.get(root, f.path);
         if (!h.ok()) {
-          if (h.status().code() != Code::kNotFound) return h.status();
-          gone = h.status();  // removed since the scan (verl's max_ckpt_to_keep)
+          // Removed since the scan (verl's max_ckpt_to_keep), or swapped for a link or a
+          // non-file (never followed): the step waits.
+          const Code c = h.status().code();
+          if (c != Code::kNotFound && c != Code::kFailedPrecondition) return h.status();
+          gone = h.status();
           break;
         }
         f.bytes = h->bytes;

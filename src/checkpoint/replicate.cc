@@ -328,7 +328,7 @@ class Server {
 // --- puller ---
 
 // Refuses a path from the server that leaves the folder, is not a metadata file or the
-// tracker, or passes through a symbolic link (which could lead outside the folder).
+// tracker, or passes through a folder that is a symbolic link (which could lead outside).
 Status check_offered_path(const std::string& root, const std::string& path,
                           const std::string& peer) {
   if (Status s = validate_relative_path(path, "file offered by " + peer); !s.ok()) {
@@ -341,10 +341,13 @@ Status check_offered_path(const std::string& root, const std::string& path,
                     "or {}: refused",
                     peer, path, kMegatronTracker));
   }
+  // The folders on the way: a clear refusal up front. The writes themselves go through
+  // O_NOFOLLOW opens (write_beneath), which is what holds against a link planted later; a
+  // link at the file's own name is replaced by the rename, never written through.
   std::string at = root;
   for (std::size_t start = 0; start < path.size();) {
     std::size_t end = path.find('/', start);
-    if (end == std::string::npos) end = path.size();
+    if (end == std::string::npos) break;
     at += "/" + path.substr(start, end - start);
     struct stat st {};
     if (::lstat(at.c_str(), &st) == 0 && S_ISLNK(st.st_mode)) {
