@@ -123,6 +123,9 @@ struct MegatronNodeReport {
   std::string node;                  // the root's last path component, for messages
   std::vector<std::string> missing;  // expected files absent here (relative paths)
   std::vector<MegatronFileProblem> inconsistent;
+  // What to run to repair this node, when verify can tell (empty otherwise): e.g. a node
+  // checked without rank 0's node, which lacks the metadata only rank 0's node writes.
+  std::string fix;
   bool ok() const { return missing.empty() && inconsistent.empty(); }
 };
 struct MegatronVerifyReport {

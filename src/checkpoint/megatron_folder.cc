@@ -4,6 +4,7 @@
 #include "checkpoint/megatron_folder.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -563,12 +564,19 @@ Result<MegatronVerifyReport> verify_megatron(const std::vector<std::string>& roo
   // Every step folder any node has, with whether it is complete on some node and one
   // explanation of why not.
   std::map<std::int64_t, std::pair<bool, std::string>> steps;
+  // Steps with shards on some node given but rank 0's on none: rank 0's node, the only one
+  // that writes the metadata without shared storage, is not among the folders.
+  std::map<std::int64_t, bool> has_rank0, has_shards;
   for (const RootState& s : state) {
     for (const MegatronStep& st : s.folder.steps) {
       if (step && st.step != *step) continue;
       auto& [complete, why] = steps[st.step];
       complete |= st.complete();
       if (!st.complete() && why.empty()) why = megatron::describe_incomplete(st);
+      for (const DistCheckpointFolder& d : st.dist_folders) {
+        has_shards[st.step] |= !d.shards.empty();
+        for (const std::string& sh : d.shards) has_rank0[st.step] |= sh.rfind("__0_", 0) == 0;
+      }
     }
     if (s.folder.tracker && (!report.tracker || *s.folder.tracker > *report.tracker)) {
       report.tracker = s.folder.tracker;
@@ -579,8 +587,13 @@ Result<MegatronVerifyReport> verify_megatron(const std::vector<std::string>& roo
         fmt::format("step {} is in none of the {} folder(s) given", *step, roots.size()));
   }
   megatron::FileHashes hashes;
+  std::vector<std::int64_t> without_rank0;
   for (const auto& [s, info] : steps) {
-    if (!info.first) {
+    if (!info.first && has_shards[s] && !has_rank0[s]) {
+      // Not a save in progress (rank 0's shards would be here): these nodes lack what rank
+      // 0's node wrote, which verl needs on every node to load.
+      without_rank0.push_back(s);
+    } else if (!info.first) {
       report.notes.push_back(fmt::format(
           "step {} is incomplete on every node given ({}): a save in progress or one that "
           "failed; not checked",
@@ -597,6 +610,13 @@ Result<MegatronVerifyReport> verify_megatron(const std::vector<std::string>& roo
     for (const std::string& p : paths) {
       if (Status st = check_dist_folder(state, s, p, hashes, report.notes); !st.ok()) return st;
     }
+  }
+  if (!without_rank0.empty()) {
+    report.notes.push_back(fmt::format(
+        "step(s) {}: no folder given holds rank 0's shards (__0_*.distcp), so rank 0's node, "
+        "the only one that writes common.pt, .metadata, metadata.json and {} without shared "
+        "storage, is not among them; verl cannot load on a node without them",
+        fmt::join(without_rank0, ", "), kMegatronTracker));
   }
   const std::string tracker(kMegatronTracker);
   std::string ahead_node;
@@ -628,7 +648,16 @@ Result<MegatronVerifyReport> verify_megatron(const std::vector<std::string>& roo
                                           tracker, t, it->second.second)});
     }
   }
-  for (RootState& r : state) report.nodes.push_back(std::move(r.report));
+  for (RootState& r : state) {
+    if (!r.report.ok() && !without_rank0.empty()) {
+      r.report.fix = fmt::format(
+          "copy the metadata from rank 0's node: there `ferry ckpt replicate DIR --serve "
+          "0.0.0.0:PORT`, here `ferry ckpt replicate {} --from NODE0:PORT`; or verify every "
+          "node's folder together to see what each lacks",
+          r.report.root);
+    }
+    report.nodes.push_back(std::move(r.report));
+  }
   return report;
 }
 
