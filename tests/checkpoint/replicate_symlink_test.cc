@@ -9,11 +9,15 @@
 #include <chrono>
 #include <filesystem>
 #include <future>
+#include <mutex>
 #include <thread>
+#include <algorithm>
 
 #include "checkpoint/megatron_fixture.h"
 #include "checkpoint/megatron_folder.h"
+#include "checkpoint/replicate.h"
 #include "ferry/checkpoint_tools.h"
+#include "transport/net/channel.h"
 
 namespace ferry::checkpoint {
 namespace {
@@ -24,6 +28,7 @@ using test::dist_path;
 using Clock = std::chrono::steady_clock;
 
 constexpr milliseconds kTimeout{10'000};
+namespace rp = replicate;
 constexpr int kRaceRounds = 1000;
 constexpr auto kRaceBudget = std::chrono::seconds(20);
 const std::string kSecret = "OUTSIDE-THE-FOLDER-SECRET";
@@ -203,6 +208,74 @@ TEST(ReplicateSymlinkRace, AServerNeverServesAFileSwappedForALinkOutsideItsFolde
   EXPECT_FALSE(holds_secret(pulled));
   for (const std::string& f : test::tree(t.n1)) EXPECT_FALSE(holds_secret(t.n1 + "/" + f)) << f;
   EXPECT_GT(rounds, 10);  // it raced
+}
+
+// Issue 14, item 14: one authenticated puller that stopped reading stalled every other puller
+// for 60 s (the server sent blocking, one peer at a time). Now the second completes at once
+// and the stalled one is dropped after send_timeout, named.
+TEST(ReplicateStall, APullerThatStopsReadingDoesNotStallASecondOne) {
+  Nodes t;
+  // A common.pt far larger than the socket buffers, so a puller that does not read fills them.
+  test::write_verl_save({t.n0}, {.step = 1, .common_bytes = 48u << 20});
+  std::mutex events_mu;
+  std::vector<std::string> events;
+  std::atomic<bool> stop{false};
+  std::promise<std::string> bound;
+  ReplicateServeOptions so{.root = t.n0, .address = "127.0.0.1:0", .token_file = t.token};
+  so.stop = [&] { return stop.load(); };
+  so.on_listening = [&](const std::string& a) { bound.set_value(a); };
+  so.on_event = [&](const std::string& e) {
+    std::lock_guard<std::mutex> l(events_mu);
+    events.push_back(e);
+  };
+  so.send_timeout = milliseconds(2000);
+  std::thread server([&] { (void)serve_replicas(so); });
+  const std::string address = bound.get_future().get();
+
+  // The stalled puller: authenticates, asks for the big file, never reads an answer.
+  auto set = replica_set(t.n0);
+  ASSERT_TRUE(set.ok()) << set.status().to_string();
+  const auto big = std::find_if(set->files.begin(), set->files.end(), [](const ReplicaFile& f) {
+    return f.path.find("common.pt") != std::string::npos;
+  });
+  ASSERT_NE(big, set->files.end());
+  auto ctx = net::Context::create();
+  ASSERT_TRUE(ctx.ok());
+  auto token = net::Token::from_file(t.token);
+  ASSERT_TRUE(token.ok());
+  auto stalled = net::connect(*ctx, address, *token, kTimeout);
+  ASSERT_TRUE(stalled.ok()) << stalled.status().to_string();
+  ASSERT_TRUE(stalled->send(rp::encode_list(), kTimeout).ok());
+  std::this_thread::sleep_for(milliseconds(200));
+  ASSERT_TRUE(stalled->send(rp::encode_get(*big), kTimeout).ok());
+  std::this_thread::sleep_for(milliseconds(300));  // the server is now writing into it
+
+  // A second puller completes, well within the stalled one's send timeout.
+  const auto start = Clock::now();
+  auto r = pull_replicas({.root = t.n1, .from = address, .token_file = t.token,
+                          .timeout = milliseconds(1500)});
+  const auto took = Clock::now() - start;
+  ASSERT_TRUE(r.ok()) << r.status().to_string();
+  EXPECT_EQ(r->tracker, 1);
+  EXPECT_LT(took, std::chrono::seconds(10));
+
+  // The stalled one is dropped and named, after about send_timeout.
+  bool dropped = false;
+  const auto until = Clock::now() + kTimeout;
+  while (!dropped && Clock::now() < until) {
+    std::this_thread::sleep_for(milliseconds(50));
+    std::lock_guard<std::mutex> l(events_mu);
+    for (const std::string& e : events) {
+      // The server names the peer by its address, as it saw it connect.
+      dropped |= e.rfind("dropped ", 0) == 0 && e.find("stopped reading") != std::string::npos;
+    }
+  }
+  std::string all;
+  for (const std::string& e : events) all += e + "\n";
+  EXPECT_TRUE(dropped) << "the stalled puller was never dropped by name; events:\n" << all;
+  stop = true;
+  server.join();
+  stalled->abort();
 }
 
 }  // namespace
