@@ -123,6 +123,9 @@ struct MegatronNodeReport {
   std::string node;                  // the root's last path component, for messages
   std::vector<std::string> missing;  // expected files absent here (relative paths)
   std::vector<MegatronFileProblem> inconsistent;
+  // What to run to repair this node, when verify can tell (empty otherwise): e.g. a node
+  // checked without rank 0's node, which lacks the metadata only rank 0's node writes.
+  std::string fix;
   bool ok() const { return missing.empty() && inconsistent.empty(); }
 };
 struct MegatronVerifyReport {
@@ -160,6 +163,11 @@ struct ReplicateServeOptions {
   std::function<void(const std::string& event)> on_event;
   // Bytes per data message. Default 1 MiB; at most the net transport's message size.
   std::uint32_t chunk_bytes = 1u << 20;
+  // A puller that takes none of the messages sent to it for this long is dropped and named
+  // (`on_event`: "dropped <peer>: ... stopped reading"). Pullers are served side by side
+  // without blocking, so a stalled one never holds up the others; a longer timeout only
+  // costs the stalled one's buffered answers in memory. Default 30 s.
+  std::chrono::milliseconds send_timeout{30'000};
   // Testing only: called after each data message is sent, with the file and bytes sent so far.
   std::function<void(const std::string& path, std::uint64_t sent)> test_after_chunk;
 };
@@ -204,11 +212,12 @@ struct ReplicatePullOptions {
   std::function<void(std::uint64_t done, std::uint64_t total)> progress;
 };
 // Asks the server for its replica set and copies each file this node lacks or holds with
-// other contents: into a temp file beside the target, checked for size and XXH3, fsynced,
-// renamed; the tracker last, so it never names a step whose metadata is not in place. Every
+// other contents: whole in memory, checked for size and XXH3, then into a temp file beside
+// the target (created O_EXCL|O_NOFOLLOW through the folder's fd), fsynced, renamed; the tracker last, so it never names a step whose metadata is not in place. Every
 // path the server sends is checked before use: relative, no "." or "..", a metadata file
-// name or the tracker, and no symbolic link on the way (invalid_argument otherwise, before
-// anything is written). A server that dies mid-file leaves no partial file.
+// name or the tracker, and no folder on the way a symbolic link (invalid_argument otherwise,
+// before anything is written; a link planted later is refused as failed_precondition, one at
+// the file's own name is replaced, never written through). A server that dies mid-file leaves no partial file.
 Result<PullResult> pull_replicas(const ReplicatePullOptions& options);
 
 }  // namespace ferry::checkpoint

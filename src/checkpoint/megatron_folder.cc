@@ -4,11 +4,15 @@
 #include "checkpoint/megatron_folder.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <fcntl.h>
 #include <sys/stat.h>
+#include <unistd.h>
 #include <xxhash.h>
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <filesystem>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -142,18 +146,139 @@ bool is_replica_path(std::string_view path) {
          is_metadata_name(parts.back());
 }
 
-Result<FileHashes::Entry> FileHashes::get(const std::string& path) {
+namespace {
+
+std::vector<std::string_view> components(std::string_view rel) {
+  std::vector<std::string_view> out;
+  for (std::size_t start = 0; start <= rel.size();) {
+    std::size_t end = rel.find('/', start);
+    if (end == std::string_view::npos) end = rel.size();
+    if (end > start) out.push_back(rel.substr(start, end - start));
+    start = end + 1;
+  }
+  return out;
+}
+
+// ELOOP (O_NOFOLLOW met a link) and ENOTDIR (O_DIRECTORY met a link or a file) as one
+// named refusal; other errors as errno_status.
+Status open_error(const std::string& root, std::string_view rel, std::string_view at, int err) {
+  if (err == ELOOP || err == ENOTDIR) {
+    return failed_precondition(fmt::format("{}/{}: {} is a symbolic link or not a folder: not "
+                                           "followed",
+                                           root, rel, at));
+  }
+  return errno_status("openat", fmt::format("{}/{}", root, rel), err);
+}
+
+}  // namespace
+
+Result<ScopedFd> open_root(const std::string& root) {
+  ScopedFd fd(::open(root.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (!fd.valid()) return errno_status("open", root, errno);
+  return fd;
+}
+
+Result<ScopedFd> open_parent_beneath(int root_fd, const std::string& root, std::string_view rel,
+                                     bool create) {
+  const auto parts = components(rel);
+  ScopedFd dir(::fcntl(root_fd, F_DUPFD_CLOEXEC, 0));
+  if (!dir.valid()) return errno_status("dup", root, errno);
+  for (std::size_t i = 0; i + 1 < parts.size(); ++i) {
+    const std::string name(parts[i]);
+    if (name == "." || name == "..") return invalid_argument(root + "/" + std::string(rel) +
+                                                             ": '.' or '..' in the path");
+    if (create && ::mkdirat(dir.get(), name.c_str(), 0755) != 0 && errno != EEXIST) {
+      return errno_status("mkdirat", fmt::format("{}/{}", root, rel), errno);
+    }
+    ScopedFd next(
+        ::openat(dir.get(), name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+    if (!next.valid()) return open_error(root, rel, name, errno);
+    dir = std::move(next);
+  }
+  return dir;
+}
+
+Result<ScopedFd> open_file_beneath(int root_fd, const std::string& root, std::string_view rel,
+                                   struct stat* st) {
+  const auto parts = components(rel);
+  if (parts.empty()) return invalid_argument(root + ": an empty path to read");
+  auto dir = open_parent_beneath(root_fd, root, rel, /*create=*/false);
+  if (!dir.ok()) return dir.status();
+  const std::string name(parts.back());
+  // O_NONBLOCK: a FIFO swapped in must not hang the open; fstat below refuses it.
+  ScopedFd fd(
+      ::openat(dir->get(), name.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC));
+  if (!fd.valid()) return open_error(root, rel, name, errno);
+  const std::string full = fmt::format("{}/{}", root, rel);
+  if (::fstat(fd.get(), st) != 0) return errno_status("fstat", full, errno);
+  if (!S_ISREG(st->st_mode)) return failed_precondition(full + " is not a regular file");
+  return fd;
+}
+
+Result<std::string> read_open_file(int fd, const struct stat& st, const std::string& what) {
+  std::string out;
+  out.resize(static_cast<std::size_t>(st.st_size));
+  std::size_t have = 0;
+  while (true) {
+    if (have == out.size()) out.resize(out.size() + 4096);  // grew meanwhile: read to the end
+    const ssize_t n = ::read(fd, out.data() + have, out.size() - have);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return errno_status("read", what, errno);
+    if (n == 0) break;
+    have += static_cast<std::size_t>(n);
+  }
+  out.resize(have);
+  return out;
+}
+
+Result<std::string> read_beneath(int root_fd, const std::string& root, std::string_view rel,
+                                 struct stat* st) {
+  auto fd = open_file_beneath(root_fd, root, rel, st);
+  if (!fd.ok()) return fd.status();
+  return read_open_file(fd->get(), *st, fmt::format("{}/{}", root, rel));
+}
+
+Status write_beneath(int root_fd, const std::string& root, std::string_view rel,
+                     std::span<const std::byte> data) {
+  const auto parts = components(rel);
+  if (parts.empty()) return invalid_argument(root + ": an empty path to write");
+  auto dir = open_parent_beneath(root_fd, root, rel, /*create=*/true);
+  if (!dir.ok()) return dir.status();
+  const std::string name(parts.back());
+  const std::string full = fmt::format("{}/{}", root, rel);
+  static std::atomic<unsigned> counter{0};
+  const std::string tmp = fmt::format(".{}.tmp.{}.{}", name, ::getpid(), counter++);
+  ScopedFd fd(::openat(dir->get(), tmp.c_str(),
+                       O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644));
+  if (!fd.valid()) return open_error(root, rel, tmp, errno);
+  Status s = write_all(fd.get(), data, full);
+  if (s.ok() && ::fsync(fd.get()) != 0) s = errno_status("fsync", full, errno);
+  if (s.ok() && ::renameat(dir->get(), tmp.c_str(), dir->get(), name.c_str()) != 0) {
+    s = errno_status("renameat", full, errno);
+  }
+  if (!s.ok()) {
+    (void)::unlinkat(dir->get(), tmp.c_str(), 0);
+    return s;
+  }
+  (void)::fsync(dir->get());
+  return ok_status();
+}
+
+Result<FileHashes::Entry> FileHashes::get(const std::string& root, const std::string& rel) {
+  auto root_fd = open_root(root);
+  if (!root_fd.ok()) return root_fd.status();
+  // The key and the bytes come from one fd opened without following links.
   struct stat st {};
-  if (::stat(path.c_str(), &st) != 0) return errno_status("stat", path, errno);
-  if (!S_ISREG(st.st_mode)) return failed_precondition(path + " is not a regular file");
+  auto fd = open_file_beneath(root_fd->get(), root, rel, &st);
+  if (!fd.ok()) return fd.status();
+  const std::string path = root + "/" + rel;
   const Key key{static_cast<std::uint64_t>(st.st_size), static_cast<std::uint64_t>(st.st_ino),
                 st.st_mtim.tv_sec * 1'000'000'000LL + st.st_mtim.tv_nsec,
                 st.st_ctim.tv_sec * 1'000'000'000LL + st.st_ctim.tv_nsec};
   if (auto it = cache_.find(path); it != cache_.end() && it->second.first == key) {
     return it->second.second;
   }
-  // Read, not mapped: a file truncated meanwhile (a re-save) must not SIGBUS us.
-  auto bytes = read_file(path);
+  auto bytes = read_open_file(fd->get(), st, path);
   if (!bytes.ok()) return bytes.status();
   const Entry e{bytes->size(), XXH3_64bits(bytes->data(), bytes->size())};
   cache_[path] = {key, e};
@@ -195,10 +320,13 @@ Result<ReplicaSet> replica_set(const std::string& root, FileHashes& hashes) {
     for (const DistCheckpointFolder& d : s.dist_folders) {
       for (std::string_view name : kMetadataNames) {
         ReplicaFile f{d.path + "/" + std::string(name), 0, 0};
-        auto h = hashes.get(root + "/" + f.path);
+        auto h = hashes.get(root, f.path);
         if (!h.ok()) {
-          if (h.status().code() != Code::kNotFound) return h.status();
-          gone = h.status();  // removed since the scan (verl's max_ckpt_to_keep)
+          // Removed since the scan (verl's max_ckpt_to_keep), or swapped for a link or a
+          // non-file (never followed): the step waits.
+          const Code c = h.status().code();
+          if (c != Code::kNotFound && c != Code::kFailedPrecondition) return h.status();
+          gone = h.status();
           break;
         }
         f.bytes = h->bytes;
@@ -224,7 +352,7 @@ Result<ReplicaSet> replica_set(const std::string& root, FileHashes& hashes) {
                           tracker_name, tracker));
     return out;
   }
-  auto h = hashes.get(root + "/" + tracker_name);
+  auto h = hashes.get(root, tracker_name);
   if (!h.ok()) return h.status();
   out.files.push_back({tracker_name, h->bytes, h->xxh3});
   out.tracker = tracker;
@@ -396,7 +524,7 @@ Status check_dist_folder(std::vector<RootState>& roots, std::int64_t step, const
         roots[r].report.inconsistent.push_back({rel, std::string(name) + " " + bad->second});
         continue;
       }
-      auto h = hashes.get(roots[r].folder.root + "/" + rel);
+      auto h = hashes.get(roots[r].folder.root, rel);
       if (!h.ok()) return h.status();
       copies.emplace_back(r, *h);
     }
@@ -436,12 +564,19 @@ Result<MegatronVerifyReport> verify_megatron(const std::vector<std::string>& roo
   // Every step folder any node has, with whether it is complete on some node and one
   // explanation of why not.
   std::map<std::int64_t, std::pair<bool, std::string>> steps;
+  // Steps with shards on some node given but rank 0's on none: rank 0's node, the only one
+  // that writes the metadata without shared storage, is not among the folders.
+  std::map<std::int64_t, bool> has_rank0, has_shards;
   for (const RootState& s : state) {
     for (const MegatronStep& st : s.folder.steps) {
       if (step && st.step != *step) continue;
       auto& [complete, why] = steps[st.step];
       complete |= st.complete();
       if (!st.complete() && why.empty()) why = megatron::describe_incomplete(st);
+      for (const DistCheckpointFolder& d : st.dist_folders) {
+        has_shards[st.step] |= !d.shards.empty();
+        for (const std::string& sh : d.shards) has_rank0[st.step] |= sh.rfind("__0_", 0) == 0;
+      }
     }
     if (s.folder.tracker && (!report.tracker || *s.folder.tracker > *report.tracker)) {
       report.tracker = s.folder.tracker;
@@ -452,8 +587,13 @@ Result<MegatronVerifyReport> verify_megatron(const std::vector<std::string>& roo
         fmt::format("step {} is in none of the {} folder(s) given", *step, roots.size()));
   }
   megatron::FileHashes hashes;
+  std::vector<std::int64_t> without_rank0;
   for (const auto& [s, info] : steps) {
-    if (!info.first) {
+    if (!info.first && has_shards[s] && !has_rank0[s]) {
+      // Not a save in progress (rank 0's shards would be here): these nodes lack what rank
+      // 0's node wrote, which verl needs on every node to load.
+      without_rank0.push_back(s);
+    } else if (!info.first) {
       report.notes.push_back(fmt::format(
           "step {} is incomplete on every node given ({}): a save in progress or one that "
           "failed; not checked",
@@ -470,6 +610,13 @@ Result<MegatronVerifyReport> verify_megatron(const std::vector<std::string>& roo
     for (const std::string& p : paths) {
       if (Status st = check_dist_folder(state, s, p, hashes, report.notes); !st.ok()) return st;
     }
+  }
+  if (!without_rank0.empty()) {
+    report.notes.push_back(fmt::format(
+        "step(s) {}: no folder given holds rank 0's shards (__0_*.distcp), so rank 0's node, "
+        "the only one that writes common.pt, .metadata, metadata.json and {} without shared "
+        "storage, is not among them; verl cannot load on a node without them",
+        fmt::join(without_rank0, ", "), kMegatronTracker));
   }
   const std::string tracker(kMegatronTracker);
   std::string ahead_node;
@@ -501,7 +648,16 @@ Result<MegatronVerifyReport> verify_megatron(const std::vector<std::string>& roo
                                           tracker, t, it->second.second)});
     }
   }
-  for (RootState& r : state) report.nodes.push_back(std::move(r.report));
+  for (RootState& r : state) {
+    if (!r.report.ok() && !without_rank0.empty()) {
+      r.report.fix = fmt::format(
+          "copy the metadata from rank 0's node: there `ferry ckpt replicate DIR --serve "
+          "0.0.0.0:PORT`, here `ferry ckpt replicate {} --from NODE0:PORT`; or verify every "
+          "node's folder together to see what each lacks",
+          r.report.root);
+    }
+    report.nodes.push_back(std::move(r.report));
+  }
   return report;
 }
 

@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <deque>
 #include <filesystem>
 #include <memory>
 
@@ -212,8 +213,7 @@ using Clock = std::chrono::steady_clock;
 namespace fs = std::filesystem;
 namespace rp = replicate;
 
-// How long the server waits for a puller to take a message: a puller that stopped reading
-// costs at most this.
+// How long the puller waits for the server to take a message.
 constexpr milliseconds kSendTimeout{60'000};
 constexpr milliseconds kPoll{50};
 
@@ -225,12 +225,35 @@ Status send_message(net::Channel& ch, const std::vector<std::byte>& m) {
   return ch.send(m, kSendTimeout);
 }
 
+
+
 // --- server ---
+
+// Messages per peer handed to UCX and not yet sent: beyond it, the rest wait in `outbox`.
+constexpr std::size_t kSendWindow = 4;
 
 struct Peer {
   net::Channel channel;
   ReplicaSet offered;  // the last INDEX it was sent: the only files it may GET
+  // What the server has answered and not yet handed to UCX. Nothing is sent blocking, so a
+  // peer that stops reading holds up only itself; its next request is read once this and
+  // the window are empty.
+  std::deque<std::vector<std::byte>> outbox;
+  Clock::time_point last_progress = Clock::now();
+  std::size_t in_flight = 0;
+  // The file being sent, cut into CHUNKs as the window allows.
+  std::string file_path, file_bytes;
+  std::size_t file_offset = 0;
+  bool idle() {
+    return outbox.empty() && file_offset >= file_bytes.size() && channel.sends_in_flight() == 0;
+  }
 };
+
+// The server's answers go to the peer's outbox (Peer::pump sends them).
+Status queue(Peer& p, std::vector<std::byte> m) {
+  p.outbox.push_back(std::move(m));
+  return ok_status();
+}
 
 class Server {
  public:
@@ -246,11 +269,11 @@ class Server {
         auto set = megatron::replica_set(o_.root, hashes_);
         if (!set.ok()) {
           log::warn("replicate: {}", set.status().message());
-          return send_message(p.channel,
+          return queue(p,
                               rp::encode_error(rp::ErrorCode::kIo, set.status().message()));
         }
         p.offered = std::move(*set);
-        return send_message(p.channel, rp::encode_index(p.offered));
+        return queue(p, rp::encode_index(p.offered));
       }
       case rp::Kind::kGet: {
         auto want = rp::decode_get(m, who);
@@ -261,7 +284,7 @@ class Server {
         *done = true;
         return ok_status();
       default:
-        (void)send_message(p.channel,
+        (void)queue(p,
                            rp::encode_error(rp::ErrorCode::kBadRequest, "unexpected message"));
         return corruption(fmt::format("replicate: {} sent a message only a server sends", who));
     }
@@ -274,18 +297,27 @@ class Server {
     if (offered == p.offered.files.end()) {
       // Only what the last INDEX offered is ever read: a GET cannot name another file.
       log::warn("replicate: {} asked for '{}', which was not offered", p.channel.peer(), want.path);
-      return send_message(p.channel, rp::encode_error(rp::ErrorCode::kNotOffered,
+      return queue(p, rp::encode_error(rp::ErrorCode::kNotOffered,
                                                       "'" + want.path + "' is not offered"));
     }
-    const std::string path = o_.root + "/" + want.path;
-    // Read whole (metadata files are small), not mapped: a file truncated while it is sent
-    // (a re-save) must not SIGBUS the server.
-    auto text = read_file(path);
+    // Opened from the root's fd, each component with O_NOFOLLOW, checked with fstat on the
+    // fd it is read from: a file swapped for a link after the INDEX is refused, never
+    // followed. Read whole (metadata files are small), not mapped: a file truncated while it
+    // is sent (a re-save) must not SIGBUS the server.
     const auto changed = [&] {
-      return send_message(p.channel, rp::encode_error(rp::ErrorCode::kChanged,
+      return queue(p, rp::encode_error(rp::ErrorCode::kChanged,
                                                       want.path + " changed since it was listed"));
     };
-    if (!text.ok()) return text.status().code() == Code::kNotFound ? changed() : text.status();
+    auto root = megatron::open_root(o_.root);
+    if (!root.ok()) return root.status();
+    struct stat st {};
+    auto text = megatron::read_beneath(root->get(), o_.root, want.path, &st);
+    if (!text.ok()) {
+      const Code c = text.status().code();
+      if (c != Code::kNotFound && c != Code::kFailedPrecondition) return text.status();
+      if (c == Code::kFailedPrecondition) log::warn("replicate: {}", text.status().message());
+      return changed();
+    }
     const std::span<const std::byte> bytes = as_bytes(*text);
     // What goes out is hashed from the buffer it is sent from, so FILE never vouches for other
     // bytes.
@@ -293,15 +325,58 @@ class Server {
         XXH3_64bits(bytes.data(), bytes.size()) != offered->xxh3 || offered->xxh3 != want.xxh3) {
       return changed();
     }
-    if (Status s = send_message(p.channel, rp::encode_file(*offered)); !s.ok()) return s;
+    if (Status s = queue(p, rp::encode_file(*offered)); !s.ok()) return s;
+    p.file_path = want.path;
+    p.file_bytes = std::move(*text);
+    p.file_offset = 0;
+    return ok_status();
+  }
+
+ public:
+  // Hands the peer's queued answers, then its file's next chunks, to UCX while its window
+  // allows; never waits. Errors: the peer is gone, or it took nothing for send_timeout.
+  Status pump(Peer& p) {
     const std::size_t chunk =
         std::clamp<std::size_t>(o_.chunk_bytes, 1, rp::max_chunk_bytes(net::max_message_bytes()));
-    for (std::size_t off = 0; off < bytes.size(); off += chunk) {
-      const auto piece = bytes.subspan(off, std::min(chunk, bytes.size() - off));
-      if (Status s = send_message(p.channel, rp::encode_chunk(off, piece)); !s.ok()) return s;
-      if (o_.test_after_chunk) o_.test_after_chunk(want.path, off + piece.size());
+    std::size_t in_flight = p.channel.sends_in_flight();
+    if (in_flight < p.in_flight) p.last_progress = Clock::now();
+    while (in_flight < kSendWindow) {
+      std::vector<std::byte> m;
+      std::size_t sent_to = 0;
+      if (!p.outbox.empty()) {
+        m = std::move(p.outbox.front());
+        p.outbox.pop_front();
+      } else if (p.file_offset < p.file_bytes.size()) {
+        const auto piece = as_bytes(p.file_bytes)
+                               .subspan(p.file_offset,
+                                        std::min(chunk, p.file_bytes.size() - p.file_offset));
+        m = rp::encode_chunk(p.file_offset, piece);
+        sent_to = p.file_offset += piece.size();
+      } else {
+        break;
+      }
+      Status st = p.channel.send(m, milliseconds(0));
+      // A timeout leaves the message queued in UCX: it is in flight, not lost.
+      if (!st.ok() && st.code() != Code::kTimeout) return st;
+      in_flight = p.channel.sends_in_flight();
+      p.last_progress = Clock::now();
+      if (sent_to == 0) continue;
+      if (o_.test_after_chunk) o_.test_after_chunk(p.file_path, sent_to);
+      if (sent_to == p.file_bytes.size()) {
+        event(fmt::format("sent {} ({} bytes) to {}", p.file_path, sent_to, p.channel.peer()));
+        p.file_bytes.clear();
+        p.file_offset = 0;
+      }
     }
-    event(fmt::format("sent {} ({} bytes) to {}", want.path, bytes.size(), p.channel.peer()));
+    p.in_flight = in_flight;
+    if (in_flight == 0 && p.idle()) p.last_progress = Clock::now();
+    const auto stalled = Clock::now() - p.last_progress;
+    if (!p.idle() && stalled > o_.send_timeout) {
+      return timeout_error(fmt::format(
+          "{} stopped reading: it took nothing we sent for {} ms (send timeout {} ms)",
+          p.channel.peer(), std::chrono::duration_cast<milliseconds>(stalled).count(),
+          o_.send_timeout.count()));
+    }
     return ok_status();
   }
 
@@ -319,7 +394,7 @@ class Server {
 // --- puller ---
 
 // Refuses a path from the server that leaves the folder, is not a metadata file or the
-// tracker, or passes through a symbolic link (which could lead outside the folder).
+// tracker, or passes through a folder that is a symbolic link (which could lead outside).
 Status check_offered_path(const std::string& root, const std::string& path,
                           const std::string& peer) {
   if (Status s = validate_relative_path(path, "file offered by " + peer); !s.ok()) {
@@ -332,10 +407,13 @@ Status check_offered_path(const std::string& root, const std::string& path,
                     "or {}: refused",
                     peer, path, kMegatronTracker));
   }
+  // The folders on the way: a clear refusal up front. The writes themselves go through
+  // O_NOFOLLOW opens (write_beneath), which is what holds against a link planted later; a
+  // link at the file's own name is replaced by the rename, never written through.
   std::string at = root;
   for (std::size_t start = 0; start < path.size();) {
     std::size_t end = path.find('/', start);
-    if (end == std::string::npos) end = path.size();
+    if (end == std::string::npos) break;
     at += "/" + path.substr(start, end - start);
     struct stat st {};
     if (::lstat(at.c_str(), &st) == 0 && S_ISLNK(st.st_mode)) {
@@ -382,12 +460,16 @@ class Puller {
     out.notes = set->notes;
     std::vector<ReplicaFile> need;
     for (const ReplicaFile& f : set->files) {
-      auto local = hashes_.get(o_.root + "/" + f.path);
+      auto local = hashes_.get(o_.root, f.path);
       if (local.ok() && local->bytes == f.bytes && local->xxh3 == f.xxh3) {
         ++out.unchanged;
         continue;
       }
-      if (!local.ok() && local.status().code() != Code::kNotFound) return local.status();
+      // Missing, or a link where the file goes (replaced by the rename, never followed).
+      if (!local.ok() && local.status().code() != Code::kNotFound &&
+          local.status().code() != Code::kFailedPrecondition) {
+        return local.status();
+      }
       need.push_back(f);
     }
     done_ = total_ = 0;
@@ -451,14 +533,9 @@ class Puller {
                       "bytes)",
                       peer(), head->path, head->bytes, f.path, f.bytes));
     }
-    const std::string target = o_.root + "/" + f.path;
-    std::error_code ec;
-    fs::create_directories(fs::path(target).parent_path(), ec);
-    if (ec) return errno_status("mkdir", fs::path(target).parent_path().string(), ec.value());
-    // The temp file lives beside the target; destroying it uncommitted removes it, so a
-    // server that dies mid-file leaves nothing behind.
-    auto out = AtomicFile::create(target);
-    if (!out.ok()) return out.status();
+    // Kept in memory until whole and checked (metadata files are small): a server that dies
+    // mid-file leaves nothing behind.
+    std::vector<std::byte> content;
     std::unique_ptr<XXH3_state_t, XxhState> hash(XXH3_createState());
     if (!hash || XXH3_64bits_reset(hash.get()) != XXH_OK) return internal_error("XXH3 state");
     std::uint64_t received = 0;
@@ -480,7 +557,7 @@ class Puller {
                         "past its {} bytes",
                         peer(), chunk->offset, chunk->data.size(), f.path, f.bytes));
       }
-      if (Status s = out->write(chunk->data); !s.ok()) return s;
+      content.insert(content.end(), chunk->data.begin(), chunk->data.end());
       XXH3_64bits_update(hash.get(), chunk->data.data(), chunk->data.size());
       received += chunk->data.size();
       done_ += chunk->data.size();
@@ -492,7 +569,17 @@ class Puller {
                       "was offered with; discarded",
                       f.path, peer(), got, f.xxh3));
     }
-    if (Status s = out->commit(); !s.ok()) return s;
+    // Written through the folder's fd: a temp name made with O_EXCL|O_NOFOLLOW, renamed
+    // over the target, every folder on the way opened with O_NOFOLLOW. A link planted in
+    // the destination is replaced or refused, never written through.
+    std::error_code ec;
+    fs::create_directories(o_.root, ec);
+    if (ec) return errno_status("mkdir", o_.root, ec.value());
+    auto root = megatron::open_root(o_.root);
+    if (!root.ok()) return root.status();
+    if (Status s = megatron::write_beneath(root->get(), o_.root, f.path, content); !s.ok()) {
+      return s.with_context("replicate: writing " + f.path);
+    }
     return true;
   }
 
@@ -509,6 +596,10 @@ Status serve_replicas(const ReplicateServeOptions& o) {
   if (!fs::is_directory(o.root, ec))
     return not_found("checkpoint folder " + o.root + " is not a folder");
   if (o.clients < 0) return invalid_argument("clients must be 0 (serve until stopped) or more");
+  if (o.send_timeout < milliseconds(1)) {
+    return invalid_argument(
+        fmt::format("send timeout {} ms: must be at least 1 ms", o.send_timeout.count()));
+  }
   auto token = load_token(o.token_file);
   if (!token.ok()) return token.status();
   auto ctx = net::Context::create();
@@ -520,7 +611,7 @@ Status serve_replicas(const ReplicateServeOptions& o) {
   std::vector<Peer> peers;
   int finished = 0;
   while (!(o.stop && o.stop()) && (o.clients == 0 || finished < o.clients)) {
-    bool busy = false;
+    bool busy = false, sending = false;
     auto accepted = listener->accept(milliseconds(0));
     if (accepted.ok()) {
       server.event(accepted->peer() + " connected");
@@ -531,14 +622,25 @@ Status serve_replicas(const ReplicateServeOptions& o) {
     }
     (*ctx)->progress();
     for (auto it = peers.begin(); it != peers.end();) {
-      auto m = it->channel.try_receive();
-      if (m.ok() && !m->has_value()) {
+      bool done = false;
+      // Each peer's answers go out as it takes them; one that stops reading waits alone
+      // and is dropped after send_timeout, the others go on.
+      Status st = server.pump(*it);
+      if (st.ok() && !it->idle()) {
+        sending = true;
         ++it;
         continue;
       }
-      busy = true;
-      bool done = false;
-      Status st = m.ok() ? server.handle(*it, **m, &done) : m.status();
+      if (st.ok()) {
+        auto m = it->channel.try_receive();
+        if (m.ok() && !m->has_value()) {
+          ++it;
+          continue;
+        }
+        busy = true;
+        st = m.ok() ? server.handle(*it, **m, &done) : m.status();
+        if (st.ok() && !done) st = server.pump(*it);
+      }
       if (st.ok() && !done) {
         ++it;
         continue;
@@ -559,7 +661,9 @@ Status serve_replicas(const ReplicateServeOptions& o) {
       }
       it = peers.erase(it);
     }
-    if (!busy) (*ctx)->wait(kPoll);
+    // While answers wait for a peer to take them, look again soon (its completions may not
+    // wake the event fd).
+    if (!busy) (*ctx)->wait(sending ? milliseconds(1) : kPoll);
   }
   for (Peer& p : peers) p.channel.close();
   return ok_status();

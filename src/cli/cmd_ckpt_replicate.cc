@@ -158,6 +158,9 @@ void print_verify_text(const ck::MegatronVerifyReport& r) {
                   p.file.c_str(), p.message.c_str());
     }
   }
+  for (const ck::MegatronNodeReport& n : r.nodes) {
+    if (!n.fix.empty()) std::printf("FIX node %s: %s\n", n.node.c_str(), n.fix.c_str());
+  }
   for (const std::string& n : r.notes) std::printf("note: %s\n", n.c_str());
   std::string steps;
   for (std::int64_t s : r.steps) steps += " " + std::to_string(s);
@@ -186,7 +189,8 @@ std::optional<int> run_megatron_verify(const std::vector<std::string>& args,
                        {"node", n.node},
                        {"ok", n.ok()},
                        {"missing", n.missing},
-                       {"inconsistent", bad}});
+                       {"inconsistent", bad},
+                       {"fix", n.fix}});
     }
     std::cout << json{{"format", "verl-megatron"},
                       {"ok", report->ok()},

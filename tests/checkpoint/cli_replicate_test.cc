@@ -73,6 +73,51 @@ TEST(CkptReplicateCli, VerifyNamesTheNodeThenReplicateFixesItAndVerifyIsClean) {
   EXPECT_EQ(v.out.find("verl/Megatron"), std::string::npos) << v.out;
 }
 
+// Issue 15 item 2: verify run on one non-rank-0 node's own folder said "tracker absent: OK",
+// exit 0, for exactly verl's FAQ failure (that node lacks common.pt, .metadata,
+// metadata.json). Verified per node, each node now says what it lacks and how to fix it.
+TEST(CkptReplicateCli, VerifyOnEachNodeAloneNamesWhatANonRankZeroNodeLacksAndTheFix) {
+  Folders t;
+  test::write_verl_save({t.n0, t.n1}, {.step = 4});
+
+  auto v = run_ferry({"ckpt", "verify", t.n0});  // rank 0's node: it has everything
+  EXPECT_EQ(v.exit_code, 0) << v.out << v.err;
+  EXPECT_NE(v.out.find("OK"), std::string::npos) << v.out;
+
+  v = run_ferry({"ckpt", "verify", t.n1});  // any other node: the FAQ failure
+  EXPECT_EQ(v.exit_code, 1) << v.out << v.err;
+  for (const std::string& f : {dist_path(4) + "/common.pt", dist_path(4) + "/.metadata",
+                              dist_path(4) + "/metadata.json",
+                              std::string("latest_checkpointed_iteration.txt")}) {
+    EXPECT_NE(v.out.find("MISSING node node1 (" + t.n1 + "): " + f), std::string::npos)
+        << f << "\n" << v.out;
+  }
+  EXPECT_NE(v.out.find("ferry ckpt replicate " + t.n1 + " --from NODE0:PORT"), std::string::npos)
+      << v.out;
+  EXPECT_NE(v.out.find("FAILED"), std::string::npos) << v.out;
+  v = run_ferry({"ckpt", "verify", "--json", t.n1});
+  EXPECT_EQ(v.exit_code, 1) << v.err;
+  auto j = json::parse(v.out);
+  EXPECT_EQ(j["nodes"][0]["missing"].size(), 4u);
+  EXPECT_NE(j["nodes"][0]["fix"].get<std::string>().find("--from"), std::string::npos);
+
+  v = run_ferry({"ckpt", "verify", t.ckpt});  // both nodes: node1 named, the fix too
+  EXPECT_EQ(v.exit_code, 1) << v.out;
+  EXPECT_NE(v.out.find("MISSING node node1"), std::string::npos) << v.out;
+  EXPECT_EQ(v.out.find("MISSING node node0"), std::string::npos) << v.out;
+
+  // The whole checkpoint once node1 has its copies: OK.
+  for (const std::string& f : {dist_path(4) + "/common.pt", dist_path(4) + "/.metadata",
+                              dist_path(4) + "/metadata.json",
+                              std::string("latest_checkpointed_iteration.txt")}) {
+    fs::copy_file(t.n0 + "/" + f, t.n1 + "/" + f);
+  }
+  v = run_ferry({"ckpt", "verify", t.ckpt});
+  EXPECT_EQ(v.exit_code, 0) << v.out << v.err;
+  v = run_ferry({"ckpt", "verify", t.n1});
+  EXPECT_EQ(v.exit_code, 0) << v.out << v.err;
+}
+
 TEST(CkptReplicateCli, WatchStopsCleanlyOnSigterm) {
   Folders t;
   test::write_verl_save({t.n0, t.n1}, {.step = 1});

@@ -228,6 +228,42 @@ TEST(MegatronVerify, NamesTheNodeAndEachMetadataFileItLacks) {
   EXPECT_TRUE(r->ok()) << (r->nodes[1].missing.empty() ? "" : r->nodes[1].missing[0]);
 }
 
+// Issue 15 item 2: a non-rank-0 node's folder verified alone was "tracker absent: OK".
+TEST(MegatronVerify, ANonRankZeroNodeVerifiedAloneLacksTheMetadataAndSaysHowToFixIt) {
+  TwoNodes t;
+  test::write_verl_save(t.roots(), {.step = 5});
+  auto r = verify_megatron({t.n0});  // rank 0's node alone: complete
+  ASSERT_TRUE(r.ok()) << r.status().to_string();
+  EXPECT_TRUE(r->ok());
+  EXPECT_TRUE(r->nodes[0].fix.empty());
+
+  r = verify_megatron({t.n1});
+  ASSERT_TRUE(r.ok()) << r.status().to_string();
+  EXPECT_FALSE(r->ok());
+  EXPECT_EQ(r->steps, std::vector<std::int64_t>{5});
+  EXPECT_EQ(
+      r->nodes[0].missing,
+      (std::vector<std::string>{"latest_checkpointed_iteration.txt", dist_path(5) + "/common.pt",
+                                dist_path(5) + "/.metadata", dist_path(5) + "/metadata.json"}));
+  EXPECT_NE(r->nodes[0].fix.find("--from NODE0:PORT"), std::string::npos) << r->nodes[0].fix;
+  ASSERT_FALSE(r->notes.empty());
+  EXPECT_NE(r->notes.back().find("rank 0's shards"), std::string::npos) << r->notes.back();
+
+  // A save still running on rank 0's node (its shards there, no metadata.json yet) stays a
+  // note, not a failure.
+  TwoNodes u;
+  test::write_verl_save({u.n0}, {.step = 3, .finished = false});
+  r = verify_megatron({u.n0});
+  ASSERT_TRUE(r.ok());
+  EXPECT_TRUE(r->ok());
+  EXPECT_TRUE(r->steps.empty());
+
+  t.copy_metadata(5);
+  r = verify_megatron({t.n1});
+  ASSERT_TRUE(r.ok());
+  EXPECT_TRUE(r->ok()) << (r->nodes[0].missing.empty() ? "" : r->nodes[0].missing[0]);
+}
+
 TEST(MegatronVerify, ANodeWithoutTheStepFolderLacksAllOfIt) {
   TwoNodes t;
   test::write_verl_save({t.n0}, {.step = 2});

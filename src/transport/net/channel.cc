@@ -455,6 +455,12 @@ Status Channel::send(std::span<const std::byte> message, milliseconds timeout) {
   return s;
 }
 
+std::size_t Channel::sends_in_flight() const {
+  if (!endpoint_) return 0;
+  endpoint_->reap();
+  return endpoint_->sends.size();
+}
+
 Result<std::optional<std::vector<std::byte>>> Channel::try_receive() {
   if (!endpoint_) return failed_precondition("receive on a closed net channel");
   return endpoint_->take(max_message_bytes());

@@ -99,6 +99,9 @@ class Channel {
   // and the key). A negative timeout waits forever.
   Status wait(Transfer& t, std::chrono::milliseconds timeout);
 
+  // Messages given to send() that UCX has not finished sending (a send() that timed out
+  // leaves its message queued, not cancelled): a peer that stopped reading keeps this up.
+  std::size_t sends_in_flight() const;
   // OK while the peer is alive; otherwise the error that ended it.
   Status health() const;
   bool valid() const { return endpoint_ != nullptr; }
