@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Sets up a fresh Debian 12 machine and runs every ferry test:
 #   1. installs the Debian packages (scripts/install-deps.sh),
-#   2. builds and runs all tests (C++ unit, CLI, Python) with warnings as errors,
+#   2. builds and runs all tests (C++ unit, CLI, Python, netns, the full-depth scale tier
+#      `ctest -L scale`) with warnings as errors,
 #   3. builds with address+undefined sanitizers and runs the unit tests again,
 #   4. builds the libFuzzer targets with clang and runs each for FERRY_FUZZ_SECONDS (60),
 #   5. checks that `cmake --install` gives a package another project can find_package().
@@ -24,19 +25,32 @@ if [ "${FERRY_QUICK:-0}" = 1 ]; then exit 0; fi
 step "address+undefined sanitizers (build-asan/)"
 FERRY_BUILD_DIR=build-asan bash scripts/build.sh -DFERRY_SANITIZE=address -DFERRY_BUILD_PYTHON=OFF -DFERRY_BUILD_BENCH=OFF
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
-  ctest --test-dir build-asan --output-on-failure -j2 --timeout 900
+  ctest --test-dir build-asan --output-on-failure -j2 --timeout 900 -LE scale
 
 step "fuzzing (build-fuzz/, ${FERRY_FUZZ_SECONDS:-60} s per target)"
 CC=clang CXX=clang++ cmake -S . -B build-fuzz -G Ninja -DFERRY_BUILD_FUZZ=ON -DFERRY_BUILD_TESTS=OFF \
   -DFERRY_BUILD_BENCH=OFF -DFERRY_BUILD_PYTHON=OFF >/dev/null
 ninja -C build-fuzz
-for target in build-fuzz/fuzz/*_fuzz; do
+# Two targets at a time (one per core), each for the same time.
+fuzz_one() {
+  local target=$1 name work
   name=$(basename "$target")
   work=$(mktemp -d)
-  echo "fuzz: $name"
   "$target" -max_total_time="${FERRY_FUZZ_SECONDS:-60}" -max_len=65536 -print_final_stats=1 \
-    "$work" "fuzz/corpus/$name" 2>&1 | tail -n 3
-  rm -rf "$work"
+    "$work" "fuzz/corpus/$name" >"$work.log" 2>&1
+  local rc=$?
+  echo "fuzz: $name (exit $rc)"; tail -n 3 "$work.log"
+  rm -rf "$work" "$work.log"
+  return $rc
+}
+targets=(build-fuzz/fuzz/*_fuzz)
+for ((i = 0; i < ${#targets[@]}; i += 2)); do
+  fuzz_one "${targets[i]}" &
+  first=$!
+  second=""
+  if [ $((i + 1)) -lt ${#targets[@]} ]; then fuzz_one "${targets[i + 1]}" & second=$!; fi
+  wait "$first"
+  [ -z "$second" ] || wait "$second"
 done
 
 step "install and find_package(ferry) from another project"
