@@ -5,11 +5,25 @@
 
 #include <algorithm>
 #include <chrono>
+#include <string>
 
 #include "ferry/sync.h"
 #include "sync/bucket_planner.h"
 
 namespace ferry::sync {
+
+// A net receiver's or relay's ring is sized by the sender's WELCOME: refuse one above
+// SyncOptions::max_ring_bytes before allocating any of it.
+inline Status check_ring_size(const SyncOptions& o, const std::string& sender,
+                              const std::string& who, std::uint64_t slots,
+                              std::uint64_t slot_bytes) {
+  const unsigned __int128 bytes = static_cast<unsigned __int128>(slots) * slot_bytes;
+  if (bytes <= o.max_ring_bytes) return ok_status();
+  return resource_exhausted(fmt::format(
+      "{} asks {} for a ring of {} slots x {} bytes, more than its limit of {} bytes "
+      "(SyncOptions::max_ring_bytes)",
+      sender, who, slots, slot_bytes, o.max_ring_bytes));
+}
 
 // Waits are cut into slices of at most this when SyncOptions::interrupt is set.
 inline constexpr std::chrono::milliseconds kInterruptSlice{100};

@@ -4,9 +4,14 @@
 #include <poll.h>
 #include <ucp/api/ucp.h>
 
+#include <ucs/debug/log_def.h>
+
 #include <cerrno>
+#include <cstdarg>
 #include <cstdio>
+#include <mutex>
 #include <cstdlib>
+#include <cstring>
 #include <sstream>
 
 #include "base/log.h"
@@ -50,9 +55,37 @@ std::string parse_resources(const std::string& dump) {
   return out;
 }
 
+// UCX's own log lines go through ferry's logger (stderr, FERRY_LOG_LEVEL) instead of UCX's
+// default handler, which prints to stdout, where they would mix with --json output.
+ucs_log_func_rc_t ucx_log(const char* file, unsigned line, const char* /*function*/,
+                          ucs_log_level_t level, const ucs_log_component_config_t* /*comp*/,
+                          const char* message, va_list ap) {
+  char text[1024];
+  va_list copy;
+  va_copy(copy, ap);
+  std::vsnprintf(text, sizeof(text), message, copy);
+  va_end(copy);
+  const char* base = std::strrchr(file, '/');
+  base = base == nullptr ? file : base + 1;
+  if (level <= UCS_LOG_LEVEL_ERROR) {
+    log::error("UCX {}:{} {}", base, line, text);
+  } else if (level == UCS_LOG_LEVEL_WARN) {
+    log::warn("UCX {}:{} {}", base, line, text);
+  } else {
+    log::debug("UCX {}:{} {}", base, line, text);
+  }
+  return UCS_LOG_FUNC_RC_STOP;
+}
+
 }  // namespace
 
+void route_ucx_log() {
+  static std::once_flag once;
+  std::call_once(once, [] { ucs_log_push_handler(ucx_log); });
+}
+
 Result<std::shared_ptr<Context>> Context::create(const ContextOptions& options) {
+  route_ucx_log();
   ucp_config_t* config = nullptr;
   ucs_status_t st = ucp_config_read(nullptr, nullptr, &config);
   if (st != UCS_OK) return ucx_error("ucp_config_read", st);
@@ -92,6 +125,13 @@ Result<std::shared_ptr<Context>> Context::create(const ContextOptions& options) 
   }
   st = ucp_worker_get_efd(ctx->worker_, &ctx->event_fd_);
   if (st != UCS_OK) return ucx_error("ucp_worker_get_efd", st);
+  ucp_address_t* address = nullptr;
+  std::size_t address_bytes = 0;
+  st = ucp_worker_get_address(ctx->worker_, &address, &address_bytes);
+  if (st != UCS_OK) return ucx_error("ucp_worker_get_address", st);
+  const auto* begin = reinterpret_cast<const std::byte*>(address);
+  ctx->worker_address_.assign(begin, begin + address_bytes);
+  ucp_worker_release_address(ctx->worker_, address);
   ctx->resources_ =
       parse_resources(capture([&](FILE* f) { ucp_context_print_info(ctx->context_, f); }));
   log::debug("net: UCX {} context with transports {}", ucp_get_version_string(), ctx->resources_);

@@ -16,6 +16,7 @@
 #include <span>
 #include <string>
 #include <unordered_set>
+#include <vector>
 
 #include "ferry/status.h"
 
@@ -37,6 +38,10 @@ struct ContextOptions {
 };
 
 class MemoryRegion;
+
+// Sends UCX's log lines to ferry's logger (stderr) instead of stdout. Context::create calls
+// it; idempotent, thread-safe.
+void route_ucx_log();
 
 class Context : public std::enable_shared_from_this<Context> {
  public:
@@ -69,6 +74,9 @@ class Context : public std::enable_shared_from_this<Context> {
   std::uint32_t allocate_bulk_id();
   void release_bulk_id(std::uint32_t id) { bulk_ids_.erase(id); }
 
+  // This worker's address (ucp_worker_get_address), which a peer creates its endpoint from.
+  const std::vector<std::byte>& worker_address() const { return worker_address_; }
+
   ucp_context_h ucp() const { return context_; }
   ucp_worker_h worker() const { return worker_; }
 
@@ -83,6 +91,7 @@ class Context : public std::enable_shared_from_this<Context> {
   ucp_worker_h worker_ = nullptr;
   int event_fd_ = -1;
   std::string resources_;
+  std::vector<std::byte> worker_address_;
   std::unordered_set<std::uint32_t> bulk_ids_;
 };
 
