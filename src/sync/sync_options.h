@@ -17,8 +17,8 @@ namespace ferry::sync {
 inline Status check_ring_size(const SyncOptions& o, const std::string& sender,
                               const std::string& who, std::uint64_t slots,
                               std::uint64_t slot_bytes) {
-  const unsigned __int128 bytes = static_cast<unsigned __int128>(slots) * slot_bytes;
-  if (bytes <= o.max_ring_bytes) return ok_status();
+  // slots * slot_bytes <= limit, without the product overflowing.
+  if (slots == 0 || slot_bytes <= o.max_ring_bytes / slots) return ok_status();
   return resource_exhausted(fmt::format(
       "{} asks {} for a ring of {} slots x {} bytes, more than its limit of {} bytes "
       "(SyncOptions::max_ring_bytes)",

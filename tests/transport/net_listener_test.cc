@@ -1,6 +1,7 @@
 // Hostile peers against net::Listener (issue 14): nothing an unauthenticated client does
 // may crash, stall or exhaust the listening process, and a legitimate peer still gets in.
 #include <dirent.h>
+#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -8,11 +9,14 @@
 #include <atomic>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
+#include <iterator>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "support/test_support.h"
 #include "transport/net/address.h"
 #include "transport/net/channel.h"
 
@@ -239,6 +243,54 @@ TEST(NetListener, PeersOverThePerSourceCapAreClosedAndTheCapFrees) {
   GoodPeer peer(l.address());
   serve_one(l, peer);
   for (int fd : fds) ::close(fd);
+}
+
+}  // namespace
+}  // namespace ferry::net
+
+namespace ferry::net {
+namespace {
+
+// Reads all of `path`.
+std::string slurp(const std::string& path) {
+  std::ifstream in(path);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+// Issue 15 item 9: UCX printed its own warnings and errors to stdout, even under --json.
+TEST(NetContext, UcxLogLinesGoToStderrNotStdout) {
+  ferry::testing::TempDir dir;
+  const std::string out_path = dir.file("stdout");
+  const std::string err_path = dir.file("stderr");
+  const int out = ::open(out_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  const int err = ::open(err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  ASSERT_GE(out, 0);
+  ASSERT_GE(err, 0);
+  std::fflush(stdout);
+  std::fflush(stderr);
+  const int saved_out = ::dup(1);
+  const int saved_err = ::dup(2);
+  ::dup2(out, 1);
+  ::dup2(err, 2);
+  {
+    ContextOptions o;
+    o.transports = "ferry_no_such_transport,tcp";  // UCX warns that it is not available
+    auto ctx = Context::create(o);
+    std::fflush(stdout);
+    std::fflush(stderr);
+  }
+  ::dup2(saved_out, 1);
+  ::dup2(saved_err, 2);
+  ::close(saved_out);
+  ::close(saved_err);
+  ::close(out);
+  ::close(err);
+  const std::string o = slurp(out_path);
+  const std::string e = slurp(err_path);
+  if (::getenv("UCX_TLS") != nullptr) GTEST_SKIP() << "UCX_TLS set: the option is not used";
+  EXPECT_EQ(o.find("UCX"), std::string::npos) << "stdout: " << o;
+  EXPECT_NE(e.find("UCX"), std::string::npos) << "stderr: " << e;
+  EXPECT_NE(e.find("ferry_no_such_transport"), std::string::npos) << "stderr: " << e;
 }
 
 }  // namespace

@@ -73,7 +73,10 @@ struct Listener::State {
   std::string address;
   std::map<int, std::unique_ptr<Handshake>> handshakes;
   std::map<std::string, std::size_t> per_source;
+  // Authenticated, endpoint made, UCX still wiring it up; each with its deadline.
+  std::deque<std::pair<Channel, Clock::time_point>> wiring;
   std::deque<Channel> ready;
+  void check_wiring();
 
   void drop(int fd, const Status& why);
   void take_connections();
@@ -237,12 +240,35 @@ Status Listener::State::advance(Handshake& h, std::vector<std::byte> m, bool* fi
       h.local_bulk = 0;  // open_channel owns it now
       auto ch = open_channel(ctx, h.peer, remote->worker, local, h.remote_bulk);
       if (!ch.ok()) return ch.status();
-      ready.push_back(std::move(*ch));
+      wiring.emplace_back(std::move(*ch), h.deadline);
       *finished = true;
       return ok_status();
     }
   }
   return internal_error("unreachable handshake stage");
+}
+
+void Listener::State::check_wiring() {
+  const auto now = Clock::now();
+  for (auto it = wiring.begin(); it != wiring.end();) {
+    auto done = it->first.wired_up();
+    if (done.ok() && *done) {
+      ready.push_back(std::move(it->first));
+    } else if (!done.ok() || now >= it->second) {
+      const Status why = done.ok() ? timeout_error(fmt::format(
+                                         "{} authenticated but UCX could not connect to it "
+                                         "within {} ms",
+                                         it->first.peer(), options.handshake_timeout.count()))
+                                   : done.status();
+      log::warn("net: {}", why.message());
+      if (options.on_refused) options.on_refused(why);
+      it->first.abort();
+    } else {
+      ++it;
+      continue;
+    }
+    it = wiring.erase(it);
+  }
 }
 
 void Listener::State::expire() {
@@ -304,6 +330,8 @@ Result<Channel> Listener::accept(milliseconds timeout) {
     // Sleep until the earliest of: our deadline, a handshake's deadline, kMaxSleep.
     auto until = forever ? Clock::now() + kMaxSleep : std::min(deadline, Clock::now() + kMaxSleep);
     for (const auto& [fd, h] : s.handshakes) until = std::min(until, h->deadline);
+    // Endpoints being wired up progress through UCX, which this epoll does not see.
+    if (!s.wiring.empty()) until = std::min(until, Clock::now() + milliseconds(1));
     const auto wait = std::max<long long>(
         0, std::chrono::duration_cast<milliseconds>(until - Clock::now()).count());
     epoll_event events[64];
@@ -319,6 +347,8 @@ Result<Channel> Listener::accept(milliseconds timeout) {
       }
     }
     s.expire();
+    s.ctx->progress();
+    s.check_wiring();
     if (!s.ready.empty()) break;
     if (!forever && Clock::now() >= deadline) {
       return timeout_error(
@@ -478,7 +508,21 @@ Result<Channel> connect(std::shared_ptr<Context> context, const std::string& add
     if (!remote.ok()) return give_up(refuse(remote.status()));
     const std::uint32_t local = local_bulk;
     local_bulk = 0;  // open_channel owns it now
-    return open_channel(context, peer, remote->worker, local, verdict->bulk_id);
+    auto ch = open_channel(context, peer, remote->worker, local, verdict->bulk_id);
+    if (!ch.ok()) return ch.status();
+    while (true) {  // until UCX has wired the endpoint up (the listener waits likewise)
+      context->progress();
+      auto done = ch->wired_up();
+      if (!done.ok()) return done.status();
+      if (*done) return ch;
+      if (Clock::now() >= deadline) {
+        ch->abort();
+        return timeout_error(fmt::format(
+            "{} authenticated but UCX could not connect to it within {} ms", peer,
+            timeout.count()));
+      }
+      context->wait(milliseconds(1));
+    }
   }
 }
 

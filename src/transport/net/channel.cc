@@ -66,6 +66,8 @@ struct Endpoint {
   std::uint32_t local_bulk = 0;   // bulk messages to us carry this id
   std::uint32_t remote_bulk = 0;  // ... and ours to the peer carry its id
   std::string transports = "unknown";
+  void* wireup = nullptr;  // the flush wired_up() waits on
+  bool wired = false;
   // close() flushes what was sent first; false for a peer that never finished connecting,
   // which could not acknowledge a flush.
   bool linger = true;
@@ -233,6 +235,10 @@ struct Endpoint {
   }
 
   void close() {
+    if (wireup != nullptr) {
+      ucp_request_free(wireup);  // UCX completes it with the endpoint
+      wireup = nullptr;
+    }
     if (ep == nullptr) return;
     // UCX does not order a disconnect after data still in flight to the peer, so a plain
     // close can lose our last messages. Instead: FIN after them, and wait (bounded) for the
@@ -523,6 +529,34 @@ void Channel::abort() {
     endpoint_->close();
   }
   endpoint_.reset();
+}
+
+Result<bool> Channel::wired_up() {
+  if (!endpoint_) return failed_precondition("wired_up on a closed net channel");
+  Endpoint& e = *endpoint_;
+  if (e.failed) return e.error;
+  if (e.wired) return true;
+  if (e.wireup == nullptr) {
+    ucp_request_param_t p{};
+    ucs_status_ptr_t r = ucp_ep_flush_nbx(e.ep, &p);
+    if (r == nullptr) return e.wired = true;
+    if (UCS_PTR_IS_ERR(r)) {
+      e.broken = true;
+      e.fail(aborted(fmt::format("{} is gone: {}", e.peer, ucs_status_string(UCS_PTR_STATUS(r)))));
+      return e.error;
+    }
+    e.wireup = r;
+  }
+  const ucs_status_t st = ucp_request_check_status(e.wireup);
+  if (st == UCS_INPROGRESS) return false;
+  ucp_request_free(e.wireup);
+  e.wireup = nullptr;
+  if (st != UCS_OK) {
+    e.broken = true;
+    e.fail(aborted(fmt::format("{} is gone: {}", e.peer, ucs_status_string(st))));
+    return e.error;
+  }
+  return e.wired = true;
 }
 
 int Channel::fd() const { return endpoint_ ? endpoint_->ctx->event_fd() : -1; }

@@ -108,6 +108,11 @@ class Channel {
   // Closes at once, without the FIN and flush that close() waits for: for a session that
   // already failed, where the peer may be unreachable. Transfers in flight are cancelled.
   void abort();
+  // For Listener and connect(): whether UCX has finished wiring the new endpoint up (a
+  // flush posted on the first call has completed). Until then UCX keeps the worker's event
+  // fd readable, so a Channel is handed out only after this says true. kAborted when the
+  // peer went away first. Does not progress the worker.
+  Result<bool> wired_up();
   // The event fd to poll (the Context's: shared by all its channels).
   int fd() const;
   Context& context() const;
