@@ -1,6 +1,7 @@
 // Listener and connect(): the TCP bootstrap. Peers authenticate on a plain TCP socket
 // (auth.h's handshake), then swap UCX worker addresses on it; only then does either side
 // make a UCX endpoint. No UCX code handles a byte from an unauthenticated peer.
+#include <fcntl.h>
 #include <fmt/format.h>
 #include <netinet/in.h>
 #include <poll.h>
@@ -238,7 +239,9 @@ Status Listener::State::advance(Handshake& h, std::vector<std::byte> m, bool* fi
       if (!remote.ok()) return remote.status();
       const std::uint32_t local = h.local_bulk;
       h.local_bulk = 0;  // open_channel owns it now
-      auto ch = open_channel(ctx, h.peer, remote->worker, local, h.remote_bulk);
+      // The handshake's fd closes when it is dropped; a dup stays with the channel.
+      auto ch = open_channel(ctx, nullptr, ScopedFd(::fcntl(h.fd.get(), F_DUPFD_CLOEXEC, 0)),
+                             h.peer, remote->worker, local, h.remote_bulk);
       if (!ch.ok()) return ch.status();
       wiring.emplace_back(std::move(*ch), h.deadline);
       *finished = true;
@@ -495,10 +498,13 @@ Result<Channel> connect(std::shared_ptr<Context> context, const std::string& add
           "there, or not the peer meant)",
           peer))));
     }
-    // The listener is authenticated: CONFIRM, then our worker address; then read its.
+    // The listener is authenticated: CONFIRM, then the address of a worker of this
+    // channel's own (Context::add_worker says why); then read the listener's.
+    auto worker = context->add_worker();
+    if (!worker.ok()) return give_up(worker.status());
     std::vector<std::byte> out = frame(handshake::encode(confirm));
     const auto address_frame =
-        frame(handshake::encode(handshake::Address{context->worker_address()}));
+        frame(handshake::encode(handshake::Address{(*worker)->address()}));
     out.insert(out.end(), address_frame.begin(), address_frame.end());
     st = send_all(s, out, deadline, peer);
     if (!st.ok()) return give_up(handshake_timeout(st));
@@ -508,7 +514,8 @@ Result<Channel> connect(std::shared_ptr<Context> context, const std::string& add
     if (!remote.ok()) return give_up(refuse(remote.status()));
     const std::uint32_t local = local_bulk;
     local_bulk = 0;  // open_channel owns it now
-    auto ch = open_channel(context, peer, remote->worker, local, verdict->bulk_id);
+    auto ch = open_channel(context, std::move(*worker), std::move(*fd), peer, remote->worker,
+                           local, verdict->bulk_id);
     if (!ch.ok()) return ch.status();
     while (true) {  // until UCX has wired the endpoint up (the listener waits likewise)
       context->progress();

@@ -1,7 +1,10 @@
 #include "transport/net/channel.h"
 
 #include <fmt/format.h>
+#include <sys/socket.h>
 #include <ucp/api/ucp.h>
+
+#include <cerrno>
 
 #include <cstring>
 
@@ -53,6 +56,12 @@ struct Endpoint {
   };
 
   std::shared_ptr<Context> ctx;
+  std::shared_ptr<Worker> own_worker;  // connect()'s channels: destroyed after the endpoint
+  ucp_worker_h worker = nullptr;       // the worker the endpoint lives on
+  // The peer's bootstrap socket. Its end (EOF, reset) is how we learn that the peer died:
+  // UCX reports a dead peer of a worker-address endpoint on whichever endpoint of ours it
+  // paired with the peer's, which is not always this one.
+  ScopedFd bootstrap;
   ucp_ep_h ep = nullptr;
   std::string peer;
   bool failed = false;  // the channel can carry nothing more; `error` says why
@@ -91,6 +100,25 @@ struct Endpoint {
       ucp_request_free(r);
       sends.pop_front();
     }
+  }
+
+  // Fails the channel when the peer's bootstrap socket has ended. Nothing is sent on it after
+  // the handshake, so a byte there is a protocol error.
+  void check_bootstrap() {
+    if (failed || !bootstrap.valid()) return;
+    char byte = 0;
+    const ssize_t n = ::recv(bootstrap.get(), &byte, 1, MSG_PEEK | MSG_DONTWAIT);
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return;
+    broken = true;
+    if (n > 0) {
+      fail(corruption(fmt::format("{} sent bytes on its bootstrap socket after the handshake",
+                                  peer)));
+      return;
+    }
+    fail(aborted(fmt::format(
+        "{} is gone: its connection closed (its process exited or was killed, or the network "
+        "between us failed)",
+        peer)));
   }
 
   // Moves whatever the stream holds into the inbox.
@@ -149,6 +177,7 @@ struct Endpoint {
         return std::optional<std::vector<std::byte>>(std::move(out));
       }
     }
+    check_bootstrap();
     if (failed) return error;
     return std::optional<std::vector<std::byte>>();
   }
@@ -199,6 +228,7 @@ struct Endpoint {
         fail(aborted(fmt::format("{} is gone: {}", peer, ucs_status_string(st))));
         return error;
       }
+      check_bootstrap();
       if (failed) return error;
       if (deadline.passed()) {
         return timeout_error(fmt::format("{} did not take our message in time", peer));
@@ -356,7 +386,7 @@ Transfer::~Transfer() { release(); }
 void Transfer::release() {
   if (request_ == nullptr) return;
   Context& ctx = *endpoint_->ctx;
-  if (receive_ && !cancelled_) ucp_request_cancel(ctx.worker(), request_);
+  if (receive_ && !cancelled_) ucp_request_cancel(endpoint_->worker, request_);
   const auto deadline = Clock::now() + kCloseFlushTimeout;
   while (ucp_request_check_status(request_) == UCS_INPROGRESS && Clock::now() < deadline) {
     ctx.progress();
@@ -379,9 +409,10 @@ bool Transfer::done() {
     st = ucp_request_check_status(request_);
   }
   if (st == UCS_INPROGRESS) {
+    endpoint_->check_bootstrap();
     // A posted receive is not tied to the endpoint, so UCX would wait for it forever.
     if (endpoint_->failed && receive_ && !cancelled_) {
-      ucp_request_cancel(endpoint_->ctx->worker(), request_);
+      ucp_request_cancel(endpoint_->worker, request_);
       cancelled_ = true;
     }
     return false;
@@ -484,7 +515,7 @@ Result<Transfer> Channel::receive_bulk(std::uint32_t key, std::span<std::byte> i
   // Always a request, even when the data is already here, so done() reads its length.
   p.op_attr_mask = UCP_OP_ATTR_FIELD_MEMH | UCP_OP_ATTR_FLAG_NO_IMM_CMPL;
   p.memh = region.handle();
-  void* r = ucp_tag_recv_nbx(e.ctx->worker(), into.data(), into.size(), bulk_tag(e.local_bulk, key),
+  void* r = ucp_tag_recv_nbx(e.worker, into.data(), into.size(), bulk_tag(e.local_bulk, key),
                              ~std::uint64_t{0}, &p);
   if (UCS_PTR_IS_ERR(r)) {
     return io_error(fmt::format("UCX ucp_tag_recv_nbx for bulk message {} from {} failed: {}", key,
@@ -566,11 +597,16 @@ const std::string& Channel::transports() const { return endpoint_->transports; }
 
 // ---- made by Listener::accept and connect() (bootstrap.cc) ----
 
-Result<Channel> open_channel(const std::shared_ptr<Context>& ctx, std::string peer,
+Result<Channel> open_channel(const std::shared_ptr<Context>& ctx, std::shared_ptr<Worker> worker,
+                             ScopedFd bootstrap, std::string peer,
                              std::span<const std::byte> remote_worker, std::uint32_t local_bulk,
                              std::uint32_t remote_bulk) {
   auto e = std::make_shared<Endpoint>();
   e->ctx = ctx;
+  e->bootstrap = std::move(bootstrap);
+  if (e->bootstrap.valid()) ctx->watch_once(e->bootstrap.get());
+  e->worker = worker ? worker->get() : ctx->worker();
+  e->own_worker = std::move(worker);
   e->peer = std::move(peer);
   e->local_bulk = local_bulk;  // released with the endpoint, whatever happens next
   e->remote_bulk = remote_bulk;
@@ -583,7 +619,7 @@ Result<Channel> open_channel(const std::shared_ptr<Context>& ctx, std::string pe
   p.err_mode = UCP_ERR_HANDLING_MODE_PEER;
   p.err_handler.cb = on_endpoint_error;
   p.err_handler.arg = e.get();
-  const ucs_status_t st = ucp_ep_create(ctx->worker(), &p, &e->ep);
+  const ucs_status_t st = ucp_ep_create(e->worker, &p, &e->ep);
   if (st != UCS_OK) {
     e->ep = nullptr;
     return io_error(

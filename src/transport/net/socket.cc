@@ -25,19 +25,6 @@ int millis_until(SteadyTime deadline) {
 
 }  // namespace
 
-ScopedFd& ScopedFd::operator=(ScopedFd&& o) noexcept {
-  if (this != &o) {
-    reset();
-    fd_ = o.release();
-  }
-  return *this;
-}
-
-void ScopedFd::reset() {
-  if (fd_ >= 0) ::close(fd_);
-  fd_ = -1;
-}
-
 Result<ScopedFd> listen_tcp(const SocketAddress& address, const std::string& text) {
   ScopedFd fd(::socket(address.get()->sa_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
   if (fd.get() < 0) {

@@ -9,30 +9,13 @@
 #include <string>
 #include <vector>
 
+#include "base/file_util.h"
 #include "ferry/status.h"
 #include "transport/net/address.h"
 
 namespace ferry::net {
 
-// Owns one fd; move-only; closes it when destroyed.
-class ScopedFd {
- public:
-  ScopedFd() = default;
-  explicit ScopedFd(int fd) : fd_(fd) {}
-  ScopedFd(ScopedFd&& o) noexcept : fd_(o.release()) {}
-  ScopedFd& operator=(ScopedFd&& o) noexcept;
-  ~ScopedFd() { reset(); }
-  int get() const { return fd_; }
-  int release() {
-    const int fd = fd_;
-    fd_ = -1;
-    return fd;
-  }
-  void reset();
-
- private:
-  int fd_ = -1;
-};
+using ferry::ScopedFd;  // base/file_util.h
 
 // A nonblocking, close-on-exec listening TCP socket with SO_REUSEADDR, so that a restarted
 // server binds its port at once although connections of the last one are in TIME-WAIT.
