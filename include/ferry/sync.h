@@ -54,6 +54,11 @@ struct SyncOptions {
   // Net sessions ("host:port" addresses): the file holding the session secret, mode 0600.
   // Empty: FERRY_TOKEN, else the file FERRY_TOKEN_FILE names. Every node uses the same.
   std::string token_file;
+  // Net receivers: the largest ring (slots x bucket bytes) a sender's WELCOME may ask this
+  // receiver to allocate and fill; a larger one is refused (kResourceExhausted) before any
+  // memory is taken. 16 GiB holds 2 slots of 8 GiB buckets; raise it for larger ones.
+  // Receiver only.
+  std::uint64_t max_ring_bytes = 16ull << 30;
   // Called about every 100 ms while a Sender or Receiver waits for a peer (to
   // join, to answer, for the next round). A non-OK status ends the wait with it, as any
   // error does: the peers are told and the session breaks. The Python module checks for

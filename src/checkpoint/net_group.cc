@@ -267,10 +267,17 @@ class NetGroup final : public GroupBase {
                         ? host_of(opts_.root_address) + ":" + port_of(serving)
                         : serving;
     if (size() == 1) return ok_status();
-    auto listener = net::Listener::bind(calls_, opts_.root_address, *token_);
+    // The listener logs and skips peers that fail the handshake; their reasons are kept
+    // for the join's timeout error.
+    auto refused_ptr = std::make_shared<std::vector<std::string>>();
+    net::ListenerOptions lo;
+    lo.on_refused = [refused_ptr](const Status& why) {
+      if (refused_ptr->size() < kMaxRefusals) refused_ptr->push_back(why.message());
+    };
+    auto listener = net::Listener::bind(calls_, opts_.root_address, *token_, lo);
     if (!listener.ok()) return listener.status().with_context("rank 0 listening for the group");
     peers_.resize(size());
-    std::vector<std::string> refused;
+    std::vector<std::string>& refused = *refused_ptr;
     for (int joined = 1; joined < size();) {
       auto ch = listener->accept(dl.left());
       if (!ch.ok()) {

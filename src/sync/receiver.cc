@@ -389,7 +389,11 @@ Result<std::unique_ptr<Receiver>> Receiver::connect(const std::string& address,
   const auto& w = std::get<wire::Welcome>(m->body);
   impl->checksums = w.checksums != 0;
   if (impl->channel.is_net()) {
-    // This node's copy of the ring; the sender sends each segment into it.
+    // This node's copy of the ring; the sender sends each segment into it. Its size is the
+    // sender's to choose, so it is bounded here before any of it is allocated.
+    Status sized = check_ring_size(options, impl->channel.peer(),
+                                   fmt::format("receiver {}", receiver_id), w.slots, w.slot_bytes);
+    if (!sized.ok()) return sized;
     auto ring = shm::MemfdRing::create(w.slots, w.slot_bytes);
     if (!ring.ok()) return ring.status();
     impl->ring = std::move(*ring);

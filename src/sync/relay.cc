@@ -220,6 +220,9 @@ Result<std::unique_ptr<Relay>> Relay::connect(const std::string& upstream, std::
                                                  m.status().message()));
   }
   const auto& w = std::get<wire::Welcome>(m->body);
+  s = check_ring_size(options, impl->upstream.peer(), fmt::format("relay {}", relay_id), w.slots,
+                      w.slot_bytes);
+  if (!s.ok()) return s;
   SyncOptions local_options = options;
   local_options.checksums = w.checksums != 0;  // local receivers check what the sender sums
   auto fanout = Fanout::create(local_address, local_options, w.slots, w.slot_bytes);

@@ -12,6 +12,19 @@
 
 namespace ferry::sync {
 
+// A net receiver's or relay's ring is sized by the sender's WELCOME: refuse one above
+// SyncOptions::max_ring_bytes before allocating any of it.
+inline Status check_ring_size(const SyncOptions& o, const std::string& sender,
+                              const std::string& who, std::uint64_t slots,
+                              std::uint64_t slot_bytes) {
+  // slots * slot_bytes <= limit, without the product overflowing.
+  if (slots == 0 || slot_bytes <= o.max_ring_bytes / slots) return ok_status();
+  return resource_exhausted(fmt::format(
+      "{} asks {} for a ring of {} slots x {} bytes, more than its limit of {} bytes "
+      "(SyncOptions::max_ring_bytes)",
+      sender, who, slots, slot_bytes, o.max_ring_bytes));
+}
+
 // Waits are cut into slices of at most this when SyncOptions::interrupt is set.
 inline constexpr std::chrono::milliseconds kInterruptSlice{100};
 

@@ -107,6 +107,26 @@ TEST(NetSync, BucketLargerThanASegmentIntoDestinations) {
   EXPECT_TRUE(dst[1] == w.data[1]);
 }
 
+// Issue 14 item 7: the WELCOME sizes the receiver's ring, which it fills; a sender may not
+// make it allocate more than SyncOptions::max_ring_bytes.
+TEST(NetSync, ReceiverRefusesARingLargerThanItsLimit) {
+  ferry::testing::TempDir dir;
+  SyncOptions o = net_options(write_token(dir, "s3cret"));
+  o.bucket_bytes = 1 << 20;  // 2 slots: a 2 MiB ring
+  auto sender = Sender::create("127.0.0.1:0", o);
+  ASSERT_TRUE(sender.ok()) << sender.status().to_string();
+  SyncOptions small = o;
+  small.max_ring_bytes = 1 << 20;
+  Status refused;
+  std::thread rx([&] { refused = Receiver::connect((*sender)->address(), 0, small).status(); });
+  (void)(*sender)->accept(1);
+  rx.join();
+  EXPECT_EQ(refused.code(), Code::kResourceExhausted) << refused.to_string();
+  EXPECT_NE(refused.message().find("max_ring_bytes"), std::string::npos) << refused.message();
+  EXPECT_NE(refused.message().find("2 slots x 1048576 bytes"), std::string::npos)
+      << refused.message();
+}
+
 TEST(NetSync, WrongTokenIsRefusedAndTheSenderKeepsServing) {
   ferry::testing::TempDir dir;
   SyncOptions o = net_options(write_token(dir, "right"));

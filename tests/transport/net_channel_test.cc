@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <ucp/api/ucp.h>
 #include <unistd.h>
@@ -112,6 +113,48 @@ Listener bind_listener(const std::shared_ptr<Context>& ctx, Token tok = token(),
   EXPECT_TRUE(l.ok()) << l.status().to_string();
   return std::move(*l);
 }
+
+// A listener whose refusals are recorded (accept() logs them and goes on waiting).
+struct RecordingListener {
+  std::shared_ptr<std::vector<Status>> refused = std::make_shared<std::vector<Status>>();
+  Listener listener;
+  RecordingListener(const std::shared_ptr<Context>& ctx, Token tok = token(),
+                    ListenerOptions options = {}) {
+    auto sink = refused;
+    options.on_refused = [sink](const Status& s) { sink->push_back(s); };
+    listener = bind_listener(ctx, std::move(tok), options);
+  }
+  // accept() until one refusal is recorded or `limit` passes; the refusal, or OK if none.
+  Status next_refusal(milliseconds limit = kTimeout) {
+    const auto deadline = Clock::now() + limit;
+    while (refused->empty() && Clock::now() < deadline) {
+      auto ch = listener.accept(milliseconds(50));
+      EXPECT_FALSE(ch.ok()) << "no peer here should be accepted";
+    }
+    if (refused->empty()) return ok_status();
+    Status s = refused->front();
+    refused->erase(refused->begin());
+    return s;
+  }
+};
+
+// A raw TCP client: connects to `address`, sends `bytes`, keeps the socket until destroyed.
+class RawClient {
+ public:
+  RawClient(const std::string& address, const std::vector<std::byte>& bytes) {
+    auto addr = resolve(address, false);
+    fd_ = ::socket(addr->get()->sa_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (::connect(fd_, addr->get(), addr->length) != 0) return;
+    if (!bytes.empty()) (void)::send(fd_, bytes.data(), bytes.size(), MSG_NOSIGNAL);
+  }
+  ~RawClient() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  int fd() const { return fd_; }
+
+ private:
+  int fd_ = -1;
+};
 
 // ---- child processes ----
 
@@ -380,15 +423,15 @@ TEST(NetChannel, TransportsAreReported) {
 
 TEST(NetAuth, WrongTokenIsRefusedOnBothSidesAndTheListenerStaysUsable) {
   auto ctx = make_context();
-  Listener l = bind_listener(ctx, token("right"));
+  RecordingListener rl(ctx, token("right"));
+  Listener& l = rl.listener;
   {
     PeerThread bad(l.address(), token("wrong"), [](Channel&) { return ok_status(); });
-    auto ch = l.accept(kTimeout);
-    ASSERT_FALSE(ch.ok());
-    EXPECT_EQ(ch.status().code(), Code::kUnauthenticated);
-    EXPECT_NE(ch.status().message().find("peer 127.0.0.1:"), std::string::npos);
-    EXPECT_NE(ch.status().message().find("failed authentication: wrong token"), std::string::npos)
-        << ch.status().message();
+    const Status why = rl.next_refusal();
+    EXPECT_EQ(why.code(), Code::kUnauthenticated) << why.to_string();
+    EXPECT_NE(why.message().find("peer 127.0.0.1:"), std::string::npos);
+    EXPECT_NE(why.message().find("failed authentication: wrong token"), std::string::npos)
+        << why.message();
     const Status& c = bad.connect_status();
     EXPECT_EQ(c.code(), Code::kUnauthenticated) << c.to_string();
     EXPECT_NE(c.message().find("sender at " + l.address() + " refused our token"),
@@ -405,51 +448,35 @@ TEST(NetAuth, WrongTokenIsRefusedOnBothSidesAndTheListenerStaysUsable) {
 
 TEST(NetAuth, MissingTokenIsRefusedOnBothSides) {
   auto ctx = make_context();
-  Listener l = bind_listener(ctx);
-  PeerThread none(l.address(), std::nullopt, [](Channel&) { return ok_status(); });
-  auto ch = l.accept(kTimeout);
-  ASSERT_FALSE(ch.ok());
-  EXPECT_EQ(ch.status().code(), Code::kUnauthenticated);
-  EXPECT_NE(ch.status().message().find("has no token"), std::string::npos) << ch.status().message();
+  RecordingListener rl(ctx);
+  PeerThread none(rl.listener.address(), std::nullopt, [](Channel&) { return ok_status(); });
+  const Status why = rl.next_refusal();
+  EXPECT_EQ(why.code(), Code::kUnauthenticated);
+  EXPECT_NE(why.message().find("has no token"), std::string::npos) << why.message();
   const Status& c = none.connect_status();
   EXPECT_EQ(c.code(), Code::kUnauthenticated);
   EXPECT_NE(c.message().find("we have no session token"), std::string::npos) << c.message();
   EXPECT_NE(c.message().find("FERRY_TOKEN"), std::string::npos);
 }
 
-// A listener that does not know the token but pretends to accept any PROOF: raw UCX
-// with ferry's handshake messages. Returns the CONFIRM status the connector sent back.
+// A listener that does not know the token but pretends to accept any PROOF: a raw TCP
+// socket with ferry's handshake messages. Returns the CONFIRM status the connector sent.
 class ImpostorListener {
  public:
   ImpostorListener() {
-    ctx_ = *Context::create();
     auto addr = resolve("127.0.0.1:0", true);
-    ucp_listener_params_t p{};
-    p.field_mask = UCP_LISTENER_PARAM_FIELD_SOCK_ADDR | UCP_LISTENER_PARAM_FIELD_CONN_HANDLER;
-    p.sockaddr.addr = addr->get();
-    p.sockaddr.addrlen = addr->length;
-    p.conn_handler.cb = [](ucp_conn_request_h r, void* arg) {
-      static_cast<ImpostorListener*>(arg)->request_ = r;
-    };
-    p.conn_handler.arg = this;
-    EXPECT_EQ(ucp_listener_create(ctx_->worker(), &p, &listener_), UCS_OK);
-    ucp_listener_attr_t a{};
-    a.field_mask = UCP_LISTENER_ATTR_FIELD_SOCKADDR;
-    ucp_listener_query(listener_, &a);
-    address_ = format_address(reinterpret_cast<const sockaddr*>(&a.sockaddr));
+    fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    EXPECT_EQ(::bind(fd_, addr->get(), addr->length), 0);
+    EXPECT_EQ(::listen(fd_, 4), 0);
+    sockaddr_storage ss{};
+    socklen_t n = sizeof(ss);
+    ::getsockname(fd_, reinterpret_cast<sockaddr*>(&ss), &n);
+    address_ = format_address(reinterpret_cast<const sockaddr*>(&ss));
     thread_ = std::thread([this] { run(); });
   }
   ~ImpostorListener() {
     if (thread_.joinable()) thread_.join();
-    if (ep_ != nullptr) {
-      ucp_request_param_t cp{};
-      cp.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
-      cp.flags = UCP_EP_CLOSE_FLAG_FORCE;
-      void* r = ucp_ep_close_nbx(ep_, &cp);
-      while (UCS_PTR_IS_PTR(r) && ucp_request_check_status(r) == UCS_INPROGRESS) ctx_->progress();
-      if (UCS_PTR_IS_PTR(r)) ucp_request_free(r);
-    }
-    ucp_listener_destroy(listener_);
+    ::close(fd_);
   }
   const std::string& address() const { return address_; }
   int confirm_status() {
@@ -458,65 +485,40 @@ class ImpostorListener {
   }
 
  private:
-  std::vector<std::byte> read_frame() {
-    const auto deadline = Clock::now() + kTimeout;
-    while (Clock::now() < deadline) {
-      ctx_->progress();
-      std::size_t n = 0;
-      void* d = ucp_stream_recv_data_nb(ep_, &n);
-      if (d != nullptr && !UCS_PTR_IS_ERR(d)) {
-        auto* b = static_cast<std::byte*>(d);
-        inbox_.insert(inbox_.end(), b, b + n);
-        ucp_stream_data_release(ep_, d);
-      }
-      if (inbox_.size() >= 4) {
-        std::uint32_t len = 0;
-        std::memcpy(&len, inbox_.data(), 4);
-        if (inbox_.size() >= 4 + len) {
-          std::vector<std::byte> out(inbox_.begin() + 4, inbox_.begin() + 4 + len);
-          inbox_.erase(inbox_.begin(), inbox_.begin() + 4 + len);
-          return out;
-        }
-      }
-      ctx_->wait(milliseconds(5));
-    }
-    return {};
+  std::vector<std::byte> read_frame(int c) {
+    std::uint32_t len = 0;
+    if (::recv(c, &len, 4, MSG_WAITALL) != 4 || len > 4096) return {};
+    std::vector<std::byte> out(len);
+    if (::recv(c, out.data(), len, MSG_WAITALL) != static_cast<ssize_t>(len)) return {};
+    return out;
   }
-  void send_frame(const std::vector<std::byte>& m) {
-    auto frame = std::make_shared<std::vector<std::byte>>(4 + m.size());
+  void send_frame(int c, const std::vector<std::byte>& m) {
     const auto len = static_cast<std::uint32_t>(m.size());
-    std::memcpy(frame->data(), &len, 4);
-    std::memcpy(frame->data() + 4, m.data(), m.size());
-    ucp_request_param_t sp{};
-    void* r = ucp_stream_send_nbx(ep_, frame->data(), frame->size(), &sp);
-    while (UCS_PTR_IS_PTR(r) && ucp_request_check_status(r) == UCS_INPROGRESS) ctx_->progress();
-    if (UCS_PTR_IS_PTR(r)) ucp_request_free(r);
+    (void)::send(c, &len, 4, MSG_NOSIGNAL);
+    (void)::send(c, m.data(), m.size(), MSG_NOSIGNAL);
   }
   void run() {
-    const auto deadline = Clock::now() + kTimeout;
-    while (request_ == nullptr && Clock::now() < deadline) ctx_->wait(milliseconds(5));
-    if (request_ == nullptr) return;
-    ucp_ep_params_t p{};
-    p.field_mask = UCP_EP_PARAM_FIELD_CONN_REQUEST | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE;
-    p.conn_request = request_;
-    p.err_mode = UCP_ERR_HANDLING_MODE_PEER;
-    if (ucp_ep_create(ctx_->worker(), &p, &ep_) != UCS_OK) return;
-    if (!handshake::decode_hello(read_frame(), "connector").ok()) return;
-    send_frame(handshake::encode(handshake::Challenge{}));
-    if (!handshake::decode_proof(read_frame(), "connector").ok()) return;
-    handshake::Verdict v;  // "accepted", with a MAC it cannot have computed
-    v.bulk_id = 1;
-    v.mac.fill(0x5a);
-    send_frame(handshake::encode(v));
-    auto c = handshake::decode_confirm(read_frame(), "connector");
-    if (c.ok()) confirm_status_ = c->status;
+    pollfd p{fd_, POLLIN, 0};
+    if (::poll(&p, 1, static_cast<int>(kTimeout.count())) != 1) return;
+    const int c = ::accept(fd_, nullptr, nullptr);
+    if (c < 0) return;
+    timeval tv{10, 0};
+    ::setsockopt(c, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+    if (handshake::decode_hello(read_frame(c), "connector").ok()) {
+      send_frame(c, handshake::encode(handshake::Challenge{}));
+      if (handshake::decode_proof(read_frame(c), "connector").ok()) {
+        handshake::Verdict v;  // "accepted", with a MAC it cannot have computed
+        v.bulk_id = 1;
+        v.mac.fill(0x5a);
+        send_frame(c, handshake::encode(v));
+        auto confirm = handshake::decode_confirm(read_frame(c), "connector");
+        if (confirm.ok()) confirm_status_ = confirm->status;
+      }
+    }
+    ::close(c);
   }
 
-  std::shared_ptr<Context> ctx_;
-  ucp_listener_h listener_ = nullptr;
-  ucp_conn_request_h request_ = nullptr;
-  ucp_ep_h ep_ = nullptr;
-  std::vector<std::byte> inbox_;
+  int fd_ = -1;
   std::string address_;
   int confirm_status_ = -1;
   std::thread thread_;
@@ -586,91 +588,43 @@ TEST(NetFailure, ListenerThatNeverAnswersHitsTheConnectTimeout) {
   EXPECT_LT(took, 2000);
 }
 
-// A raw UCX client on its own thread: it connects to `address`, sends `bytes` on the stream
-// (nothing if empty) without any handshake, and keeps the connection until destroyed.
-class RawClient {
- public:
-  RawClient(std::string address, std::vector<std::byte> bytes)
-      : thread_([this, address = std::move(address), bytes = std::move(bytes)] {
-          auto c = Context::create();
-          auto addr = resolve(address, false);
-          ucp_ep_params_t p{};
-          p.field_mask = UCP_EP_PARAM_FIELD_FLAGS | UCP_EP_PARAM_FIELD_SOCK_ADDR |
-                         UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE;
-          p.flags = UCP_EP_PARAMS_FLAGS_CLIENT_SERVER;
-          p.sockaddr.addr = addr->get();
-          p.sockaddr.addrlen = addr->length;
-          p.err_mode = UCP_ERR_HANDLING_MODE_PEER;
-          ucp_ep_h ep = nullptr;
-          if (ucp_ep_create((*c)->worker(), &p, &ep) != UCS_OK) return;
-          void* sent = nullptr;
-          if (!bytes.empty()) {
-            ucp_request_param_t sp{};
-            sent = ucp_stream_send_nbx(ep, bytes.data(), bytes.size(), &sp);
-          }
-          while (!stop_) (*c)->wait(milliseconds(10));
-          if (UCS_PTR_IS_PTR(sent)) ucp_request_free(sent);
-          ucp_request_param_t cp{};
-          cp.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
-          cp.flags = UCP_EP_CLOSE_FLAG_FORCE;
-          void* r = ucp_ep_close_nbx(ep, &cp);
-          while (UCS_PTR_IS_PTR(r) && ucp_request_check_status(r) == UCS_INPROGRESS) {
-            (*c)->progress();
-          }
-          if (UCS_PTR_IS_PTR(r)) ucp_request_free(r);
-        }) {}
-  ~RawClient() {
-    stop_ = true;
-    thread_.join();
-  }
-
- private:
-  std::atomic<bool> stop_{false};
-  std::thread thread_;
-};
-
 TEST(NetFailure, PeerThatConnectsAndSaysNothingHitsTheHandshakeTimeout) {
   auto ctx = make_context();
   ListenerOptions options;
   options.handshake_timeout = milliseconds(300);
-  Listener l = bind_listener(ctx, token(), options);
-  RawClient silent(l.address(), {});
+  RecordingListener rl(ctx, token(), options);
+  RawClient silent(rl.listener.address(), {});
   const auto start = Clock::now();
-  auto ch = l.accept(kTimeout);
+  const Status why = rl.next_refusal();
   const double took = ms_since(start);
-  ASSERT_FALSE(ch.ok());
-  EXPECT_EQ(ch.status().code(), Code::kTimeout) << ch.status().to_string();
-  EXPECT_NE(ch.status().message().find("did not finish the handshake within 300 ms"),
-            std::string::npos)
-      << ch.status().message();
+  EXPECT_EQ(why.code(), Code::kTimeout) << why.to_string();
+  EXPECT_NE(why.message().find("did not finish the handshake within 300 ms"), std::string::npos)
+      << why.message();
   EXPECT_LT(took, 3000);
 }
 
 TEST(NetAuth, PayloadBeforeTheHandshakeIsRefused) {
   auto ctx = make_context();
-  Listener l = bind_listener(ctx);
+  RecordingListener rl(ctx);
   // A well-formed frame of ten bytes where the HELLO should be.
   std::vector<std::byte> frame = {std::byte{10}, std::byte{0}, std::byte{0}, std::byte{0}};
   for (int i = 0; i < 10; ++i) frame.push_back(std::byte{'x'});
-  RawClient rude(l.address(), frame);
-  auto ch = l.accept(kTimeout);
-  ASSERT_FALSE(ch.ok());
-  EXPECT_EQ(ch.status().code(), Code::kCorruption) << ch.status().to_string();
-  EXPECT_NE(ch.status().message().find("peer 127.0.0.1:"), std::string::npos);
-  EXPECT_NE(ch.status().message().find("HELLO"), std::string::npos) << ch.status().message();
+  RawClient rude(rl.listener.address(), frame);
+  const Status why = rl.next_refusal();
+  EXPECT_EQ(why.code(), Code::kCorruption) << why.to_string();
+  EXPECT_NE(why.message().find("peer 127.0.0.1:"), std::string::npos);
+  EXPECT_NE(why.message().find("HELLO"), std::string::npos) << why.message();
 }
 
 TEST(NetAuth, OversizedFrameBeforeTheHandshakeIsNotBuffered) {
   auto ctx = make_context();
-  Listener l = bind_listener(ctx);
+  RecordingListener rl(ctx);
   // Announces 64 MiB: refused from the length alone, before any of it is read.
   std::vector<std::byte> frame = {std::byte{0}, std::byte{0}, std::byte{0}, std::byte{4}};
-  RawClient rude(l.address(), frame);
-  auto ch = l.accept(kTimeout);
-  ASSERT_FALSE(ch.ok());
-  EXPECT_EQ(ch.status().code(), Code::kCorruption) << ch.status().to_string();
-  EXPECT_NE(ch.status().message().find("the limit here is 256"), std::string::npos)
-      << ch.status().message();
+  RawClient rude(rl.listener.address(), frame);
+  const Status why = rl.next_refusal();
+  EXPECT_EQ(why.code(), Code::kCorruption) << why.to_string();
+  EXPECT_NE(why.message().find("the limit here is 256"), std::string::npos) << why.message();
 }
 
 TEST(NetFailure, SilentAuthenticatedPeerHitsTheReceiveTimeout) {

@@ -178,7 +178,8 @@ class Reader {
                        : kind == Kind::kChallenge ? "CHALLENGE"
                        : kind == Kind::kProof     ? "PROOF"
                        : kind == Kind::kVerdict   ? "VERDICT"
-                                                  : "CONFIRM";
+                       : kind == Kind::kConfirm   ? "CONFIRM"
+                                                  : "ADDRESS";
     if (in.size() != kPrefixBytes + body) {
       error_ = corruption(fmt::format(
           "{} sent {} bytes where the ferry auth handshake expects a {} of {} bytes (not a "
@@ -260,6 +261,14 @@ std::vector<std::byte> encode(const Confirm& m) {
   return w.take();
 }
 
+std::vector<std::byte> encode(const Address& m) {
+  Writer w(Kind::kAddress);
+  w.u32(static_cast<std::uint32_t>(m.worker.size()));
+  std::vector<std::byte> out = w.take();
+  out.insert(out.end(), m.worker.begin(), m.worker.end());
+  return out;
+}
+
 Result<Hello> decode_hello(std::span<const std::byte> bytes, const std::string& peer) {
   Reader r(bytes, Kind::kHello, 1 + kNonceBytes, peer);
   if (!r.error().ok()) return r.error();
@@ -304,6 +313,28 @@ Result<Confirm> decode_confirm(std::span<const std::byte> bytes, const std::stri
   if (!r.error().ok()) return r.error();
   Confirm m;
   m.status = r.u8();
+  return m;
+}
+
+Result<Address> decode_address(std::span<const std::byte> bytes, const std::string& peer) {
+  // The body is a length and that many bytes: read the length first, bounded, then check
+  // the prefix and the exact size as for the fixed messages.
+  std::size_t length = 0;
+  if (bytes.size() >= kPrefixBytes + 4) {
+    for (std::size_t i = 0; i < 4; ++i) {
+      length |= std::size_t{static_cast<std::uint8_t>(bytes[kPrefixBytes + i])} << (8 * i);
+    }
+  }
+  if (length == 0 || length > kMaxWorkerAddressBytes) {
+    return corruption(fmt::format(
+        "{} sent an ADDRESS of {} bytes; a UCX worker address has 1 to {} bytes", peer,
+        length, kMaxWorkerAddressBytes));
+  }
+  Reader r(bytes, Kind::kAddress, 4 + length, peer);
+  if (!r.error().ok()) return r.error();
+  Address m;
+  const auto body = bytes.subspan(kPrefixBytes + 4);
+  m.worker.assign(body.begin(), body.end());
   return m;
 }
 

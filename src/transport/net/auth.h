@@ -76,7 +76,7 @@ class Token {
   std::string source_;
 };
 
-// The handshake, in order: HELLO (connector: nonce) -> CHALLENGE (listener: nonce) ->
+// The handshake, in order (then ADDRESS both ways): HELLO (connector: nonce) -> CHALLENGE (listener: nonce) ->
 // PROOF (connector: its MAC) -> VERDICT (listener: accepted or wrong token, and its own MAC)
 // -> CONFIRM (connector: the listener's MAC is right). The connector proves itself first so
 // that a wrong token is reported as such by both; it sends nothing but handshake messages
@@ -91,7 +91,8 @@ enum class Kind : std::uint8_t {
   kChallenge = 2,
   kProof = 3,
   kVerdict = 4,
-  kConfirm = 5
+  kConfirm = 5,
+  kAddress = 6
 };
 
 // Status bytes. Values travel on the wire: never renumber.
@@ -120,18 +121,26 @@ struct Verdict {
 struct Confirm {
   std::uint8_t status = kOk;
 };
+// After CONFIRM, each side sends its UCX worker address (ucp_worker_get_address), from
+// which the other creates its endpoint. Only authenticated peers get this far.
+inline constexpr std::size_t kMaxWorkerAddressBytes = 16384;
+struct Address {
+  std::vector<std::byte> worker;  // 1 to kMaxWorkerAddressBytes bytes
+};
 
 std::vector<std::byte> encode(const Hello& m);
 std::vector<std::byte> encode(const Challenge& m);
 std::vector<std::byte> encode(const Proof& m);
 std::vector<std::byte> encode(const Verdict& m);
 std::vector<std::byte> encode(const Confirm& m);
+std::vector<std::byte> encode(const Address& m);
 // kCorruption naming `peer` when the bytes are not exactly that message.
 Result<Hello> decode_hello(std::span<const std::byte> bytes, const std::string& peer);
 Result<Challenge> decode_challenge(std::span<const std::byte> bytes, const std::string& peer);
 Result<Proof> decode_proof(std::span<const std::byte> bytes, const std::string& peer);
 Result<Verdict> decode_verdict(std::span<const std::byte> bytes, const std::string& peer);
 Result<Confirm> decode_confirm(std::span<const std::byte> bytes, const std::string& peer);
+Result<Address> decode_address(std::span<const std::byte> bytes, const std::string& peer);
 
 // HMAC(token, label || connector nonce || listener nonce), one label per role.
 Mac listener_proof(const Token& token, const Nonce& connector, const Nonce& listener);

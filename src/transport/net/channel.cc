@@ -1,13 +1,14 @@
 #include "transport/net/channel.h"
 
 #include <fmt/format.h>
+#include <sys/socket.h>
 #include <ucp/api/ucp.h>
 
+#include <cerrno>
+
 #include <cstring>
-#include <thread>
 
 #include "base/log.h"
-#include "transport/net/address.h"
 #include "wire/message.h"
 
 namespace ferry::net {
@@ -17,17 +18,12 @@ using Clock = std::chrono::steady_clock;
 using std::chrono::milliseconds;
 
 constexpr std::size_t kFrameHeaderBytes = 4;
-// No handshake message comes near this; a peer that has not authenticated yet cannot make
-// us buffer more.
-constexpr std::size_t kMaxHandshakeBytes = 256;
 // How long close() waits for UCX to flush what was sent before it forces the endpoint shut.
 constexpr milliseconds kCloseFlushTimeout{2000};
 // How long close() waits for the peer to acknowledge our FIN (it does when it reads it).
 constexpr milliseconds kFinTimeout{1000};
 // A frame "length" that no message has: the sender closes the channel after its messages.
 constexpr std::uint32_t kFinFrame = 0xffffffffu;
-// Pause between connection attempts while nobody listens yet.
-constexpr milliseconds kRetryPause{20};
 
 struct Deadline {
   Clock::time_point at;
@@ -60,6 +56,12 @@ struct Endpoint {
   };
 
   std::shared_ptr<Context> ctx;
+  std::shared_ptr<Worker> own_worker;  // connect()'s channels: destroyed after the endpoint
+  ucp_worker_h worker = nullptr;       // the worker the endpoint lives on
+  // The peer's bootstrap socket. Its end (EOF, reset) is how we learn that the peer died:
+  // UCX reports a dead peer of a worker-address endpoint on whichever endpoint of ours it
+  // paired with the peer's, which is not always this one.
+  ScopedFd bootstrap;
   ucp_ep_h ep = nullptr;
   std::string peer;
   bool failed = false;  // the channel can carry nothing more; `error` says why
@@ -73,6 +75,8 @@ struct Endpoint {
   std::uint32_t local_bulk = 0;   // bulk messages to us carry this id
   std::uint32_t remote_bulk = 0;  // ... and ours to the peer carry its id
   std::string transports = "unknown";
+  void* wireup = nullptr;  // the flush wired_up() waits on
+  bool wired = false;
   // close() flushes what was sent first; false for a peer that never finished connecting,
   // which could not acknowledge a flush.
   bool linger = true;
@@ -96,6 +100,25 @@ struct Endpoint {
       ucp_request_free(r);
       sends.pop_front();
     }
+  }
+
+  // Fails the channel when the peer's bootstrap socket has ended. Nothing is sent on it after
+  // the handshake, so a byte there is a protocol error.
+  void check_bootstrap() {
+    if (failed || !bootstrap.valid()) return;
+    char byte = 0;
+    const ssize_t n = ::recv(bootstrap.get(), &byte, 1, MSG_PEEK | MSG_DONTWAIT);
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return;
+    broken = true;
+    if (n > 0) {
+      fail(corruption(fmt::format("{} sent bytes on its bootstrap socket after the handshake",
+                                  peer)));
+      return;
+    }
+    fail(aborted(fmt::format(
+        "{} is gone: its connection closed (its process exited or was killed, or the network "
+        "between us failed)",
+        peer)));
   }
 
   // Moves whatever the stream holds into the inbox.
@@ -154,6 +177,7 @@ struct Endpoint {
         return std::optional<std::vector<std::byte>>(std::move(out));
       }
     }
+    check_bootstrap();
     if (failed) return error;
     return std::optional<std::vector<std::byte>>();
   }
@@ -204,6 +228,7 @@ struct Endpoint {
         fail(aborted(fmt::format("{} is gone: {}", peer, ucs_status_string(st))));
         return error;
       }
+      check_bootstrap();
       if (failed) return error;
       if (deadline.passed()) {
         return timeout_error(fmt::format("{} did not take our message in time", peer));
@@ -240,6 +265,10 @@ struct Endpoint {
   }
 
   void close() {
+    if (wireup != nullptr) {
+      ucp_request_free(wireup);  // UCX completes it with the endpoint
+      wireup = nullptr;
+    }
     if (ep == nullptr) return;
     // UCX does not order a disconnect after data still in flight to the peer, so a plain
     // close can lose our last messages. Instead: FIN after them, and wait (bounded) for the
@@ -291,36 +320,6 @@ void on_endpoint_error(void* arg, ucp_ep_h /*ep*/, ucs_status_t status) {
   e->fail(aborted(fmt::format(
       "{} is gone: {} (its process exited or was killed, or the network between us failed)",
       e->peer, ucs_status_string(status))));
-}
-
-Result<std::shared_ptr<Endpoint>> open_endpoint(const std::shared_ptr<Context>& ctx,
-                                                std::string peer, const SocketAddress* address,
-                                                ucp_conn_request_h request) {
-  auto e = std::make_shared<Endpoint>();
-  e->ctx = ctx;
-  e->peer = std::move(peer);
-  ucp_ep_params_t p{};
-  p.field_mask = UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE | UCP_EP_PARAM_FIELD_ERR_HANDLER;
-  // PEER mode: a dead or unreachable peer calls on_endpoint_error instead of hanging.
-  p.err_mode = UCP_ERR_HANDLING_MODE_PEER;
-  p.err_handler.cb = on_endpoint_error;
-  p.err_handler.arg = e.get();
-  if (address != nullptr) {
-    p.field_mask |= UCP_EP_PARAM_FIELD_FLAGS | UCP_EP_PARAM_FIELD_SOCK_ADDR;
-    p.flags = UCP_EP_PARAMS_FLAGS_CLIENT_SERVER;
-    p.sockaddr.addr = address->get();
-    p.sockaddr.addrlen = address->length;
-  } else {
-    p.field_mask |= UCP_EP_PARAM_FIELD_CONN_REQUEST;
-    p.conn_request = request;
-  }
-  const ucs_status_t st = ucp_ep_create(ctx->worker(), &p, &e->ep);
-  if (st != UCS_OK) {
-    e->ep = nullptr;
-    return io_error(
-        fmt::format("UCX ucp_ep_create for {} failed: {}", e->peer, ucs_status_string(st)));
-  }
-  return e;
 }
 
 bool has_rdma(const std::string& transports) {
@@ -387,7 +386,7 @@ Transfer::~Transfer() { release(); }
 void Transfer::release() {
   if (request_ == nullptr) return;
   Context& ctx = *endpoint_->ctx;
-  if (receive_ && !cancelled_) ucp_request_cancel(ctx.worker(), request_);
+  if (receive_ && !cancelled_) ucp_request_cancel(endpoint_->worker, request_);
   const auto deadline = Clock::now() + kCloseFlushTimeout;
   while (ucp_request_check_status(request_) == UCS_INPROGRESS && Clock::now() < deadline) {
     ctx.progress();
@@ -410,9 +409,10 @@ bool Transfer::done() {
     st = ucp_request_check_status(request_);
   }
   if (st == UCS_INPROGRESS) {
+    endpoint_->check_bootstrap();
     // A posted receive is not tied to the endpoint, so UCX would wait for it forever.
     if (endpoint_->failed && receive_ && !cancelled_) {
-      ucp_request_cancel(endpoint_->ctx->worker(), request_);
+      ucp_request_cancel(endpoint_->worker, request_);
       cancelled_ = true;
     }
     return false;
@@ -521,7 +521,7 @@ Result<Transfer> Channel::receive_bulk(std::uint32_t key, std::span<std::byte> i
   // Always a request, even when the data is already here, so done() reads its length.
   p.op_attr_mask = UCP_OP_ATTR_FIELD_MEMH | UCP_OP_ATTR_FLAG_NO_IMM_CMPL;
   p.memh = region.handle();
-  void* r = ucp_tag_recv_nbx(e.ctx->worker(), into.data(), into.size(), bulk_tag(e.local_bulk, key),
+  void* r = ucp_tag_recv_nbx(e.worker, into.data(), into.size(), bulk_tag(e.local_bulk, key),
                              ~std::uint64_t{0}, &p);
   if (UCS_PTR_IS_ERR(r)) {
     return io_error(fmt::format("UCX ucp_tag_recv_nbx for bulk message {} from {} failed: {}", key,
@@ -568,268 +568,71 @@ void Channel::abort() {
   endpoint_.reset();
 }
 
+Result<bool> Channel::wired_up() {
+  if (!endpoint_) return failed_precondition("wired_up on a closed net channel");
+  Endpoint& e = *endpoint_;
+  if (e.failed) return e.error;
+  if (e.wired) return true;
+  if (e.wireup == nullptr) {
+    ucp_request_param_t p{};
+    ucs_status_ptr_t r = ucp_ep_flush_nbx(e.ep, &p);
+    if (r == nullptr) return e.wired = true;
+    if (UCS_PTR_IS_ERR(r)) {
+      e.broken = true;
+      e.fail(aborted(fmt::format("{} is gone: {}", e.peer, ucs_status_string(UCS_PTR_STATUS(r)))));
+      return e.error;
+    }
+    e.wireup = r;
+  }
+  const ucs_status_t st = ucp_request_check_status(e.wireup);
+  if (st == UCS_INPROGRESS) return false;
+  ucp_request_free(e.wireup);
+  e.wireup = nullptr;
+  if (st != UCS_OK) {
+    e.broken = true;
+    e.fail(aborted(fmt::format("{} is gone: {}", e.peer, ucs_status_string(st))));
+    return e.error;
+  }
+  return e.wired = true;
+}
+
 int Channel::fd() const { return endpoint_ ? endpoint_->ctx->event_fd() : -1; }
 Context& Channel::context() const { return *endpoint_->ctx; }
 const std::string& Channel::peer() const { return endpoint_->peer; }
 const std::string& Channel::transports() const { return endpoint_->transports; }
 
-// ---- Listener ----
+// ---- made by Listener::accept and connect() (bootstrap.cc) ----
 
-struct Listener::State {
-  State(std::shared_ptr<Context> c, Token t, ListenerOptions o)
-      : ctx(std::move(c)), token(std::move(t)), options(o) {}
-  ~State() {
-    for (ucp_conn_request_h r : pending) ucp_listener_reject(listener, r);
-    if (listener != nullptr) ucp_listener_destroy(listener);
-  }
-  std::shared_ptr<Context> ctx;
-  Token token;
-  ListenerOptions options;
-  ucp_listener_h listener = nullptr;
-  std::deque<ucp_conn_request_h> pending;
-  std::string address;
-};
-
-namespace {
-
-void on_conn_request(ucp_conn_request_h request, void* arg) {
-  static_cast<Listener::State*>(arg)->pending.push_back(request);
-}
-
-}  // namespace
-
-Listener::Listener() = default;
-Listener::Listener(Listener&&) noexcept = default;
-Listener& Listener::operator=(Listener&&) noexcept = default;
-Listener::~Listener() = default;
-
-const std::string& Listener::address() const { return state_->address; }
-int Listener::fd() const { return state_->ctx->event_fd(); }
-
-Result<Listener> Listener::bind(std::shared_ptr<Context> context, const std::string& address,
-                                Token token, ListenerOptions options) {
-  auto addr = resolve(address, true);
-  if (!addr.ok()) return addr.status();
-  auto state = std::make_unique<State>(std::move(context), std::move(token), options);
-  ucp_listener_params_t p{};
-  p.field_mask = UCP_LISTENER_PARAM_FIELD_SOCK_ADDR | UCP_LISTENER_PARAM_FIELD_CONN_HANDLER;
-  p.sockaddr.addr = addr->get();
-  p.sockaddr.addrlen = addr->length;
-  p.conn_handler.cb = on_conn_request;
-  p.conn_handler.arg = state.get();
-  const ucs_status_t st = ucp_listener_create(state->ctx->worker(), &p, &state->listener);
+Result<Channel> open_channel(const std::shared_ptr<Context>& ctx, std::shared_ptr<Worker> worker,
+                             ScopedFd bootstrap, std::string peer,
+                             std::span<const std::byte> remote_worker, std::uint32_t local_bulk,
+                             std::uint32_t remote_bulk) {
+  auto e = std::make_shared<Endpoint>();
+  e->ctx = ctx;
+  e->bootstrap = std::move(bootstrap);
+  if (e->bootstrap.valid()) ctx->watch_once(e->bootstrap.get());
+  e->worker = worker ? worker->get() : ctx->worker();
+  e->own_worker = std::move(worker);
+  e->peer = std::move(peer);
+  e->local_bulk = local_bulk;  // released with the endpoint, whatever happens next
+  e->remote_bulk = remote_bulk;
+  ucp_ep_params_t p{};
+  p.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
+                 UCP_EP_PARAM_FIELD_ERR_HANDLER;
+  // Both sides create their endpoint from the other's worker address; UCX pairs the two.
+  p.address = reinterpret_cast<const ucp_address_t*>(remote_worker.data());
+  // PEER mode: a dead or unreachable peer calls on_endpoint_error instead of hanging.
+  p.err_mode = UCP_ERR_HANDLING_MODE_PEER;
+  p.err_handler.cb = on_endpoint_error;
+  p.err_handler.arg = e.get();
+  const ucs_status_t st = ucp_ep_create(e->worker, &p, &e->ep);
   if (st != UCS_OK) {
-    state->listener = nullptr;
-    return io_error(fmt::format("cannot listen on {}: {}{}", address, ucs_status_string(st),
-                                st == UCS_ERR_BUSY ? " (the port is in use)" : ""));
-  }
-  ucp_listener_attr_t attr{};
-  attr.field_mask = UCP_LISTENER_ATTR_FIELD_SOCKADDR;
-  if (ucp_listener_query(state->listener, &attr) == UCS_OK) {
-    state->address = format_address(reinterpret_cast<const sockaddr*>(&attr.sockaddr));
-  } else {
-    state->address = address;
-  }
-  log::info("net: listening on {} (token from {})", state->address, state->token.source());
-  Listener l;
-  l.state_ = std::move(state);
-  return l;
-}
-
-Result<Channel> Listener::accept(milliseconds timeout) {
-  State& s = *state_;
-  const Deadline deadline(timeout);
-  while (true) {
-    s.ctx->progress();
-    if (!s.pending.empty()) break;
-    if (deadline.passed()) {
-      return timeout_error(
-          fmt::format("no peer connected to {} within {} ms", s.address, timeout.count()));
-    }
-    s.ctx->wait(deadline.left());
-  }
-  ucp_conn_request_h request = s.pending.front();
-  s.pending.pop_front();
-  ucp_conn_request_attr_t attr{};
-  attr.field_mask = UCP_CONN_REQUEST_ATTR_FIELD_CLIENT_ADDR;
-  std::string peer = "peer ?";
-  if (ucp_conn_request_query(request, &attr) == UCS_OK) {
-    peer = "peer " + format_address(reinterpret_cast<const sockaddr*>(&attr.client_address));
-  }
-  auto opened = open_endpoint(s.ctx, peer, nullptr, request);
-  if (!opened.ok()) {
-    ucp_listener_reject(s.listener, request);
-    return opened.status();
-  }
-  std::shared_ptr<Endpoint> e = std::move(*opened);
-
-  // The handshake: nothing else is read from or sent to this peer until it ends well.
-  const Deadline hs(s.options.handshake_timeout);
-  const auto refuse = [&](Status why) {
-    log::warn("net: {}", why.message());
-    return why;
-  };
-  const auto silent = [&](const Status& st) {
-    if (st.code() != Code::kTimeout) return st;
-    e->linger = false;
-    return timeout_error(
-        fmt::format("{} connected to {} but did not finish the handshake within {} ms", peer,
-                    s.address, s.options.handshake_timeout.count()));
-  };
-  auto m = e->receive(hs, kMaxHandshakeBytes);
-  if (!m.ok()) return refuse(silent(m.status()));
-  auto hello = handshake::decode_hello(*m, peer);
-  if (!hello.ok()) return refuse(hello.status());
-  handshake::Challenge challenge;
-  if (!hello->has_token) {
-    challenge.status = handshake::kNoToken;
-    (void)e->send(handshake::encode(challenge), hs);
-    return refuse(unauthenticated(fmt::format(
-        "{} failed authentication: it has no token (set FERRY_TOKEN or FERRY_TOKEN_FILE there)",
-        peer)));
-  }
-  Status st = random_bytes(challenge.nonce);
-  if (!st.ok()) return st;
-  st = e->send(handshake::encode(challenge), hs);
-  if (!st.ok()) return refuse(silent(st));
-  m = e->receive(hs, kMaxHandshakeBytes);
-  if (!m.ok()) return refuse(silent(m.status()));
-  auto proof = handshake::decode_proof(*m, peer);
-  if (!proof.ok()) return refuse(proof.status());
-  handshake::Verdict verdict;
-  const Mac expected = handshake::connector_proof(s.token, hello->nonce, challenge.nonce);
-  if (!macs_equal(proof->mac, expected)) {
-    verdict.status = handshake::kWrongToken;
-    (void)e->send(handshake::encode(verdict), hs);
-    return refuse(unauthenticated(fmt::format("{} failed authentication: wrong token", peer)));
-  }
-  if (proof->bulk_id == 0) {
-    return refuse(corruption(fmt::format("{} sent a PROOF without a bulk id", peer)));
-  }
-  verdict.mac = handshake::listener_proof(s.token, hello->nonce, challenge.nonce);
-  e->remote_bulk = proof->bulk_id;
-  e->local_bulk = s.ctx->allocate_bulk_id();
-  verdict.bulk_id = e->local_bulk;
-  st = e->send(handshake::encode(verdict), hs);
-  if (!st.ok()) return refuse(silent(st));
-  m = e->receive(hs, kMaxHandshakeBytes);
-  if (!m.ok()) return refuse(silent(m.status()));
-  auto confirm = handshake::decode_confirm(*m, peer);
-  if (!confirm.ok()) return refuse(confirm.status());
-  if (confirm->status != handshake::kOk) {
-    return refuse(unauthenticated(fmt::format(
-        "{} failed authentication: it rejected our proof, so it holds a different token", peer)));
+    e->ep = nullptr;
+    return io_error(
+        fmt::format("UCX ucp_ep_create for {} failed: {}", e->peer, ucs_status_string(st)));
   }
   note_transports(*e);
   return Channel(std::move(e));
-}
-
-// ---- connect ----
-
-Result<Channel> connect(std::shared_ptr<Context> context, const std::string& address,
-                        const std::optional<Token>& token, milliseconds timeout,
-                        const ConnectOptions& options) {
-  auto addr = resolve(address, false);
-  if (!addr.ok()) return addr.status();
-  const std::string peer = fmt::format("{} at {}", options.role, address);
-  const Deadline deadline(timeout);
-  Status last_failure;
-  const auto refuse = [&](Status why) {
-    log::error("net: {}", why.message());
-    return why;
-  };
-  while (true) {
-    auto opened = open_endpoint(context, peer, &*addr, nullptr);
-    if (!opened.ok()) return opened.status();
-    std::shared_ptr<Endpoint> e = std::move(*opened);
-    handshake::Hello hello;
-    hello.has_token = token.has_value();
-    Status st = random_bytes(hello.nonce);
-    if (!st.ok()) return st;
-    st = e->send(handshake::encode(hello), deadline);
-    Result<std::vector<std::byte>> m =
-        st.ok() ? e->receive(deadline, kMaxHandshakeBytes) : Result<std::vector<std::byte>>(st);
-    if (!m.ok()) {
-      e->linger = false;
-      if (m.status().code() == Code::kAborted) {
-        // Nobody listens there (yet), or the listener went away before it answered.
-        last_failure = m.status();
-        e.reset();
-        if (!deadline.passed()) {
-          std::this_thread::sleep_for(std::min(kRetryPause, deadline.left()));
-          continue;
-        }
-        return timeout_error(
-            fmt::format("could not connect to {} within {} ms: {} (is a listener running there?)",
-                        peer, timeout.count(), last_failure.message()));
-      }
-      if (m.status().code() == Code::kTimeout && !last_failure.ok()) {
-        // The deadline fell inside a retry; the refusals before it are the story.
-        return timeout_error(
-            fmt::format("could not connect to {} within {} ms: {} (is a listener running there?)",
-                        peer, timeout.count(), last_failure.message()));
-      }
-      if (m.status().code() == Code::kTimeout) {
-        return timeout_error(
-            fmt::format("{} accepted the connection but did not answer the handshake within {} ms",
-                        peer, timeout.count()));
-      }
-      return m.status();
-    }
-    auto challenge = handshake::decode_challenge(*m, peer);
-    if (!challenge.ok()) return refuse(challenge.status());
-    if (challenge->status == handshake::kNoToken || !token.has_value()) {
-      return refuse(unauthenticated(fmt::format(
-          "{} refused us: we have no session token (set FERRY_TOKEN, or FERRY_TOKEN_FILE to a "
-          "file with mode 0600)",
-          peer)));
-    }
-    if (challenge->status != handshake::kOk) {
-      return refuse(
-          corruption(fmt::format("{} sent a CHALLENGE with status {}", peer, challenge->status)));
-    }
-    handshake::Proof proof;
-    proof.mac = handshake::connector_proof(*token, hello.nonce, challenge->nonce);
-    e->local_bulk = context->allocate_bulk_id();
-    proof.bulk_id = e->local_bulk;
-    st = e->send(handshake::encode(proof), deadline);
-    if (!st.ok()) return st;
-    m = e->receive(deadline, kMaxHandshakeBytes);
-    if (!m.ok()) {
-      e->linger = false;
-      if (m.status().code() == Code::kTimeout) {
-        return timeout_error(
-            fmt::format("{} did not finish the handshake within {} ms", peer, timeout.count()));
-      }
-      return m.status();
-    }
-    auto verdict = handshake::decode_verdict(*m, peer);
-    if (!verdict.ok()) return refuse(verdict.status());
-    if (verdict->status == handshake::kWrongToken) {
-      return refuse(unauthenticated(fmt::format(
-          "{} refused our token (the tokens differ: check FERRY_TOKEN / FERRY_TOKEN_FILE on both "
-          "sides)",
-          peer)));
-    }
-    if (verdict->status != handshake::kOk || verdict->bulk_id == 0) {
-      return refuse(corruption(fmt::format("{} sent a malformed VERDICT", peer)));
-    }
-    handshake::Confirm confirm;
-    if (!macs_equal(verdict->mac,
-                    handshake::listener_proof(*token, hello.nonce, challenge->nonce))) {
-      confirm.status = handshake::kBadProof;
-      (void)e->send(handshake::encode(confirm), deadline);
-      return refuse(unauthenticated(fmt::format(
-          "{} failed authentication: its proof does not match our token (a different token "
-          "there, or not the peer meant)",
-          peer)));
-    }
-    st = e->send(handshake::encode(confirm), deadline);
-    if (!st.ok()) return st;
-    e->remote_bulk = verdict->bulk_id;
-    note_transports(*e);
-    return Channel(std::move(e));
-  }
 }
 
 }  // namespace ferry::net

@@ -16,12 +16,14 @@
 #include <cstddef>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <span>
 #include <string>
 #include <vector>
 
+#include "base/file_util.h"
 #include "ferry/status.h"
 #include "transport/net/auth.h"
 #include "transport/net/context.h"
@@ -110,6 +112,11 @@ class Channel {
   // Closes at once, without the FIN and flush that close() waits for: for a session that
   // already failed, where the peer may be unreachable. Transfers in flight are cancelled.
   void abort();
+  // For Listener and connect(): whether UCX has finished wiring the new endpoint up (a
+  // flush posted on the first call has completed). Until then UCX keeps the worker's event
+  // fd readable, so a Channel is handed out only after this says true. kAborted when the
+  // peer went away first. Does not progress the worker.
+  Result<bool> wired_up();
   // The event fd to poll (the Context's: shared by all its channels).
   int fd() const;
   Context& context() const;
@@ -124,9 +131,19 @@ class Channel {
 struct ListenerOptions {
   // How long an accepted peer may take over the handshake; a silent peer costs at most this.
   std::chrono::milliseconds handshake_timeout{5000};
+  // Handshakes in progress at once, and from one source address (IP): a peer past either
+  // limit is closed at once. Silent peers cannot keep others out beyond these.
+  std::size_t max_handshakes = 64;
+  std::size_t max_handshakes_per_source = 8;
+  // Called with the reason for each refused peer (after it is logged); for tests and for
+  // callers that list refusals in their own timeout error. Unset: only the log.
+  std::function<void(const Status&)> on_refused;
 };
 
-// A ucp listener on "host:port" (port 0: an ephemeral port; see address()).
+// A TCP listener on "host:port" (port 0: an ephemeral port; see address()). Peers
+// authenticate on the TCP socket (auth.h); only an authenticated peer gets a UCX endpoint,
+// made from the worker addresses the two sides then exchange. No UCX code reads a byte of
+// an unauthenticated peer. Several handshakes run at once, each with a deadline.
 class Listener {
  public:
   static Result<Listener> bind(std::shared_ptr<Context> context, const std::string& address,
@@ -136,15 +153,21 @@ class Listener {
   Listener& operator=(Listener&&) noexcept;
   ~Listener();
 
-  // Waits up to `timeout` (negative: forever) for one peer and authenticates it. A peer that
-  // fails authentication is refused (it is told so, and it is logged) and its error returned
-  // as kUnauthenticated; the listener stays usable, so call accept() again.
+  // Waits up to `timeout` (negative: forever; 0: one nonblocking step) for one peer to
+  // finish authenticating. A peer that fails (wrong or no token, garbage, silence past
+  // handshake_timeout, gone) is logged as a warning, closed, and does not end the wait: a
+  // hostile peer's error is never returned. kTimeout when none authenticated in time;
+  // other errors only for failures of this process (epoll, UCX).
   Result<Channel> accept(std::chrono::milliseconds timeout);
   // The bound address with its real port, e.g. "127.0.0.1:40123".
   const std::string& address() const;
+  // Readable when accept() may have progress to make (a new connection or handshake bytes):
+  // an epoll fd over the listening socket and the handshakes in progress.
   int fd() const;
+  // Handshakes in progress (for tests and logs).
+  std::size_t handshakes() const;
 
-  struct State;  // channel.cc
+  struct State;  // bootstrap.cc
 
  private:
   std::unique_ptr<State> state_;
@@ -155,11 +178,22 @@ struct ConnectOptions {
   std::string role = "sender";
 };
 
-// Connects to a Listener and authenticates both ways, retrying while nobody listens yet, up
-// to `timeout` in all. `token` nullopt: connect without one (the listener refuses; both
-// sides report it).
+// Connects over TCP to a Listener and authenticates both ways, retrying while the address
+// refuses connections (nobody listens yet) or the listener closes us before answering (it
+// is full), up to `timeout` in all. `token` nullopt: connect without one (the listener
+// refuses; both sides report it).
 Result<Channel> connect(std::shared_ptr<Context> context, const std::string& address,
                         const std::optional<Token>& token, std::chrono::milliseconds timeout,
                         const ConnectOptions& options = {});
+
+// For Listener and connect(): the Channel to an authenticated peer, from its UCX worker
+// address, on `worker` (connect(): a worker of its own; nullptr: the context's main worker,
+// the listener's). Takes over `local_bulk` (released with the channel, or here on failure).
+// `bootstrap` is the authenticated TCP socket to the peer, kept open for the channel's life:
+// its end tells that the peer's process is gone.
+Result<Channel> open_channel(const std::shared_ptr<Context>& ctx, std::shared_ptr<Worker> worker,
+                             ScopedFd bootstrap, std::string peer,
+                             std::span<const std::byte> remote_worker, std::uint32_t local_bulk,
+                             std::uint32_t remote_bulk);
 
 }  // namespace ferry::net

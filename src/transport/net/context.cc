@@ -2,11 +2,18 @@
 
 #include <fmt/format.h>
 #include <poll.h>
+#include <sys/epoll.h>
+#include <unistd.h>
 #include <ucp/api/ucp.h>
 
+#include <ucs/debug/log_def.h>
+
 #include <cerrno>
+#include <cstdarg>
 #include <cstdio>
+#include <mutex>
 #include <cstdlib>
+#include <cstring>
 #include <sstream>
 
 #include "base/log.h"
@@ -50,9 +57,37 @@ std::string parse_resources(const std::string& dump) {
   return out;
 }
 
+// UCX's own log lines go through ferry's logger (stderr, FERRY_LOG_LEVEL) instead of UCX's
+// default handler, which prints to stdout, where they would mix with --json output.
+ucs_log_func_rc_t ucx_log(const char* file, unsigned line, const char* /*function*/,
+                          ucs_log_level_t level, const ucs_log_component_config_t* /*comp*/,
+                          const char* message, va_list ap) {
+  char text[1024];
+  va_list copy;
+  va_copy(copy, ap);
+  std::vsnprintf(text, sizeof(text), message, copy);
+  va_end(copy);
+  const char* base = std::strrchr(file, '/');
+  base = base == nullptr ? file : base + 1;
+  if (level <= UCS_LOG_LEVEL_ERROR) {
+    log::error("UCX {}:{} {}", base, line, text);
+  } else if (level == UCS_LOG_LEVEL_WARN) {
+    log::warn("UCX {}:{} {}", base, line, text);
+  } else {
+    log::debug("UCX {}:{} {}", base, line, text);
+  }
+  return UCS_LOG_FUNC_RC_STOP;
+}
+
 }  // namespace
 
+void route_ucx_log() {
+  static std::once_flag once;
+  std::call_once(once, [] { ucs_log_push_handler(ucx_log); });
+}
+
 Result<std::shared_ptr<Context>> Context::create(const ContextOptions& options) {
+  route_ucx_log();
   ucp_config_t* config = nullptr;
   ucs_status_t st = ucp_config_read(nullptr, nullptr, &config);
   if (st != UCS_OK) return ucx_error("ucp_config_read", st);
@@ -90,8 +125,23 @@ Result<std::shared_ptr<Context>> Context::create(const ContextOptions& options) 
     ctx->worker_ = nullptr;
     return ucx_error("ucp_worker_create", st);
   }
-  st = ucp_worker_get_efd(ctx->worker_, &ctx->event_fd_);
+  st = ucp_worker_get_efd(ctx->worker_, &ctx->main_event_fd_);
   if (st != UCS_OK) return ucx_error("ucp_worker_get_efd", st);
+  ctx->serialized_ = options.serialized;
+  ctx->event_fd_ = ::epoll_create1(EPOLL_CLOEXEC);
+  if (ctx->event_fd_ < 0) return errno_status("epoll_create1", "the UCX context", errno);
+  epoll_event ev{};
+  ev.events = EPOLLIN;
+  if (::epoll_ctl(ctx->event_fd_, EPOLL_CTL_ADD, ctx->main_event_fd_, &ev) != 0) {
+    return errno_status("epoll_ctl", "the UCX worker's event fd", errno);
+  }
+  ucp_address_t* address = nullptr;
+  std::size_t address_bytes = 0;
+  st = ucp_worker_get_address(ctx->worker_, &address, &address_bytes);
+  if (st != UCS_OK) return ucx_error("ucp_worker_get_address", st);
+  const auto* begin = reinterpret_cast<const std::byte*>(address);
+  ctx->worker_address_.assign(begin, begin + address_bytes);
+  ucp_worker_release_address(ctx->worker_, address);
   ctx->resources_ =
       parse_resources(capture([&](FILE* f) { ucp_context_print_info(ctx->context_, f); }));
   log::debug("net: UCX {} context with transports {}", ucp_get_version_string(), ctx->resources_);
@@ -100,18 +150,70 @@ Result<std::shared_ptr<Context>> Context::create(const ContextOptions& options) 
 
 Context::~Context() {
   if (worker_ != nullptr) ucp_worker_destroy(worker_);
+  if (event_fd_ >= 0) ::close(event_fd_);
   if (context_ != nullptr) ucp_cleanup(context_);
+}
+
+Result<std::shared_ptr<Worker>> Context::add_worker() {
+  std::shared_ptr<Worker> w(new Worker());
+  ucp_worker_params_t wp{};
+  wp.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
+  wp.thread_mode = serialized_ ? UCS_THREAD_MODE_SERIALIZED : UCS_THREAD_MODE_SINGLE;
+  ucs_status_t st = ucp_worker_create(context_, &wp, &w->worker_);
+  if (st != UCS_OK) {
+    w->worker_ = nullptr;
+    return ucx_error("ucp_worker_create", st);
+  }
+  st = ucp_worker_get_efd(w->worker_, &w->event_fd_);
+  if (st != UCS_OK) return ucx_error("ucp_worker_get_efd", st);
+  ucp_address_t* address = nullptr;
+  std::size_t address_bytes = 0;
+  st = ucp_worker_get_address(w->worker_, &address, &address_bytes);
+  if (st != UCS_OK) return ucx_error("ucp_worker_get_address", st);
+  const auto* begin = reinterpret_cast<const std::byte*>(address);
+  w->address_.assign(begin, begin + address_bytes);
+  ucp_worker_release_address(w->worker_, address);
+  epoll_event ev{};
+  ev.events = EPOLLIN;
+  if (::epoll_ctl(event_fd_, EPOLL_CTL_ADD, w->event_fd_, &ev) != 0) {
+    return errno_status("epoll_ctl", "a UCX worker's event fd", errno);
+  }
+  w->context_ = shared_from_this();
+  workers_.push_back(w.get());
+  return w;
+}
+
+void Context::watch_once(int fd) {
+  epoll_event ev{};
+  ev.events = EPOLLIN | EPOLLRDHUP | EPOLLONESHOT;
+  // Best effort: without it a death is still seen at the next call on the channel.
+  (void)::epoll_ctl(event_fd_, EPOLL_CTL_ADD, fd, &ev);
+}
+
+Worker::~Worker() {
+  if (context_) {
+    std::erase(context_->workers_, this);
+    (void)::epoll_ctl(context_->event_fd_, EPOLL_CTL_DEL, event_fd_, nullptr);
+  }
+  if (worker_ != nullptr) ucp_worker_destroy(worker_);
 }
 
 bool Context::progress() {
   bool any = false;
   while (ucp_worker_progress(worker_) != 0) any = true;
+  for (Worker* w : workers_) {
+    while (ucp_worker_progress(w->worker_) != 0) any = true;
+  }
   return any;
 }
 
 bool Context::arm() {
-  const ucs_status_t st = ucp_worker_arm(worker_);
-  return st == UCS_OK;  // UCS_ERR_BUSY: events are pending
+  // UCS_ERR_BUSY: events are pending on that worker.
+  if (ucp_worker_arm(worker_) != UCS_OK) return false;
+  for (Worker* w : workers_) {
+    if (ucp_worker_arm(w->worker_) != UCS_OK) return false;
+  }
+  return true;
 }
 
 void Context::wait(std::chrono::milliseconds timeout) {

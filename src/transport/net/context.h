@@ -16,6 +16,7 @@
 #include <span>
 #include <string>
 #include <unordered_set>
+#include <vector>
 
 #include "ferry/status.h"
 
@@ -37,8 +38,35 @@ struct ContextOptions {
 };
 
 class MemoryRegion;
+class Context;
+
+// A ucp worker of a Context besides its main one: each connect() gets its own (see
+// Context::add_worker). Removes itself from the Context's event fd and progress loop when
+// destroyed; keeps the Context alive until then.
+class Worker {
+ public:
+  ~Worker();
+  Worker(const Worker&) = delete;
+  Worker& operator=(const Worker&) = delete;
+  ucp_worker_h get() const { return worker_; }
+  // The address (ucp_worker_get_address) a peer creates its endpoint from.
+  const std::vector<std::byte>& address() const { return address_; }
+
+ private:
+  friend class Context;
+  Worker() = default;
+  std::shared_ptr<Context> context_;
+  ucp_worker_h worker_ = nullptr;
+  int event_fd_ = -1;
+  std::vector<std::byte> address_;
+};
+
+// Sends UCX's log lines to ferry's logger (stderr) instead of stdout. Context::create calls
+// it; idempotent, thread-safe.
+void route_ucx_log();
 
 class Context : public std::enable_shared_from_this<Context> {
+  friend class Worker;
  public:
   // ucp_init with the tag, stream and wakeup features, and one worker.
   static Result<std::shared_ptr<Context>> create(const ContextOptions& options = {});
@@ -69,6 +97,19 @@ class Context : public std::enable_shared_from_this<Context> {
   std::uint32_t allocate_bulk_id();
   void release_bulk_id(std::uint32_t id) { bulk_ids_.erase(id); }
 
+  // The main worker's address (ucp_worker_get_address), which a peer creates its endpoint
+  // from. A listener's channels live on the main worker.
+  const std::vector<std::byte>& worker_address() const { return worker_address_; }
+  // A new worker on this context, progressed and polled with the main one. connect() makes
+  // each channel on a worker of its own: UCX pairs the two ends of worker-address endpoints
+  // by the order each worker created endpoints to the other, so two workers with exactly one
+  // endpoint each way can never be paired wrongly, whatever else runs between two nodes
+  // (channels opened both ways at once, a peer that died half-way through connecting).
+  Result<std::shared_ptr<Worker>> add_worker();
+  // Makes event_fd() readable once when `fd` becomes readable or hangs up: a channel's
+  // bootstrap socket, whose end says its peer is gone. The caller keeps `fd` open.
+  void watch_once(int fd);
+
   ucp_context_h ucp() const { return context_; }
   ucp_worker_h worker() const { return worker_; }
 
@@ -81,8 +122,12 @@ class Context : public std::enable_shared_from_this<Context> {
  private:
   ucp_context_h context_ = nullptr;
   ucp_worker_h worker_ = nullptr;
-  int event_fd_ = -1;
+  int event_fd_ = -1;         // an epoll fd over every worker's event fd
+  int main_event_fd_ = -1;    // the main worker's
+  std::vector<Worker*> workers_;  // add_worker()'s, alive
+  bool serialized_ = false;
   std::string resources_;
+  std::vector<std::byte> worker_address_;
   std::unordered_set<std::uint32_t> bulk_ids_;
 };
 
