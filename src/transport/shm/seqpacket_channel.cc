@@ -25,15 +25,16 @@ int remaining_ms(Clock::time_point deadline, bool forever) {
   return left.count() < 0 ? 0 : static_cast<int>(std::min<long long>(left.count(), 1 << 30));
 }
 
-Status check_same_user(int fd, const std::string& peer) {
+Status check_same_user(int fd, const std::string& peer, pid_t* pid = nullptr) {
   ucred cred{};
   socklen_t len = sizeof cred;
   if (::getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0) {
     return errno_status("getsockopt(SO_PEERCRED)", peer, errno);
   }
+  if (pid != nullptr) *pid = cred.pid;
   if (cred.uid != ::geteuid()) {
-    return unauthenticated(
-        fmt::format("{} runs as uid {}, not this process's uid {}", peer, cred.uid, ::geteuid()));
+    return unauthenticated(fmt::format("{} (pid {}) runs as uid {}, not this process's uid {}",
+                                       peer, cred.pid, cred.uid, ::geteuid()));
   }
   return ok_status();
 }
@@ -241,14 +242,14 @@ Result<Channel> Listener::accept(std::chrono::milliseconds timeout) {
       if (errno == EINTR || errno == EAGAIN || errno == ECONNABORTED) continue;
       return errno_status("accept4", address_, errno);
     }
-    const std::string peer = fmt::format("a receiver on {}", address_);
-    Status s = check_same_user(fd.get(), peer);
+    pid_t pid = 0;
+    Status s = check_same_user(fd.get(), fmt::format("a peer on {}", address_), &pid);
     if (!s.ok()) {
       // That peer's problem, not the caller's, who waits for a legitimate one.
       log::warn("shm: dropped a connection: {}", s.message());
       continue;
     }
-    return Channel(std::move(fd), peer);
+    return Channel(std::move(fd), fmt::format("a receiver on {} (pid {})", address_, pid));
   }
 }
 
