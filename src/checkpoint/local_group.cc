@@ -114,7 +114,8 @@ Status send_frame(int fd, std::string_view bytes, std::optional<Clock::time_poin
   return send_all(fd, bytes.data(), bytes.size(), dl, what);
 }
 
-Result<std::string> recv_frame(int fd, std::optional<Clock::time_point> dl, const std::string& what) {
+Result<std::string> recv_frame(int fd, std::optional<Clock::time_point> dl,
+                               const std::string& what) {
   unsigned char len[8];
   if (Status s = recv_all(fd, len, 8, dl, what); !s.ok()) return s;
   std::uint64_t n = 0;
@@ -133,7 +134,8 @@ void put_u64(std::string& out, std::uint64_t v) {
 bool get_u64(std::string_view& in, std::uint64_t* v) {
   if (in.size() < 8) return false;
   *v = 0;
-  for (int i = 0; i < 8; ++i) *v |= static_cast<std::uint64_t>(static_cast<unsigned char>(in[i])) << (8 * i);
+  for (int i = 0; i < 8; ++i)
+    *v |= static_cast<std::uint64_t>(static_cast<unsigned char>(in[i])) << (8 * i);
   in.remove_prefix(8);
   return true;
 }
@@ -213,7 +215,8 @@ Result<Joined> accept_hello(int listen_fd, std::vector<ScopedFd>& pending,
     }
     std::vector<pollfd> fds{{listen_fd, POLLIN, 0}};
     for (const ScopedFd& p : pending) fds.push_back({p.get(), POLLIN, 0});
-    const int n = ::poll(fds.data(), fds.size(), static_cast<int>(std::min<long long>(left, 1 << 30)));
+    const int n =
+        ::poll(fds.data(), fds.size(), static_cast<int>(std::min<long long>(left, 1 << 30)));
     if (n < 0 && errno == EINTR) continue;
     if (n < 0) return errno_status("poll", what, errno);
     for (std::size_t i = fds.size() - 1; i >= 1; --i) {
@@ -260,7 +263,9 @@ std::string random_suffix() {
 Status send_response(int fd, const Result<RankGroup::FetchReply>& r, const std::string& what) {
   const std::string error = r.ok() ? std::string() : r.status().message();
   const std::span<const std::byte> body =
-      r.ok() ? r->bytes() : std::span<const std::byte>(reinterpret_cast<const std::byte*>(error.data()), error.size());
+      r.ok() ? r->bytes()
+             : std::span<const std::byte>(reinterpret_cast<const std::byte*>(error.data()),
+                                          error.size());
   unsigned char head[9];
   const std::uint64_t n = body.size() + 1;
   for (int i = 0; i < 8; ++i) head[i] = static_cast<unsigned char>(n >> (8 * i));
@@ -321,11 +326,13 @@ class LocalGroup final : public GroupBase {
         put_str(table, addresses_[r]);
       }
       for (int r = 1; r < opts_.size; ++r) {
-        if (Status s = send_frame(peers_[r].get(), table, deadline, peer_name(r)); !s.ok()) return s;
+        if (Status s = send_frame(peers_[r].get(), table, deadline, peer_name(r)); !s.ok())
+          return s;
       }
     } else {
       auto fd = connect_to(opts_.root_address, deadline);
-      if (!fd.ok()) return fd.status().with_context("rank " + std::to_string(opts_.rank) + " joining");
+      if (!fd.ok())
+        return fd.status().with_context("rank " + std::to_string(opts_.rank) + " joining");
       root_ = std::move(*fd);
       std::string hello;
       put_u64(hello, static_cast<std::uint64_t>(opts_.rank));
@@ -382,8 +389,8 @@ class LocalGroup final : public GroupBase {
       if (Status s = send_frame(conn->fd.get(), hello, deadline, what); !s.ok()) return s;
     }
     Status s = recv_reply(conn->fd.get(), request, deadline, what, into, text);
-    if (!s.ok() && (s.code() == Code::kAborted || s.code() == Code::kTimeout ||
-                    s.code() == Code::kIoError)) {
+    if (!s.ok() &&
+        (s.code() == Code::kAborted || s.code() == Code::kTimeout || s.code() == Code::kIoError)) {
       conn->fd.reset();  // the stream is out of step; reconnect next time
     }
     return s;
@@ -432,14 +439,16 @@ class LocalGroup final : public GroupBase {
       std::string out;
       for (const std::string& p : all) put_str(out, p);
       for (int r = 1; r < opts_.size; ++r) {
-        if (Status s = send_frame(peers_[r].get(), out, deadline, peer_name(r) + " in a collective");
+        if (Status s =
+                send_frame(peers_[r].get(), out, deadline, peer_name(r) + " in a collective");
             !s.ok()) {
           return s;
         }
       }
       return all;
     }
-    if (Status s = send_frame(root_.get(), mine, deadline, peer_name(0) + " in a collective"); !s.ok()) {
+    if (Status s = send_frame(root_.get(), mine, deadline, peer_name(0) + " in a collective");
+        !s.ok()) {
       return s;
     }
     auto out = recv_frame(root_.get(), deadline, peer_name(0) + " in a collective");

@@ -87,8 +87,8 @@ Status Fanout::send_all_bytes(const std::vector<std::byte>& bytes, const wire::M
       const std::span<const std::byte> bytes_of_segment(ring_.slot(filled->slot) + filled->offset,
                                                         filled->used_bytes - filled->offset);
       auto t = p.link.net().send_bulk(++p.bulk_key, bytes_of_segment, ring_region_);
-      if (!t.ok()) return Status(t.status().code(), fmt::format("round {}: {}", round_,
-                                                                t.status().message()));
+      if (!t.ok())
+        return Status(t.status().code(), fmt::format("round {}: {}", round_, t.status().message()));
       p.transfers.push_back(std::move(*t));
     }
   }
@@ -115,9 +115,10 @@ Status Fanout::handle(Peer& p, const wire::Message& m, std::uint64_t round_check
     case wire::MessageType::kAck: {
       const auto& a = std::get<wire::Ack>(m.body);
       if (a.round_checksum != round_checksum) {
-        return corruption(fmt::format("{} acknowledged round {} with checksum {:016x}, the "
-                                      "sender's is {:016x}",
-                                      p.link.peer(), round_, a.round_checksum, round_checksum));
+        return corruption(
+            fmt::format("{} acknowledged round {} with checksum {:016x}, the "
+                        "sender's is {:016x}",
+                        p.link.peer(), round_, a.round_checksum, round_checksum));
       }
       p.acked = true;
       return ok_status();
@@ -157,8 +158,8 @@ Result<bool> Fanout::handle_waiting(const std::function<bool(const Peer&)>& done
     if (done(p)) continue;
     auto got = p.link.try_receive();
     if (!got.ok()) {
-      return Status(got.status().code(), fmt::format("round {}: {}: {}", round_, p.link.peer(),
-                                                     got.status().message()));
+      return Status(got.status().code(),
+                    fmt::format("round {}: {}: {}", round_, p.link.peer(), got.status().message()));
     }
     if (!got->has_value()) continue;
     auto m = wire::decode(**got, p.link.peer());
@@ -211,9 +212,10 @@ Status Fanout::wait_until(const std::function<bool(const Peer&)>& peer_done,
       for (const Peer& p : peers_) {
         if (!peer_done(p)) slow += (slow.empty() ? "" : ", ") + p.link.peer();
       }
-      return timeout_error(fmt::format("round {}: no word from the {}s ({}) for {} ms "
-                                       "while waiting for {}",
-                                       round_, noun_, slow, options_.timeout.count(), waiting_for));
+      return timeout_error(
+          fmt::format("round {}: no word from the {}s ({}) for {} ms "
+                      "while waiting for {}",
+                      round_, noun_, slow, options_.timeout.count(), waiting_for));
     }
     auto handled = handle_ready(fds, 0, round_checksum);
     if (!handled.ok()) return handled.status();
@@ -274,8 +276,8 @@ Status Fanout::accept_one() {
   while (true) {
     const auto left = std::chrono::duration_cast<milliseconds>(deadline - Clock::now());
     if (left.count() <= 0) {
-      return timeout_error(fmt::format("no {} joined {} within {} ms", noun_, address_,
-                                       options_.timeout.count()));
+      return timeout_error(
+          fmt::format("no {} joined {} within {} ms", noun_, address_, options_.timeout.count()));
     }
     const milliseconds slice = wait_slice(options_, left);
     if (net_listener_ == nullptr) {
@@ -388,8 +390,7 @@ Status Fanout::admit(Peer p, const std::vector<std::byte>& hello) {
   }
   if (!s.ok()) {
     // Turned away, not consumed: it hears why and the session goes on.
-    (void)p.link.send(wire::encode(message(wire::Error{s.code(), s.message()})),
-                      milliseconds(100));
+    (void)p.link.send(wire::encode(message(wire::Error{s.code(), s.message()})), milliseconds(100));
     return s;
   }
   p.id = id;

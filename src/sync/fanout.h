@@ -4,10 +4,11 @@
 // dead, silent or misbehaving peer into an error that names it and the round.
 #pragma once
 
+#include <poll.h>
+
 #include <chrono>
 #include <cstdint>
 #include <deque>
-#include <poll.h>
 #include <functional>
 #include <memory>
 #include <string>
@@ -41,8 +42,8 @@ class Fanout {
   // and creates the ring they share: a memfd that shm peers map, registered with UCX
   // for net peers.
   static Result<std::unique_ptr<Fanout>> create(const std::string& address,
-                                                const SyncOptions& options,
-                                                std::uint32_t slots, std::uint64_t slot_bytes);
+                                                const SyncOptions& options, std::uint32_t slots,
+                                                std::uint64_t slot_bytes);
 
   void set_session(std::uint64_t session) { session_ = session; }
   std::uint64_t session() const { return session_; }

@@ -116,8 +116,7 @@ TEST(LocalGroupPeers, TakenRootAddressSaysWhoHoldsIt) {
   r0.join();
   ASSERT_FALSE(second.ok());
   EXPECT_EQ(second.status().code(), Code::kAlreadyExists) << second.status().to_string();
-  EXPECT_NE(second.status().message().find("pid " + std::to_string(::getpid())),
-            std::string::npos)
+  EXPECT_NE(second.status().message().find("pid " + std::to_string(::getpid())), std::string::npos)
       << second.status().message();
 }
 

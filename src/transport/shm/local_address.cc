@@ -26,18 +26,19 @@ Result<std::string> private_socket_dir() {
   if (S_ISLNK(st.st_mode) || !S_ISDIR(st.st_mode)) {
     return failed_precondition(fmt::format(
         "{} (ferry's private socket directory) is not a directory but a {}: remove it, or use "
-        "an '@name' or a path with '/'", dir, S_ISLNK(st.st_mode) ? "symlink" : "file"));
+        "an '@name' or a path with '/'",
+        dir, S_ISLNK(st.st_mode) ? "symlink" : "file"));
   }
   if (st.st_uid != ::geteuid()) {
     return failed_precondition(fmt::format(
         "{} (ferry's private socket directory) belongs to uid {}, not to this process's uid {}: "
-        "another user may have created it to catch ferry's sockets; remove it", dir, st.st_uid,
-        ::geteuid()));
+        "another user may have created it to catch ferry's sockets; remove it",
+        dir, st.st_uid, ::geteuid()));
   }
   if ((st.st_mode & 077) != 0) {
     return failed_precondition(fmt::format(
-        "{} (ferry's private socket directory) has mode {:o}; it must be 0700 (chmod 700 it)",
-        dir, st.st_mode & 0777));
+        "{} (ferry's private socket directory) has mode {:o}; it must be 0700 (chmod 700 it)", dir,
+        st.st_mode & 0777));
   }
   return dir;
 }
@@ -50,7 +51,8 @@ Result<LocalAddress> resolve_local_address(const std::string& address) {
   if (address.empty() || address == "@") {
     return invalid_argument(fmt::format(
         "socket address '{}' has no name: use '@name' (abstract), 'name' (a socket in this "
-        "user's private directory) or a path with '/'", address));
+        "user's private directory) or a path with '/'",
+        address));
   }
   if (address[0] == '@') {
     name = address;
@@ -78,8 +80,8 @@ Status explain_address_in_use(const LocalAddress& a, int type, bool* stale) {
   *stale = false;
   struct stat st {};
   if (!a.abstract() && ::lstat(a.path.c_str(), &st) == 0 && !S_ISSOCK(st.st_mode)) {
-    return already_exists(fmt::format("socket address '{}': {} exists and is not a socket",
-                                      a.display, a.path));
+    return already_exists(
+        fmt::format("socket address '{}': {} exists and is not a socket", a.display, a.path));
   }
   ScopedFd probe(::socket(AF_UNIX, type | SOCK_CLOEXEC, 0));
   if (!probe.valid()) return errno_status("socket", a.display, errno);
