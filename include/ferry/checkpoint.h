@@ -90,8 +90,12 @@ class RankGroup {
 
 struct LocalGroupOptions {
   // Rank 0 listens here, the others connect: "@name" is an abstract UNIX socket
-  // (nothing on disk, gone with the process); anything else a socket file path.
-  // Peers running as another user are refused (SO_PEERCRED).
+  // (nothing on disk, gone with the process, but another user can bind it first);
+  // "name" (no '/') a socket in this user's private 0700 directory
+  // ($XDG_RUNTIME_DIR/ferry, else /tmp/ferry-<uid>); a path with '/' that socket file.
+  // A taken address fails with kAlreadyExists naming the holder's pid and uid. Rank 0
+  // drops, with a warning, connections from another user (SO_PEERCRED) and ones that
+  // say nothing, each of which has until `timeout` to speak beside the others.
   std::string root_address;
   int rank = 0;
   int size = 1;

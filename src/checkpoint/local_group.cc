@@ -23,6 +23,7 @@
 #include "base/file_util.h"
 #include "base/log.h"
 #include "checkpoint/group_base.h"
+#include "transport/shm/local_address.h"
 
 namespace ferry::checkpoint {
 namespace {
@@ -31,19 +32,6 @@ using Clock = std::chrono::steady_clock;
 using std::chrono::milliseconds;
 
 constexpr std::uint64_t kMaxFrameBytes = 16ull << 30;
-
-Result<sockaddr_un> make_address(const std::string& address, socklen_t* len) {
-  sockaddr_un addr{};
-  addr.sun_family = AF_UNIX;
-  if (address.empty() || address.size() >= sizeof(addr.sun_path)) {
-    return invalid_argument("socket address '" + address + "' must be 1-" +
-                            std::to_string(sizeof(addr.sun_path) - 1) + " characters");
-  }
-  std::memcpy(addr.sun_path, address.data(), address.size());
-  if (address[0] == '@') addr.sun_path[0] = '\0';  // abstract namespace
-  *len = static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + address.size());
-  return addr;
-}
 
 Status check_peer_user(int fd, const std::string& what) {
   ucred cred{};
@@ -126,7 +114,8 @@ Status send_frame(int fd, std::string_view bytes, std::optional<Clock::time_poin
   return send_all(fd, bytes.data(), bytes.size(), dl, what);
 }
 
-Result<std::string> recv_frame(int fd, std::optional<Clock::time_point> dl, const std::string& what) {
+Result<std::string> recv_frame(int fd, std::optional<Clock::time_point> dl,
+                               const std::string& what) {
   unsigned char len[8];
   if (Status s = recv_all(fd, len, 8, dl, what); !s.ok()) return s;
   std::uint64_t n = 0;
@@ -145,7 +134,8 @@ void put_u64(std::string& out, std::uint64_t v) {
 bool get_u64(std::string_view& in, std::uint64_t* v) {
   if (in.size() < 8) return false;
   *v = 0;
-  for (int i = 0; i < 8; ++i) *v |= static_cast<std::uint64_t>(static_cast<unsigned char>(in[i])) << (8 * i);
+  for (int i = 0; i < 8; ++i)
+    *v |= static_cast<std::uint64_t>(static_cast<unsigned char>(in[i])) << (8 * i);
   in.remove_prefix(8);
   return true;
 }
@@ -162,26 +152,29 @@ bool get_str(std::string_view& in, std::string* s) {
 }
 
 Result<ScopedFd> listen_on(const std::string& address) {
-  socklen_t len = 0;
-  auto addr = make_address(address, &len);
+  auto addr = shm::resolve_local_address(address);
   if (!addr.ok()) return addr.status();
   ScopedFd fd(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
   if (!fd.valid()) return errno_status("socket", address, errno);
-  if (::bind(fd.get(), reinterpret_cast<sockaddr*>(&*addr), len) != 0) {
-    return errno_status("bind", address, errno);
+  for (int attempt = 0;; ++attempt) {
+    if (::bind(fd.get(), reinterpret_cast<const sockaddr*>(&addr->addr), addr->len) == 0) break;
+    const int err = errno;
+    if (err != EADDRINUSE || attempt > 0) return errno_status("bind", address, err);
+    // Taken: name the holder, or remove a stale socket file and try once more.
+    bool stale = false;
+    if (Status s = shm::explain_address_in_use(*addr, SOCK_STREAM, &stale); !s.ok()) return s;
   }
   if (::listen(fd.get(), 128) != 0) return errno_status("listen", address, errno);
   return fd;
 }
 
 Result<ScopedFd> connect_to(const std::string& address, Clock::time_point deadline) {
-  socklen_t len = 0;
-  auto addr = make_address(address, &len);
+  auto addr = shm::resolve_local_address(address);
   if (!addr.ok()) return addr.status();
   while (true) {
     ScopedFd fd(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
     if (!fd.valid()) return errno_status("socket", address, errno);
-    if (::connect(fd.get(), reinterpret_cast<sockaddr*>(&*addr), len) == 0) {
+    if (::connect(fd.get(), reinterpret_cast<const sockaddr*>(&addr->addr), addr->len) == 0) {
       if (Status s = check_peer_user(fd.get(), address); !s.ok()) return s;
       return fd;
     }
@@ -197,12 +190,63 @@ Result<ScopedFd> connect_to(const std::string& address, Clock::time_point deadli
   }
 }
 
-Result<ScopedFd> accept_one(int listen_fd, Clock::time_point deadline, const std::string& what) {
-  if (Status s = wait_fd(listen_fd, POLLIN, deadline, what); !s.ok()) return s;
-  ScopedFd fd(::accept4(listen_fd, nullptr, nullptr, SOCK_CLOEXEC));
-  if (!fd.valid()) return errno_status("accept", what, errno);
-  if (Status s = check_peer_user(fd.get(), what); !s.ok()) return s;
-  return fd;
+// One joining rank's hello: who it is and where it serves fetches.
+struct Joined {
+  ScopedFd fd;
+  std::uint64_t rank = 0;
+  std::string node;
+  std::string address;
+};
+
+// Rank 0: the next rank that connects and says hello. Connections wait side by side,
+// each with until `deadline` to speak, so a silent one (a same-user process that connects
+// and says nothing) delays nobody; a peer of another user, or one that closes or sends a
+// malformed hello, is dropped with a warning and the wait goes on.
+Result<Joined> accept_hello(int listen_fd, std::vector<ScopedFd>& pending,
+                            Clock::time_point deadline, const std::string& what) {
+  while (true) {
+    const auto left = std::chrono::duration_cast<milliseconds>(deadline - Clock::now()).count();
+    if (left <= 0) {
+      if (!pending.empty()) {
+        log::warn("checkpoint group: {} connection(s) to {} never said hello", pending.size(),
+                  what);
+      }
+      return timeout_error(what + ": no answer in time");
+    }
+    std::vector<pollfd> fds{{listen_fd, POLLIN, 0}};
+    for (const ScopedFd& p : pending) fds.push_back({p.get(), POLLIN, 0});
+    const int n =
+        ::poll(fds.data(), fds.size(), static_cast<int>(std::min<long long>(left, 1 << 30)));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return errno_status("poll", what, errno);
+    for (std::size_t i = fds.size() - 1; i >= 1; --i) {
+      if (fds[i].revents == 0) continue;
+      ScopedFd fd = std::move(pending[i - 1]);
+      pending.erase(pending.begin() + static_cast<std::ptrdiff_t>(i - 1));
+      auto hello = recv_frame(fd.get(), deadline, "hello from a joining rank");
+      Joined j;
+      std::string_view in = hello.ok() ? std::string_view(*hello) : std::string_view();
+      if (!hello.ok() || !get_u64(in, &j.rank) || !get_str(in, &j.node) ||
+          !get_str(in, &j.address)) {
+        log::warn("checkpoint group: dropped a connection to {}: {}", what,
+                  hello.ok() ? std::string("malformed hello") : hello.status().message());
+        continue;
+      }
+      j.fd = std::move(fd);
+      return j;
+    }
+    if ((fds[0].revents & POLLIN) == 0) continue;
+    ScopedFd fd(::accept4(listen_fd, nullptr, nullptr, SOCK_CLOEXEC));
+    if (!fd.valid()) {
+      if (errno == EINTR || errno == EAGAIN || errno == ECONNABORTED) continue;
+      return errno_status("accept", what, errno);
+    }
+    if (Status s = check_peer_user(fd.get(), what); !s.ok()) {
+      log::warn("checkpoint group: dropped a connection: {}", s.message());
+      continue;
+    }
+    pending.push_back(std::move(fd));
+  }
 }
 
 std::string random_suffix() {
@@ -219,7 +263,9 @@ std::string random_suffix() {
 Status send_response(int fd, const Result<RankGroup::FetchReply>& r, const std::string& what) {
   const std::string error = r.ok() ? std::string() : r.status().message();
   const std::span<const std::byte> body =
-      r.ok() ? r->bytes() : std::span<const std::byte>(reinterpret_cast<const std::byte*>(error.data()), error.size());
+      r.ok() ? r->bytes()
+             : std::span<const std::byte>(reinterpret_cast<const std::byte*>(error.data()),
+                                          error.size());
   unsigned char head[9];
   const std::uint64_t n = body.size() + 1;
   for (int i = 0; i < 8; ++i) head[i] = static_cast<unsigned char>(n >> (8 * i));
@@ -258,27 +304,21 @@ class LocalGroup final : public GroupBase {
       auto root = listen_on(opts_.root_address);
       if (!root.ok()) return root.status().with_context("rank 0 listening for the group");
       peers_.resize(opts_.size);
+      std::vector<ScopedFd> pending;
       for (int joined = 1; joined < opts_.size; ++joined) {
-        auto fd = accept_one(root->get(), deadline,
-                             "rank 0 waiting for " + std::to_string(opts_.size - joined) +
-                                 " more rank(s) on " + opts_.root_address);
-        if (!fd.ok()) return fd.status();
-        auto hello = recv_frame(fd->get(), deadline, "hello from a joining rank");
-        if (!hello.ok()) return hello.status();
-        std::string_view in = *hello;
-        std::uint64_t r = 0;
-        std::string node, address;
-        if (!get_u64(in, &r) || !get_str(in, &node) || !get_str(in, &address)) {
-          return corruption("malformed hello from a joining rank on " + opts_.root_address);
-        }
+        auto j = accept_hello(root->get(), pending, deadline,
+                              "rank 0 waiting for " + std::to_string(opts_.size - joined) +
+                                  " more rank(s) on " + opts_.root_address);
+        if (!j.ok()) return j.status();
+        const std::uint64_t r = j->rank;
         if (r == 0 || r >= static_cast<std::uint64_t>(opts_.size) || peers_[r].valid()) {
           return invalid_argument("rank " + std::to_string(r) + " joined " + opts_.root_address +
                                   " twice or is outside the group of " +
                                   std::to_string(opts_.size));
         }
-        nodes_[r] = node;
-        addresses_[r] = address;
-        peers_[r] = std::move(*fd);
+        nodes_[r] = j->node;
+        addresses_[r] = j->address;
+        peers_[r] = std::move(j->fd);
       }
       std::string table;
       for (int r = 0; r < opts_.size; ++r) {
@@ -286,11 +326,13 @@ class LocalGroup final : public GroupBase {
         put_str(table, addresses_[r]);
       }
       for (int r = 1; r < opts_.size; ++r) {
-        if (Status s = send_frame(peers_[r].get(), table, deadline, peer_name(r)); !s.ok()) return s;
+        if (Status s = send_frame(peers_[r].get(), table, deadline, peer_name(r)); !s.ok())
+          return s;
       }
     } else {
       auto fd = connect_to(opts_.root_address, deadline);
-      if (!fd.ok()) return fd.status().with_context("rank " + std::to_string(opts_.rank) + " joining");
+      if (!fd.ok())
+        return fd.status().with_context("rank " + std::to_string(opts_.rank) + " joining");
       root_ = std::move(*fd);
       std::string hello;
       put_u64(hello, static_cast<std::uint64_t>(opts_.rank));
@@ -347,8 +389,8 @@ class LocalGroup final : public GroupBase {
       if (Status s = send_frame(conn->fd.get(), hello, deadline, what); !s.ok()) return s;
     }
     Status s = recv_reply(conn->fd.get(), request, deadline, what, into, text);
-    if (!s.ok() && (s.code() == Code::kAborted || s.code() == Code::kTimeout ||
-                    s.code() == Code::kIoError)) {
+    if (!s.ok() &&
+        (s.code() == Code::kAborted || s.code() == Code::kTimeout || s.code() == Code::kIoError)) {
       conn->fd.reset();  // the stream is out of step; reconnect next time
     }
     return s;
@@ -397,14 +439,16 @@ class LocalGroup final : public GroupBase {
       std::string out;
       for (const std::string& p : all) put_str(out, p);
       for (int r = 1; r < opts_.size; ++r) {
-        if (Status s = send_frame(peers_[r].get(), out, deadline, peer_name(r) + " in a collective");
+        if (Status s =
+                send_frame(peers_[r].get(), out, deadline, peer_name(r) + " in a collective");
             !s.ok()) {
           return s;
         }
       }
       return all;
     }
-    if (Status s = send_frame(root_.get(), mine, deadline, peer_name(0) + " in a collective"); !s.ok()) {
+    if (Status s = send_frame(root_.get(), mine, deadline, peer_name(0) + " in a collective");
+        !s.ok()) {
       return s;
     }
     auto out = recv_frame(root_.get(), deadline, peer_name(0) + " in a collective");

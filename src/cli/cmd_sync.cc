@@ -17,8 +17,15 @@
 namespace ferry::cli {
 namespace {
 
+// The forms of a node-local address (transport/shm/local_address.h).
+constexpr const char* kShmAddressHelp =
+    "NAME (no '/'): a socket in this user's private 0700 directory ($XDG_RUNTIME_DIR/ferry, "
+    "else /tmp/ferry-UID), which no other user can take; @NAME: a Linux abstract socket (no "
+    "file; any local user can connect, which is refused, or bind the name first); "
+    "a path with '/': that socket file";
+
 struct SyncArgs {
-  std::string address = "@ferry-sync";
+  std::string address = "ferry-sync";  // a socket in this user's private directory
   std::string preset = "qwen2.5-0.5b";
   std::string dtype = "bf16";
   std::int64_t layers = 0;  // serve: 0 = the preset's depth
@@ -32,7 +39,7 @@ struct SyncArgs {
   bool no_checksums = false;
   bool json = false;
   std::string token_file;
-  std::string local = "@ferry-relay";  // relay: the shm address local receivers join
+  std::string local = "ferry-relay";  // relay: the shm address local receivers join
   bool keep_going = false;  // after a failed round, rejoin (or re-accept) and go on
 };
 
@@ -221,7 +228,7 @@ void add_sync_command(CLI::App& app, Dispatch& dispatch) {
       "  FERRY_TOKEN=s3cret ferry sync serve --listen 0.0.0.0:5555 --receivers 2",
       [args] { return run_serve(*args); });
   auto* where = serve->add_option("--address", args->address,
-                                  "@abstract-name or socket file path (this node)");
+                                  kShmAddressHelp);
   where->capture_default_str();
   serve->add_option("--listen", args->address,
                     "host:port to serve relays and receivers on other nodes (port 0: any)")
@@ -247,7 +254,8 @@ void add_sync_command(CLI::App& app, Dispatch& dispatch) {
       "  FERRY_TOKEN=s3cret ferry sync recv --connect 10.0.0.1:5555 --id 0",
       [rargs] { return run_recv(*rargs); });
   auto* from = recv->add_option("--address", rargs->address,
-                                "Sender's (or this node's relay's) shm address");
+                                std::string("Sender's (or this node's relay's) address: ") +
+                                    kShmAddressHelp);
   from->capture_default_str();
   recv->add_option("--connect", rargs->address, "Sender's host:port on another node")
       ->excludes(from);
@@ -266,7 +274,8 @@ void add_sync_command(CLI::App& app, Dispatch& dispatch) {
   relay->add_option("--connect", xargs->address, "Sender's host:port")->required();
   relay->add_option("--id", xargs->id, "This relay's id (unique among the sender's peers)")
       ->capture_default_str();
-  relay->add_option("--local", xargs->local, "shm address this node's receivers join")
+  relay->add_option("--local", xargs->local,
+                    std::string("Address this node's receivers join: ") + kShmAddressHelp)
       ->capture_default_str();
   relay->add_option("--receivers", xargs->receivers, "Local receivers to wait for")
       ->capture_default_str();

@@ -4,6 +4,8 @@
 #include <poll.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cerrno>
 #include <optional>
 
 #include "base/log.h"
@@ -85,8 +87,8 @@ Status Fanout::send_all_bytes(const std::vector<std::byte>& bytes, const wire::M
       const std::span<const std::byte> bytes_of_segment(ring_.slot(filled->slot) + filled->offset,
                                                         filled->used_bytes - filled->offset);
       auto t = p.link.net().send_bulk(++p.bulk_key, bytes_of_segment, ring_region_);
-      if (!t.ok()) return Status(t.status().code(), fmt::format("round {}: {}", round_,
-                                                                t.status().message()));
+      if (!t.ok())
+        return Status(t.status().code(), fmt::format("round {}: {}", round_, t.status().message()));
       p.transfers.push_back(std::move(*t));
     }
   }
@@ -113,9 +115,10 @@ Status Fanout::handle(Peer& p, const wire::Message& m, std::uint64_t round_check
     case wire::MessageType::kAck: {
       const auto& a = std::get<wire::Ack>(m.body);
       if (a.round_checksum != round_checksum) {
-        return corruption(fmt::format("{} acknowledged round {} with checksum {:016x}, the "
-                                      "sender's is {:016x}",
-                                      p.link.peer(), round_, a.round_checksum, round_checksum));
+        return corruption(
+            fmt::format("{} acknowledged round {} with checksum {:016x}, the "
+                        "sender's is {:016x}",
+                        p.link.peer(), round_, a.round_checksum, round_checksum));
       }
       p.acked = true;
       return ok_status();
@@ -155,8 +158,8 @@ Result<bool> Fanout::handle_waiting(const std::function<bool(const Peer&)>& done
     if (done(p)) continue;
     auto got = p.link.try_receive();
     if (!got.ok()) {
-      return Status(got.status().code(), fmt::format("round {}: {}: {}", round_, p.link.peer(),
-                                                     got.status().message()));
+      return Status(got.status().code(),
+                    fmt::format("round {}: {}: {}", round_, p.link.peer(), got.status().message()));
     }
     if (!got->has_value()) continue;
     auto m = wire::decode(**got, p.link.peer());
@@ -209,9 +212,10 @@ Status Fanout::wait_until(const std::function<bool(const Peer&)>& peer_done,
       for (const Peer& p : peers_) {
         if (!peer_done(p)) slow += (slow.empty() ? "" : ", ") + p.link.peer();
       }
-      return timeout_error(fmt::format("round {}: no word from the {}s ({}) for {} ms "
-                                       "while waiting for {}",
-                                       round_, noun_, slow, options_.timeout.count(), waiting_for));
+      return timeout_error(
+          fmt::format("round {}: no word from the {}s ({}) for {} ms "
+                      "while waiting for {}",
+                      round_, noun_, slow, options_.timeout.count(), waiting_for));
     }
     auto handled = handle_ready(fds, 0, round_checksum);
     if (!handled.ok()) return handled.status();
@@ -272,83 +276,139 @@ Status Fanout::accept_one() {
   while (true) {
     const auto left = std::chrono::duration_cast<milliseconds>(deadline - Clock::now());
     if (left.count() <= 0) {
-      return timeout_error(fmt::format("no {} joined {} within {} ms", noun_, address_,
-                                       options_.timeout.count()));
+      return timeout_error(
+          fmt::format("no {} joined {} within {} ms", noun_, address_, options_.timeout.count()));
     }
-    Peer p;
     const milliseconds slice = wait_slice(options_, left);
-    if (net_listener_ != nullptr) {
-      auto ch = net_listener_->accept(slice);
-      if (!ch.ok() && ch.status().code() == Code::kTimeout) {
-        // The last slice's timeout names the slice: the loop's head names the whole timeout.
-        Status s = slice != left ? interrupted_() : ok_status();
-        if (!s.ok()) return s;
-        continue;
-      }
-      if (!ch.ok()) {
-        // A peer refused for its token, or one that went away or fell silent during the
-        // handshake, is that peer's problem: log it and keep serving until the deadline.
-        if (Clock::now() >= deadline || ch.status().code() == Code::kInvalidArgument) {
-          return ch.status();
-        }
-        if (ch.status().code() != Code::kUnauthenticated) {
-          log::warn("sync: a peer failed to join {}: {}", address_, ch.status().message());
-        }
-        continue;
-      }
-      p.link = Link(std::move(*ch));
-    } else {
-      auto ch = shm_listener_.accept(slice);
-      if (!ch.ok() && ch.status().code() == Code::kTimeout) {
-        // The last slice's timeout names the slice: the loop's head names the whole timeout.
-        Status s = slice != left ? interrupted_() : ok_status();
-        if (!s.ok()) return s;
-        continue;
-      }
-      if (!ch.ok()) return ch.status();
-      p.link = Link(std::move(*ch));
-    }
-    p.conversation = wire::Conversation(wire::Conversation::Role::kSender, "", session_);
-    auto got = p.link.receive(options_.timeout);
-    if (!got.ok()) continue;  // a peer that connects and leaves is not a reason to stop serving
-    auto m = wire::decode(*got, p.link.peer());
-    Status s = m.ok() ? p.conversation.received(*m) : m.status();
-    std::uint32_t id = 0;
-    if (s.ok()) {
-      const auto& h = std::get<wire::Hello>(m->body);
-      id = h.receiver_id;
-      std::string where;
-      if (p.link.is_net()) {
-        where = p.link.net().peer();  // "peer host:port"
-        if (where.rfind("peer ", 0) == 0) where.erase(0, 5);
-        where = " at " + where;
-      }
-      p.link.set_peer(fmt::format("{} {}{} (pid {})", noun_, id, where, h.pid));
-      for (const Peer& q : peers_) {
-        if (q.id == id) s = already_exists(fmt::format("{} id {} already joined", noun_, id));
-      }
-    }
-    if (!s.ok()) {
-      // Turned away, not consumed: it hears why and the session goes on.
-      (void)p.link.send(wire::encode(message(wire::Error{s.code(), s.message()})),
-                        milliseconds(100));
+    if (net_listener_ == nullptr) {
+      auto admitted = poll_local_peers(slice);
+      if (!admitted.ok()) return admitted.status();
+      if (*admitted) return ok_status();
+      Status s = interrupted_();
+      if (!s.ok()) return s;
       continue;
     }
-    p.id = id;
-    p.conversation = wire::Conversation(wire::Conversation::Role::kSender, p.link.peer(), session_);
-    (void)p.conversation.received(*m);
-    const wire::Message welcome = message(wire::Welcome{
-        ring_.slots(), ring_.slot_bytes(), static_cast<std::uint8_t>(options_.checksums ? 1 : 0)});
-    s = p.link.is_net() ? p.link.send(wire::encode(welcome), options_.timeout)
-                        : p.link.send_with_fd(wire::encode(welcome), options_.timeout, ring_.fd());
-    if (!s.ok()) continue;
-    p.conversation.sent(welcome);
-    if (p.link.is_net()) {
-      log::info("sync: {} joined over {}", p.link.peer(), p.link.net().transports());
+    auto ch = net_listener_->accept(slice);
+    if (!ch.ok() && ch.status().code() == Code::kTimeout) {
+      // The last slice's timeout names the slice: the loop's head names the whole timeout.
+      Status s = slice != left ? interrupted_() : ok_status();
+      if (!s.ok()) return s;
+      continue;
     }
-    peers_.push_back(std::move(p));
-    return ok_status();
+    if (!ch.ok()) {
+      // A peer refused for its token, or one that went away or fell silent during the
+      // handshake, is that peer's problem: log it and keep serving until the deadline.
+      if (Clock::now() >= deadline || ch.status().code() == Code::kInvalidArgument) {
+        return ch.status();
+      }
+      if (ch.status().code() != Code::kUnauthenticated) {
+        log::warn("sync: a peer failed to join {}: {}", address_, ch.status().message());
+      }
+      continue;
+    }
+    Peer p;
+    p.link = Link(std::move(*ch));
+    auto got = p.link.receive(options_.timeout);
+    if (!got.ok()) continue;  // a peer that connects and leaves is not a reason to stop serving
+    if (admit(std::move(p), *got).ok()) return ok_status();
   }
+}
+
+// shm: peers that connected but have not said HELLO yet wait side by side, each with its
+// own deadline, so a silent one delays nobody; a peer of another user never gets here
+// (shm::Listener drops it).
+Result<bool> Fanout::poll_local_peers(milliseconds wait) {
+  const auto now = Clock::now();
+  for (auto it = pending_.begin(); it != pending_.end();) {
+    if (it->deadline > now) {
+      ++it;
+      continue;
+    }
+    log::warn("sync: dropped {}: it connected but sent no HELLO within {} ms", it->link.peer(),
+              options_.timeout.count());
+    it = pending_.erase(it);
+  }
+  std::vector<pollfd> fds{{shm_listener_.fd(), POLLIN, 0}};
+  auto until = now + wait;
+  for (const PendingPeer& q : pending_) {
+    fds.push_back({q.link.fd(), POLLIN, 0});
+    until = std::min(until, q.deadline);
+  }
+  const auto ms = std::chrono::duration_cast<milliseconds>(until - now).count();
+  const int r = ::poll(fds.data(), fds.size(), static_cast<int>(std::max<long long>(ms, 0) + 1));
+  if (r < 0 && errno != EINTR) return errno_status("poll", address_, errno);
+  if (r <= 0) return false;
+  // Pending peers first: they connected earlier.
+  for (std::size_t i = fds.size() - 1; i >= 1; --i) {
+    if (fds[i].revents == 0) continue;
+    PendingPeer q = std::move(pending_[i - 1]);
+    pending_.erase(pending_.begin() + static_cast<std::ptrdiff_t>(i - 1));
+    auto got = q.link.receive(milliseconds(0));
+    if (!got.ok()) {
+      log::warn("sync: dropped {} before it joined: {}", q.link.peer(), got.status().message());
+      continue;
+    }
+    Peer p;
+    p.link = std::move(q.link);
+    if (admit(std::move(p), *got).ok()) return true;
+  }
+  if ((fds[0].revents & POLLIN) != 0) {
+    auto ch = shm_listener_.accept(milliseconds(0));
+    if (ch.ok()) {
+      if (pending_.size() >= kMaxPendingPeers) {
+        log::warn("sync: dropped {}: {} connections already wait to say HELLO",
+                  pending_.front().link.peer(), kMaxPendingPeers);
+        pending_.erase(pending_.begin());
+      }
+      pending_.push_back({Link(std::move(*ch)), Clock::now() + options_.timeout});
+    } else if (ch.status().code() != Code::kTimeout) {
+      return ch.status();
+    }
+  }
+  return false;
+}
+
+// Checks a joining peer's HELLO and answers WELCOME (with the read-only ring for shm), or
+// turns it away with an ERROR; either way serving goes on.
+Status Fanout::admit(Peer p, const std::vector<std::byte>& hello) {
+  p.conversation = wire::Conversation(wire::Conversation::Role::kSender, "", session_);
+  auto m = wire::decode(hello, p.link.peer());
+  Status s = m.ok() ? p.conversation.received(*m) : m.status();
+  std::uint32_t id = 0;
+  if (s.ok()) {
+    const auto& h = std::get<wire::Hello>(m->body);
+    id = h.receiver_id;
+    std::string where;
+    if (p.link.is_net()) {
+      where = p.link.net().peer();  // "peer host:port"
+      if (where.rfind("peer ", 0) == 0) where.erase(0, 5);
+      where = " at " + where;
+    }
+    p.link.set_peer(fmt::format("{} {}{} (pid {})", noun_, id, where, h.pid));
+    for (const Peer& q : peers_) {
+      if (q.id == id) s = already_exists(fmt::format("{} id {} already joined", noun_, id));
+    }
+  }
+  if (!s.ok()) {
+    // Turned away, not consumed: it hears why and the session goes on.
+    (void)p.link.send(wire::encode(message(wire::Error{s.code(), s.message()})), milliseconds(100));
+    return s;
+  }
+  p.id = id;
+  p.conversation = wire::Conversation(wire::Conversation::Role::kSender, p.link.peer(), session_);
+  (void)p.conversation.received(*m);
+  const wire::Message welcome = message(wire::Welcome{
+      ring_.slots(), ring_.slot_bytes(), static_cast<std::uint8_t>(options_.checksums ? 1 : 0)});
+  s = p.link.is_net()
+          ? p.link.send(wire::encode(welcome), options_.timeout)
+          : p.link.send_with_fd(wire::encode(welcome), options_.timeout, ring_.reader_fd());
+  if (!s.ok()) return s;
+  p.conversation.sent(welcome);
+  if (p.link.is_net()) {
+    log::info("sync: {} joined over {}", p.link.peer(), p.link.net().transports());
+  }
+  peers_.push_back(std::move(p));
+  return ok_status();
 }
 
 }  // namespace ferry::sync

@@ -4,10 +4,11 @@
 // dead, silent or misbehaving peer into an error that names it and the round.
 #pragma once
 
+#include <poll.h>
+
 #include <chrono>
 #include <cstdint>
 #include <deque>
-#include <poll.h>
 #include <functional>
 #include <memory>
 #include <string>
@@ -41,8 +42,8 @@ class Fanout {
   // and creates the ring they share: a memfd that shm peers map, registered with UCX
   // for net peers.
   static Result<std::unique_ptr<Fanout>> create(const std::string& address,
-                                                const SyncOptions& options,
-                                                std::uint32_t slots, std::uint64_t slot_bytes);
+                                                const SyncOptions& options, std::uint32_t slots,
+                                                std::uint64_t slot_bytes);
 
   void set_session(std::uint64_t session) { session_ = session; }
   std::uint64_t session() const { return session_; }
@@ -52,7 +53,9 @@ class Fanout {
   void set_peer_noun(std::string noun) { noun_ = std::move(noun); }
 
   // Waits for `n` more peers, each within options.timeout. A peer of another session,
-  // a duplicate id or a failed authentication is turned away, and serving goes on.
+  // a duplicate id or a failed authentication is turned away, and serving goes on; so is
+  // (shm) a peer of another user, or one that connects and says nothing: each connected
+  // peer has its own options.timeout to say HELLO, and waits beside the others.
   Status accept(std::uint32_t n);
 
   wire::Message message(wire::Body body) const;
@@ -88,7 +91,17 @@ class Fanout {
                               std::uint64_t round_checksum);
 
  private:
+  // shm: a peer that connected and has until `deadline` to say HELLO.
+  struct PendingPeer {
+    Link link;
+    std::chrono::steady_clock::time_point deadline;
+  };
+  // More silent connections than this and the oldest is dropped.
+  static constexpr std::size_t kMaxPendingPeers = 64;
+
   Status accept_one();
+  Result<bool> poll_local_peers(std::chrono::milliseconds wait);
+  Status admit(Peer p, const std::vector<std::byte>& hello);
   Status handle(Peer& p, const wire::Message& m, std::uint64_t round_checksum);
   Status explain_send_failure(Peer& p, Status failed);
   Status reap(Peer& p);
@@ -105,6 +118,7 @@ class Fanout {
   shm::MemfdRing ring_;
   net::MemoryRegion ring_region_;  // after ring_: deregistered before the ring is unmapped
   std::vector<Peer> peers_;
+  std::vector<PendingPeer> pending_;
 };
 
 }  // namespace ferry::sync

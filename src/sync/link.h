@@ -22,7 +22,8 @@
 
 namespace ferry::sync {
 
-// "@name" and paths are shm addresses; "host:port" (a colon, no slash) is a net address.
+// "@name", "name" and paths are shm addresses (transport/shm/local_address.h); "host:port"
+// (a colon, no slash) is a net address.
 bool is_net_address(const std::string& address);
 
 class Link {

@@ -11,9 +11,13 @@
 namespace ferry::shm {
 namespace {
 
-// A receiver relies on these: without F_SEAL_SHRINK the creator could truncate the
-// file under a reader's mapping and kill it with SIGBUS.
-constexpr int kRequiredSeals = F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL;
+// Without F_SEAL_SHRINK the creator could truncate the file under a reader's mapping
+// and kill it with SIGBUS.
+constexpr int kSizeSeals = F_SEAL_SHRINK | F_SEAL_GROW;
+// Added once the creator holds its writable mapping: from then on write(), fallocate()
+// hole punching and every new PROT_WRITE shared mapping (or mprotect to it) fail for
+// every process, so only the creator's mapping writes the ring.
+constexpr int kRequiredSeals = kSizeSeals | F_SEAL_FUTURE_WRITE | F_SEAL_SEAL;
 
 Result<std::uint64_t> ring_size(std::uint32_t slots, std::uint64_t slot_bytes) {
   std::uint64_t size = 0;
@@ -36,7 +40,7 @@ Result<MemfdRing> MemfdRing::create(std::uint32_t slots, std::uint64_t slot_byte
   if (::ftruncate(ring.fd_.get(), static_cast<off_t>(*size)) != 0) {
     return errno_status("ftruncate", fmt::format("ferry-ring ({} bytes)", *size), errno);
   }
-  if (::fcntl(ring.fd_.get(), F_ADD_SEALS, kRequiredSeals) != 0) {
+  if (::fcntl(ring.fd_.get(), F_ADD_SEALS, kSizeSeals) != 0) {
     return errno_status("fcntl(F_ADD_SEALS)", "ferry-ring", errno);
   }
   // Pre-faulted once per session, so no round pays for page faults.
@@ -44,6 +48,14 @@ Result<MemfdRing> MemfdRing::create(std::uint32_t slots, std::uint64_t slot_byte
       ::mmap(nullptr, *size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, ring.fd_.get(), 0);
   if (addr == MAP_FAILED) return errno_status("mmap", "ferry-ring", errno);
   ring.region_ = MappedRegion(addr, *size);
+  if (::fcntl(ring.fd_.get(), F_ADD_SEALS, kRequiredSeals) != 0) {
+    return errno_status("fcntl(F_ADD_SEALS F_SEAL_FUTURE_WRITE)", "ferry-ring", errno);
+  }
+  // Receivers get this one: O_RDONLY, so mmap(PROT_WRITE, MAP_SHARED) is refused even
+  // before the seal is looked at.
+  const std::string self = fmt::format("/proc/self/fd/{}", ring.fd_.get());
+  ring.reader_fd_.reset(::open(self.c_str(), O_RDONLY | O_CLOEXEC));
+  if (!ring.reader_fd_.valid()) return errno_status("open(O_RDONLY)", self, errno);
   ring.slots_ = slots;
   ring.slot_bytes_ = slot_bytes;
   return ring;
@@ -56,7 +68,9 @@ Result<MemfdRing> MemfdRing::map_readonly(ScopedFd fd, std::uint32_t slots,
   const int seals = ::fcntl(fd.get(), F_GET_SEALS);
   if (seals < 0) return errno_status("fcntl(F_GET_SEALS)", "ring from " + peer, errno);
   if ((seals & kRequiredSeals) != kRequiredSeals) {
-    return failed_precondition(fmt::format("ring from {} is not sealed against resizing", peer));
+    return failed_precondition(fmt::format(
+        "ring from {} is not sealed against resizing and writing (seals {:#x}, need {:#x})", peer,
+        seals, kRequiredSeals));
   }
   struct stat st {};
   if (::fstat(fd.get(), &st) != 0) return errno_status("fstat", "ring from " + peer, errno);

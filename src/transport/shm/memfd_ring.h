@@ -2,9 +2,11 @@
 //
 // memfd, not shm_open: the memory has no name in /dev/shm, so a kill -9 of any
 // process leaks nothing; it lives exactly as long as some process holds the fd
-// or a mapping. The sender creates and pre-faults it once per session;
-// receivers get the fd over SCM_RIGHTS and map it read-only, so a faulty
-// receiver cannot corrupt what other receivers read.
+// or a mapping. The sender creates and pre-faults it once per Sender;
+// receivers get a read-only fd over SCM_RIGHTS and map it read-only. After the
+// creator maps it, the ring is sealed with F_SEAL_FUTURE_WRITE: no process,
+// even one that reopens the memfd read-write through /proc, can write() it or
+// map it writable again, so a faulty receiver cannot corrupt what others read.
 #pragma once
 
 #include <cstddef>
@@ -23,13 +25,16 @@ class MemfdRing {
   MemfdRing(MemfdRing&&) noexcept = default;
   MemfdRing& operator=(MemfdRing&&) noexcept = default;
 
-  // A writable ring of `slots` x `slot_bytes`, sealed against resizing and pre-faulted.
+  // A ring of `slots` x `slot_bytes`, writable through slot() here only: sealed against
+  // resizing and against new writes or writable mappings, and pre-faulted.
   static Result<MemfdRing> create(std::uint32_t slots, std::uint64_t slot_bytes);
   // Maps a ring received from `peer` read-only, after checking its seals and size.
   static Result<MemfdRing> map_readonly(ScopedFd fd, std::uint32_t slots, std::uint64_t slot_bytes,
                                         const std::string& peer);
 
   int fd() const { return fd_.get(); }
+  // Creator only: the ring opened O_RDONLY, the descriptor to pass to receivers.
+  int reader_fd() const { return reader_fd_.get(); }
   std::uint32_t slots() const { return slots_; }
   std::uint64_t slot_bytes() const { return slot_bytes_; }
   // REQUIRES: i < slots(). Writable only on the ring's creator.
@@ -37,6 +42,7 @@ class MemfdRing {
 
  private:
   ScopedFd fd_;
+  ScopedFd reader_fd_;
   MappedRegion region_;
   std::uint32_t slots_ = 0;
   std::uint64_t slot_bytes_ = 0;

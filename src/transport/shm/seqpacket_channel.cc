@@ -11,6 +11,9 @@
 #include <cstring>
 #include <thread>
 
+#include "base/log.h"
+#include "transport/shm/local_address.h"
+
 namespace ferry::shm {
 namespace {
 
@@ -22,31 +25,16 @@ int remaining_ms(Clock::time_point deadline, bool forever) {
   return left.count() < 0 ? 0 : static_cast<int>(std::min<long long>(left.count(), 1 << 30));
 }
 
-Result<std::pair<sockaddr_un, socklen_t>> make_address(const std::string& address) {
-  sockaddr_un a{};
-  a.sun_family = AF_UNIX;
-  const bool abstract = !address.empty() && address[0] == '@';
-  if (address.size() < 2 && abstract) return invalid_argument("socket address '@' has no name");
-  if (address.empty() || address.size() >= sizeof(a.sun_path)) {
-    return invalid_argument(fmt::format("socket address '{}' must have 1..{} characters", address,
-                                        sizeof(a.sun_path) - 1));
-  }
-  std::memcpy(a.sun_path, address.data(), address.size());
-  if (abstract) a.sun_path[0] = '\0';  // Linux abstract namespace: no file is created
-  const auto len =
-      static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + address.size() + (abstract ? 0 : 1));
-  return std::pair{a, len};
-}
-
-Status check_same_user(int fd, const std::string& peer) {
+Status check_same_user(int fd, const std::string& peer, pid_t* pid = nullptr) {
   ucred cred{};
   socklen_t len = sizeof cred;
   if (::getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0) {
     return errno_status("getsockopt(SO_PEERCRED)", peer, errno);
   }
+  if (pid != nullptr) *pid = cred.pid;
   if (cred.uid != ::geteuid()) {
-    return unauthenticated(
-        fmt::format("{} runs as uid {}, not this process's uid {}", peer, cred.uid, ::geteuid()));
+    return unauthenticated(fmt::format("{} (pid {}) runs as uid {}, not this process's uid {}",
+                                       peer, cred.pid, cred.uid, ::geteuid()));
   }
   return ok_status();
 }
@@ -173,32 +161,44 @@ Result<Received> Channel::receive(std::chrono::milliseconds timeout) {
 }
 
 Result<Listener> Listener::bind(const std::string& address) {
-  auto addr = make_address(address);
+  auto addr = resolve_local_address(address);
   if (!addr.ok()) return addr.status();
   Listener l;
   l.fd_.reset(::socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0));
   if (!l.fd_.valid()) return errno_status("socket", address, errno);
-  const bool abstract = address[0] == '@';
-  if (!abstract) {
-    // Bind on a private name, restrict it, then rename into place: no window in which
-    // another user could connect to a 0777 socket file.
-    const std::string tmp = fmt::format("{}.tmp.{}", address, ::getpid());
-    auto tmp_addr = make_address(tmp);
-    if (!tmp_addr.ok()) return tmp_addr.status();
-    ::unlink(tmp.c_str());
-    if (::bind(l.fd_.get(), reinterpret_cast<const sockaddr*>(&tmp_addr->first),
-               tmp_addr->second) != 0) {
-      return errno_status("bind", tmp, errno);
-    }
-    if (::chmod(tmp.c_str(), 0600) != 0 || ::rename(tmp.c_str(), address.c_str()) != 0) {
+  if (addr->abstract()) {
+    if (::bind(l.fd_.get(), reinterpret_cast<const sockaddr*>(&addr->addr), addr->len) != 0) {
       const int err = errno;
-      ::unlink(tmp.c_str());
-      return errno_status("chmod/rename", address, err);
+      bool stale = false;
+      if (err == EADDRINUSE) return explain_address_in_use(*addr, SOCK_SEQPACKET, &stale);
+      return errno_status("bind", address, err);
     }
-    l.owns_path_ = true;
-  } else if (::bind(l.fd_.get(), reinterpret_cast<const sockaddr*>(&addr->first), addr->second) !=
-             0) {
-    return errno_status("bind", address, errno);
+  } else {
+    // Bind on a private name, restrict it, then link it into place: no window in which
+    // another user could connect to a 0777 socket file, and link() (unlike rename) never
+    // replaces a live sender's socket.
+    const std::string& path = addr->path;
+    auto tmp = resolve_local_address(fmt::format("{}.tmp.{}", path, ::getpid()));
+    if (!tmp.ok()) return tmp.status();
+    ::unlink(tmp->path.c_str());
+    if (::bind(l.fd_.get(), reinterpret_cast<const sockaddr*>(&tmp->addr), tmp->len) != 0) {
+      return errno_status("bind", tmp->path, errno);
+    }
+    Status placed;
+    if (::chmod(tmp->path.c_str(), 0600) != 0) placed = errno_status("chmod", tmp->path, errno);
+    for (int attempt = 0; placed.ok() && attempt < 2; ++attempt) {
+      if (::link(tmp->path.c_str(), path.c_str()) == 0) break;
+      if (errno != EEXIST) {
+        placed = errno_status("link", path, errno);
+        break;
+      }
+      bool stale = false;
+      placed = explain_address_in_use(*addr, SOCK_SEQPACKET, &stale);
+      if (placed.ok() && attempt == 1) placed = already_exists(path + " is taken");
+    }
+    ::unlink(tmp->path.c_str());
+    if (!placed.ok()) return placed;
+    l.path_ = path;
   }
   l.address_ = address;
   if (::listen(l.fd_.get(), 64) != 0) return errno_status("listen", address, errno);
@@ -206,23 +206,23 @@ Result<Listener> Listener::bind(const std::string& address) {
 }
 
 Listener::Listener(Listener&& o) noexcept
-    : fd_(std::move(o.fd_)), address_(std::move(o.address_)), owns_path_(o.owns_path_) {
-  o.owns_path_ = false;
+    : fd_(std::move(o.fd_)), address_(std::move(o.address_)), path_(std::move(o.path_)) {
+  o.path_.clear();
 }
 
 Listener& Listener::operator=(Listener&& o) noexcept {
   if (this != &o) {
-    if (owns_path_) ::unlink(address_.c_str());
+    if (!path_.empty()) ::unlink(path_.c_str());
     fd_ = std::move(o.fd_);
     address_ = std::move(o.address_);
-    owns_path_ = o.owns_path_;
-    o.owns_path_ = false;
+    path_ = std::move(o.path_);
+    o.path_.clear();
   }
   return *this;
 }
 
 Listener::~Listener() {
-  if (owns_path_) ::unlink(address_.c_str());
+  if (!path_.empty()) ::unlink(path_.c_str());
 }
 
 Result<Channel> Listener::accept(std::chrono::milliseconds timeout) {
@@ -242,22 +242,26 @@ Result<Channel> Listener::accept(std::chrono::milliseconds timeout) {
       if (errno == EINTR || errno == EAGAIN || errno == ECONNABORTED) continue;
       return errno_status("accept4", address_, errno);
     }
-    const std::string peer = fmt::format("a receiver on {}", address_);
-    Status s = check_same_user(fd.get(), peer);
-    if (!s.ok()) return s;
-    return Channel(std::move(fd), peer);
+    pid_t pid = 0;
+    Status s = check_same_user(fd.get(), fmt::format("a peer on {}", address_), &pid);
+    if (!s.ok()) {
+      // That peer's problem, not the caller's, who waits for a legitimate one.
+      log::warn("shm: dropped a connection: {}", s.message());
+      continue;
+    }
+    return Channel(std::move(fd), fmt::format("a receiver on {} (pid {})", address_, pid));
   }
 }
 
 Result<Channel> connect(const std::string& address, std::chrono::milliseconds timeout) {
-  auto addr = make_address(address);
+  auto addr = resolve_local_address(address);
   if (!addr.ok()) return addr.status();
   const auto deadline = Clock::now() + timeout;
   const std::string peer = fmt::format("sender at {}", address);
   while (true) {
     ScopedFd fd(::socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0));
     if (!fd.valid()) return errno_status("socket", address, errno);
-    if (::connect(fd.get(), reinterpret_cast<const sockaddr*>(&addr->first), addr->second) == 0) {
+    if (::connect(fd.get(), reinterpret_cast<const sockaddr*>(&addr->addr), addr->len) == 0) {
       Status s = check_same_user(fd.get(), peer);
       if (!s.ok()) return s;
       return Channel(std::move(fd), peer);

@@ -52,9 +52,12 @@ class Channel {
   std::string peer_;
 };
 
-// A bound, listening socket. "@name" is an abstract address (no file, gone with
-// the process); anything else is a file path, created with mode 0600. Either way
-// accept() and connect() refuse peers running as another user (SO_PEERCRED).
+// A bound, listening socket at one of the addresses of transport/shm/local_address.h
+// ("@name" abstract, "name" in this user's private directory, "a/path"); socket files
+// are created with mode 0600 and removed with the Listener. A name in use is an
+// kAlreadyExists error naming the holder (pid, uid); a stale socket file is replaced.
+// accept() drops (and logs) peers running as another user (SO_PEERCRED) and goes on
+// waiting; connect() refuses a listener of another user.
 class Listener {
  public:
   static Result<Listener> bind(const std::string& address);
@@ -63,7 +66,7 @@ class Listener {
   Listener& operator=(Listener&& o) noexcept;
   ~Listener();
 
-  // Waits up to `timeout` (negative: forever) for one peer.
+  // Waits up to `timeout` (negative: forever) for one peer of this user.
   Result<Channel> accept(std::chrono::milliseconds timeout);
   const std::string& address() const { return address_; }
   int fd() const { return fd_.get(); }
@@ -71,7 +74,7 @@ class Listener {
  private:
   ScopedFd fd_;
   std::string address_;
-  bool owns_path_ = false;
+  std::string path_;  // the socket file we created, if any
 };
 
 // Connects to a Listener, retrying while it does not exist yet (or refuses), up to

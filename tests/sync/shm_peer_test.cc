@@ -1,0 +1,201 @@
+// Local (shm) peers that do not play by the rules: a receiver that tries to write the
+// ring it was handed, a process of another user, and one that connects and says nothing.
+// Issue #14, items 10-12.
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstring>
+#include <thread>
+
+#include "sync/sync_test_util.h"
+#include "transport/shm/seqpacket_channel.h"
+#include "wire/message.h"
+
+namespace ferry::sync {
+namespace {
+
+using std::chrono::milliseconds;
+using testing::make_weights;
+using testing::small_model;
+using testing::tiny_options;
+using testing::unique_address;
+
+// A hand-written receiver: says HELLO, returns the ring descriptor WELCOME carried.
+ScopedFd join_and_take_ring(const std::string& address) {
+  auto ch = shm::connect(address, milliseconds(5000));
+  EXPECT_TRUE(ch.ok()) << ch.status().to_string();
+  if (!ch.ok()) return {};
+  wire::Message hello;
+  hello.body = wire::Hello{3, static_cast<std::uint32_t>(::getpid())};
+  EXPECT_TRUE(ch->send(wire::encode(hello), milliseconds(1000)).ok());
+  auto got = ch->receive(milliseconds(5000));
+  EXPECT_TRUE(got.ok()) << got.status().to_string();
+  if (!got.ok()) return {};
+  auto m = wire::decode(got->bytes, "sender");
+  EXPECT_TRUE(m.ok() && m->type() == wire::MessageType::kWelcome);
+  return std::move(got->fd);
+}
+
+TEST(ShmRing, ReceiverCannotWriteOrMapWritableTheRingItIsGiven) {
+  const std::string address = unique_address();
+  SyncOptions o = tiny_options();
+  auto sender = Sender::create(address, o);
+  ASSERT_TRUE(sender.ok()) << sender.status().to_string();
+  ScopedFd ring;
+  std::thread rx([&] { ring = join_and_take_ring(address); });
+  ASSERT_TRUE((*sender)->accept(1).ok());
+  rx.join();
+  ASSERT_TRUE(ring.valid());
+  const std::size_t bytes = std::size_t{o.slots} * o.bucket_bytes;
+
+  EXPECT_EQ(::fcntl(ring.get(), F_GETFL) & O_ACCMODE, O_RDONLY) << "the fd is opened for writing";
+  void* w = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, ring.get(), 0);
+  EXPECT_EQ(w, MAP_FAILED) << "mmap(PROT_WRITE, MAP_SHARED) of the receiver's fd succeeded";
+  if (w != MAP_FAILED) ::munmap(w, bytes);
+  void* r = ::mmap(nullptr, bytes, PROT_READ, MAP_SHARED, ring.get(), 0);
+  ASSERT_NE(r, MAP_FAILED) << std::strerror(errno);
+  EXPECT_NE(::mprotect(r, bytes, PROT_READ | PROT_WRITE), 0)
+      << "mprotect(PROT_WRITE) of the receiver's read-only mapping succeeded";
+  ::munmap(r, bytes);
+
+  // Reopening the memfd read-write through /proc does not help: the seal holds.
+  const std::string self = "/proc/self/fd/" + std::to_string(ring.get());
+  ScopedFd rw(::open(self.c_str(), O_RDWR | O_CLOEXEC));
+  if (rw.valid()) {
+    void* w2 = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, rw.get(), 0);
+    EXPECT_EQ(w2, MAP_FAILED) << "a reopened fd maps the ring writable";
+    if (w2 != MAP_FAILED) ::munmap(w2, bytes);
+    const char byte = 1;
+    EXPECT_LT(::pwrite(rw.get(), &byte, 1, 0), 0) << "a reopened fd writes the ring";
+    EXPECT_NE(::fallocate(rw.get(), FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, 0, 4096), 0)
+        << "a reopened fd punches a hole in the ring";
+  }
+  EXPECT_NE(::fcntl(ring.get(), F_GET_SEALS) & F_SEAL_FUTURE_WRITE, 0);
+}
+
+// Connects to the abstract `address` as uid/gid 65534 and holds the connection, silent,
+// until killed (or 20 s). Returns its pid once it is connected, -1 if it failed.
+pid_t connect_as_another_user(const std::string& address) {
+  int ready[2];
+  if (::pipe(ready) != 0) return -1;
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    ::close(ready[0]);
+    char ok = 0;
+    if (::setresgid(65534, 65534, 65534) == 0 && ::setresuid(65534, 65534, 65534) == 0) {
+      const int fd = ::socket(AF_UNIX, SOCK_SEQPACKET, 0);
+      sockaddr_un a{};
+      a.sun_family = AF_UNIX;
+      std::memcpy(a.sun_path, address.data(), address.size());
+      a.sun_path[0] = '\0';
+      const auto len = static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + address.size());
+      ok = ::connect(fd, reinterpret_cast<sockaddr*>(&a), len) == 0 ? 1 : 0;
+    }
+    (void)!::write(ready[1], &ok, 1);
+    ::sleep(20);
+    ::_exit(0);
+  }
+  ::close(ready[1]);
+  char ok = 0;
+  const bool read_ok = ::read(ready[0], &ok, 1) == 1;
+  ::close(ready[0]);
+  if (!read_ok || ok != 1) {
+    ::kill(pid, SIGKILL);
+    ::waitpid(pid, nullptr, 0);
+    return -1;
+  }
+  return pid;
+}
+
+// Receives one round of small_model() and checks every byte against seed `seed`.
+Status receive_and_check(const std::string& address, std::uint32_t id, std::uint64_t seed) {
+  auto r = Receiver::connect(address, id, tiny_options());
+  if (!r.ok()) return r.status();
+  Status bad;
+  const auto want = make_weights(small_model(), seed);
+  auto got = (*r)->receive_round([&](const TensorView& t) -> Status {
+    for (std::size_t i = 0; i < want.specs.size(); ++i) {
+      if (want.specs[i].name == t.spec.name &&
+          (t.data.size() != want.data[i].size() ||
+           std::memcmp(t.data.data(), want.data[i].data(), t.data.size()) != 0)) {
+        bad = corruption(t.spec.name + " differs");
+      }
+    }
+    return ok_status();
+  });
+  if (!got.ok()) return got.status();
+  return bad;
+}
+
+TEST(ShmPeers, PeerOfAnotherUserIsDroppedAndTheRoundCompletes) {
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root, to run a peer as another uid (65534)";
+  const std::string address = unique_address();
+  auto sender = Sender::create(address, tiny_options());
+  ASSERT_TRUE(sender.ok()) << sender.status().to_string();
+  const pid_t intruder = connect_as_another_user(address);
+  ASSERT_GT(intruder, 0) << "could not connect as uid 65534";
+  Status received;
+  std::thread rx([&] { received = receive_and_check(address, 1, 7); });
+  Status accepted = (*sender)->accept(1);
+  EXPECT_TRUE(accepted.ok()) << accepted.to_string();
+  if (accepted.ok()) {
+    const auto w = make_weights(small_model(), 7);
+    auto views = w.views();
+    auto stats = (*sender)->send_round(views);
+    EXPECT_TRUE(stats.ok()) << stats.status().to_string();
+  }
+  rx.join();
+  EXPECT_TRUE(received.ok()) << received.to_string();
+  ::kill(intruder, SIGKILL);
+  ::waitpid(intruder, nullptr, 0);
+}
+
+TEST(ShmPeers, SilentPeerDoesNotBlockAReceiverThatJoinsAfterIt) {
+  const std::string address = unique_address();
+  auto sender = Sender::create(address, tiny_options());
+  ASSERT_TRUE(sender.ok()) << sender.status().to_string();
+  // Connected first, never says HELLO; held open for the whole test.
+  auto silent = shm::connect(address, milliseconds(5000));
+  ASSERT_TRUE(silent.ok()) << silent.status().to_string();
+  Status received;
+  std::thread rx([&] { received = receive_and_check(address, 1, 9); });
+  Status accepted = (*sender)->accept(1);
+  EXPECT_TRUE(accepted.ok()) << accepted.to_string();
+  if (accepted.ok()) {
+    EXPECT_EQ((*sender)->receivers(), 1u);
+    const auto w = make_weights(small_model(), 9);
+    auto views = w.views();
+    auto stats = (*sender)->send_round(views);
+    EXPECT_TRUE(stats.ok()) << stats.status().to_string();
+  }
+  rx.join();
+  EXPECT_TRUE(received.ok()) << received.to_string();
+}
+
+TEST(ShmPeers, SilentPeerIsDroppedAtItsOwnDeadline) {
+  const std::string address = unique_address();
+  SyncOptions o = tiny_options();
+  o.timeout = milliseconds(300);
+  auto sender = Sender::create(address, o);
+  ASSERT_TRUE(sender.ok()) << sender.status().to_string();
+  auto silent = shm::connect(address, milliseconds(5000));
+  ASSERT_TRUE(silent.ok());
+  // It has its own 300 ms from when it was accepted; two waits outlast that.
+  for (int i = 0; i < 2; ++i) {
+    Status accepted = (*sender)->accept(1);
+    EXPECT_EQ(accepted.code(), Code::kTimeout) << accepted.to_string();
+  }
+  // Dropped: the sender closed its end, which the silent peer sees as EOF.
+  auto got = silent->receive(milliseconds(2000));
+  EXPECT_EQ(got.status().code(), Code::kAborted) << got.status().to_string();
+}
+
+}  // namespace
+}  // namespace ferry::sync
