@@ -392,6 +392,7 @@ Result<LoadStats> Checkpointer::load(std::span<const MutableSliceView> destinati
           return;
         }
         stats.remote_bytes += n;
+        if (m.opts.progress) m.opts.progress(n);
       }
     });
   }
@@ -414,6 +415,7 @@ Result<LoadStats> Checkpointer::load(std::span<const MutableSliceView> destinati
       else
         copy_region(p.region, v.data, src, p.dest->data, want, p.element_bytes());
       stats.local_bytes += p.bytes();
+      if (m.opts.progress) m.opts.progress(p.bytes());
     }
   }
   if (fetcher.joinable()) fetcher.join();
