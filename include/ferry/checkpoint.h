@@ -244,6 +244,10 @@ struct CheckpointOptions {
   // Testing only: called with each phase of a save as it completes ("shards",
   // "manifest", "node_marker", "committed", "latest"), on the saving thread.
   std::function<void(std::string_view phase)> test_hook;
+  // Called with the bytes of each slice as save() writes it to this rank's shard, and
+  // of each piece as load() places it in a destination. load() calls it from two
+  // threads (disk and fetch) at once: it must be thread-safe. Empty: not called.
+  std::function<void(std::uint64_t bytes)> progress;
 };
 
 struct LoadInfo {
@@ -367,21 +371,38 @@ Status validate_relative_path(std::string_view path, std::string_view what);
 // so "ckpt/" finds "ckpt/node0", "ckpt/node1". An argument with neither stays as given.
 std::vector<std::string> expand_roots(const std::vector<std::string>& args);
 
+// (bytes done, bytes total) of the tensor data, from any thread, one call at a time.
+using FolderProgress = std::function<void(std::uint64_t done, std::uint64_t total)>;
+
 struct FolderSaveOptions {
   int ranks = 4;
   int nodes = 2;  // rank r is on node r * nodes / ranks, root <prefix>/node<i>
   std::optional<std::int64_t> step;  // default: one past the newest step under the roots
+  FolderProgress progress;
 };
 // Saves a Hugging Face folder as `ranks` ranks (threads) over `nodes` node roots
 // under `root_prefix`, each tensor split along dim 0 (scalars on rank 0), with
 // config.json and the tensor order as the common state. Returns the step.
+// A config.json that is not valid JSON is a corruption error naming it; a negative
+// step is invalid_argument.
 Result<std::int64_t> save_model_folder(const std::string& hf_folder, const std::string& root_prefix,
                                        const FolderSaveOptions& options);
+
+struct FolderLoadOptions {
+  std::optional<std::int64_t> step;  // default: the newest committed step
+  // An out_folder that exists and is not empty is refused (already_exists) unless
+  // set; then it is replaced as a whole (files the checkpoint does not hold go too).
+  bool overwrite = false;
+  FolderProgress progress;
+};
 // Loads a checkpoint from its node roots (one rank per root) and writes the
 // whole tensors as one model.safetensors (+ config.json when the checkpoint
-// holds one) into `out_folder`. Returns what prepare_load() said.
+// holds one) as `out_folder`. The folder is built beside it as
+// .<name>.tmp.<pid> and renamed into place when complete, so a failed or killed
+// load leaves out_folder as it was; temp folders of processes that are gone are
+// removed by the next load. Returns what prepare_load() said.
 Result<LoadInfo> load_model_folder(const std::vector<std::string>& roots,
                                    const std::string& out_folder,
-                                   std::optional<std::int64_t> step = std::nullopt);
+                                   const FolderLoadOptions& options = {});
 
 }  // namespace ferry::checkpoint

@@ -167,6 +167,7 @@ Status Checkpointer::Impl::save(std::int64_t step, std::span<const SliceView> sl
         if (!local.ok()) break;
         local = writer->write(v->data);
         if (!local.ok()) break;
+        if (opts.progress) opts.progress(v->data.size());
         mine.push_back({{"name", v->spec.name},
                         {"dtype", std::string(dtype_name(v->spec.dtype))},
                         {"shape", v->spec.global_shape},

@@ -23,9 +23,9 @@ std::string encode_fetch_request(const FetchRequest& r) {
 Result<FetchRequest> decode_fetch_request(std::string_view text, std::string_view from) {
   const std::string who = "fetch request from " + std::string(from);
   const json q = json::parse(text, nullptr, false);
-  if (q.is_discarded() || !q.is_object()) return invalid_argument(who + " is not a JSON object");
+  if (q.is_discarded() || !q.is_object()) return corruption(who + " is not a JSON object");
   auto bad = [&](std::string_view field, std::string_view want) {
-    return invalid_argument(who + ": '" + std::string(field) + "' must be " + std::string(want));
+    return corruption(who + ": '" + std::string(field) + "' must be " + std::string(want));
   };
   FetchRequest r;
   auto op = q.find("op");
@@ -59,7 +59,7 @@ Result<FetchRequest> decode_fetch_request(std::string_view text, std::string_vie
   if (Status s = dims("offset", &r.region.offset); !s.ok()) return s;
   if (Status s = dims("extent", &r.region.extent); !s.ok()) return s;
   if (r.region.offset.size() != r.region.extent.size()) {
-    return invalid_argument(who + ": 'offset' and 'extent' have different lengths");
+    return corruption(who + ": 'offset' and 'extent' have different lengths");
   }
   if (auto ahead = q.find("ahead"); ahead != q.end()) {
     if (!ahead->is_array() || ahead->size() > kMaxAheadHints) {

@@ -1,6 +1,7 @@
 // The requests one rank sends another during a collective load (docs/checkpoint.md,
 // "How a load runs"): JSON text, decoded here and only here, so a malformed request
-// from a peer is an invalid_argument naming the field, never an exception.
+// from a peer is a corruption error naming the field, never an exception. Not
+// invalid_argument: the bytes came from another rank, not from the user.
 #pragma once
 
 #include <cstddef>
@@ -29,7 +30,8 @@ struct FetchRequest {
   friend bool operator==(const FetchRequest&, const FetchRequest&) = default;
 };
 
-// The most `ahead` entries a request may carry.
+// The most `ahead` entries a request may carry; the loader's AheadWindow (readahead.h)
+// never names more, whatever the slices' sizes.
 inline constexpr std::size_t kMaxAheadHints = 64;
 
 std::string encode_fetch_request(const FetchRequest& r);

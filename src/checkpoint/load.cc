@@ -20,14 +20,6 @@ namespace ferry::checkpoint {
 
 using json = nlohmann::json;
 
-namespace {
-
-// Bytes of saved slices a reader names ahead of the one it is using: enough to keep
-// the disk busy while one large slice is copied or sent, small next to host memory.
-constexpr std::uint64_t kReadaheadBytes = 256ull << 20;
-
-}  // namespace
-
 Result<std::shared_ptr<SafetensorsFile>> Checkpointer::Impl::open_checked(LoadState& st,
                                                                           const SavedTensor& t,
                                                                           const SavedSlice& s) {
@@ -86,7 +78,7 @@ Result<RankGroup::FetchReply> Checkpointer::Impl::handle_fetch(const std::shared
     return RankGroup::FetchReply{std::move(*text), {}, nullptr};
   }
   if (req->step != st->step) {
-    return invalid_argument("fetch request for step " + std::to_string(req->step) + " from rank " +
+    return corruption("fetch request for step " + std::to_string(req->step) + " from rank " +
                             std::to_string(from) + " is not being served");
   }
   // Slices the peer asks for next: read them while this one is sent.
@@ -101,7 +93,7 @@ Result<RankGroup::FetchReply> Checkpointer::Impl::handle_fetch(const std::shared
   }
   const SavedSlice& s = t->slices[index];
   if (!contains(box_of(s), region)) {
-    return invalid_argument("rank " + std::to_string(from) + " asked for a region outside slice " +
+    return corruption("rank " + std::to_string(from) + " asked for a region outside slice " +
                             std::to_string(index) + " of " + t->name);
   }
   if (!st->local_files.count(s.file)) return not_found(s.file + " is not on node " + group.node());
@@ -281,34 +273,12 @@ struct Piece {
   std::size_t bytes() const { return static_cast<std::size_t>(region.volume()) * element_bytes(); }
 };
 
-// Walks `pieces` in order and names, before each, the ones after it that fit in
-// kReadaheadBytes of saved slices and were not named yet.
-class AheadWindow {
- public:
-  explicit AheadWindow(const std::vector<const Piece*>& pieces) : pieces_(pieces) {}
-
-  // The pieces to name before using pieces_[i]; call with i = 0, 1, 2, ...
-  std::vector<const Piece*> advance(std::size_t i) {
-    if (next_ <= i) {  // nothing named ahead of i: start the window after it
-      next_ = i + 1;
-      ahead_ = 0;
-    } else {
-      ahead_ -= pieces_[i]->saved().bytes;  // i leaves the window
-    }
-    std::vector<const Piece*> out;
-    while (next_ < pieces_.size() &&
-           (ahead_ + pieces_[next_]->saved().bytes <= kReadaheadBytes || next_ == i + 1)) {
-      ahead_ += pieces_[next_]->saved().bytes;
-      out.push_back(pieces_[next_++]);
-    }
-    return out;
-  }
-
- private:
-  const std::vector<const Piece*>& pieces_;
-  std::size_t next_ = 0;
-  std::uint64_t ahead_ = 0;  // saved bytes of pieces_[i + 1, next_)
-};
+// The read-ahead window over `pieces`, in their order.
+AheadWindow window_over(const std::vector<const Piece*>& pieces) {
+  std::vector<std::uint64_t> bytes;
+  for (const Piece* p : pieces) bytes.push_back(p->saved().bytes);
+  return AheadWindow(std::move(bytes));
+}
 
 // Splits the destinations into pieces, one per saved slice each overlaps: from this
 // node's disk when a replica is here, else from a rank that has the file.
@@ -393,14 +363,16 @@ Result<LoadStats> Checkpointer::load(std::span<const MutableSliceView> destinati
         by_peer[p->peer].push_back(p);
       }
       std::map<int, AheadWindow> windows;
-      for (auto& [peer, list] : by_peer) windows.emplace(peer, AheadWindow(list));
+      for (auto& [peer, list] : by_peer) windows.emplace(peer, window_over(list));
       for (const Piece* p : remote) {
         if (failed) return;
         const SavedTensor& t = *p->tensor;
         FetchRequest q{.op = FetchRequest::Op::kSlice, .step = st->step, .tensor = t.name,
                        .slice = p->slice, .region = p->region, .ahead = {}};
-        for (const Piece* a : windows.at(p->peer).advance(position[p])) {
-          q.ahead.emplace_back(a->tensor->name, a->slice);
+        const auto [first, last] = windows.at(p->peer).advance(position[p]);
+        const std::vector<const Piece*>& list = by_peer[p->peer];
+        for (std::size_t a = first; a < last; ++a) {
+          q.ahead.emplace_back(list[a]->tensor->name, list[a]->slice);
         }
         const std::string request = encode_fetch_request(q);
         const Box want = box_of(p->dest->spec);
@@ -420,14 +392,16 @@ Result<LoadStats> Checkpointer::load(std::span<const MutableSliceView> destinati
           return;
         }
         stats.remote_bytes += n;
+        if (m.opts.progress) m.opts.progress(n);
       }
     });
   }
   if (s.ok()) {
-    AheadWindow window(local);
+    AheadWindow window = window_over(local);
     for (std::size_t i = 0; i < local.size() && !failed; ++i) {
       const Piece& p = *local[i];
-      for (const Piece* a : window.advance(i)) st->read_ahead(*a->tensor, a->slice);
+      const auto [first, last] = window.advance(i);
+      for (std::size_t a = first; a < last; ++a) st->read_ahead(*local[a]->tensor, local[a]->slice);
       auto file = m.open_checked(*st, *p.tensor, p.saved());
       if (!file.ok()) {
         s = file.status();
@@ -441,6 +415,7 @@ Result<LoadStats> Checkpointer::load(std::span<const MutableSliceView> destinati
       else
         copy_region(p.region, v.data, src, p.dest->data, want, p.element_bytes());
       stats.local_bytes += p.bytes();
+      if (m.opts.progress) m.opts.progress(p.bytes());
     }
   }
   if (fetcher.joinable()) fetcher.join();

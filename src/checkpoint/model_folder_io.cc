@@ -8,12 +8,17 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <cctype>
+#include <cerrno>
+#include <csignal>
+#include <cstdio>
 #include <filesystem>
 #include <mutex>
 #include <random>
 #include <thread>
 
 #include "base/file_util.h"
+#include "base/log.h"
 #include "checkpoint/format.h"
 #include "ferry/checkpoint.h"
 #include "ferry/safetensors.h"
@@ -61,6 +66,86 @@ Status run_local_ranks(int size, const std::function<std::string(int)>& node_of,
   return first;
 }
 
+// Sums the bytes the ranks report and hands (done, total) to one callback, one call
+// at a time.
+class SharedProgress {
+ public:
+  explicit SharedProgress(FolderProgress out) : out_(std::move(out)) {}
+  SharedProgress(FolderProgress out, const std::vector<TensorView>& views) : out_(std::move(out)) {
+    for (const TensorView& v : views) total_ += v.data.size();
+  }
+
+  void set_total(std::uint64_t total) {
+    std::lock_guard<std::mutex> lock(mu_);
+    total_ = total;
+  }
+
+  std::function<void(std::uint64_t)> sink() {
+    if (!out_) return {};
+    return [this](std::uint64_t n) {
+      std::lock_guard<std::mutex> lock(mu_);
+      done_ += n;
+      out_(done_, total_);
+    };
+  }
+
+ private:
+  FolderProgress out_;
+  std::uint64_t total_ = 0;
+  std::mutex mu_;
+  std::uint64_t done_ = 0;
+};
+
+// True unless process `pid` is certainly gone (kill() can also fail with EPERM for a
+// live process of another user).
+bool process_alive(long pid) {
+  return pid > 0 && (::kill(static_cast<pid_t>(pid), 0) == 0 || errno == EPERM);
+}
+
+// The pid of a temp `<prefix>.tmp.<pid>`, or -1 when `name` is not one.
+long temp_pid(const std::string& name, const std::string& prefix) {
+  const std::string head = prefix + ".tmp.";
+  if (name.size() <= head.size() || name.compare(0, head.size(), head) != 0) return -1;
+  const std::string digits = name.substr(head.size());
+  if (digits.size() > 9 || !std::all_of(digits.begin(), digits.end(), ::isdigit)) return -1;
+  return std::stol(digits);
+}
+
+// Removes what killed loads left: temp folders `.<name>.tmp.<pid>` beside the output,
+// and (from older versions) `<file>.tmp.<pid>` inside it, when that pid is gone.
+void remove_stale_temps(const fs::path& parent, const std::string& name) {
+  std::error_code ec;
+  auto sweep = [&](const fs::path& dir, bool folders) {
+    for (const auto& e : fs::directory_iterator(dir, ec)) {
+      const std::string entry = e.path().filename().string();
+      const auto dot = entry.rfind(".tmp.");
+      if (dot == std::string::npos) continue;
+      const std::string prefix = entry.substr(0, dot);
+      if (folders && prefix != "." + name) continue;
+      const long pid = temp_pid(entry, prefix);
+      if (pid < 0 || pid == ::getpid() || process_alive(pid)) continue;
+      log::info("checkpoint: removing {}, left by process {} which is gone", e.path().string(), pid);
+      fs::remove_all(e.path(), ec);
+    }
+  };
+  sweep(parent, true);
+  if (fs::is_directory(parent / name, ec)) sweep(parent / name, false);
+}
+
+// Puts the finished folder `tmp` in place of `out`: atomically when `out` is absent
+// or empty, or (replacing) by exchanging the two and removing the old one.
+Status move_into_place(const fs::path& tmp, const fs::path& out) {
+  if (::rename(tmp.c_str(), out.c_str()) == 0) return ok_status();
+  if (errno != ENOTEMPTY && errno != EEXIST) return errno_status("rename", out.string(), errno);
+  if (::renameat2(AT_FDCWD, tmp.c_str(), AT_FDCWD, out.c_str(), RENAME_EXCHANGE) != 0) {
+    return errno_status("rename (exchange)", out.string(), errno);
+  }
+  std::error_code ec;
+  fs::remove_all(tmp, ec);  // now the old folder
+  if (ec) log::warn("checkpoint: could not remove the replaced {}: {}", tmp.string(), ec.message());
+  return ok_status();
+}
+
 }  // namespace
 
 std::vector<std::string> expand_roots(const std::vector<std::string>& args) {
@@ -93,6 +178,7 @@ Result<std::int64_t> save_model_folder(const std::string& hf_folder, const std::
   auto node_of = [&](int r) { return "node" + std::to_string(r * o.nodes / o.ranks); };
   std::int64_t step = 1;
   if (o.step) {
+    if (*o.step < 0) return invalid_argument("step " + std::to_string(*o.step) + " is negative");
     step = *o.step;
   } else {
     for (int n = 0; n < o.nodes; ++n) {
@@ -102,16 +188,23 @@ Result<std::int64_t> save_model_folder(const std::string& hf_folder, const std::
     }
   }
   json common = {{"source", "hf"}};
-  if (auto cfg = read_file(hf_folder + "/config.json"); cfg.ok()) {
-    json c = json::parse(*cfg, nullptr, false);
-    if (!c.is_discarded()) common["hf_config"] = c;
+  const std::string config = hf_folder + "/config.json";
+  if (format::file_exists(config)) {  // optional, but never dropped when present
+    auto text = read_file(config);
+    if (!text.ok()) return text.status();
+    try {
+      common["hf_config"] = json::parse(*text);
+    } catch (const json::parse_error& e) {
+      return corruption(config + " is not valid JSON: " + e.what());
+    }
   }
   json order = json::array();
   for (const ModelTensor& t : folder->index().tensors) order.push_back(t.entry.spec.name);
   common["tensor_order"] = order;
   const std::string common_text = common.dump();
+  SharedProgress progress(o.progress, folder->views());
   Status s = run_local_ranks(o.ranks, node_of, [&](RankGroup& g) -> Status {
-    Checkpointer ckpt(g, {.root = root_prefix + "/" + g.node()});
+    Checkpointer ckpt(g, {.root = root_prefix + "/" + g.node(), .progress = progress.sink()});
     std::vector<SliceView> mine;
     for (const TensorView& v : folder->views()) {
       const auto& shape = v.spec.shape;
@@ -134,8 +227,9 @@ Result<std::int64_t> save_model_folder(const std::string& hf_folder, const std::
 }
 
 Result<LoadInfo> load_model_folder(const std::vector<std::string>& roots, const std::string& out,
-                                   std::optional<std::int64_t> step) {
+                                   const FolderLoadOptions& o) {
   if (roots.empty()) return invalid_argument("no checkpoint root given");
+  if (out.empty()) return invalid_argument("no output folder given");
   // One rank per root, named after the node its files belong to where known.
   std::vector<std::string> nodes;
   auto listing = list_steps(roots);
@@ -149,14 +243,41 @@ Result<LoadInfo> load_model_folder(const std::vector<std::string>& roots, const 
     }
     nodes.push_back(n);
   }
+  // Built as .<name>.tmp.<pid> beside `out` and renamed into place when complete.
+  fs::path target = fs::path(out).lexically_normal();
+  if (target.filename().empty()) target = target.parent_path();  // "out/"
+  const fs::path parent = target.has_parent_path() ? target.parent_path() : fs::path(".");
+  const std::string base = target.filename().string();
   std::error_code ec;
-  fs::create_directories(out, ec);
-  if (ec) return errno_status("mkdir", out, ec.value());
+  if (!fs::is_directory(parent, ec)) {
+    return not_found("--to " + out + ": folder " + parent.string() + " does not exist");
+  }
+  remove_stale_temps(parent, base);
+  if (fs::exists(target, ec)) {
+    if (!fs::is_directory(target, ec)) return already_exists("--to " + out + " exists and is not a folder");
+    if (!fs::is_empty(target, ec) && !o.overwrite) {
+      return already_exists("--to " + out + " exists and is not empty; pass --force to replace it");
+    }
+  }
+  const fs::path tmp_dir = parent / ("." + base + ".tmp." + std::to_string(::getpid()));
+  fs::remove_all(tmp_dir, ec);
+  if (!fs::create_directory(tmp_dir, ec)) return errno_status("mkdir", tmp_dir.string(), ec.value());
+  struct RemoveUnlessKept {
+    const fs::path& p;
+    bool keep = false;
+    ~RemoveUnlessKept() {
+      std::error_code ignored;
+      if (!keep) fs::remove_all(p, ignored);
+    }
+  } cleanup{tmp_dir};
+  const std::string tmp = tmp_dir.string();
   LoadInfo result;
+  SharedProgress progress(o.progress);
   Status s = run_local_ranks(static_cast<int>(roots.size()), [&](int r) { return nodes[r]; },
                              [&](RankGroup& g) -> Status {
-    Checkpointer ckpt(g, {.root = roots[g.rank()]});
-    auto info = ckpt.prepare_load(step);
+    Checkpointer ckpt(g, {.root = roots[g.rank()],
+                          .progress = g.rank() == 0 ? progress.sink() : nullptr});
+    auto info = ckpt.prepare_load(o.step);
     if (!info.ok()) return info.status();
     if (g.rank() != 0) return ckpt.load({}).status();  // serve this root's shards
     // Rank 0 loads every tensor straight into the mapped output file.
@@ -180,28 +301,21 @@ Result<LoadInfo> load_model_folder(const std::vector<std::string>& roots, const 
     if (!header.ok()) return header.status();
     std::uint64_t data_bytes = 0;
     for (const TensorSpec& t : specs) data_bytes += t.bytes();
+    progress.set_total(data_bytes);
     // Loaded straight into a mapping of the output file (no second copy of the
-    // model in memory); it appears under its name only when complete, like AtomicFile.
-    const std::string path = out + "/model.safetensors";
-    const std::string tmp = path + ".tmp." + std::to_string(::getpid());
-    ScopedFd fd(::open(tmp.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
-    if (!fd.valid()) return errno_status("open", tmp, errno);
-    struct Unlink {
-      const std::string& p;
-      bool keep = false;
-      ~Unlink() {
-        if (!keep) ::unlink(p.c_str());
-      }
-    } cleanup{tmp};
+    // model in memory), inside the temp folder.
+    const std::string path = tmp + "/model.safetensors";
+    ScopedFd fd(::open(path.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
+    if (!fd.valid()) return errno_status("open", path, errno);
     const std::uint64_t total = header->size() + data_bytes;
     if (::ftruncate(fd.get(), static_cast<off_t>(total)) != 0) {
-      return errno_status("ftruncate", tmp, errno);
+      return errno_status("ftruncate", path, errno);
     }
-    if (Status w = pwrite_all(fd.get(), as_bytes(*header), 0, tmp); !w.ok()) return w;
+    if (Status w = pwrite_all(fd.get(), as_bytes(*header), 0, path); !w.ok()) return w;
     MappedRegion map;
     if (total > 0) {
       void* addr = ::mmap(nullptr, total, PROT_READ | PROT_WRITE, MAP_SHARED, fd.get(), 0);
-      if (addr == MAP_FAILED) return errno_status("mmap", tmp, errno);
+      if (addr == MAP_FAILED) return errno_status("mmap", path, errno);
       map = MappedRegion(addr, total);
     }
     std::vector<MutableSliceView> dst;
@@ -212,13 +326,11 @@ Result<LoadInfo> load_model_folder(const std::vector<std::string>& roots, const 
     }
     auto stats = ckpt.load(dst);
     if (!stats.ok()) return stats.status();
-    if (total > 0 && ::msync(map.data(), total, MS_SYNC) != 0) return errno_status("msync", tmp, errno);
+    if (total > 0 && ::msync(map.data(), total, MS_SYNC) != 0) return errno_status("msync", path, errno);
     map.reset();
-    if (::fsync(fd.get()) != 0) return errno_status("fsync", tmp, errno);
-    if (::rename(tmp.c_str(), path.c_str()) != 0) return errno_status("rename", path, errno);
-    cleanup.keep = true;
+    if (::fsync(fd.get()) != 0) return errno_status("fsync", path, errno);
     if (!common.is_discarded() && common.contains("hf_config")) {
-      if (Status c = write_file_atomic(out + "/config.json", common["hf_config"].dump(2) + "\n"); !c.ok()) {
+      if (Status c = write_file_atomic(tmp + "/config.json", common["hf_config"].dump(2) + "\n"); !c.ok()) {
         return c;
       }
     }
@@ -226,6 +338,8 @@ Result<LoadInfo> load_model_folder(const std::vector<std::string>& roots, const 
     return ok_status();
   });
   if (!s.ok()) return s;
+  if (Status moved = move_into_place(tmp_dir, target); !moved.ok()) return moved;
+  cleanup.keep = true;
   return result;
 }
 

@@ -2,6 +2,21 @@
 
 namespace ferry::checkpoint {
 
+std::pair<std::size_t, std::size_t> AheadWindow::advance(std::size_t i) {
+  if (next_ <= i) {  // nothing named ahead of i: start the window after it
+    next_ = i + 1;
+    ahead_ = 0;
+  } else {
+    ahead_ -= bytes_[i];  // i leaves the window
+  }
+  const std::size_t first = next_;
+  while (next_ < bytes_.size() && next_ - (i + 1) < max_entries_ &&
+         (ahead_ + bytes_[next_] <= max_bytes_ || next_ == i + 1)) {
+    ahead_ += bytes_[next_++];
+  }
+  return {first, next_};
+}
+
 SliceReadahead::~SliceReadahead() {
   {
     std::lock_guard<std::mutex> lock(mu_);

@@ -12,14 +12,45 @@
 
 #include <condition_variable>
 #include <cstddef>
+#include <cstdint>
 #include <deque>
 #include <functional>
 #include <mutex>
 #include <set>
 #include <thread>
 #include <utility>
+#include <vector>
+
+#include "checkpoint/fetch_request.h"
 
 namespace ferry::checkpoint {
+
+// Saved bytes a reader names ahead of the slice it is using: enough to keep the disk
+// busy while one large slice is copied or sent, small next to host memory.
+inline constexpr std::uint64_t kReadaheadBytes = 256ull << 20;
+
+// Walks a sequence of slices in order and names, before each, the ones after it that
+// were not named yet, keeping at most `max_bytes` of saved slices and at most
+// `max_entries` slices ahead of the one in use. The entry cap is the fetch request's
+// (kMaxAheadHints): a window of many small slices must still fit in one request.
+class AheadWindow {
+ public:
+  // bytes[i]: the saved bytes of the i-th slice of the walk.
+  explicit AheadWindow(std::vector<std::uint64_t> bytes, std::uint64_t max_bytes = kReadaheadBytes,
+                       std::size_t max_entries = kMaxAheadHints)
+      : bytes_(std::move(bytes)), max_bytes_(max_bytes), max_entries_(max_entries) {}
+
+  // The slices [first, last) to name before using slice i; call with i = 0, 1, 2, ...
+  // The slice right after i is named even when it alone exceeds max_bytes.
+  std::pair<std::size_t, std::size_t> advance(std::size_t i);
+
+ private:
+  std::vector<std::uint64_t> bytes_;
+  std::uint64_t max_bytes_;
+  std::size_t max_entries_;
+  std::size_t next_ = 0;
+  std::uint64_t ahead_ = 0;  // saved bytes of slices [i + 1, next_)
+};
 
 class SliceReadahead {
  public:

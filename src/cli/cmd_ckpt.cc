@@ -4,6 +4,7 @@
 
 #include <cstdio>
 #include <iostream>
+#include <optional>
 
 #include "cli/commands.h"
 #include "cli/progress.h"
@@ -18,7 +19,7 @@ using json = nlohmann::ordered_json;
 struct CkptArgs {
   std::vector<std::string> roots;
   std::string from, to;
-  std::int64_t step = -1;
+  std::optional<std::int64_t> step;
   int ranks = 4;
   int nodes = 2;
   bool json = false;
@@ -26,9 +27,15 @@ struct CkptArgs {
   bool force = false;
 };
 
-std::optional<std::int64_t> step_of(const CkptArgs& a) {
-  return a.step >= 0 ? std::optional<std::int64_t>(a.step) : std::nullopt;
+// A negative --step is a usage error, never "the default".
+std::optional<Status> bad_step(const CkptArgs& a) {
+  if (a.step && *a.step < 0) {
+    return invalid_argument("--step must be 0 or more, got " + std::to_string(*a.step));
+  }
+  return std::nullopt;
 }
+
+std::optional<std::int64_t> step_of(const CkptArgs& a) { return a.step; }
 
 int run_ls(const CkptArgs& a) {
   const auto roots = ck::expand_roots(a.roots);
@@ -72,6 +79,7 @@ int run_ls(const CkptArgs& a) {
 }
 
 int run_verify(const CkptArgs& a) {
+  if (auto bad = bad_step(a)) return report_error(*bad);
   if (auto rc = run_megatron_verify(a.roots, step_of(a), a.json)) return *rc;  // verl/Megatron
   const auto roots = ck::expand_roots(a.roots);
   ProgressBar bar("verify");
@@ -134,11 +142,16 @@ int run_gc(const CkptArgs& a) {
 
 int run_save(const CkptArgs& a) {
   if (a.roots.size() != 1) return report_error(invalid_argument("save takes one ROOT_PREFIX"));
+  if (auto bad = bad_step(a)) return report_error(*bad);
   ck::FolderSaveOptions o;
   o.ranks = a.ranks;
   o.nodes = a.nodes;
   o.step = step_of(a);
-  auto step = ck::save_model_folder(a.from, a.roots[0], o);
+  auto step = [&] {  // the bar's line ends before the summary is printed
+    ProgressBar bar("save");
+    o.progress = [&bar](std::uint64_t d, std::uint64_t t) { bar.update(d, t); };
+    return ck::save_model_folder(a.from, a.roots[0], o);
+  }();
   if (!step.ok()) return report_error(step.status());
   if (a.json) {
     json roots = json::array();
@@ -154,8 +167,16 @@ int run_save(const CkptArgs& a) {
 }
 
 int run_load(const CkptArgs& a) {
+  if (auto bad = bad_step(a)) return report_error(*bad);
   const auto roots = ck::expand_roots(a.roots);
-  auto info = ck::load_model_folder(roots, a.to, step_of(a));
+  ck::FolderLoadOptions o;
+  o.step = step_of(a);
+  o.overwrite = a.force;
+  auto info = [&] {  // the bar's line ends before the summary is printed
+    ProgressBar bar("load");
+    o.progress = [&bar](std::uint64_t d, std::uint64_t t) { bar.update(d, t); };
+    return ck::load_model_folder(roots, a.to, o);
+  }();
   if (!info.ok()) return report_error(info.status());
   std::uint64_t bytes = 0;
   for (const ck::SavedTensor& t : info->manifest.tensors) {
@@ -233,8 +254,12 @@ void add_ckpt_command(CLI::App& app, Dispatch& dispatch) {
                   "model.safetensors and config.json",
                   "ferry ckpt load /tmp/ckpt --to /tmp/qwen-restored", [ld] { return run_load(*ld); });
   c->add_option("ROOT", ld->roots, roots_help)->required();
-  c->add_option("--to", ld->to, "Output folder")->required();
+  c->add_option("--to", ld->to,
+                "Output folder, built beside it and renamed into place (must be absent or empty "
+                "unless --force)")->required();
   c->add_option("--step", ld->step, "Step to load (default: newest committed)");
+  c->add_flag("--force", ld->force,
+              "Replace a non-empty --to folder as a whole (its other files, e.g. tokenizer, go too)");
   c->add_flag("--json", ld->json, "Print JSON");
 
   add_ckpt_verl_commands(*ckpt, dispatch);

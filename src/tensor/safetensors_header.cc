@@ -25,6 +25,8 @@ Status bad(std::string_view source, const std::string& what) {
 
 Result<SafetensorsEntry> parse_entry(std::string_view source, const std::string& name,
                                      const json& info) {
+  // The wire and the checkpoint manifest refuse an empty name: refuse it at the source.
+  if (name.empty()) return bad(source, "a tensor has an empty name (\"\")");
   const std::string where = "tensor '" + name + "'";
   if (!info.is_object()) return bad(source, where + ": entry is not an object");
   for (const auto& [key, value] : info.items()) {

@@ -2,6 +2,9 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <filesystem>
 #include <fstream>
 
@@ -107,6 +110,9 @@ TEST(CkptCli, VerifyAndLoadNameTheDamagedFileAndTensor) {
   EXPECT_EQ(load.exit_code, 1);
   EXPECT_NE(load.err.find(file), std::string::npos) << load.err;
   EXPECT_NE(load.err.find("model.layers.0.mlp.up_proj.weight"), std::string::npos) << load.err;
+  // Issue 15: a failed load left an empty --to folder.
+  EXPECT_FALSE(fs::exists(dir.file("out")));
+  EXPECT_FALSE(fs::exists(dir.file(".out.tmp." + std::to_string(::getpid()))));
 
   fs::remove(file);
   auto missing = run_ferry({"ckpt", "verify", "--json", ckpt});
@@ -152,6 +158,82 @@ TEST(CkptCli, LoadFetchesAMissingManifestFromTheOtherNodeAndSaysSo) {
   EXPECT_NE(load.out.find("note: node node1 has no manifest for step 1; fetched it from rank 0"),
             std::string::npos) << load.out;
   expect_same_tensors(dir.file("hf"), dir.file("out"));
+}
+
+// The pid of a process that has exited and been reaped: a pid that is gone.
+long dead_pid() {
+  const pid_t pid = ::fork();
+  if (pid == 0) ::_exit(0);
+  int st = 0;
+  ::waitpid(pid, &st, 0);
+  return pid;
+}
+
+// Issue 15: load wrote into an existing folder (new model.safetensors, old index.json
+// still read first), silently.
+TEST(CkptCli, LoadRefusesANonEmptyFolderAndForceReplacesItWhole) {
+  testing::TempDir dir;
+  write_hf(dir.file("hf"));
+  const std::string ckpt = dir.file("ckpt");
+  ASSERT_EQ(run_ferry({"ckpt", "save", "--from", dir.file("hf"), "--ranks", "2", "--nodes", "2", ckpt}).exit_code, 0);
+  const std::string out = dir.file("out");
+  fs::create_directories(out);
+  testing::write_bytes(out + "/model.safetensors.index.json", R"({"weight_map":{}})");
+  auto refused = run_ferry({"ckpt", "load", ckpt, "--to", out});
+  EXPECT_EQ(refused.exit_code, 1) << refused.err;
+  EXPECT_NE(refused.err.find("--to " + out + " exists and is not empty"), std::string::npos) << refused.err;
+  EXPECT_NE(refused.err.find("--force"), std::string::npos) << refused.err;
+  EXPECT_TRUE(fs::exists(out + "/model.safetensors.index.json"));
+  EXPECT_FALSE(fs::exists(out + "/model.safetensors"));
+
+  auto forced = run_ferry({"ckpt", "load", ckpt, "--to", out, "--force"});
+  ASSERT_EQ(forced.exit_code, 0) << forced.err;
+  EXPECT_FALSE(fs::exists(out + "/model.safetensors.index.json"));
+  expect_same_tensors(dir.file("hf"), out);
+  // An empty folder is not refused.
+  fs::create_directories(dir.file("empty"));
+  EXPECT_EQ(run_ferry({"ckpt", "load", ckpt, "--to", dir.file("empty")}).exit_code, 0);
+  expect_same_tensors(dir.file("hf"), dir.file("empty"));
+}
+
+// Issue 15: kill -9 during a load left model.safetensors.tmp.PID, never cleaned. The
+// next load removes temps of processes that are gone, and keeps a live one's.
+TEST(CkptCli, LoadRemovesTempsLeftByKilledLoadsOnly) {
+  testing::TempDir dir;
+  write_hf(dir.file("hf"));
+  const std::string ckpt = dir.file("ckpt");
+  ASSERT_EQ(run_ferry({"ckpt", "save", "--from", dir.file("hf"), "--ranks", "2", "--nodes", "2", ckpt}).exit_code, 0);
+  const std::string dead = std::to_string(dead_pid()), live = std::to_string(::getpid());
+  fs::create_directories(dir.file(".out.tmp." + dead));
+  testing::write_bytes(dir.file(".out.tmp." + dead + "/model.safetensors"), "partial");
+  fs::create_directories(dir.file(".out.tmp." + live));
+  fs::create_directories(dir.file("out"));  // an older version's temp inside --to
+  testing::write_bytes(dir.file("out/model.safetensors.tmp." + dead), "partial");
+  auto load = run_ferry({"ckpt", "load", ckpt, "--to", dir.file("out")});
+  ASSERT_EQ(load.exit_code, 0) << load.err;
+  EXPECT_FALSE(fs::exists(dir.file(".out.tmp." + dead)));
+  EXPECT_FALSE(fs::exists(dir.file("out/model.safetensors.tmp." + dead)));
+  EXPECT_TRUE(fs::exists(dir.file(".out.tmp." + live)));  // its process may still be loading
+  expect_same_tensors(dir.file("hf"), dir.file("out"));
+}
+
+// Issue 15: an invalid config.json was silently dropped, and --step -1 saved step 1.
+TEST(CkptCli, SaveRefusesAnInvalidConfigJsonAndANegativeStep) {
+  testing::TempDir dir;
+  write_hf(dir.file("hf"));
+  testing::write_bytes(dir.file("hf/config.json"), R"({"model_type": "qwen2",)");
+  auto save = run_ferry({"ckpt", "save", "--from", dir.file("hf"), dir.file("ckpt")});
+  EXPECT_EQ(save.exit_code, 1) << save.err;
+  EXPECT_NE(save.err.find(dir.file("hf/config.json") + " is not valid JSON: "), std::string::npos)
+      << save.err;
+  EXPECT_NE(save.err.find("parse error"), std::string::npos) << save.err;
+  EXPECT_FALSE(fs::exists(dir.file("ckpt/node0/step_1")));
+
+  write_hf(dir.file("hf"));
+  auto negative = run_ferry({"ckpt", "save", "--from", dir.file("hf"), "--step", "-1", dir.file("ckpt")});
+  EXPECT_EQ(negative.exit_code, 2) << negative.err;
+  EXPECT_NE(negative.err.find("--step must be 0 or more, got -1"), std::string::npos) << negative.err;
+  EXPECT_FALSE(fs::exists(dir.file("ckpt/node0/step_1")));
 }
 
 TEST(CkptCli, UsageErrorsExitTwo) {

@@ -284,10 +284,10 @@ TEST(MalformedFetch, BadSliceRequestsGetClearErrorsAndTheLoadStillCompletes) {
         std::lock_guard<std::mutex> lock(mu);
         loads.push_back(stats.status());
       });
-  EXPECT_EQ(bad_field.code(), Code::kInvalidArgument) << bad_field.to_string();
+  EXPECT_EQ(bad_field.code(), Code::kCorruption) << bad_field.to_string();
   EXPECT_NE(bad_field.message().find("fetch request from rank 1: 'slice' must be"), std::string::npos)
       << bad_field.to_string();
-  EXPECT_EQ(bad_region.code(), Code::kInvalidArgument) << bad_region.to_string();
+  EXPECT_EQ(bad_region.code(), Code::kCorruption) << bad_region.to_string();
   EXPECT_NE(bad_region.message().find("rank 1 asked for a region outside slice 0 of odd.rows"),
             std::string::npos)
       << bad_region.to_string();

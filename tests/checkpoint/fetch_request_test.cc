@@ -1,5 +1,5 @@
 // Fetch requests between loading ranks: what one encodes the other decodes, and a
-// malformed one is an invalid_argument that names the sender and the field.
+// malformed one is a corruption error that names the sender and the field.
 #include "checkpoint/fetch_request.h"
 
 #include <gtest/gtest.h>
@@ -50,7 +50,7 @@ TEST(FetchRequest, MalformedRequestsNameTheSenderAndTheField) {
   for (const auto& c : cases) {
     auto r = decode_fetch_request(c.text, "rank 3");
     ASSERT_FALSE(r.ok()) << c.text;
-    EXPECT_EQ(r.status().code(), Code::kInvalidArgument) << c.text;
+    EXPECT_EQ(r.status().code(), Code::kCorruption) << c.text;
     EXPECT_NE(r.status().message().find("fetch request from rank 3"), std::string::npos)
         << r.status().to_string();
     EXPECT_NE(r.status().message().find(c.field), std::string::npos) << r.status().to_string();
@@ -66,7 +66,7 @@ TEST(FetchRequest, MoreReadaheadHintsThanAllowedAreRefused) {
                  .ahead = {}};
   for (std::size_t i = 0; i <= kMaxAheadHints; ++i) r.ahead.emplace_back("t", i);
   auto back = decode_fetch_request(encode_fetch_request(r), "rank 0");
-  EXPECT_EQ(back.status().code(), Code::kInvalidArgument);
+  EXPECT_EQ(back.status().code(), Code::kCorruption);
   r.ahead.pop_back();
   EXPECT_TRUE(decode_fetch_request(encode_fetch_request(r), "rank 0").ok());
 }

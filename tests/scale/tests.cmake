@@ -1,5 +1,8 @@
-# The scale tier (`ctest -L scale`): full-depth models through the CLI. Each case holds
-# several GB at once, so they run one at a time.
+# The scale tier (`ctest -L scale`): full-depth models through the CLI, bit-exact. Each case
+# is one script taking the ferry binary and holds several GB at once, so they run one at a
+# time.
+add_test(NAME scale.ckpt COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/ckpt_scale.sh $<TARGET_FILE:ferry_cli>)
+set_tests_properties(scale.ckpt PROPERTIES LABELS scale TIMEOUT 600 RUN_SERIAL TRUE)
 add_test(NAME scale.sync_convert COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/sync_convert_scale.sh
                                          $<TARGET_FILE:ferry_cli>)
 set_tests_properties(scale.sync_convert PROPERTIES LABELS scale TIMEOUT 900 RUN_SERIAL TRUE)

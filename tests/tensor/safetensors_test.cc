@@ -112,6 +112,12 @@ TEST(SafetensorsReader, RejectsDuplicateNames) {
   EXPECT_NE(error_of(file_with(json, 2)).find("appears twice"), std::string::npos);
 }
 
+// Issue 15: inspect and ckpt save accepted a tensor named "", which the wire refuses later.
+TEST(SafetensorsReader, RejectsAnEmptyTensorName) {
+  const std::string json = R"({"":{"dtype":"U8","shape":[1],"data_offsets":[0,1]}})";
+  EXPECT_NE(error_of(file_with(json, 1)).find("empty name"), std::string::npos);
+}
+
 TEST(SafetensorsReader, RejectsNonStringMetadata) {
   const std::string json = R"({"__metadata__":{"format":1}})";
   EXPECT_NE(error_of(file_with(json, 0)).find("__metadata__['format']"), std::string::npos);
