@@ -33,7 +33,7 @@ using Clock = std::chrono::steady_clock;
 using std::chrono::milliseconds;
 using test::make_state;
 
-constexpr const char* kToken = "net-group-test-secret";
+constexpr const char* kToken = "net-group-test-secret-0123456789abcdefghij";
 
 // "127.0.0.1:<a port nobody listens on right now>" for rank 0 to listen on.
 std::string free_root_address() {
@@ -320,7 +320,7 @@ TEST(NetGroup, WrongTokenIsRefusedAndBothSidesNameTheOther) {
   });
   std::thread rank1([&] {
     NetGroupOptions o = options(root, 1, 2, "n1");
-    o.token = "another secret";
+    o.token = "another secret-0123456789abcdefghij";
     at_joiner = connect_net_group(o).status();
   });
   rank0.join();

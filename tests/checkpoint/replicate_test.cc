@@ -61,7 +61,7 @@ class ServerThread {
 struct Nodes {
   testing::TempDir dir;
   std::string n0 = dir.file("node0"), n1 = dir.file("node1");
-  std::string token = test::write_token(dir, "token", "replicate-secret");
+  std::string token = test::write_token(dir, "token", "replicate-secret-0123456789abcdefghij");
   std::vector<std::string> roots() const { return {n0, n1}; }
   ReplicateServeOptions serve_options() const {
     return {.root = n0, .address = "127.0.0.1:0", .token_file = token};
@@ -173,7 +173,7 @@ TEST(Replicate, WrongTokenIsRefusedAndNothingIsWritten) {
   ServerThread server(t.serve_options());
   const auto before = test::tree(t.n1);
   auto po = t.pull_options(server.address());
-  po.token_file = test::write_token(t.dir, "wrong", "another-secret");
+  po.token_file = test::write_token(t.dir, "wrong", "another-secret-0123456789abcdefghij");
   auto r = pull_replicas(po);
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.status().code(), Code::kUnauthenticated) << r.status().to_string();

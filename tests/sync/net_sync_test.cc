@@ -40,7 +40,7 @@ std::vector<TensorSpec> net_model() {
 
 TEST(NetSync, TwoReceiversGetThreeRoundsBitExact) {
   ferry::testing::TempDir dir;
-  const SyncOptions o = net_options(write_token(dir, "s3cret"));
+  const SyncOptions o = net_options(write_token(dir, "s3cret-0123456789abcdefghij"));
   auto sender = Sender::create("127.0.0.1:0", o);
   ASSERT_TRUE(sender.ok()) << sender.status().to_string();
   const std::string address = (*sender)->address();
@@ -80,7 +80,7 @@ TEST(NetSync, TwoReceiversGetThreeRoundsBitExact) {
 
 TEST(NetSync, BucketLargerThanASegmentIntoDestinations) {
   ferry::testing::TempDir dir;
-  SyncOptions o = net_options(write_token(dir, "s3cret"));
+  SyncOptions o = net_options(write_token(dir, "s3cret-0123456789abcdefghij"));
   o.bucket_bytes = 20ull << 20;  // segments of 16 + 4 MiB
   auto sender = Sender::create("127.0.0.1:0", o);
   ASSERT_TRUE(sender.ok()) << sender.status().to_string();
@@ -111,7 +111,7 @@ TEST(NetSync, BucketLargerThanASegmentIntoDestinations) {
 // make it allocate more than SyncOptions::max_ring_bytes.
 TEST(NetSync, ReceiverRefusesARingLargerThanItsLimit) {
   ferry::testing::TempDir dir;
-  SyncOptions o = net_options(write_token(dir, "s3cret"));
+  SyncOptions o = net_options(write_token(dir, "s3cret-0123456789abcdefghij"));
   o.bucket_bytes = 1 << 20;  // 2 slots: a 2 MiB ring
   auto sender = Sender::create("127.0.0.1:0", o);
   ASSERT_TRUE(sender.ok()) << sender.status().to_string();
@@ -129,14 +129,14 @@ TEST(NetSync, ReceiverRefusesARingLargerThanItsLimit) {
 
 TEST(NetSync, WrongTokenIsRefusedAndTheSenderKeepsServing) {
   ferry::testing::TempDir dir;
-  SyncOptions o = net_options(write_token(dir, "right"));
+  SyncOptions o = net_options(write_token(dir, "right-0123456789abcdefghij"));
   o.timeout = std::chrono::milliseconds(5'000);
   auto sender = Sender::create("127.0.0.1:0", o);
   ASSERT_TRUE(sender.ok()) << sender.status().to_string();
   Status wrong, right;
   std::thread rx([&] {
     SyncOptions bad = o;
-    bad.token_file = write_token(dir, "wrong", "bad-token");
+    bad.token_file = write_token(dir, "wrong-0123456789abcdefghij", "bad-token");
     wrong = Receiver::connect((*sender)->address(), 0, bad).status();
     auto r = Receiver::connect((*sender)->address(), 1, o);
     right = r.status();
@@ -156,7 +156,7 @@ TEST(NetSync, WrongTokenIsRefusedAndTheSenderKeepsServing) {
 // Two nodes' relays, each with two local shm receivers: three rounds, every byte.
 TEST(NetSync, RelaysFanOutToLocalReceivers) {
   ferry::testing::TempDir dir;
-  const SyncOptions o = net_options(write_token(dir, "s3cret"));
+  const SyncOptions o = net_options(write_token(dir, "s3cret-0123456789abcdefghij"));
   auto sender = Sender::create("127.0.0.1:0", o);
   ASSERT_TRUE(sender.ok()) << sender.status().to_string();
   constexpr int kNodes = 2, kLocal = 2, kRounds = 3;

@@ -58,19 +58,19 @@ TEST(Hmac, MacsEqualComparesEveryByte) {
 TEST(Token, FileWithMode0600IsReadWithoutTrailingNewline) {
   ferry::testing::TempDir dir;
   const std::string path = dir.file("token");
-  ferry::testing::write_bytes(path, "s3cret value\n");
+  ferry::testing::write_bytes(path, "s3cret value-0123456789abcdefghij\n");
   ASSERT_EQ(::chmod(path.c_str(), 0600), 0);
   auto t = Token::from_file(path);
   ASSERT_TRUE(t.ok()) << t.status().to_string();
   EXPECT_EQ(std::string(reinterpret_cast<const char*>(t->bytes().data()), t->bytes().size()),
-            "s3cret value");
+            "s3cret value-0123456789abcdefghij");
   EXPECT_NE(t->source().find(path), std::string::npos);
 }
 
 TEST(Token, GroupOrWorldReadableFileIsRefusedWithTheFix) {
   ferry::testing::TempDir dir;
   const std::string path = dir.file("token");
-  ferry::testing::write_bytes(path, "secret");
+  ferry::testing::write_bytes(path, "secret-0123456789abcdefghij");
   for (mode_t mode : {0644, 0640, 0604, 0620}) {
     ASSERT_EQ(::chmod(path.c_str(), mode), 0);
     auto t = Token::from_file(path);
@@ -116,16 +116,16 @@ TEST_F(TokenEnv, NeitherVariableIsNotFoundNamingBoth) {
 TEST_F(TokenEnv, FerryTokenWinsOverTheFile) {
   ferry::testing::TempDir dir;
   const std::string path = dir.file("token");
-  ferry::testing::write_bytes(path, "from-file");
+  ferry::testing::write_bytes(path, "from-file-0123456789abcdefghij");
   ASSERT_EQ(::chmod(path.c_str(), 0600), 0);
   ::setenv("FERRY_TOKEN_FILE", path.c_str(), 1);
   auto f = Token::from_env();
   ASSERT_TRUE(f.ok()) << f.status().to_string();
-  EXPECT_EQ(f->bytes().size(), 9u);
-  ::setenv("FERRY_TOKEN", "from-env-var", 1);
+  EXPECT_EQ(f->bytes().size(), 30u);
+  ::setenv("FERRY_TOKEN", "from-env-var-0123456789abcdefghij", 1);
   auto e = Token::from_env();
   ASSERT_TRUE(e.ok());
-  EXPECT_EQ(e->bytes().size(), 12u);
+  EXPECT_EQ(e->bytes().size(), 33u);
   EXPECT_EQ(e->source(), "FERRY_TOKEN");
   ::setenv("FERRY_TOKEN", "", 1);
   EXPECT_EQ(Token::from_env().status().code(), Code::kInvalidArgument);
@@ -187,8 +187,8 @@ TEST(Handshake, DecodeRefusesOtherBytesNamingThePeer) {
 }
 
 TEST(Handshake, ProofsDependOnRoleTokenAndBothNonces) {
-  auto a = Token::from_string("alpha");
-  auto b = Token::from_string("beta");
+  auto a = Token::from_string("alpha-0123456789abcdefghij");
+  auto b = Token::from_string("beta-0123456789abcdefghij");
   ASSERT_TRUE(a.ok() && b.ok());
   Nonce n1{};
   Nonce n2{};

@@ -36,7 +36,7 @@ using Clock = std::chrono::steady_clock;
 
 constexpr milliseconds kTimeout{10000};
 
-Token token(const std::string& s = "test-secret") { return *Token::from_string(s); }
+Token token(const std::string& s = "test-secret-0123456789abcdefghij") { return *Token::from_string(s); }
 
 std::shared_ptr<Context> make_context() {
   auto c = Context::create();
@@ -164,7 +164,7 @@ class ChildProcess : public ferry::testing::Spawned {
   ChildProcess(const std::string& role, const std::string& address)
       : Spawned(ferry::testing::self_binary(), {},
                 {"FERRY_NET_TEST_CHILD=" + role, "FERRY_NET_TEST_ADDR=" + address,
-                 "FERRY_TOKEN=test-secret"}) {}
+                 "FERRY_TOKEN=test-secret-0123456789abcdefghij"}) {}
 };
 
 void say(const std::string& line) {
@@ -423,10 +423,10 @@ TEST(NetChannel, TransportsAreReported) {
 
 TEST(NetAuth, WrongTokenIsRefusedOnBothSidesAndTheListenerStaysUsable) {
   auto ctx = make_context();
-  RecordingListener rl(ctx, token("right"));
+  RecordingListener rl(ctx, token("right-0123456789abcdefghij"));
   Listener& l = rl.listener;
   {
-    PeerThread bad(l.address(), token("wrong"), [](Channel&) { return ok_status(); });
+    PeerThread bad(l.address(), token("wrong-0123456789abcdefghij"), [](Channel&) { return ok_status(); });
     const Status why = rl.next_refusal();
     EXPECT_EQ(why.code(), Code::kUnauthenticated) << why.to_string();
     EXPECT_NE(why.message().find("peer 127.0.0.1:"), std::string::npos);
@@ -438,7 +438,7 @@ TEST(NetAuth, WrongTokenIsRefusedOnBothSidesAndTheListenerStaysUsable) {
               std::string::npos)
         << c.message();
   }
-  PeerThread good(l.address(), token("right"),
+  PeerThread good(l.address(), token("right-0123456789abcdefghij"),
                   [](Channel& ch) { return ch.receive(kTimeout).status(); });
   auto ch = l.accept(kTimeout);
   ASSERT_TRUE(ch.ok()) << ch.status().to_string();

@@ -28,7 +28,7 @@ using Clock = std::chrono::steady_clock;
 
 constexpr milliseconds kTimeout{10000};
 
-Token token() { return *Token::from_string("listener-test-secret"); }
+Token token() { return *Token::from_string("listener-test-secret-0123456789abcdefghij"); }
 
 // `from`: a loopback source address ("127.0.0.2"), as if from another host; "" any.
 int raw_connect(const std::string& address, const std::string& from = "") {
