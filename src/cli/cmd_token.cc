@@ -72,7 +72,10 @@ int run_new(const std::string& path_arg, bool force) {
 
 int run_check() {
   auto token = net::Token::from_env();
-  if (!token.ok()) return report_error(token.status());
+  if (!token.ok()) {
+    (void)report_error(token.status());
+    return kExitFailure;  // a missing or weak token is the finding, not a usage error
+  }
   std::printf("%s: a token of about %.0f bits (at least %.0f needed): OK\n",
               token->source().c_str(),
               net::estimated_token_bits(
