@@ -15,55 +15,15 @@
 #include "base/file_util.h"
 #include "ckpt_test_util.h"
 #include "ferry/checkpoint.h"
+#include "support/test_support.h"
 
 namespace ferry::checkpoint {
 namespace {
 
 using std::chrono::milliseconds;
 
-// A stream connection to the abstract `address`, retried for up to 5 s while rank 0
-// is not listening yet; -1 if it never connects.
 int connect_abstract(const std::string& address) {
-  sockaddr_un a{};
-  a.sun_family = AF_UNIX;
-  std::memcpy(a.sun_path, address.data(), address.size());
-  a.sun_path[0] = '\0';
-  const auto len = static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + address.size());
-  for (int i = 0; i < 500; ++i) {
-    const int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (::connect(fd, reinterpret_cast<sockaddr*>(&a), len) == 0) return fd;
-    ::close(fd);
-    std::this_thread::sleep_for(milliseconds(10));
-  }
-  return -1;
-}
-
-// A child that connects as uid 65534 and stays silent until killed; its pid once it
-// connected, -1 if it could not.
-pid_t connect_as_another_user(const std::string& address) {
-  int ready[2];
-  if (::pipe(ready) != 0) return -1;
-  const pid_t pid = ::fork();
-  if (pid == 0) {
-    ::close(ready[0]);
-    char ok = 0;
-    if (::setresgid(65534, 65534, 65534) == 0 && ::setresuid(65534, 65534, 65534) == 0) {
-      ok = connect_abstract(address) >= 0 ? 1 : 0;
-    }
-    (void)!::write(ready[1], &ok, 1);
-    ::sleep(20);
-    ::_exit(0);
-  }
-  ::close(ready[1]);
-  char ok = 0;
-  const bool read_ok = ::read(ready[0], &ok, 1) == 1;
-  ::close(ready[0]);
-  if (!read_ok || ok != 1) {
-    ::kill(pid, SIGKILL);
-    ::waitpid(pid, nullptr, 0);
-    return -1;
-  }
-  return pid;
+  return ferry::testing::connect_abstract(address, SOCK_STREAM);
 }
 
 Status join_and_gather(const std::string& address, int rank) {
@@ -87,7 +47,7 @@ TEST(LocalGroupPeers, SilentAndForeignConnectionsDoNotStopRanksFromJoining) {
   ASSERT_TRUE(silent.valid());
   pid_t intruder = -1;
   if (::geteuid() == 0) {
-    intruder = connect_as_another_user(address);
+    intruder = ferry::testing::connect_as_another_user(address, SOCK_STREAM);
     EXPECT_GT(intruder, 0) << "could not connect as uid 65534";
   } else {
     std::fprintf(stderr, "not root: the uid-65534 peer is left out of this test\n");

@@ -82,16 +82,20 @@ def test_callback_writing_a_cpu_tensor_in_place_does_not_crash():
     assert [values for _, values in received[1]] == [[float(i)] for i in range(REUSED_TENSORS)]
 
 
-def _duplicate_sender(handle: str, queue) -> None:
+def _send_list(handle: str, queue, weights) -> None:
     from ferry import verl
 
-    weights = [("a", torch.zeros(8)), ("b", torch.full((8,), 5.0)), ("a", torch.ones(8))]
     try:
         asyncio.run(verl.BucketedWeightSender(handle, bucket_size_mb=BUCKET_MB)
                     .async_send_weights(iter(weights)))
         queue.put(("ok",))
     except Exception as e:
         queue.put(("error", type(e).__name__, str(e)))
+
+
+def _duplicate_sender(handle: str, queue) -> None:
+    _send_list(handle, queue,
+               [("a", torch.zeros(8)), ("b", torch.full((8,), 5.0)), ("a", torch.ones(8))])
 
 
 def test_duplicate_names_in_one_update_keep_the_last_as_verl():
@@ -115,15 +119,7 @@ def test_buckets_without_a_whole_tensor_are_not_handed_to_the_callback():
 
 
 def _big_tensor_sender(handle: str, queue) -> None:
-    from ferry import verl
-
-    weights = [("big", torch.full((3 << 18,), 2.0)), ("small", torch.full((4,), 3.0))]
-    try:
-        asyncio.run(verl.BucketedWeightSender(handle, bucket_size_mb=BUCKET_MB)
-                    .async_send_weights(iter(weights)))
-        queue.put(("ok",))
-    except Exception as e:
-        queue.put(("error", type(e).__name__, str(e)))
+    _send_list(handle, queue, [("big", torch.full((3 << 18,), 2.0)), ("small", torch.full((4,), 3.0))])
 
 
 def test_unknown_constructor_keywords_warn_once_by_name():

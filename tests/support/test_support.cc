@@ -4,16 +4,20 @@
 #include <poll.h>
 #include <signal.h>
 #include <spawn.h>
+#include <sys/socket.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
 #include <xxhash.h>
 
 #include <chrono>
 #include <cstdlib>
+#include <cstddef>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <stdexcept>
+#include <thread>
 
 extern char** environ;
 
@@ -177,6 +181,49 @@ std::string self_binary() {
     throw std::runtime_error("readlink /proc/self/exe failed");
   }
   return self;
+}
+
+int connect_abstract(const std::string& address, int type) {
+  sockaddr_un a{};
+  if (address.empty() || address.size() > sizeof(a.sun_path)) return -1;
+  a.sun_family = AF_UNIX;
+  std::memcpy(a.sun_path, address.data(), address.size());
+  a.sun_path[0] = '\0';
+  const auto len = static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + address.size());
+  for (int i = 0; i < 500; ++i) {
+    const int fd = ::socket(AF_UNIX, type | SOCK_CLOEXEC, 0);
+    if (fd < 0) return -1;
+    if (::connect(fd, reinterpret_cast<sockaddr*>(&a), len) == 0) return fd;
+    ::close(fd);
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return -1;
+}
+
+int connect_as_another_user(const std::string& address, int type) {
+  int ready[2];
+  if (::pipe(ready) != 0) return -1;
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    ::close(ready[0]);
+    char ok = 0;
+    if (::setresgid(65534, 65534, 65534) == 0 && ::setresuid(65534, 65534, 65534) == 0) {
+      ok = connect_abstract(address, type) >= 0 ? 1 : 0;
+    }
+    (void)!::write(ready[1], &ok, 1);
+    ::sleep(20);
+    ::_exit(0);
+  }
+  ::close(ready[1]);
+  char ok = 0;
+  const bool read_ok = ::read(ready[0], &ok, 1) == 1;
+  ::close(ready[0]);
+  if (!read_ok || ok != 1) {
+    ::kill(pid, SIGKILL);
+    ::waitpid(pid, nullptr, 0);
+    return -1;
+  }
+  return pid;
 }
 
 }  // namespace ferry::testing

@@ -67,6 +67,13 @@ class Spawned {
   std::string pending_;  // read but not yet returned
 };
 
+// A connection of `type` (SOCK_STREAM, SOCK_SEQPACKET) to the abstract UNIX `address`
+// ("@name"), retried for up to 5 s while nobody listens yet; -1 if it never connects.
+int connect_abstract(const std::string& address, int type);
+// A child that connects to the abstract `address` as uid/gid 65534 and stays silent until
+// killed (or 20 s): a peer of another user. Its pid once connected, -1 if it could not.
+int connect_as_another_user(const std::string& address, int type);
+
 // This test binary's path, for re-executing it as a child.
 std::string self_binary();
 

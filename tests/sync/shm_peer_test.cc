@@ -14,6 +14,7 @@
 #include <cstring>
 #include <thread>
 
+#include "support/test_support.h"
 #include "sync/sync_test_util.h"
 #include "transport/shm/seqpacket_channel.h"
 #include "wire/message.h"
@@ -80,40 +81,6 @@ TEST(ShmRing, ReceiverCannotWriteOrMapWritableTheRingItIsGiven) {
   EXPECT_NE(::fcntl(ring.get(), F_GET_SEALS) & F_SEAL_FUTURE_WRITE, 0);
 }
 
-// Connects to the abstract `address` as uid/gid 65534 and holds the connection, silent,
-// until killed (or 20 s). Returns its pid once it is connected, -1 if it failed.
-pid_t connect_as_another_user(const std::string& address) {
-  int ready[2];
-  if (::pipe(ready) != 0) return -1;
-  const pid_t pid = ::fork();
-  if (pid == 0) {
-    ::close(ready[0]);
-    char ok = 0;
-    if (::setresgid(65534, 65534, 65534) == 0 && ::setresuid(65534, 65534, 65534) == 0) {
-      const int fd = ::socket(AF_UNIX, SOCK_SEQPACKET, 0);
-      sockaddr_un a{};
-      a.sun_family = AF_UNIX;
-      std::memcpy(a.sun_path, address.data(), address.size());
-      a.sun_path[0] = '\0';
-      const auto len = static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + address.size());
-      ok = ::connect(fd, reinterpret_cast<sockaddr*>(&a), len) == 0 ? 1 : 0;
-    }
-    (void)!::write(ready[1], &ok, 1);
-    ::sleep(20);
-    ::_exit(0);
-  }
-  ::close(ready[1]);
-  char ok = 0;
-  const bool read_ok = ::read(ready[0], &ok, 1) == 1;
-  ::close(ready[0]);
-  if (!read_ok || ok != 1) {
-    ::kill(pid, SIGKILL);
-    ::waitpid(pid, nullptr, 0);
-    return -1;
-  }
-  return pid;
-}
-
 // Receives one round of small_model() and checks every byte against seed `seed`.
 Status receive_and_check(const std::string& address, std::uint32_t id, std::uint64_t seed) {
   auto r = Receiver::connect(address, id, tiny_options());
@@ -139,7 +106,7 @@ TEST(ShmPeers, PeerOfAnotherUserIsDroppedAndTheRoundCompletes) {
   const std::string address = unique_address();
   auto sender = Sender::create(address, tiny_options());
   ASSERT_TRUE(sender.ok()) << sender.status().to_string();
-  const pid_t intruder = connect_as_another_user(address);
+  const pid_t intruder = ferry::testing::connect_as_another_user(address, SOCK_SEQPACKET);
   ASSERT_GT(intruder, 0) << "could not connect as uid 65534";
   Status received;
   std::thread rx([&] { received = receive_and_check(address, 1, 7); });

@@ -57,6 +57,29 @@ std::string parse_resources(const std::string& dump) {
   return out;
 }
 
+// Creates a worker of `context` with its event fd and address.
+Status open_worker(ucp_context_h context, bool serialized, ucp_worker_h* worker, int* event_fd,
+                   std::vector<std::byte>* address) {
+  ucp_worker_params_t wp{};
+  wp.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
+  wp.thread_mode = serialized ? UCS_THREAD_MODE_SERIALIZED : UCS_THREAD_MODE_SINGLE;
+  ucs_status_t st = ucp_worker_create(context, &wp, worker);
+  if (st != UCS_OK) {
+    *worker = nullptr;
+    return ucx_error("ucp_worker_create", st);
+  }
+  st = ucp_worker_get_efd(*worker, event_fd);
+  if (st != UCS_OK) return ucx_error("ucp_worker_get_efd", st);
+  ucp_address_t* raw = nullptr;
+  std::size_t bytes = 0;
+  st = ucp_worker_get_address(*worker, &raw, &bytes);
+  if (st != UCS_OK) return ucx_error("ucp_worker_get_address", st);
+  const auto* begin = reinterpret_cast<const std::byte*>(raw);
+  address->assign(begin, begin + bytes);
+  ucp_worker_release_address(*worker, raw);
+  return ok_status();
+}
+
 // UCX's own log lines go through ferry's logger (stderr, FERRY_LOG_LEVEL) instead of UCX's
 // default handler, which prints to stdout, where they would mix with --json output.
 ucs_log_func_rc_t ucx_log(const char* file, unsigned line, const char* /*function*/,
@@ -117,16 +140,9 @@ Result<std::shared_ptr<Context>> Context::create(const ContextOptions& options) 
     ctx->context_ = nullptr;
     return ucx_error("ucp_init (check UCX_TLS / UCX_NET_DEVICES)", st);
   }
-  ucp_worker_params_t wp{};
-  wp.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
-  wp.thread_mode = options.serialized ? UCS_THREAD_MODE_SERIALIZED : UCS_THREAD_MODE_SINGLE;
-  st = ucp_worker_create(ctx->context_, &wp, &ctx->worker_);
-  if (st != UCS_OK) {
-    ctx->worker_ = nullptr;
-    return ucx_error("ucp_worker_create", st);
-  }
-  st = ucp_worker_get_efd(ctx->worker_, &ctx->main_event_fd_);
-  if (st != UCS_OK) return ucx_error("ucp_worker_get_efd", st);
+  s = open_worker(ctx->context_, options.serialized, &ctx->worker_, &ctx->main_event_fd_,
+                  &ctx->worker_address_);
+  if (!s.ok()) return s;
   ctx->serialized_ = options.serialized;
   ctx->event_fd_ = ::epoll_create1(EPOLL_CLOEXEC);
   if (ctx->event_fd_ < 0) return errno_status("epoll_create1", "the UCX context", errno);
@@ -156,23 +172,8 @@ Context::~Context() {
 
 Result<std::shared_ptr<Worker>> Context::add_worker() {
   std::shared_ptr<Worker> w(new Worker());
-  ucp_worker_params_t wp{};
-  wp.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
-  wp.thread_mode = serialized_ ? UCS_THREAD_MODE_SERIALIZED : UCS_THREAD_MODE_SINGLE;
-  ucs_status_t st = ucp_worker_create(context_, &wp, &w->worker_);
-  if (st != UCS_OK) {
-    w->worker_ = nullptr;
-    return ucx_error("ucp_worker_create", st);
-  }
-  st = ucp_worker_get_efd(w->worker_, &w->event_fd_);
-  if (st != UCS_OK) return ucx_error("ucp_worker_get_efd", st);
-  ucp_address_t* address = nullptr;
-  std::size_t address_bytes = 0;
-  st = ucp_worker_get_address(w->worker_, &address, &address_bytes);
-  if (st != UCS_OK) return ucx_error("ucp_worker_get_address", st);
-  const auto* begin = reinterpret_cast<const std::byte*>(address);
-  w->address_.assign(begin, begin + address_bytes);
-  ucp_worker_release_address(w->worker_, address);
+  Status s = open_worker(context_, serialized_, &w->worker_, &w->event_fd_, &w->address_);
+  if (!s.ok()) return s;
   epoll_event ev{};
   ev.events = EPOLLIN;
   if (::epoll_ctl(event_fd_, EPOLL_CTL_ADD, w->event_fd_, &ev) != 0) {
