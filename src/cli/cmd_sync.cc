@@ -19,6 +19,7 @@ namespace {
 
 struct SyncArgs {
   std::string address = "@ferry-sync";
+  std::string net_address;  // --listen (serve) or --connect (recv, relay): host:port
   std::string preset = "qwen2.5-0.5b";
   std::string dtype = "bf16";
   std::uint64_t bucket_mb = 512;
@@ -51,6 +52,33 @@ struct ContentHash {
                                   XXH3_64bits(t.spec.name.data(), t.spec.name.size()));
   }
 };
+
+// What is wrong in the command line, found before anything is served or joined. `role`
+// is "serve", "recv" or "relay"; `net_flag` names the host:port flag of that role.
+Status check_args(const SyncArgs& a, const std::string& role, const std::string& net_flag) {
+  if (a.rounds < 1) return invalid_argument("--rounds " + std::to_string(a.rounds) + ": give 1 or more");
+  if (role != "recv" && a.receivers < 1) {
+    return invalid_argument("--receivers 0: give 1 or more");
+  }
+  if (!(a.timeout_s > 0)) return invalid_argument("--timeout must be a positive number of seconds");
+  if (!a.net_address.empty()) {
+    if (Status s = check_host_port(net_flag, a.net_address); !s.ok()) return s;
+  }
+  if (role == "serve") {
+    if (Status s = check_bucket_mb("--bucket-mb", a.bucket_mb); !s.ok()) return s;
+    if (a.slots < 1 || a.slots > 64) {
+      return invalid_argument("--slots " + std::to_string(a.slots) + ": give 1..64");
+    }
+    if (auto cfg = model::preset(a.preset); !cfg.ok()) return cfg.status();
+    if (auto dtype = parse_dtype(a.dtype); !dtype.ok()) return dtype.status();
+  }
+  return ok_status();
+}
+
+// The address this end uses: --listen / --connect when given, else --address.
+const std::string& address_of(const SyncArgs& a) {
+  return a.net_address.empty() ? a.address : a.net_address;
+}
 
 sync::SyncOptions options_of(const SyncArgs& a) {
   sync::SyncOptions o;
@@ -90,6 +118,7 @@ void print_round(const SyncArgs& a, const sync::RoundStats& s, const char* role,
 }
 
 int run_serve(const SyncArgs& a) {
+  if (Status s = check_args(a, "serve", "--listen"); !s.ok()) return usage_error(s);
   auto cfg = model::preset(a.preset);
   if (!cfg.ok()) return report_error(cfg.status());
   auto dtype = parse_dtype(a.dtype);
@@ -97,7 +126,7 @@ int run_serve(const SyncArgs& a) {
   const std::vector<TensorSpec> specs = model::hf_tensor_specs(*cfg, *dtype);
   std::vector<std::vector<std::byte>> data;
   std::vector<TensorView> views;
-  auto sender = sync::Sender::create(a.address, options_of(a));
+  auto sender = sync::Sender::create(address_of(a), options_of(a));
   if (!sender.ok()) return report_error(sender.status());
   for (const TensorSpec& s : specs) data.emplace_back(s.bytes());
   // Always said, on stderr under --json: with port 0 it is how scripts learn the port.
@@ -131,7 +160,8 @@ int run_serve(const SyncArgs& a) {
 }
 
 int run_recv(const SyncArgs& a) {
-  auto rx = sync::Receiver::connect(a.address, a.id, options_of(a));
+  if (Status s = check_args(a, "recv", "--connect"); !s.ok()) return usage_error(s);
+  auto rx = sync::Receiver::connect(address_of(a), a.id, options_of(a));
   if (!rx.ok()) return report_error(rx.status());
   for (int r = 1; r <= a.rounds; ++r) {
     // Per-tensor delivery; the round checksum printed below is what both ends agreed on.
@@ -144,7 +174,7 @@ int run_recv(const SyncArgs& a) {
       if (!a.keep_going || r == a.rounds) return report_error(st.status());
       report_round_failure(st.status(), r);
       rx->reset();
-      rx = sync::Receiver::connect(a.address, a.id, options_of(a));
+      rx = sync::Receiver::connect(address_of(a), a.id, options_of(a));
       if (!rx.ok()) return report_error(rx.status());
       continue;
     }
@@ -154,11 +184,11 @@ int run_recv(const SyncArgs& a) {
 }
 
 Result<std::unique_ptr<sync::Relay>> join_as_relay(const SyncArgs& a) {
-  auto relay = sync::Relay::connect(a.address, a.id, a.local, options_of(a));
+  auto relay = sync::Relay::connect(address_of(a), a.id, a.local, options_of(a));
   if (!relay.ok()) return relay.status();
   std::fprintf(a.json ? stderr : stdout,
                "relay %u joined %s (session %016llx); waiting for %u local receiver(s) on %s\n",
-               a.id, a.address.c_str(), static_cast<unsigned long long>((*relay)->session_id()),
+               a.id, address_of(a).c_str(), static_cast<unsigned long long>((*relay)->session_id()),
                a.receivers, (*relay)->local_address().c_str());
   std::fflush(a.json ? stderr : stdout);
   Status s = (*relay)->accept(a.receivers);
@@ -167,6 +197,7 @@ Result<std::unique_ptr<sync::Relay>> join_as_relay(const SyncArgs& a) {
 }
 
 int run_relay(const SyncArgs& a) {
+  if (Status s = check_args(a, "relay", "--connect"); !s.ok()) return usage_error(s);
   auto relay = join_as_relay(a);
   if (!relay.ok()) return report_error(relay.status());
   for (int r = 1; r <= a.rounds; ++r) {
@@ -217,7 +248,7 @@ void add_sync_command(CLI::App& app, Dispatch& dispatch) {
   auto* where = serve->add_option("--address", args->address,
                                   "@abstract-name or socket file path (this node)");
   where->capture_default_str();
-  serve->add_option("--listen", args->address,
+  serve->add_option("--listen", args->net_address,
                     "host:port to serve relays and receivers on other nodes (port 0: any)")
       ->excludes(where);
   serve->add_option("--preset", args->preset, "Model shapes to send")->capture_default_str();
@@ -240,7 +271,7 @@ void add_sync_command(CLI::App& app, Dispatch& dispatch) {
   auto* from = recv->add_option("--address", rargs->address,
                                 "Sender's (or this node's relay's) shm address");
   from->capture_default_str();
-  recv->add_option("--connect", rargs->address, "Sender's host:port on another node")
+  recv->add_option("--connect", rargs->net_address, "Sender's host:port on another node")
       ->excludes(from);
   recv->add_option("--id", rargs->id, "This receiver's id (unique in the session)")
       ->capture_default_str();
@@ -254,7 +285,7 @@ void add_sync_command(CLI::App& app, Dispatch& dispatch) {
       "FERRY_TOKEN=s3cret ferry sync relay --connect 10.0.0.1:5555 --id 1 --local @job42 "
       "--receivers 2 --rounds 3",
       [xargs] { return run_relay(*xargs); });
-  relay->add_option("--connect", xargs->address, "Sender's host:port")->required();
+  relay->add_option("--connect", xargs->net_address, "Sender's host:port")->required();
   relay->add_option("--id", xargs->id, "This relay's id (unique among the sender's peers)")
       ->capture_default_str();
   relay->add_option("--local", xargs->local, "shm address this node's receivers join")
