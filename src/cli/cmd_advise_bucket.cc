@@ -61,8 +61,12 @@ Result<TensorSpec> largest_tensor(const AdviseArgs& a) {
 }
 
 int run_advise(const AdviseArgs& a) {
+  if (!a.shape.empty()) {
+    if (auto dims = parse_shape(a.shape); !dims.ok()) return usage_error(dims.status());
+    if (auto dtype = parse_dtype(a.dtype); !dtype.ok()) return usage_error(dtype.status());
+  }
   if (a.path.empty() == a.shape.empty()) {
-    return report_error(invalid_argument("give a model folder or file, or --shape (not both)"));
+    return usage_error("give a model folder or file, or --shape (not both)");
   }
   auto largest = largest_tensor(a);
   if (!largest.ok()) return report_error(largest.status());

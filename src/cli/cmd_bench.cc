@@ -46,7 +46,7 @@ nlohmann::ordered_json net_result_json(const sync::NetBenchResult& r) {
 
 int run_bench_sync_net(BenchArgs& a) {
   sync::NetBenchConfig& c = a.net_config;
-  if (a.dtypes.size() != 1) return report_error(invalid_argument("--net takes one --dtype"));
+  if (a.dtypes.size() != 1) return usage_error("--net takes one --dtype");
   auto t = parse_dtype(a.dtypes[0]);
   if (!t.ok()) return report_error(t.status());
   c.dtype = *t;
@@ -58,7 +58,7 @@ int run_bench_sync_net(BenchArgs& a) {
   if (!a.listen.empty() || !a.connect.empty()) {
     // One end of a run across machines: one bucket size, one node count.
     if (c.bucket_mb.size() != 1 || c.nodes.size() != 1) {
-      return report_error(invalid_argument(
+      return usage_error(invalid_argument(
           "--listen / --connect run one case: give one --bucket-mb and one --nodes"));
     }
   }
@@ -137,11 +137,25 @@ int run_bench_sync_net(BenchArgs& a) {
 }
 
 int run_bench_sync(BenchArgs& a) {
+  // Checked before the memcpy reference runs or any receiver is forked.
+  for (std::uint64_t mb : a.config.bucket_mb) {
+    if (Status s = check_bucket_mb("--bucket-mb", mb); !s.ok()) return usage_error(s);
+  }
+  for (std::uint32_t n : a.config.receivers) {
+    if (n < 1) return usage_error("--receivers 0: give 1 or more");
+  }
+  if (a.config.rounds < 1) return usage_error("--rounds must be 1 or more");
+  if (!a.listen.empty()) {
+    if (Status s = check_host_port("--listen", a.listen); !s.ok()) return usage_error(s);
+  }
+  if (!a.connect.empty()) {
+    if (Status s = check_host_port("--connect", a.connect); !s.ok()) return usage_error(s);
+  }
   if (a.net) return run_bench_sync_net(a);
   a.config.dtypes.clear();
   for (const auto& d : a.dtypes) {
     auto t = parse_dtype(d);
-    if (!t.ok()) return report_error(t.status());
+    if (!t.ok()) return usage_error(t.status());
     a.config.dtypes.push_back(*t);
   }
   const sync::CopyBandwidth m = sync::measure_copy_bandwidth(a.memcpy_mb << 20, 16u << 20);

@@ -79,7 +79,7 @@ int run_ls(const CkptArgs& a) {
 }
 
 int run_verify(const CkptArgs& a) {
-  if (auto bad = bad_step(a)) return report_error(*bad);
+  if (auto bad = bad_step(a)) return usage_error(*bad);
   if (auto rc = run_megatron_verify(a.roots, step_of(a), a.json)) return *rc;  // verl/Megatron
   const auto roots = ck::expand_roots(a.roots);
   ProgressBar bar("verify");
@@ -141,8 +141,8 @@ int run_gc(const CkptArgs& a) {
 }
 
 int run_save(const CkptArgs& a) {
-  if (a.roots.size() != 1) return report_error(invalid_argument("save takes one ROOT_PREFIX"));
-  if (auto bad = bad_step(a)) return report_error(*bad);
+  if (a.roots.size() != 1) return usage_error(invalid_argument("save takes one ROOT_PREFIX"));
+  if (auto bad = bad_step(a)) return usage_error(*bad);
   ck::FolderSaveOptions o;
   o.ranks = a.ranks;
   o.nodes = a.nodes;
@@ -167,7 +167,7 @@ int run_save(const CkptArgs& a) {
 }
 
 int run_load(const CkptArgs& a) {
-  if (auto bad = bad_step(a)) return report_error(*bad);
+  if (auto bad = bad_step(a)) return usage_error(*bad);
   const auto roots = ck::expand_roots(a.roots);
   ck::FolderLoadOptions o;
   o.step = step_of(a);

@@ -135,12 +135,12 @@ int run_pull(const ReplicateArgs& a) {
 
 int run_replicate(const ReplicateArgs& a) {
   if (a.serve.empty() == a.from.empty()) {
-    return report_error(invalid_argument(
+    return usage_error(invalid_argument(
         "give either --serve HOST:PORT (on the node that has the metadata) or --from HOST:PORT "
         "(on every other node)"));
   }
   if (!a.serve.empty() && a.watch) {
-    return report_error(
+    return usage_error(
         invalid_argument("--watch is for the pulling side (--from); a server "
                          "always offers its newest complete steps"));
   }

@@ -57,17 +57,17 @@ int run_convert(const ConvertArgs& a) {
   const bool to_megatron = a.from == "hf" && a.to == "megatron";
   const bool to_hf = a.from == "megatron" && a.to == "hf";
   if (!to_megatron && !to_hf) {
-    return report_error(
+    return usage_error(
         invalid_argument("--from/--to must be 'hf'/'megatron' or 'megatron'/'hf', not '" + a.from +
                          "'/'" + a.to + "'"));
   }
   if (to_hf && a.tp_option->count() > 0) {
-    return report_error(invalid_argument(
+    return usage_error(invalid_argument(
         "--tp applies to --to megatron; a Megatron folder's TP size is read from its " +
         std::string(convert::kLayoutFileName)));
   }
   auto norms = convert::parse_norm_layout(a.norms);
-  if (!norms.ok()) return report_error(norms.status());
+  if (!norms.ok()) return usage_error(norms.status());
   convert::ConvertOptions options;
   options.layout = {.tp = a.tp, .norms = *norms, .padded_vocab_size = a.padded_vocab};
   if (a.check) {
@@ -76,7 +76,7 @@ int run_convert(const ConvertArgs& a) {
     if (!reports.ok()) return report_error(reports.status());
     return print_check(*reports, a.json);
   }
-  if (a.dst.empty()) return report_error(invalid_argument("DST is required unless --check"));
+  if (a.dst.empty()) return usage_error("DST is required unless --check");
   options.overwrite = a.force;
   options.max_shard_bytes = static_cast<std::uint64_t>(a.max_shard_gb * 1e9);
   ProgressBar bar("convert " + a.from + " -> " + a.to);

@@ -34,11 +34,31 @@ Result<std::unique_ptr<profiler::Session>> start_profiler(const DemoArgs& a) {
   return profiler::Session::start(config, {0, "sender"});
 }
 
+// What is wrong in the command line, in flag names, before any process is forked.
+Status check_args(const DemoArgs& a) {
+  const auto& c = a.config;
+  if (c.vocab <= 0) return invalid_argument("--vocab must be positive");
+  if (c.hidden < 8 || c.hidden % 8 != 0) {
+    return invalid_argument("--hidden " + std::to_string(c.hidden) + ": give a multiple of 8");
+  }
+  if (c.receivers < 1) return invalid_argument("--receivers 0: give 1 or more");
+  if (c.rounds < 1) return invalid_argument("--rounds " + std::to_string(c.rounds) + ": give 1 or more");
+  if (Status s = check_bucket_mb("--bucket-mb", c.bucket_mb); !s.ok()) return s;
+  profiler::Config scratch;
+  for (const std::string& o : a.overrides) {
+    auto applied = profiler::apply_override(&scratch, o);
+    if (!applied.ok()) return applied.status();
+    if (!*applied) return invalid_argument("'" + o + "' is not a profiler override");
+  }
+  return ok_status();
+}
+
 int run_demo(const DemoArgs& a) {
+  if (Status s = check_args(a); !s.ok()) return usage_error(s);
   const auto& c = a.config;
   if (!a.json) {
     std::printf(
-        "embedding [%lld, %lld] F32 = %.2f GB through a %llu MB bucket, %d rounds to %u "
+        "embedding [%lld, %lld] F32 = %.2f GB through a %llu MiB bucket, %d rounds to %u "
         "receiver processes\n",
         static_cast<long long>(c.vocab), static_cast<long long>(c.hidden),
         c.vocab * c.hidden * 4 / 1e9, static_cast<unsigned long long>(c.bucket_mb), c.rounds,
@@ -49,7 +69,19 @@ int run_demo(const DemoArgs& a) {
   if (!session.ok()) return report_error(session.status());
   sync::DemoConfig config = c;
   config.profile = session->get();
-  auto rounds = sync::run_sync_demo(config, nullptr);
+  if (!a.json) {
+    std::printf("%-6s %-8s %-8s %-9s %-8s %-8s\n", "round", "tensors", "buckets", "GB",
+                "seconds", "GB/s");
+    std::fflush(stdout);
+  }
+  // Each round is printed as it ends; the receivers' verdict comes when they exit.
+  auto rounds = sync::run_sync_demo(config, [&a](const sync::DemoRound& d) {
+    if (a.json) return;
+    std::printf("%-6llu %-8u %-8u %-9.3f %-8.3f %-8.2f\n", static_cast<unsigned long long>(d.round),
+                d.tensors, d.buckets, d.bytes / 1e9, d.seconds,
+                d.seconds > 0 ? d.bytes / 1e9 / d.seconds : 0.0);
+    std::fflush(stdout);
+  });
   if (!rounds.ok()) return report_error(rounds.status());
   if (*session) {
     auto files = (*session)->stop();
@@ -59,9 +91,6 @@ int run_demo(const DemoArgs& a) {
   }
   bool all_ok = true;
   nlohmann::ordered_json j = nlohmann::ordered_json::array();
-  if (!a.json)
-    std::printf("%-6s %-8s %-8s %-9s %-8s %s\n", "round", "tensors", "buckets", "GB", "GB/s",
-                "verified");
   for (const auto& d : *rounds) {
     int ok = 0;
     for (bool b : d.receiver_ok) ok += b ? 1 : 0;
@@ -76,9 +105,8 @@ int run_demo(const DemoArgs& a) {
                    {"receivers_verified", ok},
                    {"receivers", d.receiver_ok.size()}});
     } else {
-      std::printf("%-6llu %-8u %-8u %-9.3f %-8.2f %d/%zu receivers bit-exact (XXH3 per tensor)\n",
-                  static_cast<unsigned long long>(d.round), d.tensors, d.buckets, d.bytes / 1e9,
-                  d.seconds > 0 ? d.bytes / 1e9 / d.seconds : 0.0, ok, d.receiver_ok.size());
+      std::printf("round %llu: %d/%zu receivers bit-exact (XXH3 per tensor)\n",
+                  static_cast<unsigned long long>(d.round), ok, d.receiver_ok.size());
     }
   }
   if (a.json) std::cout << nlohmann::ordered_json{{"rounds", j}, {"ok", all_ok}}.dump(2) << "\n";

@@ -35,7 +35,10 @@ Result<std::string> input_text(const ExplainArgs& a) {
 
 int run_explain(const ExplainArgs& a) {
   auto text = input_text(a);
-  if (!text.ok()) return report_error(text.status());
+  if (!text.ok()) {
+    return text.status().code() == Code::kInvalidArgument ? usage_error(text.status())
+                                                          : report_error(text.status());
+  }
   auto found = device::explain(*text, device::data_path(a.data_dir));
   if (!found.ok()) return report_error(found.status());
   if (a.json) {

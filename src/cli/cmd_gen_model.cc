@@ -1,4 +1,5 @@
 // ferry gen-model: a synthetic Hugging Face model folder with real shapes.
+#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include <cstdio>
@@ -17,7 +18,8 @@ struct GenModelArgs {
   std::string preset;
   std::string out;
   std::string dtype = "bf16";
-  std::int64_t layers = -1;
+  std::int64_t layers = 0;
+  CLI::Option* layers_option = nullptr;  // given or not: there is no "all layers" number
   std::uint64_t seed = 0;
   double max_shard_gb = 5.0;
   bool force = false;
@@ -26,16 +28,19 @@ struct GenModelArgs {
 
 int run_gen_model(const GenModelArgs& a) {
   auto config = model::preset(a.preset);
-  if (!config.ok()) return report_error(config.status());
+  if (!config.ok()) return usage_error(config.status());
   auto dtype = parse_dtype(a.dtype);
-  if (!dtype.ok()) return report_error(dtype.status());
+  if (!dtype.ok()) return usage_error(dtype.status());
   if (*dtype != DType::kBF16 && *dtype != DType::kF16 && *dtype != DType::kF32) {
-    return report_error(invalid_argument("--dtype must be bf16, fp16 or fp32, not " + a.dtype));
+    return usage_error("--dtype must be bf16, fp16 or fp32, not " + a.dtype);
   }
-  if (a.layers == 0 || a.layers < -1) {
-    return report_error(invalid_argument("--layers must be a positive number of layers"));
+  if (a.layers_option->count() > 0) {
+    if (a.layers < 1 || a.layers > config->num_layers) {
+      return usage_error(fmt::format("--layers {}: {} has 1..{} layers", a.layers, config->name,
+                                     config->num_layers));
+    }
+    config->num_layers = a.layers;
   }
-  if (a.layers > 0) config->num_layers = std::min(config->num_layers, a.layers);
   std::error_code ec;
   if (std::filesystem::exists(a.out, ec) && !std::filesystem::is_empty(a.out, ec) && !a.force) {
     return report_error(already_exists("--out " + a.out +
@@ -83,7 +88,7 @@ void add_gen_model_command(CLI::App& app, Dispatch& dispatch) {
   cmd->add_option("--preset", args->preset, "Model shapes: " + presets)->required();
   cmd->add_option("--out", args->out, "Folder to write (must be empty unless --force)")->required();
   cmd->add_option("--dtype", args->dtype, "bf16, fp16 or fp32")->capture_default_str();
-  cmd->add_option("--layers", args->layers,
+  args->layers_option = cmd->add_option("--layers", args->layers,
                   "Keep the per-layer shapes but write only this many layers (default: all)");
   cmd->add_option("--seed", args->seed, "Seed of the deterministic contents")->capture_default_str();
   cmd->add_option("--max-shard-gb", args->max_shard_gb, "Start a new shard past this size (GB)")

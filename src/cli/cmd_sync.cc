@@ -26,6 +26,7 @@ constexpr const char* kShmAddressHelp =
 
 struct SyncArgs {
   std::string address = "ferry-sync";  // a socket in this user's private directory
+  std::string net_address;  // --listen (serve) or --connect (recv, relay): host:port
   std::string preset = "qwen2.5-0.5b";
   std::string dtype = "bf16";
   std::int64_t layers = 0;  // serve: 0 = the preset's depth
@@ -59,6 +60,33 @@ struct ContentHash {
                                   XXH3_64bits(t.spec.name.data(), t.spec.name.size()));
   }
 };
+
+// What is wrong in the command line, found before anything is served or joined. `role`
+// is "serve", "recv" or "relay"; `net_flag` names the host:port flag of that role.
+Status check_args(const SyncArgs& a, const std::string& role, const std::string& net_flag) {
+  if (a.rounds < 1) return invalid_argument("--rounds " + std::to_string(a.rounds) + ": give 1 or more");
+  if (role != "recv" && a.receivers < 1) {
+    return invalid_argument("--receivers 0: give 1 or more");
+  }
+  if (!(a.timeout_s > 0)) return invalid_argument("--timeout must be a positive number of seconds");
+  if (!a.net_address.empty()) {
+    if (Status s = check_host_port(net_flag, a.net_address); !s.ok()) return s;
+  }
+  if (role == "serve") {
+    if (Status s = check_bucket_mb("--bucket-mb", a.bucket_mb); !s.ok()) return s;
+    if (a.slots < 1 || a.slots > 64) {
+      return invalid_argument("--slots " + std::to_string(a.slots) + ": give 1..64");
+    }
+    if (auto cfg = model::preset(a.preset); !cfg.ok()) return cfg.status();
+    if (auto dtype = parse_dtype(a.dtype); !dtype.ok()) return dtype.status();
+  }
+  return ok_status();
+}
+
+// The address this end uses: --listen / --connect when given, else --address.
+const std::string& address_of(const SyncArgs& a) {
+  return a.net_address.empty() ? a.address : a.net_address;
+}
 
 sync::SyncOptions options_of(const SyncArgs& a) {
   sync::SyncOptions o;
@@ -98,10 +126,11 @@ void print_round(const SyncArgs& a, const sync::RoundStats& s, const char* role,
 }
 
 int run_serve(const SyncArgs& a) {
+  if (Status s = check_args(a, "serve", "--listen"); !s.ok()) return usage_error(s);
   auto cfg = model::preset(a.preset);
   if (!cfg.ok()) return report_error(cfg.status());
   if (a.layers < 0 || a.layers > cfg->num_layers) {
-    return report_error(invalid_argument(fmt::format(
+    return usage_error(invalid_argument(fmt::format(
         "--layers {}: {} has 1 to {} layers (0: all)", a.layers, a.preset, cfg->num_layers)));
   }
   if (a.layers > 0) cfg->num_layers = a.layers;
@@ -110,7 +139,7 @@ int run_serve(const SyncArgs& a) {
   const std::vector<TensorSpec> specs = model::hf_tensor_specs(*cfg, *dtype);
   std::vector<std::vector<std::byte>> data;
   std::vector<TensorView> views;
-  auto sender = sync::Sender::create(a.address, options_of(a));
+  auto sender = sync::Sender::create(address_of(a), options_of(a));
   if (!sender.ok()) return report_error(sender.status());
   for (const TensorSpec& s : specs) data.emplace_back(s.bytes());
   // Always said, on stderr under --json: with port 0 it is how scripts learn the port.
@@ -144,7 +173,8 @@ int run_serve(const SyncArgs& a) {
 }
 
 int run_recv(const SyncArgs& a) {
-  auto rx = sync::Receiver::connect(a.address, a.id, options_of(a));
+  if (Status s = check_args(a, "recv", "--connect"); !s.ok()) return usage_error(s);
+  auto rx = sync::Receiver::connect(address_of(a), a.id, options_of(a));
   if (!rx.ok()) return report_error(rx.status());
   for (int r = 1; r <= a.rounds; ++r) {
     // Per-tensor delivery; the round checksum printed below is what both ends agreed on.
@@ -157,7 +187,7 @@ int run_recv(const SyncArgs& a) {
       if (!a.keep_going || r == a.rounds) return report_error(st.status());
       report_round_failure(st.status(), r);
       rx->reset();
-      rx = sync::Receiver::connect(a.address, a.id, options_of(a));
+      rx = sync::Receiver::connect(address_of(a), a.id, options_of(a));
       if (!rx.ok()) return report_error(rx.status());
       continue;
     }
@@ -167,11 +197,11 @@ int run_recv(const SyncArgs& a) {
 }
 
 Result<std::unique_ptr<sync::Relay>> join_as_relay(const SyncArgs& a) {
-  auto relay = sync::Relay::connect(a.address, a.id, a.local, options_of(a));
+  auto relay = sync::Relay::connect(address_of(a), a.id, a.local, options_of(a));
   if (!relay.ok()) return relay.status();
   std::fprintf(a.json ? stderr : stdout,
                "relay %u joined %s (session %016llx); waiting for %u local receiver(s) on %s\n",
-               a.id, a.address.c_str(), static_cast<unsigned long long>((*relay)->session_id()),
+               a.id, address_of(a).c_str(), static_cast<unsigned long long>((*relay)->session_id()),
                a.receivers, (*relay)->local_address().c_str());
   std::fflush(a.json ? stderr : stdout);
   Status s = (*relay)->accept(a.receivers);
@@ -180,6 +210,7 @@ Result<std::unique_ptr<sync::Relay>> join_as_relay(const SyncArgs& a) {
 }
 
 int run_relay(const SyncArgs& a) {
+  if (Status s = check_args(a, "relay", "--connect"); !s.ok()) return usage_error(s);
   auto relay = join_as_relay(a);
   if (!relay.ok()) return report_error(relay.status());
   for (int r = 1; r <= a.rounds; ++r) {
@@ -225,12 +256,12 @@ void add_sync_command(CLI::App& app, Dispatch& dispatch) {
       *sync, dispatch, "serve",
       "Serve rounds of a model-shaped synthetic state to N receivers (shm) or relays (net)",
       "ferry sync serve --address @job42 --receivers 2 --rounds 3 --bucket-mb 64\n"
-      "  FERRY_TOKEN=s3cret ferry sync serve --listen 0.0.0.0:5555 --receivers 2",
+      "  FERRY_TOKEN_FILE=~/.ferry/token ferry sync serve --listen 0.0.0.0:5555 --receivers 2",
       [args] { return run_serve(*args); });
   auto* where = serve->add_option("--address", args->address,
                                   kShmAddressHelp);
   where->capture_default_str();
-  serve->add_option("--listen", args->address,
+  serve->add_option("--listen", args->net_address,
                     "host:port to serve relays and receivers on other nodes (port 0: any)")
       ->excludes(where);
   serve->add_option("--preset", args->preset, "Model shapes to send")->capture_default_str();
@@ -251,13 +282,13 @@ void add_sync_command(CLI::App& app, Dispatch& dispatch) {
       *sync, dispatch, "recv",
       "Join a session and receive rounds (per-tensor delivery, checksummed)",
       "ferry sync recv --address @job42 --id 0 --rounds 3\n"
-      "  FERRY_TOKEN=s3cret ferry sync recv --connect 10.0.0.1:5555 --id 0",
+      "  FERRY_TOKEN_FILE=~/.ferry/token ferry sync recv --connect 10.0.0.1:5555 --id 0",
       [rargs] { return run_recv(*rargs); });
   auto* from = recv->add_option("--address", rargs->address,
                                 std::string("Sender's (or this node's relay's) address: ") +
                                     kShmAddressHelp);
   from->capture_default_str();
-  recv->add_option("--connect", rargs->address, "Sender's host:port on another node")
+  recv->add_option("--connect", rargs->net_address, "Sender's host:port on another node")
       ->excludes(from);
   recv->add_option("--id", rargs->id, "This receiver's id (unique in the session)")
       ->capture_default_str();
@@ -268,10 +299,10 @@ void add_sync_command(CLI::App& app, Dispatch& dispatch) {
       *sync, dispatch, "relay",
       "On a receiving node: take each bucket once from the network and republish it to this "
       "node's receivers over shm",
-      "FERRY_TOKEN=s3cret ferry sync relay --connect 10.0.0.1:5555 --id 1 --local @job42 "
+      "FERRY_TOKEN_FILE=~/.ferry/token ferry sync relay --connect 10.0.0.1:5555 --id 1 --local @job42 "
       "--receivers 2 --rounds 3",
       [xargs] { return run_relay(*xargs); });
-  relay->add_option("--connect", xargs->address, "Sender's host:port")->required();
+  relay->add_option("--connect", xargs->net_address, "Sender's host:port")->required();
   relay->add_option("--id", xargs->id, "This relay's id (unique among the sender's peers)")
       ->capture_default_str();
   relay->add_option("--local", xargs->local,

@@ -1,5 +1,6 @@
 // ferry trace: summaries of profiler traces, and the profiler config in verl's spelling.
 #include <cstdio>
+#include <filesystem>
 #include <memory>
 #include <string>
 #include <vector>
@@ -21,6 +22,10 @@ struct SummarizeArgs {
 };
 
 int run_summarize(const SummarizeArgs& a) {
+  for (const std::string& f : a.files) {
+    std::error_code ec;
+    if (!std::filesystem::exists(f, ec)) return usage_error(f + ": no such trace file");
+  }
   auto summary = profiler::summarize_files(a.files);
   if (!summary.ok()) return report_error(summary.status());
   if (!a.out.empty()) {
@@ -62,9 +67,9 @@ int run_config(const ConfigArgs& a) {
   }
   for (const std::string& o : a.overrides) {
     auto used = profiler::apply_override(&config, o);
-    if (!used.ok()) return report_error(used.status());
+    if (!used.ok()) return usage_error(used.status());
     if (!*used) {
-      return report_error(invalid_argument("'" + o + "' is not a profiler setting"));
+      return usage_error("'" + o + "' is not a profiler setting");
     }
   }
   const std::vector<std::string> lines = profiler::to_verl_overrides(config, kNpuPrefix);

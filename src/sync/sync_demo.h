@@ -34,6 +34,8 @@ struct DemoRound {
   std::vector<bool> receiver_ok;  // every tensor's hash matched the sender's
 };
 
+// Runs the demo. `on_round` (may be empty) is called as each round ends, before the
+// receivers' hashes are known (receiver_ok empty); the result has them filled in.
 Result<std::vector<DemoRound>> run_sync_demo(const DemoConfig& config,
                                              const std::function<void(const DemoRound&)>& on_round);
 

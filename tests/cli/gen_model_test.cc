@@ -54,6 +54,16 @@ TEST(GenModelCli, RefusesToOverwriteWithoutForceAndRejectsBadFlags) {
   EXPECT_EQ(run_ferry({"gen-model", "--preset", "qwen3-0.6b", "--dtype", "int8", "--out", dir.file("x")}).exit_code, 2);
 }
 
+TEST(GenModelCli, LayersOutsideThePresetAreUsageErrors) {
+  TempDir dir;
+  for (const char* layers : {"-1", "0", "999"}) {
+    auto r = run_ferry({"gen-model", "--preset", "qwen3-0.6b", "--layers", layers, "--out",
+                        dir.file(std::string("x") + layers)});
+    EXPECT_EQ(r.exit_code, 2) << layers << ": " << r.err;
+    EXPECT_NE(r.err.find("--layers"), std::string::npos) << r.err;
+  }
+}
+
 TEST(InspectCli, NamesTheProblemInACorruptFile) {
   TempDir dir;
   testing::write_bytes(dir.file("bad.safetensors"), std::string("\x10\0\0\0\0\0\0\0{", 9));

@@ -23,10 +23,25 @@ TEST(SyncCli, DemoStreamsATensorLargerThanTheBucketVerified) {
   }
 }
 
-TEST(SyncCli, BadBucketIsAUsageError) {
+TEST(SyncCli, BadBucketIsAUsageErrorNamingTheFlag) {
   auto r = run_ferry({"sync", "serve", "--address", "@ferry-cli-test-bad", "--bucket-mb", "0"});
   EXPECT_EQ(r.exit_code, 2) << r.err;
-  EXPECT_NE(r.err.find("bucket_bytes"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("--bucket-mb"), std::string::npos) << r.err;
+  EXPECT_EQ(r.err.find("bucket_bytes"), std::string::npos) << r.err;
+}
+
+TEST(SyncCli, ListenWithoutAPortIsAUsageErrorAndLeavesNoSocketFile) {
+  auto r = run_ferry({"sync", "serve", "--listen", "127.0.0.1", "--timeout", "1"});
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_NE(r.err.find("--listen"), std::string::npos) << r.err;
+}
+
+TEST(SyncCli, ZeroRoundsOrReceiversAreUsageErrors) {
+  EXPECT_EQ(run_ferry({"sync", "serve", "--address", "@ferry-cli-zero", "--rounds", "0"}).exit_code, 2);
+  EXPECT_EQ(
+      run_ferry({"sync", "serve", "--address", "@ferry-cli-zero", "--receivers", "0"}).exit_code, 2);
+  EXPECT_EQ(run_ferry({"demo", "--rounds", "0"}).exit_code, 2);
+  EXPECT_EQ(run_ferry({"demo", "--receivers", "0"}).exit_code, 2);
 }
 
 TEST(SyncCli, BenchJsonHasTheDocumentedFields) {
