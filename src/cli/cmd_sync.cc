@@ -139,9 +139,11 @@ int run_serve(const SyncArgs& a) {
   const std::vector<TensorSpec> specs = model::hf_tensor_specs(*cfg, *dtype);
   std::vector<std::vector<std::byte>> data;
   std::vector<TensorView> views;
+  // Before the listener binds: peers that connect must not wait out their handshake
+  // timeout while we zero-fill a model's worth of memory (seconds on a loaded node).
+  for (const TensorSpec& s : specs) data.emplace_back(s.bytes());
   auto sender = sync::Sender::create(address_of(a), options_of(a));
   if (!sender.ok()) return report_error(sender.status());
-  for (const TensorSpec& s : specs) data.emplace_back(s.bytes());
   // Always said, on stderr under --json: with port 0 it is how scripts learn the port.
   std::fprintf(a.json ? stderr : stdout,
                "serving %s (%zu tensors) on %s, session %016llx; waiting for %u receiver(s)\n",

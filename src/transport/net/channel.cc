@@ -387,7 +387,8 @@ void Transfer::release() {
   if (request_ == nullptr) return;
   Context& ctx = *endpoint_->ctx;
   if (receive_ && !cancelled_) ucp_request_cancel(endpoint_->worker, request_);
-  const auto deadline = Clock::now() + kCloseFlushTimeout;
+  // A send to a peer that is gone (or cut off) would never complete: do not wait for it.
+  const auto deadline = Clock::now() + (endpoint_->failed ? milliseconds(0) : kCloseFlushTimeout);
   while (ucp_request_check_status(request_) == UCS_INPROGRESS && Clock::now() < deadline) {
     ctx.progress();
     if (ucp_request_check_status(request_) != UCS_INPROGRESS) break;
