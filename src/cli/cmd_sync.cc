@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <iostream>
 #include <memory>
+#include <span>
 #include <nlohmann/json.hpp>
 
 #define XXH_INLINE_ALL
@@ -137,11 +138,16 @@ int run_serve(const SyncArgs& a) {
   auto dtype = parse_dtype(a.dtype);
   if (!dtype.ok()) return report_error(dtype.status());
   const std::vector<TensorSpec> specs = model::hf_tensor_specs(*cfg, *dtype);
-  std::vector<std::vector<std::byte>> data;
+  std::vector<std::span<std::byte>> data;
+  std::vector<std::unique_ptr<std::byte[]>> storage;
   std::vector<TensorView> views;
-  // Before the listener binds: peers that connect must not wait out their handshake
-  // timeout while we zero-fill a model's worth of memory (seconds on a loaded node).
-  for (const TensorSpec& s : specs) data.emplace_back(s.bytes());
+  // Not zero-filled: pages are touched by the first round's fill, after the peers joined,
+  // so peers that connect at once are not kept waiting (zeroing a model's worth of memory
+  // takes seconds on a loaded node, longer than a short --timeout).
+  for (const TensorSpec& s : specs) {
+    storage.push_back(std::make_unique_for_overwrite<std::byte[]>(s.bytes()));
+    data.emplace_back(storage.back().get(), s.bytes());
+  }
   auto sender = sync::Sender::create(address_of(a), options_of(a));
   if (!sender.ok()) return report_error(sender.status());
   // Always said, on stderr under --json: with port 0 it is how scripts learn the port.

@@ -207,7 +207,15 @@ Status Fanout::wait_until(const std::function<bool(const Peer&)>& peer_done,
       Status s = interrupted_();
       if (!s.ok()) return s;
     }
-    if (r == 0 && Clock::now() >= deadline) {
+    auto handled = handle_ready(fds, 0, round_checksum);
+    if (!handled.ok()) return handled.status();
+    if (*handled) {
+      deadline = Clock::now() + options_.timeout;  // the timeout is per silence
+      continue;
+    }
+    // Checked whether poll() timed out or woke: UCX's event fd may wake us again and again
+    // for a peer that says nothing (a cut link), which must not keep the round alive.
+    if (Clock::now() >= deadline) {
       std::string slow;
       for (const Peer& p : peers_) {
         if (!peer_done(p)) slow += (slow.empty() ? "" : ", ") + p.link.peer();
@@ -217,9 +225,6 @@ Status Fanout::wait_until(const std::function<bool(const Peer&)>& peer_done,
                       "while waiting for {}",
                       round_, noun_, slow, options_.timeout.count(), waiting_for));
     }
-    auto handled = handle_ready(fds, 0, round_checksum);
-    if (!handled.ok()) return handled.status();
-    if (*handled) deadline = Clock::now() + options_.timeout;  // the timeout is per silence
   }
   return ok_status();
 }
