@@ -91,7 +91,8 @@ Status receive_and_check(const std::string& address, std::uint32_t id, std::uint
     for (std::size_t i = 0; i < want.specs.size(); ++i) {
       if (want.specs[i].name == t.spec.name &&
           (t.data.size() != want.data[i].size() ||
-           std::memcmp(t.data.data(), want.data[i].data(), t.data.size()) != 0)) {
+           (!t.data.empty() &&  // memcmp's pointers must not be null, even for 0 bytes
+            std::memcmp(t.data.data(), want.data[i].data(), t.data.size()) != 0))) {
         bad = corruption(t.spec.name + " differs");
       }
     }
