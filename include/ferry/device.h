@@ -125,9 +125,9 @@ struct PlatformInfo {
   // Ascend chip from npu-smi or the PCI device id: "910B" (Atlas A2), "910_93"
   // (Atlas A3), "910", "310P", "310"; "" when unknown. Picks the driver package.
   std::string ascend_chip;
-  std::string toolkit_home;      // CANN toolkit folder
-  std::string toolkit_version;   // CANN version
-  std::string tool;              // "npu-smi", "nvidia-smi", "rocm-smi" ("" for CPU)
+  std::string toolkit_home;     // CANN toolkit folder
+  std::string toolkit_version;  // CANN version
+  std::string tool;             // "npu-smi", "nvidia-smi", "rocm-smi" ("" for CPU)
   bool tool_found = false;
   bool tool_ok = false;
   std::string tool_error;                 // why the tool failed (its stderr or the timeout)

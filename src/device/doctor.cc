@@ -64,17 +64,20 @@ std::vector<std::string> driver_install_fix(const std::string& chip) {
       "# the NPU driver (Ascend HDK) is not loaded: install the npu-driver and npu-firmware "
       "packages for this card"};
   if (chip == "910_93") {
-    fix.push_back("# Atlas A3 (910_93), as verl's install guide says: sudo yum install -y "
-                  "Atlas-A3-hdk-npu-driver-26.0.rc1");
+    fix.push_back(
+        "# Atlas A3 (910_93), as verl's install guide says: sudo yum install -y "
+        "Atlas-A3-hdk-npu-driver-26.0.rc1");
   } else if (chip == "910B") {
-    fix.push_back("# Atlas A2 (910B): the Ascend-hdk-910b-npu-driver and "
-                  "Ascend-hdk-910b-npu-firmware packages (not an Atlas-A3 one)");
+    fix.push_back(
+        "# Atlas A2 (910B): the Ascend-hdk-910b-npu-driver and "
+        "Ascend-hdk-910b-npu-firmware packages (not an Atlas-A3 one)");
   } else if (!chip.empty()) {
     fix.push_back("# Ascend " + chip + ": the Ascend-hdk-" + chip +
                   "-npu-driver and -npu-firmware packages for it");
   } else {
-    fix.push_back("lspci -d 19e5: -n   # the device id names the chip: d802 = 910B (A2), d803 = "
-                  "910_93 (A3)");
+    fix.push_back(
+        "lspci -d 19e5: -n   # the device id names the chip: d802 = 910B (A2), d803 = "
+        "910_93 (A3)");
   }
   return fix;
 }

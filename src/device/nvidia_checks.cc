@@ -66,7 +66,8 @@ Check cuda_driver_check(const PlatformInfo& p, const PythonInfo& py) {
   const CudaDriverRow* row = cuda_row(py.cuda_runtime);
   if (row == nullptr) {
     c.severity = Severity::kInfo;
-    c.seen += " (CUDA " + py.cuda_runtime + " is not in ferry's table; nvidia-smi prints the "
+    c.seen += " (CUDA " + py.cuda_runtime +
+              " is not in ferry's table; nvidia-smi prints the "
               "newest CUDA this driver supports)";
     return c;
   }
@@ -140,8 +141,9 @@ Check infiniband_check(const Env& env) {
     c.seen = devices + "; nvidia_peermem loaded: GPUDirect RDMA available";
   } else {
     c.severity = Severity::kWarn;
-    c.seen = devices + ", but nvidia_peermem is not loaded: RDMA cannot reach GPU memory, so "
-                       "UCX and NCCL stage it through host memory";
+    c.seen = devices +
+             ", but nvidia_peermem is not loaded: RDMA cannot reach GPU memory, so "
+             "UCX and NCCL stage it through host memory";
     c.fix = {"sudo modprobe nvidia_peermem", "grep nvidia_peermem /proc/modules"};
   }
   return c;
@@ -167,8 +169,9 @@ Check mig_check(const PlatformInfo& p) {
            " MIG device(s)): a process sees one MIG instance, named by MIG-... UUID in "
            "CUDA_VISIBLE_DEVICES, and NCCL does not run across instances";
   c.fix = {"nvidia-smi -L   # the MIG-... UUIDs to put in CUDA_VISIBLE_DEVICES",
-           "sudo nvidia-smi -i " + id_list(gpus) + " -mig 0   # MIG off (takes effect after a "
-           "GPU reset)"};
+           "sudo nvidia-smi -i " + id_list(gpus) +
+               " -mig 0   # MIG off (takes effect after a "
+               "GPU reset)"};
   return c;
 }
 

@@ -87,7 +87,8 @@ PythonInfo probe_python(const Env& env, const std::string& python, int timeout_m
     if (j.contains("cuda_runtime") && j["cuda_runtime"].is_string()) {
       info.cuda_runtime = j["cuda_runtime"].get<std::string>();
     }
-    if (j.contains("nccl") && j["nccl"].is_string()) info.nccl_version = j["nccl"].get<std::string>();
+    if (j.contains("nccl") && j["nccl"].is_string())
+      info.nccl_version = j["nccl"].get<std::string>();
     if (j.contains("error") && j["error"].is_string()) info.error = j["error"].get<std::string>();
     return info;
   }

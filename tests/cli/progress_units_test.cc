@@ -8,6 +8,7 @@
 
 #include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <nlohmann/json.hpp>
 #include <regex>
 
@@ -74,8 +75,8 @@ TEST(ProgressCli, TerminalBarEndsItsLineBeforeTheSummary) {
 
 TEST(ProgressCli, OffATerminalAShortCommandPrintsNoBar) {
   TempDir dir;
-  const auto r = run_ferry({"gen-model", "--preset", "qwen3-0.6b", "--layers", "1", "--out",
-                            dir.file("m")});
+  const auto r =
+      run_ferry({"gen-model", "--preset", "qwen3-0.6b", "--layers", "1", "--out", dir.file("m")});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_EQ(r.err.find('\r'), std::string::npos) << r.err;
   EXPECT_EQ(r.err.find('['), std::string::npos) << r.err;
@@ -83,14 +84,16 @@ TEST(ProgressCli, OffATerminalAShortCommandPrintsNoBar) {
 
 TEST(ProgressCli, PlainLinesAtEachQuarterWhenAsked) {
   TempDir dir;
-  const auto r = run_ferry(
-      {"gen-model", "--preset", "qwen3-0.6b", "--layers", "1", "--out", dir.file("m")},
-      {"FERRY_PROGRESS=plain"});
+  const auto r =
+      run_ferry({"gen-model", "--preset", "qwen3-0.6b", "--layers", "1", "--out", dir.file("m")},
+                {"FERRY_PROGRESS=plain"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_EQ(r.err.find('\r'), std::string::npos) << r.err;
   // Mid-way lines give the total, the rate and an ETA; the last one says done.
   EXPECT_TRUE(std::regex_search(
-      r.err, std::regex(R"(gen-model qwen3-0\.6b: 50% of [0-9.]+ (MiB|GiB), [0-9.]+ (MiB|GiB)/s, ETA [0-9]+m[0-9]+s\n)")))
+      r.err,
+      std::regex(
+          R"(gen-model qwen3-0\.6b: 50% of [0-9.]+ (MiB|GiB), [0-9.]+ (MiB|GiB)/s, ETA [0-9]+m[0-9]+s\n)")))
       << r.err;
   EXPECT_TRUE(std::regex_search(
       r.err, std::regex(R"(gen-model qwen3-0\.6b: 100% of [0-9.]+ (MiB|GiB), .*done\n)")))
@@ -102,14 +105,13 @@ TEST(ProgressCli, PlainLinesAtEachQuarterWhenAsked) {
 
 // "No bare MB/GB": a printed size names a binary unit.
 void expect_binary_units(const std::string& what, const std::string& text) {
-  EXPECT_FALSE(std::regex_search(text, std::regex(R"([0-9] ?(MB|GB)\b)"))) << what << ":\n"
-                                                                           << text;
+  EXPECT_FALSE(std::regex_search(text, std::regex(R"([0-9] ?(MB|GB)\b)"))) << what << ":\n" << text;
 }
 
 TEST(UnitsCli, GenModelAdviseBucketAndExplainPrintMiB) {
   TempDir dir;
-  const auto gen = run_ferry(
-      {"gen-model", "--preset", "qwen2.5-0.5b", "--layers", "1", "--out", dir.file("m")});
+  const auto gen =
+      run_ferry({"gen-model", "--preset", "qwen2.5-0.5b", "--layers", "1", "--out", dir.file("m")});
   ASSERT_EQ(gen.exit_code, 0) << gen.err;
   expect_binary_units("gen-model", gen.out);
   // The size gen-model prints is the folder's tensor bytes in MiB.
@@ -121,18 +123,17 @@ TEST(UnitsCli, GenModelAdviseBucketAndExplainPrintMiB) {
   std::snprintf(mib, sizeof(mib), "%.1f MiB", bytes / (1 << 20));
   EXPECT_NE(gen.out.find(mib), std::string::npos) << mib << "\n" << gen.out;
 
-  const auto advise =
-      run_ferry({"advise-bucket", "--shape", "151936x4096", "--dtype", "float32"});
+  const auto advise = run_ferry({"advise-bucket", "--shape", "151936x4096", "--dtype", "float32"});
   ASSERT_EQ(advise.exit_code, 0) << advise.err;
   expect_binary_units("advise-bucket", advise.out);
   EXPECT_NE(advise.out.find("2374.0 MiB"), std::string::npos) << advise.out;  // 2489319424 / 2^20
   EXPECT_NE(advise.out.find("4096 MiB"), std::string::npos) << advise.out;
 
-  const auto explain = run_ferry(
-      {"explain",
-       "AssertionError: Weight model.embed_tokens.weight(torch.Size([151936, 4096]), "
-       "torch.float32) is too large to fit in the bucket.Please increase "
-       "rollout.update_weights_bucket_megabytes(2048 MB)."});
+  const auto explain =
+      run_ferry({"explain",
+                 "AssertionError: Weight model.embed_tokens.weight(torch.Size([151936, 4096]), "
+                 "torch.float32) is too large to fit in the bucket.Please increase "
+                 "rollout.update_weights_bucket_megabytes(2048 MB)."});
   ASSERT_EQ(explain.exit_code, 0) << explain.err;
   // The "seen:" line quotes verl's own message ("2048 MB"); what ferry writes is MiB.
   std::string own;

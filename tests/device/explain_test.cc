@@ -76,7 +76,8 @@ TEST(Explain, BucketTooSmallComputesTheSize) {
   EXPECT_NE(cause.find("2374.0 MiB"), std::string::npos) << cause;
   EXPECT_NE(cause.find("2048 MiB bucket"), std::string::npos) << cause;
   EXPECT_NE(cause.find("gives 4096 MiB"), std::string::npos) << cause;
-  EXPECT_EQ(x["title"], "model.embed_tokens.weight (2374.0 MiB) does not fit verl's 2048 MiB bucket");
+  EXPECT_EQ(x["title"],
+            "model.embed_tokens.weight (2374.0 MiB) does not fit verl's 2048 MiB bucket");
   const std::string fix = fixes(x);
   EXPECT_EQ(x["fix"][0],
             "actor_rollout_ref.rollout.checkpoint_engine.update_weights_bucket_megabytes=4096");
@@ -149,9 +150,11 @@ TEST(Explain, NoPatternPrintsAnUnfilledPlaceholder) {
   const std::regex brace(R"(\{[a-z_]+\})");
   int explained = 0;
   for (const auto& p : doc["patterns"]) {
-    std::vector<std::string> names = {"bytes", "tensor_mib", "advised_mib", "override",
+    std::vector<std::string> names = {"bytes",   "tensor_mib",    "advised_mib", "override",
                                       "shape_x", "element_bytes", "dir"};
-    for (const auto& g : p.value("groups", nlohmann::json::array())) names.push_back(g);
+    for (const auto& g : p.value("groups", nlohmann::json::array())) {
+      names.push_back(g.get<std::string>());
+    }
     for (const auto& c : p.value("contains", nlohmann::json::array())) {
       const std::string bare = c.get<std::string>();
       for (const std::string& line : {bare, "Error: " + bare + " ...", "Weight ... " + bare}) {
