@@ -283,7 +283,7 @@ TEST(DoctorFixture, NoDriverFixNamesTheA2PackageOnA910BNode) {
   ASSERT_TRUE(o.json.is_object()) << o.err;
   const std::string fix = fix_of(o, "ascend.device_nodes");
   EXPECT_NE(fix.find("Ascend-hdk-910b-npu-driver"), std::string::npos) << fix;
-  EXPECT_EQ(fix.find("A3"), std::string::npos) << fix;
+  EXPECT_EQ(fix.find("Atlas-A3-hdk"), std::string::npos) << fix;  // the A3 package
 }
 
 TEST(DoctorFixture, NoDriverFixNamesTheA3PackageOnAnA3Node) {
