@@ -122,9 +122,12 @@ struct PlatformInfo {
   std::vector<std::string> device_nodes;  // "/dev/davinci0", "/dev/nvidia0", "/dev/kfd", ...
   std::string driver_version;
   std::string firmware_version;  // Ascend
-  std::string toolkit_home;      // CANN toolkit folder
-  std::string toolkit_version;   // CANN version
-  std::string tool;              // "npu-smi", "nvidia-smi", "rocm-smi" ("" for CPU)
+  // Ascend chip from npu-smi or the PCI device id: "910B" (Atlas A2), "910_93"
+  // (Atlas A3), "910", "310P", "310"; "" when unknown. Picks the driver package.
+  std::string ascend_chip;
+  std::string toolkit_home;     // CANN toolkit folder
+  std::string toolkit_version;  // CANN version
+  std::string tool;             // "npu-smi", "nvidia-smi", "rocm-smi" ("" for CPU)
   bool tool_found = false;
   bool tool_ok = false;
   std::string tool_error;                 // why the tool failed (its stderr or the timeout)
@@ -141,6 +144,8 @@ struct PythonInfo {
   std::optional<bool> npu_available;            // torch_npu.npu.is_available()
   std::optional<bool> cuda_available;           // torch.cuda.is_available()
   std::optional<int> device_count;              // as torch sees it
+  std::string cuda_runtime;                     // torch.version.cuda ("12.8"); "" without CUDA
+  std::string nccl_version;                     // torch.cuda.nccl.version() ("2.27.3")
 };
 
 // ---------------------------------------------------------------------------

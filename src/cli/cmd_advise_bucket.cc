@@ -83,12 +83,13 @@ int run_advise(const AdviseArgs& a) {
     std::cout << j.dump(2) << "\n";
     return kExitOk;
   }
+  // verl's "megabytes" are 2^20 bytes (bucket_megabytes << 20): printed as MiB.
   std::printf("largest tensor:     %s\n", largest->to_string().c_str());
-  std::printf("size:               %.1f MB (%llu bytes; MB = bytes / 1024^2)\n", advice->largest_mb,
-              static_cast<unsigned long long>(advice->largest_bytes));
-  std::printf("recommended bucket: %llu MB (largest x %.2f, rounded up to a power of two)\n",
+  std::printf("size:               %.1f MiB (%llu bytes; MiB = bytes / 2^20)\n",
+              advice->largest_mb, static_cast<unsigned long long>(advice->largest_bytes));
+  std::printf("recommended bucket: %llu MiB (largest x %.2f, rounded up to a power of two)\n",
               static_cast<unsigned long long>(advice->bucket_mb), advice->margin);
-  std::printf("memory cost:        %llu MB of shared memory per sender, allocated each round in "
+  std::printf("memory cost:        %llu MiB of shared memory per sender, allocated each round in "
               "verl's shm mode\n",
               static_cast<unsigned long long>(advice->bucket_mb));
   std::printf("verl override:\n  %s\n", advice->override_line.c_str());

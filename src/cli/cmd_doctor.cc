@@ -42,7 +42,8 @@ nlohmann::ordered_json to_json(const device::Report& r) {
   for (const device::Accelerator& a : r.platform.accelerators) {
     accel.push_back({{"id", a.id}, {"name", a.name}, {"uuid", a.uuid}, {"health", a.health}});
   }
-  return {{"root", r.root},
+  return {{"ferry_version", FERRY_VERSION},
+          {"root", r.root},
           {"platform", std::string(device::platform_name(r.platform.platform))},
           {"driver_version", r.platform.driver_version},
           {"cann_version", r.platform.toolkit_version},
@@ -57,7 +58,7 @@ nlohmann::ordered_json to_json(const device::Report& r) {
 }
 
 void print_human(const device::Report& r) {
-  std::printf("ferry doctor: platform %s (root %s)\n",
+  std::printf("ferry doctor (ferry %s): platform %s (root %s)\n", FERRY_VERSION,
               std::string(device::platform_name(r.platform.platform)).c_str(), r.root.c_str());
   int counts[4] = {0, 0, 0, 0};
   for (const device::Check& c : r.checks) {
@@ -134,7 +135,8 @@ void add_doctor_command(CLI::App& app, Dispatch& dispatch) {
       ->capture_default_str();
   cmd->add_option("--timeout", args->tool_timeout_s, "Seconds each tool (npu-smi, ...) may take")
       ->capture_default_str();
-  cmd->add_option("--bucket-mb", args->bucket_mb, "Bucket size weight sync will use")
+  cmd->add_option("--bucket-mb", args->bucket_mb,
+                  "Bucket size weight sync will use, in MiB (2^20 bytes, as verl's megabytes)")
       ->capture_default_str();
   cmd->add_option(
       "--data-dir", args->data_dir,

@@ -66,9 +66,9 @@ int run_gen_model(const GenModelArgs& a) {
                                 {"bytes", bytes},           {"files", index->files}};
     std::cout << j.dump(2) << "\n";
   } else {
-    std::printf("wrote %s: %s, %lld layers, %zu tensors, %.1f MB in %zu file(s)\n", a.out.c_str(),
+    std::printf("wrote %s: %s, %lld layers, %zu tensors, %s in %zu file(s)\n", a.out.c_str(),
                 config->name.c_str(), static_cast<long long>(config->num_layers),
-                index->tensors.size(), static_cast<double>(bytes) / 1e6, index->files.size());
+                index->tensors.size(), format_bytes(bytes).c_str(), index->files.size());
   }
   return kExitOk;
 }
@@ -91,7 +91,9 @@ void add_gen_model_command(CLI::App& app, Dispatch& dispatch) {
   args->layers_option = cmd->add_option("--layers", args->layers,
                   "Keep the per-layer shapes but write only this many layers (default: all)");
   cmd->add_option("--seed", args->seed, "Seed of the deterministic contents")->capture_default_str();
-  cmd->add_option("--max-shard-gb", args->max_shard_gb, "Start a new shard past this size (GB)")
+  cmd->add_option("--max-shard-gb", args->max_shard_gb,
+                  "Start a new shard past this size, in GB = 10^9 bytes (as Hugging Face's "
+                  "max_shard_size \"5GB\")")
       ->capture_default_str();
   cmd->add_flag("--force", args->force, "Write into a non-empty --out folder");
   cmd->add_flag("--json", args->json, "Print a JSON summary");

@@ -58,6 +58,30 @@ std::string export_line(std::string_view var, const std::string& value) {
   return "export " + std::string(var) + "=" + shell_quote(value);
 }
 
+// The Ascend HDK package for the detected chip: an A3 package does not drive an A2 card.
+std::vector<std::string> driver_install_fix(const std::string& chip) {
+  std::vector<std::string> fix = {
+      "# the NPU driver (Ascend HDK) is not loaded: install the npu-driver and npu-firmware "
+      "packages for this card"};
+  if (chip == "910_93") {
+    fix.push_back(
+        "# Atlas A3 (910_93), as verl's install guide says: sudo yum install -y "
+        "Atlas-A3-hdk-npu-driver-26.0.rc1");
+  } else if (chip == "910B") {
+    fix.push_back(
+        "# Atlas A2 (910B): the Ascend-hdk-910b-npu-driver and "
+        "Ascend-hdk-910b-npu-firmware packages (not an Atlas-A3 one)");
+  } else if (!chip.empty()) {
+    fix.push_back("# Ascend " + chip + ": the Ascend-hdk-" + chip +
+                  "-npu-driver and -npu-firmware packages for it");
+  } else {
+    fix.push_back(
+        "lspci -d 19e5: -n   # the device id names the chip: d802 = 910B (A2), d803 = "
+        "910_93 (A3)");
+  }
+  return fix;
+}
+
 void ascend_checks(const PlatformInfo& p, std::vector<Check>* out) {
   const bool nodes =
       std::any_of(p.device_nodes.begin(), p.device_nodes.end(), [](const std::string& n) {
@@ -69,11 +93,8 @@ void ascend_checks(const PlatformInfo& p, std::vector<Check>* out) {
                          " Ascend device(s) are on the PCI bus";
   if (!nodes) {
     dev.severity = Severity::kFail;
-    dev.fix = {
-        "# the NPU driver (Ascend HDK) is not loaded: install the driver and firmware for this "
-        "card",
-        "# e.g. (verl's install guide, A3): sudo yum install -y Atlas-A3-hdk-npu-driver-26.0.rc1",
-        "ls /dev/davinci*   # expect one node per NPU after the driver loads"};
+    dev.fix = driver_install_fix(p.ascend_chip);
+    dev.fix.push_back("ls /dev/davinci*   # expect one node per NPU after the driver loads");
   }
   out->push_back(dev);
 
@@ -192,6 +213,7 @@ void mask_checks(const Env& env, const VisibleDevices& m, int count, std::vector
   const std::vector<int> all = first_n(std::max(count, 0));
   const std::string all_line = export_line(var, id_list(all));
   Check c{"mask." + mask_id(m.kind), Severity::kOk, var, "", {}};
+  std::string corrected = m.raw;  // the mask every fix line below exports
   if (!m.set) {
     c.seen = "unset: all " + std::to_string(std::max(count, 0)) + " device(s) visible";
   } else {
@@ -211,7 +233,8 @@ void mask_checks(const Env& env, const VisibleDevices& m, int count, std::vector
         std::vector<int> sorted = m.physical;
         std::sort(sorted.begin(), sorted.end());
         sorted.erase(std::unique(sorted.begin(), sorted.end()), sorted.end());
-        c.fix = {export_line(var, id_list(sorted))};
+        corrected = id_list(sorted);
+        c.fix = {export_line(var, corrected)};
       }
     }
     if (m.hides_all()) {
@@ -219,7 +242,10 @@ void mask_checks(const Env& env, const VisibleDevices& m, int count, std::vector
       c.seen += count > 0 ? "; no device is visible although the node has " + std::to_string(count)
                           : "; no device is visible";
     }
-    if (c.severity != Severity::kOk && c.fix.empty() && count > 0) c.fix = {all_line};
+    if (c.severity != Severity::kOk && c.fix.empty() && count > 0) {
+      corrected = id_list(all);
+      c.fix = {all_line};
+    }
     if (c.severity != Severity::kOk && c.fix.empty()) c.fix = {"unset " + var};
   }
   out->push_back(c);
@@ -235,7 +261,7 @@ void mask_checks(const Env& env, const VisibleDevices& m, int count, std::vector
                     "Ray and " + var,
                     var + " is set but " + noset +
                         " is not: Ray replaces the mask in every worker with the ids it assigns",
-                    {export_line(var, m.raw), "export " + noset + "=1"}});
+                    {export_line(var, corrected), "export " + noset + "=1"}});
   }
   if (noset_on) {
     bool identity = true;
@@ -405,6 +431,9 @@ Result<Report> run_doctor(const Env& env, const DoctorOptions& options) {
 
   if (p.platform == Platform::kAscend) ascend_checks(p, &checks);
   if (p.platform == Platform::kNvidia || p.platform == Platform::kRocm) gpu_checks(p, &checks);
+  if (p.platform == Platform::kNvidia) {
+    for (Check& c : nvidia_checks(env, p, report.python)) checks.push_back(std::move(c));
+  }
   if (p.platform == Platform::kAscend || !p.toolkit_home.empty()) cann_check(p, env, &checks);
 
   // Masks that are set are always read; the platform's own mask even when unset.

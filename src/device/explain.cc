@@ -1,7 +1,9 @@
 // Recognises known error messages with patterns from explain_patterns.json.
 // A pattern is a cheap substring filter plus an optional regex whose groups
-// fill {placeholders} in the cause and fix; a few patterns name a "compute"
-// step (the bucket size, a folder name) that derives more placeholders.
+// fill {placeholders} in the title, cause and fix; a few patterns name a
+// "compute" step (the bucket size, a folder name) that derives more. When a
+// value is missing from the text, the *_fallback wording is used instead, so
+// no "{name}" is ever printed.
 #include <cinttypes>
 #include <cstdio>
 #include <map>
@@ -25,28 +27,48 @@ constexpr std::size_t kMaxLine = 4096;
 using Vars = std::map<std::string, std::string>;
 
 struct Pattern {
-  std::string id, title, cause, cause_fallback, compute;
+  std::string id, title, cause, title_fallback, cause_fallback, compute;
   std::vector<std::string> contains, groups, fix, fix_fallback;
   std::optional<std::regex> regex;
 };
 
-std::string substitute(const std::string& text, const Vars& vars) {
+bool placeholder_char(char c) { return (c >= 'a' && c <= 'z') || c == '_'; }
+
+// Fills each {name} from `vars`. A name with no value is counted in *missing
+// and written as <name>, the "fill this in" form the fixes already use.
+std::string substitute(const std::string& text, const Vars& vars, int* missing = nullptr) {
   std::string out;
   for (std::size_t i = 0; i < text.size();) {
     if (text[i] == '{') {
-      const std::size_t close = text.find('}', i);
-      if (close != std::string::npos) {
-        auto it = vars.find(text.substr(i + 1, close - i - 1));
+      std::size_t close = i + 1;
+      while (close < text.size() && placeholder_char(text[close])) ++close;
+      if (close < text.size() && text[close] == '}' && close > i + 1) {
+        const std::string name = text.substr(i + 1, close - i - 1);
+        auto it = vars.find(name);
         if (it != vars.end()) {
           out += it->second;
-          i = close + 1;
-          continue;
+        } else {
+          out += "<" + name + ">";
+          if (missing) ++*missing;
         }
+        i = close + 1;
+        continue;
       }
     }
     out += text[i++];
   }
   return out;
+}
+
+// The title, cause and fix of `pat` filled from `vars`; false when a value is missing.
+bool fill(const std::string& title, const std::string& cause, const std::vector<std::string>& fix,
+          const Vars& vars, Explanation* e) {
+  int missing = 0;
+  e->title = substitute(title, vars, &missing);
+  e->cause = substitute(cause, vars, &missing);
+  e->fix.clear();
+  for (const std::string& f : fix) e->fix.push_back(substitute(f, vars, &missing));
+  return missing == 0;
 }
 
 std::vector<std::string> strings(const nlohmann::json& j, const char* key) {
@@ -78,6 +100,7 @@ Result<std::vector<Pattern>> load_patterns(const std::string& dir) {
     pat.title = p.value("title", pat.id);
     pat.cause = p["cause"].get<std::string>();
     pat.compute = p.value("compute", "");
+    pat.title_fallback = p.value("title_fallback", pat.title);
     pat.cause_fallback = p.value("cause_fallback", pat.cause);
     pat.contains = strings(p, "contains");
     pat.groups = strings(p, "groups");
@@ -119,18 +142,18 @@ bool compute_bucket(Vars* vars) {
   if (!bytes.ok()) return false;
   auto advice = model::advise_bucket(*bytes);
   if (!advice.ok()) return false;
-  char mb[64];
-  std::snprintf(mb, sizeof(mb), "%.1f", advice->largest_mb);
+  char mib[64];
+  std::snprintf(mib, sizeof(mib), "%.1f", advice->largest_mb);
   std::string shape_x;
   for (std::size_t i = 0; i < dims.size(); ++i) shape_x += (i ? "x" : "") + std::to_string(dims[i]);
   (*vars)["shape_x"] = shape_x;
   (*vars)["bytes"] = std::to_string(*bytes);
-  (*vars)["tensor_mb"] = mb;
+  (*vars)["tensor_mib"] = mib;
   (*vars)["element_bytes"] = std::to_string(dtype_bits(*dtype) / 8);
-  (*vars)["advised_mb"] = std::to_string(advice->bucket_mb);
+  (*vars)["advised_mib"] = std::to_string(advice->bucket_mb);
   (*vars)["override"] = advice->override_line;
-  if (vars->find("bucket_mb") == vars->end() || (*vars)["bucket_mb"].empty()) {
-    (*vars)["bucket_mb"] = "2048";  // verl's default, when the message does not say
+  if (vars->find("bucket_mib") == vars->end() || (*vars)["bucket_mib"].empty()) {
+    (*vars)["bucket_mib"] = "2048";  // verl's default, when the message does not say
   }
   return true;
 }
@@ -166,7 +189,7 @@ Result<std::vector<Explanation>> explain(std::string_view text, const std::strin
         std::smatch m;
         if (!std::regex_search(line, m, *pat.regex)) continue;
         for (std::size_t g = 0; g < pat.groups.size() && g + 1 < m.size(); ++g) {
-          vars[pat.groups[g]] = m[g + 1].matched ? m[g + 1].str() : "";
+          if (m[g + 1].matched) vars[pat.groups[g]] = m[g + 1].str();  // else: missing
         }
       }
       bool computed = true;
@@ -174,12 +197,11 @@ Result<std::vector<Explanation>> explain(std::string_view text, const std::strin
       if (pat.compute == "dirname") computed = compute_dirname(&vars);
       Explanation e;
       e.id = pat.id;
-      e.title = substitute(pat.title, vars);
       e.matched = std::string(trim(line));
-      e.cause = substitute(computed ? pat.cause : pat.cause_fallback, vars);
-      const std::vector<std::string>& fix =
-          computed || pat.fix_fallback.empty() ? pat.fix : pat.fix_fallback;
-      for (const std::string& f : fix) e.fix.push_back(substitute(f, vars));
+      if (!computed || !fill(pat.title, pat.cause, pat.fix, vars, &e)) {
+        fill(pat.title_fallback, pat.cause_fallback,
+             pat.fix_fallback.empty() ? pat.fix : pat.fix_fallback, vars, &e);
+      }
       found.push_back(std::move(e));
       done[p] = true;
     }

@@ -17,6 +17,27 @@ std::string read_trimmed(const Env& env, const std::string& path) {
   return text.ok() ? std::string(trim(*text)) : std::string();
 }
 
+// The Ascend chip behind a PCI device id (vendor 0x19e5, class 0x12).
+std::string ascend_chip_from_pci(std::string_view device) {
+  if (device == "0xd802") return "910B";    // Atlas A2
+  if (device == "0xd803") return "910_93";  // Atlas A3
+  if (device == "0xd801") return "910";
+  if (device == "0xd500") return "310P";
+  if (device == "0xd100") return "310";
+  return "";
+}
+
+// The chip from npu-smi's Name column: "910B3" -> 910B, "Ascend910_9392" -> 910_93.
+std::string ascend_chip_from_name(std::string_view name) {
+  if (name.find("910_93") != std::string_view::npos || name.find("910C") != std::string_view::npos)
+    return "910_93";
+  if (name.find("910B") != std::string_view::npos) return "910B";
+  if (name.find("310P") != std::string_view::npos) return "310P";
+  if (name.find("910") != std::string_view::npos) return "910";
+  if (name.find("310") != std::string_view::npos) return "310";
+  return "";
+}
+
 // Counts accelerators on the PCI bus by vendor and class, so hardware without a
 // loaded driver is still seen (the "driver missing" case has no /dev nodes).
 void scan_pci(const Env& env, PlatformInfo* info) {
@@ -28,7 +49,11 @@ void scan_pci(const Env& env, PlatformInfo* info) {
     const std::string cls = read_trimmed(env, base + "/class");
     const bool accel = starts_with_ci(cls, "0x12");    // processing accelerator
     const bool display = starts_with_ci(cls, "0x03");  // VGA / 3D controller
-    if (vendor == kHuaweiVendor && accel) ++info->pci_ascend;
+    if (vendor == kHuaweiVendor && accel) {
+      ++info->pci_ascend;
+      if (info->ascend_chip.empty())
+        info->ascend_chip = ascend_chip_from_pci(read_trimmed(env, base + "/device"));
+    }
     if (vendor == kNvidiaVendor && display) ++info->pci_nvidia;
     if (vendor == kAmdVendor && (display || accel)) ++info->pci_amd;
   }
@@ -157,6 +182,10 @@ void probe_ascend(const Env& env, int timeout_ms, PlatformInfo* info) {
     info->driver_version.clear();
     parse_npu_smi(out, info);
     if (!from_files.empty()) info->driver_version = from_files;
+    if (!info->accelerators.empty()) {
+      const std::string chip = ascend_chip_from_name(info->accelerators.front().name);
+      if (!chip.empty()) info->ascend_chip = chip;
+    }
   }
   info->inventory.count = info->tool_ok ? static_cast<int>(info->accelerators.size())
                                         : static_cast<int>(numbered_nodes(env, "davinci").size());

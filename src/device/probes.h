@@ -15,6 +15,9 @@ PythonInfo probe_python(const Env& env, const std::string& python, int timeout_m
 // memlock, /dev/shm, free memory, hugepages and UCX transports for a bucket of `bucket_mb`.
 std::vector<Check> sync_checks(const Env& env, std::uint64_t bucket_mb, int tool_timeout_ms);
 
+// CUDA runtime vs driver, NCCL, InfiniBand/GPUDirect RDMA and MIG on an NVIDIA node.
+std::vector<Check> nvidia_checks(const Env& env, const PlatformInfo& p, const PythonInfo& py);
+
 // A data file by name from `dir` ("" = the copy compiled in).
 Result<std::string> load_data_file(const std::string& dir, std::string_view name);
 

@@ -38,6 +38,13 @@ elif "torch" in r["versions"]:
         import torch
         r["cuda_available"] = bool(torch.cuda.is_available())
         r["device_count"] = int(torch.cuda.device_count())
+        r["cuda_runtime"] = torch.version.cuda or ""
+        if torch.version.cuda:
+            try:
+                v = torch.cuda.nccl.version()
+                r["nccl"] = ".".join(map(str, v)) if isinstance(v, tuple) else str(v)
+            except Exception:
+                pass  # a torch without NCCL: reported as such
     except Exception as e:
         r["error"] = "import torch: %s" % e
 print("FERRY_PROBE " + json.dumps(r))
@@ -77,6 +84,11 @@ PythonInfo probe_python(const Env& env, const std::string& python, int timeout_m
     if (j.contains("device_count") && j["device_count"].is_number_integer()) {
       info.device_count = j["device_count"].get<int>();
     }
+    if (j.contains("cuda_runtime") && j["cuda_runtime"].is_string()) {
+      info.cuda_runtime = j["cuda_runtime"].get<std::string>();
+    }
+    if (j.contains("nccl") && j["nccl"].is_string())
+      info.nccl_version = j["nccl"].get<std::string>();
     if (j.contains("error") && j["error"].is_string()) info.error = j["error"].get<std::string>();
     return info;
   }

@@ -11,7 +11,7 @@ using testing::run_ferry;
 TEST(AdviseBucketCli, FaqShapePrintsBucketAndOverrideLine) {
   auto r = run_ferry({"advise-bucket", "--shape", "151936x4096", "--dtype", "float32"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
-  EXPECT_NE(r.out.find("4096 MB"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("4096 MiB"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("actor_rollout_ref.rollout.checkpoint_engine.update_weights_bucket_megabytes=4096"),
             std::string::npos);
   EXPECT_NE(r.out.find("ferry's own engine needs no such setting"), std::string::npos);

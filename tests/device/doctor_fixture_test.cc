@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <filesystem>
 #include <map>
 #include <nlohmann/json.hpp>
 
@@ -14,7 +15,7 @@ namespace {
 const std::string kFixtures = std::string(FERRY_SOURCE_DIR) + "/tests/device/fixtures";
 
 struct Node {
-  std::string root;   // fixtures/roots/<root>
+  std::string root;   // fixtures/roots/<root>, or an absolute path
   std::string bin;    // fixtures/bin/<bin>, the whole PATH ("" = nothing on PATH)
   std::string probe;  // fixtures/probes/<probe>.txt, what the fake python prints
   std::vector<std::string> env;
@@ -30,7 +31,7 @@ struct Outcome {
 Outcome doctor(const Node& node, std::vector<std::string> extra_args = {}) {
   std::vector<std::string> env = {
       "PATH=" + (node.bin.empty() ? kFixtures + "/bin/none" : kFixtures + "/bin/" + node.bin),
-      "FERRY_SYSROOT=" + kFixtures + "/roots/" + node.root};
+      "FERRY_SYSROOT=" + (node.root[0] == '/' ? node.root : kFixtures + "/roots/" + node.root)};
   if (!node.probe.empty())
     env.push_back("FAKE_PROBE=" + kFixtures + "/probes/" + node.probe + ".txt");
   env.insert(env.end(), node.env.begin(), node.env.end());
@@ -250,6 +251,150 @@ TEST(DoctorFixture, DebugEnvOnNvidia) {
   for (const auto& v : j) names.push_back(v["name"]);
   EXPECT_NE(std::find(names.begin(), names.end(), "NCCL_DEBUG"), names.end());
   EXPECT_EQ(std::find(names.begin(), names.end(), "HCCL_DEBUG"), names.end());
+}
+
+// A copy of fixtures/roots/<name> in `dir`, to add or change files in.
+std::string copy_root(const TempDir& dir, const std::string& name) {
+  const std::string root = dir.file("root");
+  std::filesystem::copy(kFixtures + "/roots/" + name, root,
+                        std::filesystem::copy_options::recursive);
+  return root;
+}
+
+TEST(DoctorFixture, RayOverrideFixExportsTheCorrectedMask) {
+  // Issue 15: the mask check said 1,3 and the Ray fix re-exported the broken 3,1.
+  const Outcome o = doctor({"ascend8",
+                            "ascend8",
+                            "",
+                            {"ASCEND_RT_VISIBLE_DEVICES=3,1",
+                             "ASCEND_HOME_PATH=/usr/local/Ascend/ascend-toolkit/latest"}});
+  ASSERT_TRUE(o.json.is_object()) << o.err;
+  EXPECT_EQ(sev(o, "mask.ascend"), "fail");
+  EXPECT_NE(fix_of(o, "mask.ascend").find("export ASCEND_RT_VISIBLE_DEVICES=1,3"),
+            std::string::npos);
+  const std::string fix = fix_of(o, "ray.override.ascend");
+  EXPECT_NE(fix.find("export ASCEND_RT_VISIBLE_DEVICES=1,3\n"), std::string::npos) << fix;
+  EXPECT_EQ(fix.find("3,1"), std::string::npos) << fix;
+}
+
+TEST(DoctorFixture, NoDriverFixNamesTheA2PackageOnA910BNode) {
+  // ascend_nodriver's PCI devices are 0xd802 (910B, Atlas A2).
+  const Outcome o = doctor({"ascend_nodriver", "", "", {}});
+  ASSERT_TRUE(o.json.is_object()) << o.err;
+  const std::string fix = fix_of(o, "ascend.device_nodes");
+  EXPECT_NE(fix.find("Ascend-hdk-910b-npu-driver"), std::string::npos) << fix;
+  EXPECT_EQ(fix.find("Atlas-A3-hdk"), std::string::npos) << fix;  // the A3 package
+}
+
+TEST(DoctorFixture, NoDriverFixNamesTheA3PackageOnAnA3Node) {
+  TempDir dir;
+  const std::string root = copy_root(dir, "ascend_nodriver");
+  for (const auto& d : std::filesystem::directory_iterator(root + "/sys/bus/pci/devices")) {
+    write_bytes(d.path().string() + "/device", "0xd803\n");
+  }
+  const Outcome o = doctor({root, "", "", {}});
+  const std::string fix = fix_of(o, "ascend.device_nodes");
+  EXPECT_NE(fix.find("Atlas-A3-hdk-npu-driver"), std::string::npos) << fix;
+  EXPECT_EQ(fix.find("910b"), std::string::npos) << fix;
+}
+
+TEST(DoctorFixture, NoDriverFixOnAnUnknownChipNamesNoPackage) {
+  TempDir dir;
+  const std::string root = copy_root(dir, "ascend_nodriver");
+  for (const auto& d : std::filesystem::directory_iterator(root + "/sys/bus/pci/devices")) {
+    std::filesystem::remove(d.path() / "device");
+  }
+  const std::string fix = fix_of(doctor({root, "", "", {}}), "ascend.device_nodes");
+  EXPECT_NE(fix.find("lspci -d 19e5:"), std::string::npos) << fix;
+  EXPECT_EQ(fix.find("hdk-npu-driver"), std::string::npos) << fix;
+}
+
+TEST(DoctorFixture, ReportsFerrysOwnVersion) {
+  const CommandResult v = run_ferry({"--version"});  // "ferry 0.1.0\n"
+  ASSERT_EQ(v.out.rfind("ferry ", 0), 0u) << v.out;
+  const std::string version = v.out.substr(6, v.out.find('\n') - 6);
+  ASSERT_FALSE(version.empty()) << v.out;
+  const Outcome o = doctor({"cpu", "", "", {}});
+  EXPECT_EQ(o.json["ferry_version"], version);
+  const CommandResult text = run_ferry({"doctor", "--sysroot", kFixtures + "/roots/cpu"},
+                                       {"PATH=" + kFixtures + "/bin/none"});
+  EXPECT_NE(text.out.find("(ferry " + version + ")"), std::string::npos) << text.out;
+}
+
+TEST(DoctorFixture, CudaRuntimeSupportedByTheDriver) {
+  // Driver 550.54.15 shipped with CUDA 12.4.
+  const Outcome o = doctor({"nvidia4", "nvidia4", "nvidia", {}});
+  EXPECT_EQ(sev(o, "nvidia.cuda_driver"), "ok") << seen_of(o, "nvidia.cuda_driver");
+  EXPECT_TRUE(fix_of(o, "nvidia.cuda_driver").empty());
+}
+
+TEST(DoctorFixture, CudaRuntimeNewerThanTheDriverFails) {
+  const Outcome o = doctor({"nvidia4", "nvidia4", "nvidia_cu130", {}});
+  EXPECT_EQ(sev(o, "nvidia.cuda_driver"), "fail");
+  EXPECT_NE(seen_of(o, "nvidia.cuda_driver").find("CUDA 13.0 needs driver >= 580.65.06"),
+            std::string::npos)
+      << seen_of(o, "nvidia.cuda_driver");
+  EXPECT_NE(fix_of(o, "nvidia.cuda_driver").find("install NVIDIA driver >= 580.65.06"),
+            std::string::npos);
+  EXPECT_EQ(o.exit_code, 1);
+}
+
+TEST(DoctorFixture, CudaMinorVersionCompatibilityWarns) {
+  const Outcome o = doctor({"nvidia4", "nvidia4", "nvidia_cu128", {}});
+  EXPECT_EQ(sev(o, "nvidia.cuda_driver"), "warn");
+  EXPECT_NE(fix_of(o, "nvidia.cuda_driver").find("install NVIDIA driver >= 570.26"),
+            std::string::npos);
+}
+
+TEST(DoctorFixture, NcclVersionFromTorch) {
+  const Outcome o = doctor({"nvidia4", "nvidia4", "nvidia", {}});
+  EXPECT_EQ(sev(o, "nvidia.nccl"), "ok");
+  EXPECT_NE(seen_of(o, "nvidia.nccl").find("NCCL 2.21.5"), std::string::npos);
+}
+
+TEST(DoctorFixture, TorchWithoutNcclWarns) {
+  const Outcome o = doctor({"nvidia4", "nvidia4", "nvidia_no_nccl", {}});
+  EXPECT_EQ(sev(o, "nvidia.nccl"), "warn");
+  EXPECT_NE(fix_of(o, "nvidia.nccl").find("torch.cuda.nccl.version()"), std::string::npos);
+}
+
+TEST(DoctorFixture, InfinibandWithoutPeermemWarns) {
+  TempDir dir;
+  const std::string root = copy_root(dir, "nvidia4");
+  std::filesystem::create_directories(root + "/sys/class/infiniband/mlx5_0");
+  write_bytes(root + "/proc/modules", "nvidia_uvm 1916928 0 - Live 0x0\nnvidia 1 1 - Live 0x0\n");
+  const Outcome o = doctor({root, "nvidia4", "nvidia", {}});
+  EXPECT_EQ(sev(o, "nvidia.gpudirect"), "warn");
+  EXPECT_NE(seen_of(o, "nvidia.gpudirect").find("mlx5_0"), std::string::npos);
+  EXPECT_NE(fix_of(o, "nvidia.gpudirect").find("sudo modprobe nvidia_peermem"), std::string::npos);
+}
+
+TEST(DoctorFixture, InfinibandWithPeermemIsGpuDirect) {
+  TempDir dir;
+  const std::string root = copy_root(dir, "nvidia4");
+  std::filesystem::create_directories(root + "/sys/class/infiniband/mlx5_0");
+  write_bytes(root + "/proc/modules", "nvidia_peermem 16384 0 - Live 0x0\nnvidia 1 1 - Live 0x0\n");
+  const Outcome o = doctor({root, "nvidia4", "nvidia", {}});
+  EXPECT_EQ(sev(o, "nvidia.gpudirect"), "ok");
+  EXPECT_TRUE(fix_of(o, "nvidia.gpudirect").empty());
+}
+
+TEST(DoctorFixture, NoInfinibandIsInfo) {
+  const Outcome o = doctor({"nvidia4", "nvidia4", "nvidia", {}});
+  EXPECT_EQ(sev(o, "nvidia.gpudirect"), "info");
+  EXPECT_NE(seen_of(o, "nvidia.gpudirect").find("TCP"), std::string::npos);
+}
+
+TEST(DoctorFixture, MigEnabledWarnsWithTheGpu) {
+  const Outcome o = doctor({"nvidia4", "nvidia4", "nvidia", {}});  // MIG on GPU 3
+  EXPECT_EQ(sev(o, "nvidia.mig"), "warn");
+  EXPECT_NE(fix_of(o, "nvidia.mig").find("sudo nvidia-smi -i 3 -mig 0"), std::string::npos);
+}
+
+TEST(DoctorFixture, MigOffIsOk) {
+  const Outcome o = doctor({"nvidia4", "nvidia4", "nvidia", {"FAKE_MIG=0"}});
+  EXPECT_EQ(sev(o, "nvidia.mig"), "ok");
+  EXPECT_TRUE(fix_of(o, "nvidia.mig").empty());
 }
 
 TEST(DoctorRealMachine, ThisMachineIsCpuOnlyAndPasses) {

@@ -2,7 +2,9 @@
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
+#include <regex>
 
+#include "base/file_util.h"
 #include "ferry/device.h"
 #include "support/test_support.h"
 
@@ -68,12 +70,14 @@ TEST(Explain, BucketTooSmallComputesTheSize) {
   const auto& x = e.json[0];
   EXPECT_EQ(x["id"], "verl.bucket_too_small");
   const std::string cause = x["cause"];
-  // 151936 x 4096 x 4 bytes = 2489319424 bytes = 2374.0 MB (the FAQ's 2,483,027,968 /
+  // 151936 x 4096 x 4 bytes = 2489319424 bytes = 2374.0 MiB (the FAQ's 2,483,027,968 /
   // "about 2369 MB" is an arithmetic slip; the advice, 4096, is the same).
   EXPECT_NE(cause.find("2489319424 bytes"), std::string::npos) << cause;
-  EXPECT_NE(cause.find("2374.0 MB"), std::string::npos) << cause;
-  EXPECT_NE(cause.find("2048 MB bucket"), std::string::npos) << cause;
-  EXPECT_NE(cause.find("gives 4096 MB"), std::string::npos) << cause;
+  EXPECT_NE(cause.find("2374.0 MiB"), std::string::npos) << cause;
+  EXPECT_NE(cause.find("2048 MiB bucket"), std::string::npos) << cause;
+  EXPECT_NE(cause.find("gives 4096 MiB"), std::string::npos) << cause;
+  EXPECT_EQ(x["title"],
+            "model.embed_tokens.weight (2374.0 MiB) does not fit verl's 2048 MiB bucket");
   const std::string fix = fixes(x);
   EXPECT_EQ(x["fix"][0],
             "actor_rollout_ref.rollout.checkpoint_engine.update_weights_bucket_megabytes=4096");
@@ -90,7 +94,7 @@ TEST(Explain, BucketAdviceFollowsTheDtypeAndShape) {
   ASSERT_EQ(e.json.size(), 1u);
   EXPECT_EQ(e.json[0]["fix"][0],
             "actor_rollout_ref.rollout.checkpoint_engine.update_weights_bucket_megabytes=8192");
-  EXPECT_NE(e.json[0]["cause"].get<std::string>().find("4096 MB bucket"), std::string::npos);
+  EXPECT_NE(e.json[0]["cause"].get<std::string>().find("4096 MiB bucket"), std::string::npos);
 }
 
 TEST(Explain, BucketMessageWithoutShapeStillGivesTheFullKey) {
@@ -103,6 +107,72 @@ TEST(Explain, BucketMessageWithoutShapeStillGivesTheFullKey) {
       std::string::npos);
   EXPECT_NE(fix.find("ferry advise-bucket"), std::string::npos);
   EXPECT_EQ(e.json[0]["cause"].get<std::string>().find('{'), std::string::npos);
+}
+
+// The README's example: no sizes in the text, so none in the title and no number guessed.
+TEST(Explain, BucketMessageWithoutShapeHasNoUnfilledTitleOrGuessedSize) {
+  const Explained e = explain_json("AssertionError: Weight ... is too large to fit in the bucket");
+  ASSERT_EQ(e.json.size(), 1u) << e.out;
+  const std::string title = e.json[0]["title"];
+  EXPECT_EQ(title.find('{'), std::string::npos) << title;
+  EXPECT_EQ(title.find("MiB"), std::string::npos) << title;
+  const std::string fix = fixes(e.json[0]);
+  EXPECT_EQ(fix.find("=4096"), std::string::npos) << fix;  // no shape, no number
+  EXPECT_NE(fix.find("ferry advise-bucket --shape"), std::string::npos) << fix;
+  EXPECT_NE(e.json[0]["cause"].get<std::string>().find("pass the whole error line"),
+            std::string::npos);
+  // The text form too: no brace reaches the terminal.
+  const CommandResult r =
+      run_ferry({"explain", "AssertionError: Weight ... is too large to fit in the bucket"});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out.find('{'), std::string::npos) << r.out;
+}
+
+// A shape without the bucket size: computed from the shape, against verl's 2048 MiB default.
+TEST(Explain, BucketMessageWithShapeButNoBucketSize) {
+  const Explained e = explain_json(
+      "AssertionError: Weight lm_head.weight(torch.Size([152064, 8192]), torch.bfloat16) is too "
+      "large to fit in the bucket");
+  ASSERT_EQ(e.json.size(), 1u) << e.out;
+  // 152064 x 8192 x 2 bytes = 2376.0 MiB; x 1.2 = 2851 -> 4096.
+  EXPECT_EQ(e.json[0]["title"], "lm_head.weight (2376.0 MiB) does not fit verl's 2048 MiB bucket");
+  EXPECT_EQ(e.json[0]["fix"][0],
+            "actor_rollout_ref.rollout.checkpoint_engine.update_weights_bucket_megabytes=4096");
+}
+
+// Every built-in pattern, fed only the text its filter looks for (so no regex
+// group or computed value is there): nothing printed may hold an unfilled
+// {name} or the <name> marker of a value the pattern should have supplied.
+TEST(Explain, NoPatternPrintsAnUnfilledPlaceholder) {
+  auto text = read_file(std::string(FERRY_SOURCE_DIR) + "/data/device/explain_patterns.json");
+  ASSERT_TRUE(text.ok());
+  const auto doc = nlohmann::json::parse(*text);
+  const std::regex brace(R"(\{[a-z_]+\})");
+  int explained = 0;
+  for (const auto& p : doc["patterns"]) {
+    std::vector<std::string> names = {"bytes",   "tensor_mib",    "advised_mib", "override",
+                                      "shape_x", "element_bytes", "dir"};
+    for (const auto& g : p.value("groups", nlohmann::json::array())) {
+      names.push_back(g.get<std::string>());
+    }
+    for (const auto& c : p.value("contains", nlohmann::json::array())) {
+      const std::string bare = c.get<std::string>();
+      for (const std::string& line : {bare, "Error: " + bare + " ...", "Weight ... " + bare}) {
+        auto found = device::explain(line, "");
+        ASSERT_TRUE(found.ok()) << found.status().to_string();
+        for (const device::Explanation& x : *found) {
+          ++explained;
+          std::string all = x.title + "\n" + x.cause + "\n";
+          for (const std::string& f : x.fix) all += f + "\n";
+          EXPECT_FALSE(std::regex_search(all, brace)) << x.id << " on '" << line << "':\n" << all;
+          for (const std::string& n : names) {
+            EXPECT_EQ(all.find("<" + n + ">"), std::string::npos) << x.id << ": " << all;
+          }
+        }
+      }
+    }
+  }
+  EXPECT_GE(explained, static_cast<int>(doc["patterns"].size()) / 2);  // the loop did run
 }
 
 TEST(Explain, MissingCheckpointMetadataOnEachFile) {
