@@ -47,7 +47,10 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
       }
       break;
     case rp::Kind::kList:
+      same_or_abort(rp::encode_list(), bytes);
+      break;
     case rp::Kind::kDone:
+      same_or_abort(rp::encode_done(), bytes);
       break;
   }
   return 0;

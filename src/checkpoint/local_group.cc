@@ -11,6 +11,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <chrono>
@@ -198,42 +199,97 @@ struct Joined {
   std::string address;
 };
 
-// Rank 0: the next rank that connects and says hello. Connections wait side by side,
-// each with until `deadline` to speak, so a silent one (a same-user process that connects
-// and says nothing) delays nobody; a peer of another user, or one that closes or sends a
-// malformed hello, is dropped with a warning and the wait goes on.
-Result<Joined> accept_hello(int listen_fd, std::vector<ScopedFd>& pending,
+// A connection to rank 0 whose hello has not fully arrived. Its bytes are read as they
+// come, so a peer that sends part of a hello (or nothing) holds up no one else.
+struct PendingHello {
+  ScopedFd fd;
+  std::string who;    // "pid 1234", for warnings
+  std::string bytes;  // the hello frame so far
+};
+
+// A hello holds a rank and two short strings; anything larger is not a rank.
+constexpr std::uint64_t kMaxHelloBytes = 64 * 1024;
+
+std::string describe_peer(int fd) {
+  ucred cred{};
+  socklen_t len = sizeof cred;
+  if (::getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0) return "an unknown process";
+  return "pid " + std::to_string(cred.pid);
+}
+
+// How a pending hello stands after a read: still incomplete, complete, or to be dropped.
+enum class HelloState { kPartial, kComplete, kDrop };
+
+// Reads what `p` has sent without blocking and says where its hello stands; on kDrop,
+// *why says what was wrong.
+HelloState read_hello(PendingHello& p, std::string* why) {
+  while (true) {
+    std::uint64_t want = 8;
+    if (p.bytes.size() >= 8) {
+      std::string_view head(p.bytes);
+      std::uint64_t n = 0;
+      get_u64(head, &n);
+      if (n > kMaxHelloBytes) {
+        *why = "a hello of " + std::to_string(n) + " bytes is over the limit";
+        return HelloState::kDrop;
+      }
+      want = 8 + n;
+    }
+    if (p.bytes.size() >= 8 && p.bytes.size() == want) return HelloState::kComplete;
+    char buf[4096];
+    const std::size_t ask = std::min<std::size_t>(sizeof buf, want - p.bytes.size());
+    const ssize_t n = ::recv(p.fd.get(), buf, ask, MSG_DONTWAIT);
+    const int err = n < 0 ? errno : 0;
+    if (err == EINTR) continue;
+    if (err == EAGAIN || err == EWOULDBLOCK) return HelloState::kPartial;
+    if (n <= 0) {
+      *why = "closed after " + std::to_string(p.bytes.size()) + " bytes of its hello";
+      if (err != 0 && err != ECONNRESET) *why += std::string(" (") + std::strerror(err) + ")";
+      return HelloState::kDrop;
+    }
+    p.bytes.append(buf, static_cast<std::size_t>(n));
+  }
+}
+
+// Rank 0: the next rank that connects and says hello. Connections wait side by side and
+// each hello is read as its bytes arrive, so a silent or half-sent one (a same-user
+// process that connects and stops) delays nobody; a peer of another user, or one that
+// closes or sends a malformed hello, is dropped with a warning and the wait goes on.
+Result<Joined> accept_hello(int listen_fd, std::vector<PendingHello>& pending,
                             Clock::time_point deadline, const std::string& what) {
   while (true) {
     const auto left = std::chrono::duration_cast<milliseconds>(deadline - Clock::now()).count();
     if (left <= 0) {
-      if (!pending.empty()) {
-        log::warn("checkpoint group: {} connection(s) to {} never said hello", pending.size(),
-                  what);
+      for (const PendingHello& p : pending) {
+        log::warn("checkpoint group: {} connected to {} but sent only {} bytes of its hello",
+                  p.who, what, p.bytes.size());
       }
       return timeout_error(what + ": no answer in time");
     }
     std::vector<pollfd> fds{{listen_fd, POLLIN, 0}};
-    for (const ScopedFd& p : pending) fds.push_back({p.get(), POLLIN, 0});
+    for (const PendingHello& p : pending) fds.push_back({p.fd.get(), POLLIN, 0});
     const int n =
         ::poll(fds.data(), fds.size(), static_cast<int>(std::min<long long>(left, 1 << 30)));
     if (n < 0 && errno == EINTR) continue;
     if (n < 0) return errno_status("poll", what, errno);
     for (std::size_t i = fds.size() - 1; i >= 1; --i) {
       if (fds[i].revents == 0) continue;
-      ScopedFd fd = std::move(pending[i - 1]);
+      PendingHello& p = pending[i - 1];
+      std::string why;
+      const HelloState state = read_hello(p, &why);
+      if (state == HelloState::kPartial) continue;
+      PendingHello done = std::move(p);
       pending.erase(pending.begin() + static_cast<std::ptrdiff_t>(i - 1));
-      auto hello = recv_frame(fd.get(), deadline, "hello from a joining rank");
       Joined j;
-      std::string_view in = hello.ok() ? std::string_view(*hello) : std::string_view();
-      if (!hello.ok() || !get_u64(in, &j.rank) || !get_str(in, &j.node) ||
-          !get_str(in, &j.address)) {
-        log::warn("checkpoint group: dropped a connection to {}: {}", what,
-                  hello.ok() ? std::string("malformed hello") : hello.status().message());
-        continue;
+      std::string_view in(done.bytes);
+      std::uint64_t len = 0;
+      if (state == HelloState::kComplete && get_u64(in, &len) && get_u64(in, &j.rank) &&
+          get_str(in, &j.node) && get_str(in, &j.address) && in.empty()) {
+        j.fd = std::move(done.fd);
+        return j;
       }
-      j.fd = std::move(fd);
-      return j;
+      log::warn("checkpoint group: dropped {} connected to {}: {}", done.who, what,
+                state == HelloState::kDrop ? why : std::string("malformed hello"));
     }
     if ((fds[0].revents & POLLIN) == 0) continue;
     ScopedFd fd(::accept4(listen_fd, nullptr, nullptr, SOCK_CLOEXEC));
@@ -245,7 +301,8 @@ Result<Joined> accept_hello(int listen_fd, std::vector<ScopedFd>& pending,
       log::warn("checkpoint group: dropped a connection: {}", s.message());
       continue;
     }
-    pending.push_back(std::move(fd));
+    std::string who = describe_peer(fd.get());
+    pending.push_back({std::move(fd), std::move(who), {}});
   }
 }
 
@@ -304,7 +361,7 @@ class LocalGroup final : public GroupBase {
       auto root = listen_on(opts_.root_address);
       if (!root.ok()) return root.status().with_context("rank 0 listening for the group");
       peers_.resize(opts_.size);
-      std::vector<ScopedFd> pending;
+      std::vector<PendingHello> pending;
       for (int joined = 1; joined < opts_.size; ++joined) {
         auto j = accept_hello(root->get(), pending, deadline,
                               "rank 0 waiting for " + std::to_string(opts_.size - joined) +
@@ -319,6 +376,11 @@ class LocalGroup final : public GroupBase {
         nodes_[r] = j->node;
         addresses_[r] = j->address;
         peers_[r] = std::move(j->fd);
+      }
+      for (const PendingHello& p : pending) {
+        log::warn("checkpoint group: dropped {}: it sent {} bytes of a hello and the group is "
+                  "complete",
+                  p.who, p.bytes.size());
       }
       std::string table;
       for (int r = 0; r < opts_.size; ++r) {

@@ -140,7 +140,13 @@ Result<Kind> decode_kind(std::span<const std::byte> m, const std::string& peer) 
       kind > static_cast<std::uint8_t>(Kind::kDone)) {
     return corruption(fmt::format("replicate: {} sent unknown message kind {}", peer, kind));
   }
-  return static_cast<Kind>(kind);
+  // LIST and DONE are a header alone; no decoder of their own checks for trailing bytes.
+  const auto k = static_cast<Kind>(kind);
+  if ((k == Kind::kList || k == Kind::kDone) && r.remaining() != 0) {
+    return corruption(fmt::format("replicate: {} sent a {} with {} unexpected bytes after it",
+                                  peer, k == Kind::kList ? "LIST" : "DONE", r.remaining()));
+  }
+  return k;
 }
 
 Result<ReplicaSet> decode_index(std::span<const std::byte> m, const std::string& peer) {

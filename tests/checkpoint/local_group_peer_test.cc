@@ -1,6 +1,7 @@
 // The local group's rank 0 against connections that are not ranks: a process of another
 // user and a same-user process that connects and says nothing (issue #14, item 13). Both
-// are dropped with a warning; the real ranks join and a collective completes.
+// are dropped with a warning; the real ranks join and a collective completes. So are a peer
+// that stops halfway through its hello and one whose hello claims to be huge.
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/socket.h>
@@ -60,6 +61,49 @@ TEST(LocalGroupPeers, SilentAndForeignConnectionsDoNotStopRanksFromJoining) {
     ::kill(intruder, SIGKILL);
     ::waitpid(intruder, nullptr, 0);
   }
+}
+
+// A same-user process that sends the first bytes of a hello and then stops (issue #14,
+// items 12 and 13): rank 0 read hellos one whole frame at a time, so this peer held the
+// join, and every real rank with it, until the group's deadline.
+TEST(LocalGroupPeers, AHalfSentHelloDoesNotStallOtherRanks) {
+  const std::string address = test::unique_address();
+  const auto start = std::chrono::steady_clock::now();
+  Status rank0;
+  std::thread r0([&] { rank0 = join_and_gather(address, 0); });
+  ScopedFd half(connect_abstract(address));
+  ASSERT_TRUE(half.valid());
+  // A frame length of 40 bytes, then 4 of them.
+  const unsigned char partial[12] = {40, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0};
+  ASSERT_EQ(::send(half.get(), partial, sizeof partial, MSG_NOSIGNAL),
+            static_cast<ssize_t>(sizeof partial));
+  std::this_thread::sleep_for(milliseconds(200));  // rank 0 has started on it
+  Status rank1 = join_and_gather(address, 1);
+  r0.join();
+  const auto took = std::chrono::steady_clock::now() - start;
+  EXPECT_TRUE(rank0.ok()) << rank0.to_string();
+  EXPECT_TRUE(rank1.ok()) << rank1.to_string();
+  // The group's deadline is 10 s; the join and collective take milliseconds.
+  EXPECT_LT(took, std::chrono::seconds(5));
+}
+
+// A hello that claims to be larger than any rank's is dropped at once, not waited for.
+TEST(LocalGroupPeers, AnOversizedHelloDoesNotStallOtherRanks) {
+  const std::string address = test::unique_address();
+  const auto start = std::chrono::steady_clock::now();
+  Status rank0;
+  std::thread r0([&] { rank0 = join_and_gather(address, 0); });
+  ScopedFd big(connect_abstract(address));
+  ASSERT_TRUE(big.valid());
+  const unsigned char length[8] = {0, 0, 16, 0, 0, 0, 0, 0};  // 1 MiB
+  ASSERT_EQ(::send(big.get(), length, sizeof length, MSG_NOSIGNAL),
+            static_cast<ssize_t>(sizeof length));
+  std::this_thread::sleep_for(milliseconds(200));
+  Status rank1 = join_and_gather(address, 1);
+  r0.join();
+  EXPECT_TRUE(rank0.ok()) << rank0.to_string();
+  EXPECT_TRUE(rank1.ok()) << rank1.to_string();
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5));
 }
 
 TEST(LocalGroupPeers, TakenRootAddressSaysWhoHoldsIt) {
