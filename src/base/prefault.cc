@@ -20,4 +20,16 @@ void prefault_writable(void* p, std::size_t bytes) {
   for (std::size_t off = 0; off < bytes; off += page) b[off] = b[off];
 }
 
+void prefault_readable(const void* p, std::size_t bytes) {
+  if (p == nullptr || bytes == 0) return;
+#ifdef MADV_POPULATE_READ
+  (void)::madvise(const_cast<void*>(p), bytes, MADV_POPULATE_READ);
+#endif
+  const auto page = static_cast<std::size_t>(::sysconf(_SC_PAGESIZE));
+  const auto* b = static_cast<const volatile unsigned char*>(p);
+  unsigned char sink = 0;
+  for (std::size_t off = 0; off < bytes; off += page) sink ^= b[off];
+  (void)sink;
+}
+
 }  // namespace ferry

@@ -31,6 +31,17 @@ TEST(PrefaultTest, EveryPageOfAFreshMappingIsResidentAfterward) {
   ::munmap(p, bytes);
 }
 
+TEST(PrefaultTest, EveryPageOfAReadOnlyMappingIsResidentAfterward) {
+  const auto page = static_cast<std::size_t>(::sysconf(_SC_PAGESIZE));
+  const std::size_t bytes = 64 * page;
+  void* p = ::mmap(nullptr, bytes, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  ASSERT_NE(p, MAP_FAILED);
+  ASSERT_EQ(resident_pages(p, bytes), 0u);
+  prefault_readable(p, bytes);  // must not store: a store here would be SIGSEGV
+  EXPECT_EQ(resident_pages(p, bytes), 64u);
+  ::munmap(p, bytes);
+}
+
 // The stores that back each page must not clobber what the memory already holds.
 TEST(PrefaultTest, KeepsTheBytesAlreadyThere) {
   const auto page = static_cast<std::size_t>(::sysconf(_SC_PAGESIZE));
@@ -44,6 +55,7 @@ TEST(PrefaultTest, KeepsTheBytesAlreadyThere) {
 
 TEST(PrefaultTest, AnEmptyRangeIsANoOp) {
   prefault_writable(nullptr, 0);
+  prefault_readable(nullptr, 0);
   unsigned char b = 42;
   prefault_writable(&b, 0);
   EXPECT_EQ(b, 42);
