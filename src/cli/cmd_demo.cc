@@ -76,8 +76,8 @@ int run_demo(const DemoArgs& a) {
     // Said apart from the rounds: backing the memory moved out of round 1 into here.
     std::printf("setup  %.3f s (fork receivers, back source, ring and destinations, join)\n",
                 seconds);
-    std::printf("%-6s %-8s %-8s %-9s %-8s %-8s\n", "round", "tensors", "buckets", "GB",
-                "seconds", "GB/s");
+    std::printf("%-6s %-8s %-8s %-9s %-8s %-8s\n", "round", "tensors", "buckets", "GB", "seconds",
+                "GB/s");
     std::fflush(stdout);
   };
   // Each round is printed as it ends; the receivers' verdict comes when they exit.
@@ -116,9 +116,9 @@ int run_demo(const DemoArgs& a) {
     }
   }
   // The first update is the one a user judges: how it compares with a steady-state round.
-  const double first_over_second =
-      rounds->size() >= 2 && (*rounds)[1].seconds > 0 ? (*rounds)[0].seconds / (*rounds)[1].seconds
-                                                     : 0.0;
+  const double first_over_second = rounds->size() >= 2 && (*rounds)[1].seconds > 0
+                                       ? (*rounds)[0].seconds / (*rounds)[1].seconds
+                                       : 0.0;
   if (a.json) {
     nlohmann::ordered_json out{{"setup_seconds", setup_seconds}, {"rounds", j}};
     if (rounds->size() >= 2) out["round1_over_round2"] = first_over_second;

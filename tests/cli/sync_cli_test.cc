@@ -28,8 +28,8 @@ TEST(SyncCli, DemoStreamsATensorLargerThanTheBucketVerified) {
 // Backing memory moved out of round 1 into setup: the demo must say what setup took,
 // apart from the rounds, and give round 1 against round 2 (issue 15 item 5).
 TEST(SyncCli, DemoReportsSetupApartFromTheRoundsAndRound1AgainstRound2) {
-  const std::vector<std::string> small = {"demo", "--vocab", "1024", "--hidden", "256",
-                                          "--bucket-mb", "1"};
+  const std::vector<std::string> small = {"demo", "--vocab",     "1024", "--hidden",
+                                          "256",  "--bucket-mb", "1"};
   auto args = small;
   args.push_back("--json");
   auto r = run_ferry(args);
