@@ -6,17 +6,9 @@
 
 #include <cerrno>
 
-namespace ferry::sync {
+#include "base/prefault.h"
 
-void populate(void* p, std::uint64_t bytes) {
-#ifdef MADV_POPULATE_WRITE
-  // Linux 5.14+: the kernel faults every page in writable, faster than touching them.
-  if (::madvise(p, bytes, MADV_POPULATE_WRITE) == 0) return;
-#endif
-  const long page = ::sysconf(_SC_PAGESIZE);
-  auto* b = static_cast<volatile unsigned char*>(p);
-  for (std::uint64_t off = 0; off < bytes; off += static_cast<std::uint64_t>(page)) b[off] = 0;
-}
+namespace ferry::sync {
 
 Result<MappedRegion> map_anonymous(std::uint64_t bytes, bool dont_fork, bool prefault) {
   if (bytes == 0) return MappedRegion();
@@ -24,7 +16,7 @@ Result<MappedRegion> map_anonymous(std::uint64_t bytes, bool dont_fork, bool pre
   if (p == MAP_FAILED) return errno_status("mmap", fmt::format("{} bytes", bytes), errno);
   MappedRegion r(p, bytes);
   if (dont_fork) (void)::madvise(p, bytes, MADV_DONTFORK);
-  if (prefault) populate(p, bytes);
+  if (prefault) prefault_writable(p, bytes);
   return r;
 }
 

@@ -12,12 +12,9 @@
 
 namespace ferry::sync {
 
-// Faults every page of [p, p + bytes) in, writable, so a timed copy into it does not
-// pay first-touch page faults (on a fresh 2.5 GB buffer they cost ~10x the copy itself).
-void populate(void* p, std::uint64_t bytes);
-
 // Anonymous private memory. `dont_fork` (MADV_DONTFORK) keeps forked receivers from
-// inheriting it, so their RSS shows only their own memory; `prefault` touches every page now.
+// inheriting it, so their RSS shows only their own memory; `prefault` backs every page now
+// (base/prefault.h), so a timed copy into it does not pay first-touch costs.
 Result<MappedRegion> map_anonymous(std::uint64_t bytes, bool dont_fork, bool prefault);
 
 // Views of `specs` laid out back to back from `base`. REQUIRES: base holds their bytes.

@@ -34,9 +34,12 @@ struct DemoRound {
   std::vector<bool> receiver_ok;  // every tensor's hash matched the sender's
 };
 
-// Runs the demo. `on_round` (may be empty) is called as each round ends, before the
-// receivers' hashes are known (receiver_ok empty); the result has them filled in.
+// Runs the demo. `on_ready` (may be empty) is called once every receiver has joined, with
+// the seconds setup took (forking, backing the source, ring and destinations, joining):
+// work no round is timed for. `on_round` (may be empty) is called as each round ends,
+// before the receivers' hashes are known (receiver_ok empty); the result has them filled in.
 Result<std::vector<DemoRound>> run_sync_demo(const DemoConfig& config,
+                                             const std::function<void(double)>& on_ready,
                                              const std::function<void(const DemoRound&)>& on_round);
 
 }  // namespace ferry::sync

@@ -2,6 +2,8 @@
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
 
 #include "support/test_support.h"
 
@@ -21,6 +23,32 @@ TEST(SyncCli, DemoStreamsATensorLargerThanTheBucketVerified) {
     EXPECT_EQ(round["receivers_verified"].get<int>(), 2);
     EXPECT_GT(round["buckets"].get<int>(), 8);
   }
+}
+
+// Backing memory moved out of round 1 into setup: the demo must say what setup took,
+// apart from the rounds, and give round 1 against round 2 (issue 15 item 5).
+TEST(SyncCli, DemoReportsSetupApartFromTheRoundsAndRound1AgainstRound2) {
+  const std::vector<std::string> small = {"demo", "--vocab",     "1024", "--hidden",
+                                          "256",  "--bucket-mb", "1"};
+  auto args = small;
+  args.push_back("--json");
+  auto r = run_ferry(args);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  auto j = nlohmann::json::parse(r.out);
+  EXPECT_GT(j["setup_seconds"].get<double>(), 0.0);
+  const double first = j["rounds"][0]["seconds"].get<double>();
+  const double second = j["rounds"][1]["seconds"].get<double>();
+  ASSERT_GT(second, 0.0);
+  EXPECT_DOUBLE_EQ(j["round1_over_round2"].get<double>(), first / second);
+
+  auto text = run_ferry(small);
+  ASSERT_EQ(text.exit_code, 0) << text.err;
+  const auto setup = text.out.find("setup ");
+  const auto header = text.out.find("round  tensors");
+  ASSERT_NE(setup, std::string::npos) << text.out;
+  ASSERT_NE(header, std::string::npos) << text.out;
+  EXPECT_LT(setup, header) << text.out;
+  EXPECT_NE(text.out.find("round 1 took "), std::string::npos) << text.out;
 }
 
 TEST(SyncCli, BadBucketIsAUsageErrorNamingTheFlag) {

@@ -28,7 +28,8 @@ class MemfdRing {
   // A ring of `slots` x `slot_bytes`, writable through slot() here only: sealed against
   // resizing and against new writes or writable mappings, and pre-faulted.
   static Result<MemfdRing> create(std::uint32_t slots, std::uint64_t slot_bytes);
-  // Maps a ring received from `peer` read-only, after checking its seals and size.
+  // Maps a ring received from `peer` read-only, after checking its seals and size, and
+  // loads once from each page so round 1 does not fault them in (base/prefault.h).
   static Result<MemfdRing> map_readonly(ScopedFd fd, std::uint32_t slots, std::uint64_t slot_bytes,
                                         const std::string& peer);
 
