@@ -53,7 +53,8 @@ class Pair {
  public:
   explicit Pair(std::function<Status(Channel&)> body) {
     ctx_ = *Context::create();
-    listener_ = std::make_unique<Listener>(*Listener::bind(ctx_, "127.0.0.1:0", token()));
+    auto listener = Listener::bind(ctx_, "127.0.0.1:0", token());
+    listener_ = std::make_unique<Listener>(std::move(*listener));
     thread_ = std::thread([this, body = std::move(body)] {
       auto ctx = Context::create();
       if (!ctx.ok()) {

@@ -19,7 +19,8 @@ namespace {
 using Clock = std::chrono::steady_clock;
 using std::chrono::milliseconds;
 
-// A frame: u32 length, then that many bytes: AES-256-GCM of (kind, payload), then its tag.
+// A frame: u32 length, then that many bytes: AES-256-GCM of (payload, kind), then its tag.
+// The kind byte is last so that the payload is decrypted straight into its own buffer.
 // The length is the GCM's additional data; the nonce is the count of frames before it in
 // that direction, never sent (docs/transport-net.md).
 constexpr std::size_t kFrameHeaderBytes = 4;
@@ -115,6 +116,23 @@ struct Endpoint {
   std::size_t announcements = 0;
   WireProtect bulk_protect = WireProtect::kNone;
   WireProtect bulk_minimum = WireProtect::kNone;
+  // kEncrypt's ciphertext buffers, kept for the next sends: a fresh one per bucket costs
+  // more in page faults than the encryption itself.
+  std::vector<std::vector<std::byte>> staging_pool;
+  static constexpr std::size_t kMaxPooledStaging = 8;
+
+  std::vector<std::byte> take_staging(std::size_t bytes) {
+    std::vector<std::byte> b;
+    if (!staging_pool.empty()) {
+      b = std::move(staging_pool.back());
+      staging_pool.pop_back();
+    }
+    if (b.size() < bytes) b.resize(bytes);
+    return b;
+  }
+  void give_back_staging(std::vector<std::byte> b) {
+    if (!b.empty() && staging_pool.size() < kMaxPooledStaging) staging_pool.push_back(std::move(b));
+  }
   std::uint32_t local_bulk = 0;   // bulk messages to us carry this id
   std::uint32_t remote_bulk = 0;  // ... and ours to the peer carry its id
   std::string transports = "unknown";
@@ -182,11 +200,13 @@ struct Endpoint {
     }
   }
 
-  // Opens every whole frame that arrived, in order: messages join `ready`, announcements
-  // `announced`; a FIN or a frame that fails authentication fails the channel.
-  void pump() {
+  // Opens the whole frames that arrived, in order: messages join `ready`, announcements
+  // `announced`; a FIN or a frame that fails authentication fails the channel. Stops at the
+  // first message unless `all` (a bulk receive looking for its announcement), so that a
+  // FIN behind a message is seen when the message has been taken, as it was sent.
+  void pump(bool all) {
     pull();
-    while (!failed) {
+    while (!failed && (all || ready.empty())) {
       const std::size_t have = inbox.size() - inbox_start;
       if (have < kFrameHeaderBytes) return;
       std::byte* frame = inbox.data() + inbox_start;
@@ -204,17 +224,18 @@ struct Endpoint {
       if (control_tamper()) control_tamper()(body);
       Tag tag{};
       std::memcpy(tag.data(), body.data() + length - kTagBytes, kTagBytes);
-      const auto sealed = body.first(length - kTagBytes);
+      std::vector<std::byte> payload(length - kTagBytes);
       if (!aead_open(keys.control_receive, frames_received++,
-                     std::span<const std::byte>(frame, kFrameHeaderBytes), sealed, sealed, tag)) {
+                     std::span<const std::byte>(frame, kFrameHeaderBytes),
+                     body.first(length - kTagBytes), payload, tag)) {
         fail(corruption(fmt::format(
             "a message from {} failed authentication: it was tampered with on the way, "
             "replayed, reordered or dropped, or is not from the peer",
             peer)));
         return;
       }
-      const auto kind = static_cast<FrameKind>(sealed[0]);
-      std::vector<std::byte> payload(sealed.begin() + 1, sealed.end());
+      const auto kind = static_cast<FrameKind>(payload.back());
+      payload.pop_back();
       inbox_start += kFrameHeaderBytes + length;
       if (inbox_start == inbox.size()) {
         inbox.clear();
@@ -269,7 +290,7 @@ struct Endpoint {
 
   // The sender's announcement of bulk message `key`, if it has arrived.
   std::optional<Announcement> take_announcement(std::uint32_t key) {
-    pump();
+    pump(/*all=*/true);
     auto it = announced.find(key);
     if (it == announced.end()) return std::nullopt;
     Announcement a = it->second.front();
@@ -316,10 +337,10 @@ struct Endpoint {
     for (std::size_t i = 0; i < kFrameHeaderBytes; ++i) {
       ps.frame[i] = static_cast<std::byte>(length >> (8 * i));
     }
-    ps.frame[kFrameHeaderBytes] = static_cast<std::byte>(kind);
     if (!payload.empty()) {
-      std::memcpy(ps.frame.data() + kFrameHeaderBytes + 1, payload.data(), payload.size());
+      std::memcpy(ps.frame.data() + kFrameHeaderBytes, payload.data(), payload.size());
     }
+    ps.frame[kFrameHeaderBytes + payload.size()] = static_cast<std::byte>(kind);
     const std::span<std::byte> plain(ps.frame.data() + kFrameHeaderBytes, 1 + payload.size());
     Tag tag{};
     Status s = aead_seal(keys.control_send, frames_sent++,
@@ -343,7 +364,7 @@ struct Endpoint {
   // The next whole message, if one has arrived. Messages come before the error of a peer
   // that died after sending them.
   Result<std::optional<std::vector<std::byte>>> take(std::size_t /*max_bytes*/) {
-    pump();
+    pump(/*all=*/false);
     if (!ready.empty()) {
       std::vector<std::byte> out = std::move(ready.front());
       ready.pop_front();
@@ -366,11 +387,11 @@ struct Endpoint {
   }
 
   Status send(std::span<const std::byte> message, const Deadline& deadline) {
-    if (failed) return error;
     if (message.size() > max_message_bytes()) {
       return invalid_argument(fmt::format("a message of {} bytes for {} exceeds the limit of {}",
                                           message.size(), peer, max_message_bytes()));
     }
+    if (failed) return error;
     reap();
     auto posted = post(FrameKind::kMessage, message);
     if (!posted.ok()) return posted.status();
@@ -606,7 +627,7 @@ bool Transfer::done() {
 
 void Transfer::finish(ucs_status_t st, std::size_t length) {
   finished_ = true;
-  staging_ = {};
+  endpoint_->give_back_staging(std::move(staging_));
   const char* dir = receive_ ? "from" : "to";
   if (st == UCS_OK) {
     bytes_ = length;
@@ -680,10 +701,11 @@ Result<Transfer> Channel::send_bulk(std::uint32_t key, std::span<const std::byte
     if (!s.ok()) return s;
   } else if (e.bulk_protect == WireProtect::kEncrypt) {
     // Never in place: `data` is the ring, which local receivers read too.
-    t.staging_.resize(data.size());
-    Status s = aead_seal(e.keys.bulk_send, counter, {}, data, t.staging_, &tag);
+    t.staging_ = e.take_staging(data.size());
+    const std::span<std::byte> cipher(t.staging_.data(), data.size());
+    Status s = aead_seal(e.keys.bulk_send, counter, {}, data, cipher, &tag);
     if (!s.ok()) return s;
-    out = t.staging_;
+    out = cipher;
   }
   std::vector<std::byte> announcement;
   announcement.reserve(kAnnounceBytes);
@@ -704,7 +726,7 @@ Result<Transfer> Channel::send_bulk(std::uint32_t key, std::span<const std::byte
   if (r == nullptr) {
     t.finished_ = true;
     t.bytes_ = data.size();
-    t.staging_ = {};
+    e.give_back_staging(std::move(t.staging_));
     return t;
   }
   if (UCS_PTR_IS_ERR(r)) {
