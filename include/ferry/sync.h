@@ -65,8 +65,11 @@ struct SyncOptions {
   // this way; a Receiver or Relay takes it as the least it accepts from its sender, and
   // fails the first bucket of a weaker session (kFailedPrecondition). kMac authenticates
   // every bucket (a tampered byte is kCorruption naming the peer and bucket), kEncrypt
-  // also hides it; docs/benchmarks.md has their cost. shm peers are unaffected.
-  WireProtect wire_protect = WireProtect::kMac;
+  // also hides it. Default kNone: both cost a pass of AES-GCM over every byte at each end,
+  // measured at 30% and 45% of a loopback round (docs/benchmarks.md); choose kMac on a
+  // network you do not trust, and set it on receivers too so that they insist on it.
+  // shm peers are unaffected.
+  WireProtect wire_protect = WireProtect::kNone;
   // Called about every 100 ms while a Sender or Receiver waits for a peer (to
   // join, to answer, for the next round). A non-OK status ends the wait with it, as any
   // error does: the peers are told and the session breaks. The Python module checks for

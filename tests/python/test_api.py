@@ -227,7 +227,7 @@ def test_ctrl_c_ends_a_blocking_wait_at_once():
 
 
 def test_sync_options_wire_protect_names_a_mode_and_refuses_others():
-    assert ferry.SyncOptions().wire_protect == "mac"
+    assert ferry.SyncOptions().wire_protect == "none"
     opts = ferry.SyncOptions(wire_protect="encrypt")
     assert opts.wire_protect == "encrypt"
     opts.wire_protect = "none"
