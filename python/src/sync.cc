@@ -354,7 +354,9 @@ void bind_sync(py::module_& m) {
       .def_property(
           "wire_protect",
           [](const SyncOptions& o) { return std::string(wire_protect_name(o.wire_protect)); },
-          [](SyncOptions& o, const std::string& s) { o.wire_protect = check(parse_wire_protect(s)); })
+          [](SyncOptions& o, const std::string& s) {
+            o.wire_protect = check(parse_wire_protect(s));
+          })
       .def("__repr__", [](const SyncOptions& o) {
         return fmt::format(
             "SyncOptions(bucket_bytes={}, slots={}, timeout={}, idle_timeout={}, checksums={}, "

@@ -118,9 +118,9 @@ int run_bench_sync_net(BenchArgs& a) {
         "UCX_TLS=%s; U = ucx_perftest -t tag_bw at the bucket size on %s\n",
         c.preset.c_str(), a.dtypes[0].c_str(), c.host.c_str(), c.receivers_per_node,
         tls != nullptr ? tls : "(unset)", c.host.c_str());
-    std::printf("%-9s %-5s %-8s %-7s %-8s %-9s %-10s %-8s %-6s %-7s %-9s %-12s %s\n",
-                "bucket_mb", "nodes", "protect", "GB", "seconds", "GB/s/node", "ratio_none",
-                "U_GB/s", "U_mode", "ratio_U", "t(N)/t(1)", "setup_ms_max", "relay_rss_MB");
+    std::printf("%-9s %-5s %-8s %-7s %-8s %-9s %-10s %-8s %-6s %-7s %-9s %-12s %s\n", "bucket_mb",
+                "nodes", "protect", "GB", "seconds", "GB/s/node", "ratio_none", "U_GB/s", "U_mode",
+                "ratio_U", "t(N)/t(1)", "setup_ms_max", "relay_rss_MB");
     std::fflush(stdout);
   }
   auto results = sync::run_net_sync_bench(c, [&](const sync::NetBenchResult& r) {
@@ -129,9 +129,9 @@ int run_bench_sync_net(BenchArgs& a) {
         "%-9llu %-5u %-8s %-7.3f %-8.4f %-9.3f %-10.2f %-8.3f %-6s %-7.2f %-9.2f %-12.1f %.0f\n",
         static_cast<unsigned long long>(r.bucket_mb), r.nodes,
         std::string(wire_protect_name(r.wire_protect)).c_str(), r.bytes / 1e9, r.seconds,
-        r.gbps_per_node, r.ratio_to_none, r.perftest_gbps, r.perftest_mode.c_str(), r.ratio_to_perftest,
-                r.round_time_ratio_to_one_node, r.setup_ms_max,
-                r.relay_peak_rss_bytes / 1048576.0);
+        r.gbps_per_node, r.ratio_to_none, r.perftest_gbps, r.perftest_mode.c_str(),
+        r.ratio_to_perftest, r.round_time_ratio_to_one_node, r.setup_ms_max,
+        r.relay_peak_rss_bytes / 1048576.0);
     std::fflush(stdout);
   });
   if (!results.ok()) return report_error(results.status());

@@ -1,7 +1,7 @@
 #include "sync/sync_bench.h"
 
-#include <fmt/format.h>
 #include <fcntl.h>
+#include <fmt/format.h>
 #include <signal.h>
 #include <sys/mman.h>
 #include <unistd.h>
@@ -12,9 +12,9 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <map>
 #include <sstream>
 #include <thread>
-#include <map>
 #include <unordered_map>
 
 #include "base/file_util.h"

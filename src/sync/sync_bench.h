@@ -2,8 +2,8 @@
 // receiver destination memory, against this machine's own memcpy bandwidth.
 #pragma once
 
-#include <cstdint>
 #include <chrono>
+#include <cstdint>
 #include <functional>
 #include <string>
 #include <vector>

@@ -108,8 +108,8 @@ TEST(SessionKeys, DifferPerSessionDirectionAndPurposeAndMatchAcrossEnds) {
   // Another session (either nonce) or another token: other keys.
   auto other_listener_nonce = derive_session_keys(t, nonce(1), nonce(3), true);
   auto other_connector_nonce = derive_session_keys(t, nonce(4), nonce(2), true);
-  auto other_token = derive_session_keys(token("another-secret-0123456789abcdefgh"), nonce(1),
-                                         nonce(2), true);
+  auto other_token =
+      derive_session_keys(token("another-secret-0123456789abcdefgh"), nonce(1), nonce(2), true);
   for (const auto* o : {&other_listener_nonce, &other_connector_nonce, &other_token}) {
     ASSERT_TRUE(o->ok());
     EXPECT_NE((*o)->control_send, c->control_send);
@@ -220,8 +220,8 @@ TEST(Seal, OpensOnlyUnderItsKeyCounterAndAdditionalData) {
   std::vector<std::byte> out(plain.size());
   EXPECT_TRUE(aead_open(keys->control_send, 1, aad, sealed, out, tag));
   EXPECT_EQ(out, plain);
-  EXPECT_FALSE(aead_open(keys->control_send, 0, aad, sealed, out, tag));  // reordered
-  EXPECT_FALSE(aead_open(keys->control_send, 2, aad, sealed, out, tag));  // one dropped before
+  EXPECT_FALSE(aead_open(keys->control_send, 0, aad, sealed, out, tag));     // reordered
+  EXPECT_FALSE(aead_open(keys->control_send, 2, aad, sealed, out, tag));     // one dropped before
   EXPECT_FALSE(aead_open(keys->control_receive, 1, aad, sealed, out, tag));  // reflected
   auto other_aad = aad;
   other_aad[0] ^= std::byte{1};

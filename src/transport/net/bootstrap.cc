@@ -522,8 +522,8 @@ Result<Channel> connect(std::shared_ptr<Context> context, const std::string& add
     auto keys = derive_session_keys(*token, hello.nonce, challenge->nonce, /*is_connector=*/true);
     if (!keys.ok()) return give_up(keys.status());
     local_bulk = 0;  // open_channel owns it now
-    auto ch = open_channel(context, std::move(*worker), std::move(*fd), peer, remote->worker,
-                           local, verdict->bulk_id, *keys);
+    auto ch = open_channel(context, std::move(*worker), std::move(*fd), peer, remote->worker, local,
+                           verdict->bulk_id, *keys);
     if (!ch.ok()) return ch.status();
     while (true) {  // until UCX has wired the endpoint up (the listener waits likewise)
       context->progress();

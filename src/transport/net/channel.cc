@@ -228,10 +228,10 @@ struct Endpoint {
       if (!aead_open(keys.control_receive, frames_received++,
                      std::span<const std::byte>(frame, kFrameHeaderBytes),
                      body.first(length - kTagBytes), payload, tag)) {
-        fail(corruption(fmt::format(
-            "a message from {} failed authentication: it was tampered with on the way, "
-            "replayed, reordered or dropped, or is not from the peer",
-            peer)));
+        fail(corruption(
+            fmt::format("a message from {} failed authentication: it was tampered with on the way, "
+                        "replayed, reordered or dropped, or is not from the peer",
+                        peer)));
         return;
       }
       const auto kind = static_cast<FrameKind>(payload.back());
@@ -258,8 +258,8 @@ struct Endpoint {
           announce(payload);
           break;
         default:
-          fail(corruption(fmt::format("{} sent a frame of unknown kind {}", peer,
-                                      static_cast<int>(kind))));
+          fail(corruption(
+              fmt::format("{} sent a frame of unknown kind {}", peer, static_cast<int>(kind))));
           return;
       }
     }
@@ -272,7 +272,8 @@ struct Endpoint {
     const std::uint8_t protect = r.u8();
     a.bytes = r.u64();
     const std::string tag = r.bytes(kTagBytes);
-    if (!r.ok() || r.remaining() != 0 || protect > static_cast<std::uint8_t>(WireProtect::kEncrypt)) {
+    if (!r.ok() || r.remaining() != 0 ||
+        protect > static_cast<std::uint8_t>(WireProtect::kEncrypt)) {
       fail(corruption(fmt::format("{} sent a malformed bulk announcement", peer)));
       return;
     }

@@ -73,7 +73,7 @@ class Transfer {
   std::uint32_t key_ = 0;
   std::size_t expected_ = 0;
   std::size_t bytes_ = 0;
-  std::byte* into_ = nullptr;        // a receive's buffer (decrypted in place)
+  std::byte* into_ = nullptr;       // a receive's buffer (decrypted in place)
   std::vector<std::byte> staging_;  // an encrypted send's ciphertext, until UCX is done
   Status status_;
 };

@@ -55,7 +55,8 @@ const EVP_CIPHER* aes_gcm() {
 
 std::array<unsigned char, 12> gcm_nonce(std::uint64_t counter) {
   std::array<unsigned char, 12> iv{};
-  for (int i = 0; i < 8; ++i) iv[static_cast<std::size_t>(i)] = static_cast<unsigned char>(counter >> (8 * i));
+  for (int i = 0; i < 8; ++i)
+    iv[static_cast<std::size_t>(i)] = static_cast<unsigned char>(counter >> (8 * i));
   return iv;
 }
 
@@ -69,8 +70,8 @@ bool update_all(EVP_CIPHER_CTX* ctx, Update update, std::span<const std::byte> i
   for (std::size_t at = 0; at < in.size(); at += kChunk) {
     const int n = static_cast<int>(std::min(kChunk, in.size() - at));
     int written = 0;
-    if (update(ctx, out.empty() ? nullptr : uc(out.data() + at), &written, uc(in.data() + at),
-               n) != 1) {
+    if (update(ctx, out.empty() ? nullptr : uc(out.data() + at), &written, uc(in.data() + at), n) !=
+        1) {
       return false;
     }
   }
@@ -102,8 +103,8 @@ Result<SessionKeys> derive_session_keys(const Token& token, const Nonce& connect
   const auto secret = token.bytes();
   OSSL_PARAM params[] = {
       OSSL_PARAM_construct_utf8_string(OSSL_KDF_PARAM_DIGEST, digest, 0),
-      OSSL_PARAM_construct_octet_string(OSSL_KDF_PARAM_KEY,
-                                        const_cast<std::byte*>(secret.data()), secret.size()),
+      OSSL_PARAM_construct_octet_string(OSSL_KDF_PARAM_KEY, const_cast<std::byte*>(secret.data()),
+                                        secret.size()),
       OSSL_PARAM_construct_octet_string(OSSL_KDF_PARAM_SALT, salt.data(), salt.size()),
       OSSL_PARAM_construct_octet_string(OSSL_KDF_PARAM_INFO, const_cast<char*>(kInfo),
                                         sizeof kInfo - 1),
