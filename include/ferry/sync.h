@@ -30,6 +30,7 @@
 
 #include "ferry/status.h"
 #include "ferry/tensor.h"
+#include "ferry/wire_protect.h"
 
 namespace ferry::sync {
 
@@ -59,6 +60,16 @@ struct SyncOptions {
   // memory is taken. 16 GiB holds 2 slots of 8 GiB buckets; raise it for larger ones.
   // Receiver only.
   std::uint64_t max_ring_bytes = 16ull << 30;
+  // Net sessions: how the bulk bytes (the tensors) travel; control messages are always
+  // sealed (AES-256-GCM). A Sender (and a Relay towards net peers) protects what it sends
+  // this way; a Receiver or Relay takes it as the least it accepts from its sender, and
+  // fails the first bucket of a weaker session (kFailedPrecondition). kMac authenticates
+  // every bucket (a tampered byte is kCorruption naming the peer and bucket), kEncrypt
+  // also hides it. Default kNone: both cost a pass of AES-GCM over every byte at each end,
+  // measured at 30% and 45% of a loopback round (docs/benchmarks.md); choose kMac on a
+  // network you do not trust, and set it on receivers too so that they insist on it.
+  // shm peers are unaffected.
+  WireProtect wire_protect = WireProtect::kNone;
   // Called about every 100 ms while a Sender or Receiver waits for a peer (to
   // join, to answer, for the next round). A non-OK status ends the wait with it, as any
   // error does: the peers are told and the session breaks. The Python module checks for

@@ -325,8 +325,9 @@ class PyReceiver {
 void bind_sync(py::module_& m) {
   py::class_<SyncOptions>(m, "SyncOptions", "include/ferry/sync.h's SyncOptions; times in seconds.")
       .def(py::init([](std::uint64_t bucket_bytes, std::uint32_t slots, double timeout,
-                       double idle_timeout, bool checksums) {
+                       double idle_timeout, bool checksums, const std::string& wire_protect) {
              SyncOptions o;
+             o.wire_protect = check(parse_wire_protect(wire_protect));
              o.bucket_bytes = bucket_bytes;
              o.slots = slots;
              o.timeout = millis(timeout);
@@ -338,7 +339,8 @@ void bind_sync(py::module_& m) {
            py::arg("slots") = SyncOptions{}.slots,
            py::arg("timeout") = seconds(SyncOptions{}.timeout),
            py::arg("idle_timeout") = seconds(SyncOptions{}.idle_timeout),
-           py::arg("checksums") = SyncOptions{}.checksums)
+           py::arg("checksums") = SyncOptions{}.checksums,
+           py::arg("wire_protect") = std::string(wire_protect_name(SyncOptions{}.wire_protect)))
       .def_readwrite("bucket_bytes", &SyncOptions::bucket_bytes)
       .def_readwrite("slots", &SyncOptions::slots)
       .def_property(
@@ -348,11 +350,19 @@ void bind_sync(py::module_& m) {
           "idle_timeout", [](const SyncOptions& o) { return seconds(o.idle_timeout); },
           [](SyncOptions& o, double s) { o.idle_timeout = millis(s); })
       .def_readwrite("checksums", &SyncOptions::checksums)
+      // "none", "mac" or "encrypt": net sessions' bulk protection (docs/security.md).
+      .def_property(
+          "wire_protect",
+          [](const SyncOptions& o) { return std::string(wire_protect_name(o.wire_protect)); },
+          [](SyncOptions& o, const std::string& s) {
+            o.wire_protect = check(parse_wire_protect(s));
+          })
       .def("__repr__", [](const SyncOptions& o) {
         return fmt::format(
-            "SyncOptions(bucket_bytes={}, slots={}, timeout={}, idle_timeout={}, checksums={})",
+            "SyncOptions(bucket_bytes={}, slots={}, timeout={}, idle_timeout={}, checksums={}, "
+            "wire_protect='{}')",
             o.bucket_bytes, o.slots, seconds(o.timeout), seconds(o.idle_timeout),
-            o.checksums ? "True" : "False");
+            o.checksums ? "True" : "False", wire_protect_name(o.wire_protect));
       });
 
   py::class_<RoundStats>(m, "RoundStats")

@@ -23,6 +23,7 @@ struct BenchArgs {
   std::string listen;   // sender end only
   std::string connect;  // node end only
   std::uint32_t relay_id = 1;
+  std::vector<std::string> wire_protect;  // --net: modes to measure; empty: the default
   CLI::Option* bucket_option = nullptr;  // --net has its own default bucket sizes
 };
 
@@ -30,6 +31,8 @@ nlohmann::ordered_json net_result_json(const sync::NetBenchResult& r) {
   return {{"dtype", std::string(dtype_name(r.dtype))},
           {"bucket_mb", r.bucket_mb},
           {"nodes", r.nodes},
+          {"wire_protect", std::string(wire_protect_name(r.wire_protect))},
+          {"ratio_to_none", r.ratio_to_none},
           {"tensors", r.tensors},
           {"bytes", r.bytes},
           {"seconds", r.seconds},
@@ -54,6 +57,14 @@ int run_bench_sync_net(BenchArgs& a) {
   c.slots = a.config.slots;
   c.rounds = a.config.rounds;
   c.checksums = a.config.checksums;
+  if (!a.wire_protect.empty()) {
+    c.wire_protect.clear();
+    for (const auto& m : a.wire_protect) {
+      auto p = parse_wire_protect(m);
+      if (!p.ok()) return usage_error(invalid_argument("--wire-protect: " + p.status().message()));
+      c.wire_protect.push_back(*p);
+    }
+  }
   if (a.bucket_option != nullptr && a.bucket_option->count() > 0) c.bucket_mb = a.config.bucket_mb;
   if (!a.listen.empty() || !a.connect.empty()) {
     // One end of a run across machines: one bucket size, one node count.
@@ -107,18 +118,20 @@ int run_bench_sync_net(BenchArgs& a) {
         "UCX_TLS=%s; U = ucx_perftest -t tag_bw at the bucket size on %s\n",
         c.preset.c_str(), a.dtypes[0].c_str(), c.host.c_str(), c.receivers_per_node,
         tls != nullptr ? tls : "(unset)", c.host.c_str());
-    std::printf("%-9s %-5s %-7s %-8s %-9s %-8s %-6s %-7s %-9s %-12s %s\n", "bucket_mb", "nodes",
-                "GB", "seconds", "GB/s/node", "U_GB/s", "U_mode", "ratio_U", "t(N)/t(1)",
-                "setup_ms_max", "relay_rss_MB");
+    std::printf("%-9s %-5s %-8s %-7s %-8s %-9s %-10s %-8s %-6s %-7s %-9s %-12s %s\n", "bucket_mb",
+                "nodes", "protect", "GB", "seconds", "GB/s/node", "ratio_none", "U_GB/s", "U_mode",
+                "ratio_U", "t(N)/t(1)", "setup_ms_max", "relay_rss_MB");
     std::fflush(stdout);
   }
   auto results = sync::run_net_sync_bench(c, [&](const sync::NetBenchResult& r) {
     if (a.json) return;
-    std::printf("%-9llu %-5u %-7.3f %-8.4f %-9.3f %-8.3f %-6s %-7.2f %-9.2f %-12.1f %.0f\n",
-                static_cast<unsigned long long>(r.bucket_mb), r.nodes, r.bytes / 1e9, r.seconds,
-                r.gbps_per_node, r.perftest_gbps, r.perftest_mode.c_str(), r.ratio_to_perftest,
-                r.round_time_ratio_to_one_node, r.setup_ms_max,
-                r.relay_peak_rss_bytes / 1048576.0);
+    std::printf(
+        "%-9llu %-5u %-8s %-7.3f %-8.4f %-9.3f %-10.2f %-8.3f %-6s %-7.2f %-9.2f %-12.1f %.0f\n",
+        static_cast<unsigned long long>(r.bucket_mb), r.nodes,
+        std::string(wire_protect_name(r.wire_protect)).c_str(), r.bytes / 1e9, r.seconds,
+        r.gbps_per_node, r.ratio_to_none, r.perftest_gbps, r.perftest_mode.c_str(),
+        r.ratio_to_perftest, r.round_time_ratio_to_one_node, r.setup_ms_max,
+        r.relay_peak_rss_bytes / 1048576.0);
     std::fflush(stdout);
   });
   if (!results.ok()) return report_error(results.status());
@@ -258,6 +271,11 @@ void add_bench_command(CLI::App& app, Dispatch& dispatch) {
   cmd->add_option("--receivers-per-node", args->net_config.receivers_per_node,
                   "--net: local receivers per relay")
       ->capture_default_str()
+      ->needs(net);
+  cmd->add_option("--wire-protect", args->wire_protect,
+                  "--net: bulk protection to measure, each in turn (none,mac,encrypt); "
+                  "default: SyncOptions' default")
+      ->delimiter(',')
       ->needs(net);
   cmd->add_option("--host", args->net_config.host, "--net loopback run: address to listen on")
       ->capture_default_str()

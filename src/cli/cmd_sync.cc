@@ -41,6 +41,7 @@ struct SyncArgs {
   bool no_checksums = false;
   bool json = false;
   std::string token_file;
+  std::string wire_protect = std::string(wire_protect_name(sync::SyncOptions{}.wire_protect));
   std::string local = "ferry-relay";  // relay: the shm address local receivers join
   bool keep_going = false;  // after a failed round, rejoin (or re-accept) and go on
 };
@@ -70,6 +71,9 @@ Status check_args(const SyncArgs& a, const std::string& role, const std::string&
     return invalid_argument("--receivers 0: give 1 or more");
   }
   if (!(a.timeout_s > 0)) return invalid_argument("--timeout must be a positive number of seconds");
+  if (auto p = parse_wire_protect(a.wire_protect); !p.ok()) {
+    return invalid_argument("--wire-protect: " + p.status().message());
+  }
   if (!a.net_address.empty()) {
     if (Status s = check_host_port(net_flag, a.net_address); !s.ok()) return s;
   }
@@ -98,6 +102,7 @@ sync::SyncOptions options_of(const SyncArgs& a) {
       a.idle_timeout_s < 0 ? -1 : static_cast<long long>(a.idle_timeout_s * 1000));
   o.checksums = !a.no_checksums;
   o.token_file = a.token_file;
+  if (auto p = parse_wire_protect(a.wire_protect); p.ok()) o.wire_protect = *p;
   return o;
 }
 
@@ -247,6 +252,10 @@ void add_common(CLI::App* cmd, SyncArgs* a) {
   cmd->add_option("--token-file", a->token_file,
                   "Net sessions: file (mode 0600) with the session secret; default: FERRY_TOKEN "
                   "or FERRY_TOKEN_FILE");
+  cmd->add_option("--wire-protect", a->wire_protect,
+                  "Net sessions: none, mac or encrypt. serve: how the tensors travel (control "
+                  "messages are always encrypted); recv: the least it accepts; relay: both")
+      ->capture_default_str();
   cmd->add_flag("--json", a->json, "Print one JSON object per round");
   cmd->add_flag("--keep-going", a->keep_going,
                 "After a failed round, report it and go on: the sender starts a new session "

@@ -311,6 +311,7 @@ Status Fanout::accept_one() {
       }
       continue;
     }
+    ch->set_bulk_protection(options_.wire_protect, WireProtect::kNone);
     Peer p;
     p.link = Link(std::move(*ch));
     auto got = p.link.receive(options_.timeout);

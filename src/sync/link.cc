@@ -114,6 +114,8 @@ Result<Link> connect_upstream(const std::string& address, const SyncOptions& opt
   *context = std::move(*ctx);
   auto ch = net::connect(*context, address, *token, options.timeout);
   if (!ch.ok()) return ch.status();
+  // The sender chooses how its bulk bytes travel; this end only sets the least it takes.
+  ch->set_bulk_protection(WireProtect::kNone, options.wire_protect);
   return Link(std::move(*ch));
 }
 

@@ -1,7 +1,7 @@
 #include "sync/sync_bench.h"
 
-#include <fmt/format.h>
 #include <fcntl.h>
+#include <fmt/format.h>
 #include <signal.h>
 #include <sys/mman.h>
 #include <unistd.h>
@@ -12,6 +12,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <map>
 #include <sstream>
 #include <thread>
 #include <unordered_map>
@@ -196,6 +197,7 @@ SyncOptions net_options(const NetBenchConfig& c, std::uint64_t bucket_mb) {
   o.slots = c.slots;
   o.checksums = c.checksums;
   o.timeout = c.timeout;
+  if (!c.wire_protect.empty()) o.wire_protect = c.wire_protect[0];
   return o;
 }
 
@@ -336,6 +338,7 @@ Result<NetBenchResult> run_net_bench_sender(
   res.dtype = config.dtype;
   res.bucket_mb = config.bucket_mb[0];
   res.nodes = config.nodes[0];
+  res.wire_protect = net_options(config, config.bucket_mb[0]).wire_protect;
   res.tensors = static_cast<std::uint32_t>(specs->size());
   res.bytes = total;
   res.seconds = median(times);
@@ -360,87 +363,98 @@ Result<std::vector<NetBenchResult>> run_net_sync_bench(
     if (u.gbps <= 0) {
       log::warn("bench: ucx_perftest at {} MiB gave no figure: {}", bucket_mb, u.log);
     }
-    double one_node_seconds = 0;
+    std::vector<WireProtect> modes = config.wire_protect;
+    std::sort(modes.begin(), modes.end());
+    modes.erase(std::unique(modes.begin(), modes.end()), modes.end());
+    if (modes.empty()) modes.push_back(SyncOptions{}.wire_protect);
+    std::map<WireProtect, double> one_node_seconds;
     for (std::uint32_t n : config.nodes) {
-      NetBenchConfig c = config;
-      c.bucket_mb = {bucket_mb};
-      c.nodes = {n};
-      // Each node waits for the sender's address on a pipe, so its Relay::connect time is
-      // connect + authenticate + join, not time spent waiting for the sender to exist.
-      std::vector<int> write_ends;
-      std::vector<int> read_ends;
-      for (std::uint32_t i = 0; i < n; ++i) {
-        int p[2];
-        if (::pipe2(p, O_CLOEXEC) != 0) return errno_status("pipe2", "bench node address", errno);
-        read_ends.push_back(p[0]);
-        write_ends.push_back(p[1]);
-      }
-      std::vector<Child> kids;
-      for (std::uint32_t i = 0; i < n; ++i) {
-        auto kid = fork_child([&, i]() -> std::string {
-          for (int fd : write_ends) ::close(fd);
-          std::string upstream;
-          char ch = 0;
-          while (::read(read_ends[i], &ch, 1) == 1 && ch != '\n') upstream += ch;
-          if (upstream.empty()) return "error the bench sender never started";
-          auto r = run_net_bench_node(c, upstream, i + 1);
-          if (!r.ok()) return "error " + r.status().to_string();
-          return fmt::format("{} {} {}", r->setup_ms, r->relay_peak_rss_bytes,
-                             r->receiver_peak_rss_bytes);
-        });
-        if (!kid.ok()) return kid.status();
-        kids.push_back(*kid);
-      }
-      for (int fd : read_ends) ::close(fd);
-      auto close_writers = [&] {
-        for (int& fd : write_ends) {
-          if (fd >= 0) ::close(fd);
-          fd = -1;
+      double none_gbps = 0;
+      for (WireProtect mode : modes) {
+        NetBenchConfig c = config;
+        c.bucket_mb = {bucket_mb};
+        c.nodes = {n};
+        c.wire_protect = {mode};
+        // Each node waits for the sender's address on a pipe, so its Relay::connect time is
+        // connect + authenticate + join, not time spent waiting for the sender to exist.
+        std::vector<int> write_ends;
+        std::vector<int> read_ends;
+        for (std::uint32_t i = 0; i < n; ++i) {
+          int p[2];
+          if (::pipe2(p, O_CLOEXEC) != 0) return errno_status("pipe2", "bench node address", errno);
+          read_ends.push_back(p[0]);
+          write_ends.push_back(p[1]);
         }
-      };
-      auto res = run_net_bench_sender(c, fmt::format("{}:0", config.host),
-                                      [&](const std::string& address) {
-                                        const std::string line = address + "\n";
-                                        for (int fd : write_ends) {
-                                          (void)write_all(fd, as_bytes(line), "bench node pipe");
-                                        }
-                                        close_writers();
-                                      });
-      close_writers();
-      // Every node's outcome, even when the sender failed: its error often names the cause.
-      Status node_error = ok_status();
-      std::vector<double> setup;
-      NetBenchResult r = res.ok() ? *res : NetBenchResult{};
-      for (std::uint32_t i = 0; i < n; ++i) {
-        if (!res.ok()) ::kill(kids[i].pid, SIGKILL);
-        auto out = finish_child(kids[i]);
-        Status e = out.ok() ? child_error(fmt::format("bench node (relay {})", i + 1), *out)
-                            : out.status();
-        if (!e.ok()) {
-          if (node_error.ok()) node_error = e;
-          continue;
+        std::vector<Child> kids;
+        for (std::uint32_t i = 0; i < n; ++i) {
+          auto kid = fork_child([&, i]() -> std::string {
+            for (int fd : write_ends) ::close(fd);
+            std::string upstream;
+            char ch = 0;
+            while (::read(read_ends[i], &ch, 1) == 1 && ch != '\n') upstream += ch;
+            if (upstream.empty()) return "error the bench sender never started";
+            auto r = run_net_bench_node(c, upstream, i + 1);
+            if (!r.ok()) return "error " + r.status().to_string();
+            return fmt::format("{} {} {}", r->setup_ms, r->relay_peak_rss_bytes,
+                               r->receiver_peak_rss_bytes);
+          });
+          if (!kid.ok()) return kid.status();
+          kids.push_back(*kid);
         }
-        if (!res.ok()) continue;
-        std::istringstream in(*out);
-        double ms = 0;
-        std::uint64_t relay_rss = 0;
-        std::uint64_t rx_rss = 0;
-        in >> ms >> relay_rss >> rx_rss;
-        setup.push_back(ms);
-        r.relay_peak_rss_bytes = std::max(r.relay_peak_rss_bytes, relay_rss);
-        r.receiver_peak_rss_bytes = std::max(r.receiver_peak_rss_bytes, rx_rss);
+        for (int fd : read_ends) ::close(fd);
+        auto close_writers = [&] {
+          for (int& fd : write_ends) {
+            if (fd >= 0) ::close(fd);
+            fd = -1;
+          }
+        };
+        auto res = run_net_bench_sender(c, fmt::format("{}:0", config.host),
+                                        [&](const std::string& address) {
+                                          const std::string line = address + "\n";
+                                          for (int fd : write_ends) {
+                                            (void)write_all(fd, as_bytes(line), "bench node pipe");
+                                          }
+                                          close_writers();
+                                        });
+        close_writers();
+        // Every node's outcome, even when the sender failed: its error often names the cause.
+        Status node_error = ok_status();
+        std::vector<double> setup;
+        NetBenchResult r = res.ok() ? *res : NetBenchResult{};
+        for (std::uint32_t i = 0; i < n; ++i) {
+          if (!res.ok()) ::kill(kids[i].pid, SIGKILL);
+          auto out = finish_child(kids[i]);
+          Status e = out.ok() ? child_error(fmt::format("bench node (relay {})", i + 1), *out)
+                              : out.status();
+          if (!e.ok()) {
+            if (node_error.ok()) node_error = e;
+            continue;
+          }
+          if (!res.ok()) continue;
+          std::istringstream in(*out);
+          double ms = 0;
+          std::uint64_t relay_rss = 0;
+          std::uint64_t rx_rss = 0;
+          in >> ms >> relay_rss >> rx_rss;
+          setup.push_back(ms);
+          r.relay_peak_rss_bytes = std::max(r.relay_peak_rss_bytes, relay_rss);
+          r.receiver_peak_rss_bytes = std::max(r.receiver_peak_rss_bytes, rx_rss);
+        }
+        if (!res.ok()) return res.status();
+        if (!node_error.ok()) return node_error;
+        r.perftest_gbps = u.gbps;
+        r.perftest_mode = u.mode;
+        r.ratio_to_perftest = u.gbps > 0 ? r.gbps_per_node / u.gbps : 0;
+        if (n == 1) one_node_seconds[mode] = r.seconds;
+        r.round_time_ratio_to_one_node =
+            one_node_seconds[mode] > 0 ? r.seconds / one_node_seconds[mode] : 0;
+        if (mode == WireProtect::kNone) none_gbps = r.gbps_per_node;
+        r.ratio_to_none = none_gbps > 0 ? r.gbps_per_node / none_gbps : 0;
+        r.setup_ms_min = *std::min_element(setup.begin(), setup.end());
+        r.setup_ms_max = *std::max_element(setup.begin(), setup.end());
+        results.push_back(r);
+        if (on_result) on_result(r);
       }
-      if (!res.ok()) return res.status();
-      if (!node_error.ok()) return node_error;
-      r.perftest_gbps = u.gbps;
-      r.perftest_mode = u.mode;
-      r.ratio_to_perftest = u.gbps > 0 ? r.gbps_per_node / u.gbps : 0;
-      if (n == 1) one_node_seconds = r.seconds;
-      r.round_time_ratio_to_one_node = one_node_seconds > 0 ? r.seconds / one_node_seconds : 0;
-      r.setup_ms_min = *std::min_element(setup.begin(), setup.end());
-      r.setup_ms_max = *std::max_element(setup.begin(), setup.end());
-      results.push_back(r);
-      if (on_result) on_result(r);
     }
   }
   return results;

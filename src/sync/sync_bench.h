@@ -2,13 +2,14 @@
 // receiver destination memory, against this machine's own memcpy bandwidth.
 #pragma once
 
-#include <cstdint>
 #include <chrono>
+#include <cstdint>
 #include <functional>
 #include <string>
 #include <vector>
 
 #include "ferry/status.h"
+#include "ferry/sync.h"
 #include "ferry/tensor.h"
 
 namespace ferry::sync {
@@ -76,6 +77,8 @@ struct NetBenchConfig {
   std::uint32_t slots = 2;
   int rounds = 3;  // timed rounds after one warm-up round; the median is reported
   bool checksums = true;
+  // Bulk protection per run, each measured in turn (none first, for the ratios to it).
+  std::vector<WireProtect> wire_protect = {SyncOptions{}.wire_protect};
   std::string host = "127.0.0.1";  // the loopback run listens on host:0
   std::chrono::milliseconds timeout{60'000};
 };
@@ -84,6 +87,9 @@ struct NetBenchResult {
   DType dtype = DType::kBF16;
   std::uint64_t bucket_mb = 0;
   std::uint32_t nodes = 0;
+  WireProtect wire_protect = WireProtect::kNone;
+  // gbps_per_node / the same run's under WireProtect::kNone (0 when none was not measured).
+  double ratio_to_none = 0;
   std::uint32_t tensors = 0;
   std::uint64_t bytes = 0;
   double seconds = 0;       // median round at the sender: until every node acknowledged it

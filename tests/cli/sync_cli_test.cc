@@ -64,6 +64,19 @@ TEST(SyncCli, ListenWithoutAPortIsAUsageErrorAndLeavesNoSocketFile) {
   EXPECT_NE(r.err.find("--listen"), std::string::npos) << r.err;
 }
 
+TEST(SyncCli, UnknownWireProtectIsAUsageErrorNamingTheChoices) {
+  for (const char* role : {"serve", "recv"}) {
+    auto r = run_ferry({"sync", role, "--address", "@ferry-cli-wire", "--wire-protect", "hmac"});
+    EXPECT_EQ(r.exit_code, 2) << role << ": " << r.err;
+    EXPECT_NE(r.err.find("--wire-protect: wire protection 'hmac' is not one of none, mac, encrypt"),
+              std::string::npos)
+        << r.err;
+  }
+  auto bench = run_ferry({"bench", "sync", "--net", "--wire-protect", "none,hmac"});
+  EXPECT_EQ(bench.exit_code, 2) << bench.err;
+  EXPECT_NE(bench.err.find("'hmac'"), std::string::npos) << bench.err;
+}
+
 TEST(SyncCli, ZeroRoundsOrReceiversAreUsageErrors) {
   EXPECT_EQ(run_ferry({"sync", "serve", "--address", "@ferry-cli-zero", "--rounds", "0"}).exit_code, 2);
   EXPECT_EQ(

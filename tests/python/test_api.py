@@ -224,3 +224,13 @@ def test_ctrl_c_ends_a_blocking_wait_at_once():
     with pytest.raises(ferry.FerryError):
         pair.sender.send_round({"a": torch.zeros(100_000)})
     pair.close()
+
+
+def test_sync_options_wire_protect_names_a_mode_and_refuses_others():
+    assert ferry.SyncOptions().wire_protect == "none"
+    opts = ferry.SyncOptions(wire_protect="encrypt")
+    assert opts.wire_protect == "encrypt"
+    opts.wire_protect = "none"
+    assert "wire_protect='none'" in repr(opts)
+    with pytest.raises(ferry.InvalidArgumentError, match="'hmac' is not one of none, mac, encrypt"):
+        opts.wire_protect = "hmac"

@@ -243,7 +243,7 @@ TEST(NetChannel, MessagesOfManySizesRoundTripInOrder) {
   }
   for (std::size_t i = 0; i < sizes.size(); ++i) {
     auto m = ch->receive(kTimeout);
-    ASSERT_TRUE(m.ok()) << m.status().to_string();
+    ASSERT_TRUE(m.ok()) << "message " << i << ": " << m.status().to_string();
     ASSERT_EQ(m->size(), sizes[i]);
     EXPECT_EQ(ferry::testing::hash_bytes(*m),
               ferry::testing::hash_bytes(pattern(sizes[i], static_cast<unsigned>(i))))

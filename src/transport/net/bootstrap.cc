@@ -17,6 +17,7 @@
 
 #include "base/log.h"
 #include "transport/net/channel.h"
+#include "transport/net/seal.h"
 #include "transport/net/socket.h"
 
 namespace ferry::net {
@@ -239,9 +240,14 @@ Status Listener::State::advance(Handshake& h, std::vector<std::byte> m, bool* fi
       if (!remote.ok()) return remote.status();
       const std::uint32_t local = h.local_bulk;
       h.local_bulk = 0;  // open_channel owns it now
+      auto keys = derive_session_keys(token, h.hello, h.challenge, /*is_connector=*/false);
+      if (!keys.ok()) {
+        ctx->release_bulk_id(local);
+        return keys.status();
+      }
       // The handshake's fd closes when it is dropped; a dup stays with the channel.
       auto ch = open_channel(ctx, nullptr, ScopedFd(::fcntl(h.fd.get(), F_DUPFD_CLOEXEC, 0)),
-                             h.peer, remote->worker, local, h.remote_bulk);
+                             h.peer, remote->worker, local, h.remote_bulk, *keys);
       if (!ch.ok()) return ch.status();
       wiring.emplace_back(std::move(*ch), h.deadline);
       *finished = true;
@@ -513,9 +519,11 @@ Result<Channel> connect(std::shared_ptr<Context> context, const std::string& add
     auto remote = handshake::decode_address(*m, peer);
     if (!remote.ok()) return give_up(refuse(remote.status()));
     const std::uint32_t local = local_bulk;
+    auto keys = derive_session_keys(*token, hello.nonce, challenge->nonce, /*is_connector=*/true);
+    if (!keys.ok()) return give_up(keys.status());
     local_bulk = 0;  // open_channel owns it now
-    auto ch = open_channel(context, std::move(*worker), std::move(*fd), peer, remote->worker,
-                           local, verdict->bulk_id);
+    auto ch = open_channel(context, std::move(*worker), std::move(*fd), peer, remote->worker, local,
+                           verdict->bulk_id, *keys);
     if (!ch.ok()) return ch.status();
     while (true) {  // until UCX has wired the endpoint up (the listener waits likewise)
       context->progress();

@@ -5,10 +5,12 @@
 #include <ucp/api/ucp.h>
 
 #include <cerrno>
-
 #include <cstring>
+#include <map>
 
 #include "base/log.h"
+#include "transport/net/testing.h"
+#include "wire/coding.h"
 #include "wire/message.h"
 
 namespace ferry::net {
@@ -17,13 +19,35 @@ namespace {
 using Clock = std::chrono::steady_clock;
 using std::chrono::milliseconds;
 
+// A frame: u32 length, then that many bytes: AES-256-GCM of (payload, kind), then its tag.
+// The kind byte is last so that the payload is decrypted straight into its own buffer.
+// The length is the GCM's additional data; the nonce is the count of frames before it in
+// that direction, never sent (docs/transport-net.md).
 constexpr std::size_t kFrameHeaderBytes = 4;
+constexpr std::size_t kFrameOverhead = 1 + kTagBytes;
 // How long close() waits for UCX to flush what was sent before it forces the endpoint shut.
 constexpr milliseconds kCloseFlushTimeout{2000};
 // How long close() waits for the peer to acknowledge our FIN (it does when it reads it).
 constexpr milliseconds kFinTimeout{1000};
-// A frame "length" that no message has: the sender closes the channel after its messages.
-constexpr std::uint32_t kFinFrame = 0xffffffffu;
+// What a frame carries. Values travel on the wire: never renumber.
+enum class FrameKind : std::uint8_t {
+  kMessage = 0,   // a control message for the channel's user
+  kFin = 1,       // nothing follows; acknowledge with yours (close())
+  kAnnounce = 2,  // the next bulk message's key, size, protection and tag
+};
+// An announcement's payload: u32 key, u8 WireProtect, u64 bytes, the tag.
+constexpr std::size_t kAnnounceBytes = 4 + 1 + 8 + kTagBytes;
+// Announcements held for receives not yet complete; more is a misbehaving peer.
+constexpr std::size_t kMaxAnnouncements = 1u << 16;
+
+testing::Tamper& control_tamper() {
+  static testing::Tamper hook;
+  return hook;
+}
+testing::Tamper& bulk_tamper() {
+  static testing::Tamper hook;
+  return hook;
+}
 
 struct Deadline {
   Clock::time_point at;
@@ -45,6 +69,9 @@ std::uint64_t bulk_tag(std::uint32_t id, std::uint32_t key) {
 
 }  // namespace
 
+void testing::set_control_tamper(Tamper hook) { control_tamper() = std::move(hook); }
+void testing::set_bulk_tamper(Tamper hook) { bulk_tamper() = std::move(hook); }
+
 std::size_t max_message_bytes() { return wire::kHeaderBytes + wire::kMaxBodyBytes; }
 
 // What a Channel owns, shared with its Transfers so that they can tell a dead peer from a
@@ -53,6 +80,13 @@ struct Endpoint {
   struct PendingSend {
     std::vector<std::byte> frame;
     void* request = nullptr;
+  };
+  // What the sender said of a bulk message it was about to send.
+  struct Announcement {
+    std::uint64_t counter = 0;  // its nonce: the count of announcements before it
+    WireProtect protect = WireProtect::kNone;
+    std::uint64_t bytes = 0;
+    Tag tag{};
   };
 
   std::shared_ptr<Context> ctx;
@@ -71,7 +105,34 @@ struct Endpoint {
   Status error;
   std::vector<std::byte> inbox;
   std::size_t inbox_start = 0;
+  std::deque<std::vector<std::byte>> ready;  // opened messages, not yet taken
   std::deque<PendingSend> sends;
+  SessionKeys keys;
+  std::uint64_t frames_sent = 0;  // the control nonces, one count per direction
+  std::uint64_t frames_received = 0;
+  std::uint64_t bulk_sent = 0;  // the bulk nonces
+  std::uint64_t bulk_announced = 0;
+  std::map<std::uint32_t, std::deque<Announcement>> announced;  // by key
+  std::size_t announcements = 0;
+  WireProtect bulk_protect = WireProtect::kNone;
+  WireProtect bulk_minimum = WireProtect::kNone;
+  // kEncrypt's ciphertext buffers, kept for the next sends: a fresh one per bucket costs
+  // more in page faults than the encryption itself.
+  std::vector<std::vector<std::byte>> staging_pool;
+  static constexpr std::size_t kMaxPooledStaging = 8;
+
+  std::vector<std::byte> take_staging(std::size_t bytes) {
+    std::vector<std::byte> b;
+    if (!staging_pool.empty()) {
+      b = std::move(staging_pool.back());
+      staging_pool.pop_back();
+    }
+    if (b.size() < bytes) b.resize(bytes);
+    return b;
+  }
+  void give_back_staging(std::vector<std::byte> b) {
+    if (!b.empty() && staging_pool.size() < kMaxPooledStaging) staging_pool.push_back(std::move(b));
+  }
   std::uint32_t local_bulk = 0;   // bulk messages to us carry this id
   std::uint32_t remote_bulk = 0;  // ... and ours to the peer carry its id
   std::string transports = "unknown";
@@ -139,43 +200,176 @@ struct Endpoint {
     }
   }
 
-  // The next whole message, if one has arrived. Messages come before the error of a peer
-  // that died after sending them.
-  Result<std::optional<std::vector<std::byte>>> take(std::size_t max_bytes) {
+  // Opens the whole frames that arrived, in order: messages join `ready`, announcements
+  // `announced`; a FIN or a frame that fails authentication fails the channel. Stops at the
+  // first message unless `all` (a bulk receive looking for its announcement), so that a
+  // FIN behind a message is seen when the message has been taken, as it was sent.
+  void pump(bool all) {
     pull();
-    const std::size_t have = inbox.size() - inbox_start;
-    if (have >= kFrameHeaderBytes) {
+    while (!failed && (all || ready.empty())) {
+      const std::size_t have = inbox.size() - inbox_start;
+      if (have < kFrameHeaderBytes) return;
+      std::byte* frame = inbox.data() + inbox_start;
       std::uint32_t length = 0;
       for (std::size_t i = 0; i < kFrameHeaderBytes; ++i) {
-        length |= std::uint32_t{static_cast<std::uint8_t>(inbox[inbox_start + i])} << (8 * i);
+        length |= std::uint32_t{static_cast<std::uint8_t>(frame[i])} << (8 * i);
       }
-      if (length == kFinFrame) {
-        // The peer closes after the messages before this one, all delivered already.
-        inbox_start += kFrameHeaderBytes;
-        fin_received = true;
-        send_fin();
-        fail(aborted(fmt::format("{} closed the connection", peer)));
-        return error;
+      if (length < kFrameOverhead || length > max_message_bytes() + kFrameOverhead) {
+        fail(corruption(fmt::format("{} sent a frame of {} bytes; the limit here is {}", peer,
+                                    length, max_message_bytes() + kFrameOverhead)));
+        return;
       }
-      if (length > max_bytes) {
-        fail(corruption(fmt::format("{} sent a message of {} bytes; the limit here is {}", peer,
-                                    length, max_bytes)));
-        return error;
+      if (have < kFrameHeaderBytes + length) return;
+      const std::span<std::byte> body(frame + kFrameHeaderBytes, length);
+      if (control_tamper()) control_tamper()(body);
+      Tag tag{};
+      std::memcpy(tag.data(), body.data() + length - kTagBytes, kTagBytes);
+      std::vector<std::byte> payload(length - kTagBytes);
+      if (!aead_open(keys.control_receive, frames_received++,
+                     std::span<const std::byte>(frame, kFrameHeaderBytes),
+                     body.first(length - kTagBytes), payload, tag)) {
+        fail(corruption(
+            fmt::format("a message from {} failed authentication: it was tampered with on the way, "
+                        "replayed, reordered or dropped, or is not from the peer",
+                        peer)));
+        return;
       }
-      if (have >= kFrameHeaderBytes + length) {
-        const auto begin =
-            inbox.begin() + static_cast<std::ptrdiff_t>(inbox_start + kFrameHeaderBytes);
-        std::vector<std::byte> out(begin, begin + length);
-        inbox_start += kFrameHeaderBytes + length;
-        if (inbox_start == inbox.size()) {
-          inbox.clear();
-          inbox_start = 0;
-        } else if (inbox_start > (1u << 20) && 2 * inbox_start > inbox.size()) {
-          inbox.erase(inbox.begin(), inbox.begin() + static_cast<std::ptrdiff_t>(inbox_start));
-          inbox_start = 0;
-        }
-        return std::optional<std::vector<std::byte>>(std::move(out));
+      const auto kind = static_cast<FrameKind>(payload.back());
+      payload.pop_back();
+      inbox_start += kFrameHeaderBytes + length;
+      if (inbox_start == inbox.size()) {
+        inbox.clear();
+        inbox_start = 0;
+      } else if (inbox_start > (1u << 20) && 2 * inbox_start > inbox.size()) {
+        inbox.erase(inbox.begin(), inbox.begin() + static_cast<std::ptrdiff_t>(inbox_start));
+        inbox_start = 0;
       }
+      switch (kind) {
+        case FrameKind::kMessage:
+          ready.push_back(std::move(payload));
+          break;
+        case FrameKind::kFin:
+          // The peer closes after the messages before this one (in `ready`).
+          fin_received = true;
+          send_fin();
+          fail(aborted(fmt::format("{} closed the connection", peer)));
+          return;
+        case FrameKind::kAnnounce:
+          announce(payload);
+          break;
+        default:
+          fail(corruption(
+              fmt::format("{} sent a frame of unknown kind {}", peer, static_cast<int>(kind))));
+          return;
+      }
+    }
+  }
+
+  void announce(std::span<const std::byte> payload) {
+    wire::Reader r(payload);
+    const std::uint32_t key = r.u32();
+    Announcement a;
+    const std::uint8_t protect = r.u8();
+    a.bytes = r.u64();
+    const std::string tag = r.bytes(kTagBytes);
+    if (!r.ok() || r.remaining() != 0 ||
+        protect > static_cast<std::uint8_t>(WireProtect::kEncrypt)) {
+      fail(corruption(fmt::format("{} sent a malformed bulk announcement", peer)));
+      return;
+    }
+    if (announcements >= kMaxAnnouncements) {
+      fail(corruption(fmt::format("{} announced more than {} bulk messages nobody received", peer,
+                                  kMaxAnnouncements)));
+      return;
+    }
+    a.protect = static_cast<WireProtect>(protect);
+    a.counter = bulk_announced++;
+    std::memcpy(a.tag.data(), tag.data(), kTagBytes);
+    announced[key].push_back(a);
+    ++announcements;
+  }
+
+  // The sender's announcement of bulk message `key`, if it has arrived.
+  std::optional<Announcement> take_announcement(std::uint32_t key) {
+    pump(/*all=*/true);
+    auto it = announced.find(key);
+    if (it == announced.end()) return std::nullopt;
+    Announcement a = it->second.front();
+    it->second.pop_front();
+    if (it->second.empty()) announced.erase(it);
+    --announcements;
+    return a;
+  }
+
+  // Checks (and decrypts, in place) bulk message `key`'s bytes as `a` announced them.
+  Status check_bulk(const Announcement& a, std::uint32_t key, std::span<std::byte> data) {
+    if (a.bytes != data.size()) {
+      return corruption(fmt::format("{} announced {} bytes for bulk message {} and sent {}", peer,
+                                    a.bytes, key, data.size()));
+    }
+    if (a.protect < bulk_minimum) {
+      return failed_precondition(fmt::format(
+          "{} sends bulk bytes with wire protection '{}'; this end requires at least '{}' "
+          "(--wire-protect, SyncOptions::wire_protect)",
+          peer, wire_protect_name(a.protect), wire_protect_name(bulk_minimum)));
+    }
+    if (bulk_tamper()) bulk_tamper()(data);
+    bool authentic = true;
+    if (a.protect == WireProtect::kMac) {
+      authentic = aead_open(keys.bulk_receive, a.counter, data, {}, {}, a.tag);
+    } else if (a.protect == WireProtect::kEncrypt) {
+      authentic = aead_open(keys.bulk_receive, a.counter, {}, data, data, a.tag);
+    }
+    if (!authentic) {
+      return corruption(fmt::format(
+          "bulk message {} from {} failed authentication ({}): its bytes were tampered with "
+          "on the way or are not from the peer",
+          key, peer, wire_protect_name(a.protect)));
+    }
+    return ok_status();
+  }
+
+  // Seals (kind, payload) into a frame and hands it to UCX without waiting. Returns the
+  // request still in flight (kept in `sends`), or nullptr when UCX took the frame at once.
+  Result<void*> post(FrameKind kind, std::span<const std::byte> payload) {
+    PendingSend ps;
+    const auto length = static_cast<std::uint32_t>(payload.size() + kFrameOverhead);
+    ps.frame.resize(kFrameHeaderBytes + length);
+    for (std::size_t i = 0; i < kFrameHeaderBytes; ++i) {
+      ps.frame[i] = static_cast<std::byte>(length >> (8 * i));
+    }
+    if (!payload.empty()) {
+      std::memcpy(ps.frame.data() + kFrameHeaderBytes, payload.data(), payload.size());
+    }
+    ps.frame[kFrameHeaderBytes + payload.size()] = static_cast<std::byte>(kind);
+    const std::span<std::byte> plain(ps.frame.data() + kFrameHeaderBytes, 1 + payload.size());
+    Tag tag{};
+    Status s = aead_seal(keys.control_send, frames_sent++,
+                         std::span<const std::byte>(ps.frame.data(), kFrameHeaderBytes), plain,
+                         plain, &tag);
+    if (!s.ok()) return s;
+    std::memcpy(ps.frame.data() + kFrameHeaderBytes + 1 + payload.size(), tag.data(), kTagBytes);
+    ucp_request_param_t param{};
+    void* r = ucp_stream_send_nbx(ep, ps.frame.data(), ps.frame.size(), &param);
+    if (r == nullptr) return r;
+    if (UCS_PTR_IS_ERR(r)) {
+      broken = true;
+      fail(aborted(fmt::format("{} is gone: {}", peer, ucs_status_string(UCS_PTR_STATUS(r)))));
+      return error;
+    }
+    ps.request = r;
+    sends.push_back(std::move(ps));  // the frame's heap buffer stays where UCX reads it
+    return r;
+  }
+
+  // The next whole message, if one has arrived. Messages come before the error of a peer
+  // that died after sending them.
+  Result<std::optional<std::vector<std::byte>>> take(std::size_t /*max_bytes*/) {
+    pump(/*all=*/false);
+    if (!ready.empty()) {
+      std::vector<std::byte> out = std::move(ready.front());
+      ready.pop_front();
+      return std::optional<std::vector<std::byte>>(std::move(out));
     }
     check_bootstrap();
     if (failed) return error;
@@ -194,31 +388,16 @@ struct Endpoint {
   }
 
   Status send(std::span<const std::byte> message, const Deadline& deadline) {
-    if (failed) return error;
     if (message.size() > max_message_bytes()) {
       return invalid_argument(fmt::format("a message of {} bytes for {} exceeds the limit of {}",
                                           message.size(), peer, max_message_bytes()));
     }
+    if (failed) return error;
     reap();
-    PendingSend ps;
-    ps.frame.resize(kFrameHeaderBytes + message.size());
-    const auto length = static_cast<std::uint32_t>(message.size());
-    for (std::size_t i = 0; i < kFrameHeaderBytes; ++i) {
-      ps.frame[i] = static_cast<std::byte>(length >> (8 * i));
-    }
-    if (!message.empty()) {
-      std::memcpy(ps.frame.data() + kFrameHeaderBytes, message.data(), message.size());
-    }
-    ucp_request_param_t param{};
-    void* r = ucp_stream_send_nbx(ep, ps.frame.data(), ps.frame.size(), &param);
+    auto posted = post(FrameKind::kMessage, message);
+    if (!posted.ok()) return posted.status();
+    void* r = *posted;
     if (r == nullptr) return ok_status();
-    if (UCS_PTR_IS_ERR(r)) {
-      broken = true;
-      fail(aborted(fmt::format("{} is gone: {}", peer, ucs_status_string(UCS_PTR_STATUS(r)))));
-      return error;
-    }
-    ps.request = r;
-    sends.push_back(std::move(ps));  // the frame's heap buffer stays where UCX reads it
     while (true) {
       const ucs_status_t st = ucp_request_check_status(r);
       if (st != UCS_INPROGRESS) {
@@ -254,14 +433,7 @@ struct Endpoint {
   void send_fin() {
     if (fin_sent || broken || ep == nullptr) return;
     fin_sent = true;
-    PendingSend ps;
-    ps.frame.assign(kFrameHeaderBytes, std::byte{0xff});
-    ucp_request_param_t param{};
-    void* r = ucp_stream_send_nbx(ep, ps.frame.data(), ps.frame.size(), &param);
-    if (UCS_PTR_IS_PTR(r)) {
-      ps.request = r;
-      sends.push_back(std::move(ps));
-    }
+    (void)post(FrameKind::kFin, {});
   }
 
   void close() {
@@ -357,9 +529,12 @@ Transfer::Transfer(Transfer&& o) noexcept
       receive_(o.receive_),
       finished_(o.finished_),
       cancelled_(o.cancelled_),
+      arrived_(o.arrived_),
       key_(o.key_),
       expected_(o.expected_),
       bytes_(o.bytes_),
+      into_(o.into_),
+      staging_(std::move(o.staging_)),
       status_(std::move(o.status_)) {
   o.request_ = nullptr;
 }
@@ -372,9 +547,12 @@ Transfer& Transfer::operator=(Transfer&& o) noexcept {
     receive_ = o.receive_;
     finished_ = o.finished_;
     cancelled_ = o.cancelled_;
+    arrived_ = o.arrived_;
     key_ = o.key_;
     expected_ = o.expected_;
     bytes_ = o.bytes_;
+    into_ = o.into_;
+    staging_ = std::move(o.staging_);
     status_ = std::move(o.status_);
     o.request_ = nullptr;
   }
@@ -394,38 +572,63 @@ void Transfer::release() {
     if (ucp_request_check_status(request_) != UCS_INPROGRESS) break;
     ctx.wait(milliseconds(10));
   }
+  if (ucp_request_check_status(request_) == UCS_INPROGRESS && !staging_.empty()) {
+    // UCX may still read the ciphertext: leave it to UCX rather than free memory it uses.
+    new std::vector<std::byte>(std::move(staging_));
+  }
   ucp_request_free(request_);  // if still in flight, UCX frees it when it completes
   request_ = nullptr;
 }
 
 bool Transfer::done() {
-  if (finished_ || request_ == nullptr) return true;
-  ucs_status_t st;
-  std::size_t length = expected_;
-  if (receive_) {
-    ucp_tag_recv_info_t info{};
-    st = ucp_tag_recv_request_test(request_, &info);
-    if (st != UCS_INPROGRESS) length = info.length;
-  } else {
-    st = ucp_request_check_status(request_);
-  }
-  if (st == UCS_INPROGRESS) {
-    endpoint_->check_bootstrap();
-    // A posted receive is not tied to the endpoint, so UCX would wait for it forever.
-    if (endpoint_->failed && receive_ && !cancelled_) {
-      ucp_request_cancel(endpoint_->worker, request_);
-      cancelled_ = true;
+  if (finished_) return true;
+  if (request_ != nullptr) {
+    ucs_status_t st;
+    std::size_t length = expected_;
+    if (receive_) {
+      ucp_tag_recv_info_t info{};
+      st = ucp_tag_recv_request_test(request_, &info);
+      if (st != UCS_INPROGRESS) length = info.length;
+    } else {
+      st = ucp_request_check_status(request_);
     }
-    return false;
+    if (st == UCS_INPROGRESS) {
+      endpoint_->check_bootstrap();
+      // A posted receive is not tied to the endpoint, so UCX would wait for it forever.
+      if (endpoint_->failed && receive_ && !cancelled_) {
+        ucp_request_cancel(endpoint_->worker, request_);
+        cancelled_ = true;
+      }
+      return false;
+    }
+    ucp_request_free(request_);
+    request_ = nullptr;
+    if (!receive_ || st != UCS_OK) {
+      finish(st, length);
+      return true;
+    }
+    bytes_ = length;
+    arrived_ = true;
   }
-  finish(st, length);
+  if (!arrived_) return true;  // moved from
+  // The bytes are here; they count once checked as the sender announced them. The
+  // announcement left before the bytes, but on another path: it may still be on its way.
+  auto a = endpoint_->take_announcement(key_);
+  if (!a) {
+    endpoint_->check_bootstrap();
+    if (!endpoint_->failed) return false;
+    finished_ = true;
+    status_ = endpoint_->error;
+    return true;
+  }
+  finished_ = true;
+  status_ = endpoint_->check_bulk(*a, key_, std::span<std::byte>(into_, bytes_));
   return true;
 }
 
 void Transfer::finish(ucs_status_t st, std::size_t length) {
-  ucp_request_free(request_);
-  request_ = nullptr;
   finished_ = true;
+  endpoint_->give_back_staging(std::move(staging_));
   const char* dir = receive_ ? "from" : "to";
   if (st == UCS_OK) {
     bytes_ = length;
@@ -486,17 +689,45 @@ Result<Transfer> Channel::send_bulk(std::uint32_t key, std::span<const std::byte
                     key, e.peer, data.size()));
   }
   if (e.failed) return e.error;
-  ucp_request_param_t p{};
-  p.op_attr_mask = UCP_OP_ATTR_FIELD_MEMH;
-  p.memh = region.handle();
-  void* r = ucp_tag_send_nbx(e.ep, data.data(), data.size(), bulk_tag(e.remote_bulk, key), &p);
   Transfer t;
   t.endpoint_ = endpoint_;
   t.key_ = key;
   t.expected_ = data.size();
+  // Announce first: its tag covers the bytes as they leave (the ciphertext, under kEncrypt).
+  const std::uint64_t counter = e.bulk_sent++;
+  Tag tag{};
+  std::span<const std::byte> out = data;
+  if (e.bulk_protect == WireProtect::kMac) {
+    Status s = aead_seal(e.keys.bulk_send, counter, data, {}, {}, &tag);
+    if (!s.ok()) return s;
+  } else if (e.bulk_protect == WireProtect::kEncrypt) {
+    // Never in place: `data` is the ring, which local receivers read too.
+    t.staging_ = e.take_staging(data.size());
+    const std::span<std::byte> cipher(t.staging_.data(), data.size());
+    Status s = aead_seal(e.keys.bulk_send, counter, {}, data, cipher, &tag);
+    if (!s.ok()) return s;
+    out = cipher;
+  }
+  std::vector<std::byte> announcement;
+  announcement.reserve(kAnnounceBytes);
+  wire::put_u32(&announcement, key);
+  wire::put_u8(&announcement, static_cast<std::uint8_t>(e.bulk_protect));
+  wire::put_u64(&announcement, data.size());
+  const auto* tp = reinterpret_cast<const std::byte*>(tag.data());
+  announcement.insert(announcement.end(), tp, tp + kTagBytes);
+  e.reap();
+  auto posted = e.post(FrameKind::kAnnounce, announcement);
+  if (!posted.ok()) return posted.status();
+  ucp_request_param_t p{};
+  if (out.data() == data.data()) {
+    p.op_attr_mask = UCP_OP_ATTR_FIELD_MEMH;
+    p.memh = region.handle();
+  }
+  void* r = ucp_tag_send_nbx(e.ep, out.data(), out.size(), bulk_tag(e.remote_bulk, key), &p);
   if (r == nullptr) {
     t.finished_ = true;
     t.bytes_ = data.size();
+    e.give_back_staging(std::move(t.staging_));
     return t;
   }
   if (UCS_PTR_IS_ERR(r)) {
@@ -533,6 +764,7 @@ Result<Transfer> Channel::receive_bulk(std::uint32_t key, std::span<std::byte> i
   t.receive_ = true;
   t.key_ = key;
   t.expected_ = into.size();
+  t.into_ = into.data();
   t.request_ = r;
   return t;
 }
@@ -549,6 +781,12 @@ Status Channel::wait(Transfer& t, milliseconds timeout) {
     }
     context().wait(deadline.left());
   }
+}
+
+void Channel::set_bulk_protection(WireProtect send, WireProtect minimum_received) {
+  if (!endpoint_) return;
+  endpoint_->bulk_protect = send;
+  endpoint_->bulk_minimum = minimum_received;
 }
 
 Status Channel::health() const {
@@ -607,8 +845,9 @@ const std::string& Channel::transports() const { return endpoint_->transports; }
 Result<Channel> open_channel(const std::shared_ptr<Context>& ctx, std::shared_ptr<Worker> worker,
                              ScopedFd bootstrap, std::string peer,
                              std::span<const std::byte> remote_worker, std::uint32_t local_bulk,
-                             std::uint32_t remote_bulk) {
+                             std::uint32_t remote_bulk, const SessionKeys& keys) {
   auto e = std::make_shared<Endpoint>();
+  e->keys = keys;
   e->ctx = ctx;
   e->bootstrap = std::move(bootstrap);
   if (e->bootstrap.valid()) ctx->watch_once(e->bootstrap.get());

@@ -2,10 +2,13 @@
 //
 // A Channel has the shape of shm::Channel: whole control messages, in order, sent and
 // received with a timeout; a dead peer is kAborted naming it, silence is kTimeout. Its
-// control path is a UCX stream (length-prefixed frames); its bulk path is tagged sends
-// from registered memory straight into registered memory on the peer. Before either
-// carries a byte the two ends have authenticated each other (auth.h): a Channel only
-// exists once that has succeeded.
+// control path is a UCX stream of length-prefixed frames, each sealed with AES-256-GCM
+// under a per-session, per-direction key and a counter nonce: a frame tampered with,
+// replayed, reordered, dropped or reflected fails the channel as kCorruption. Its bulk
+// path is tagged sends from registered memory straight into registered memory on the
+// peer, each announced by a sealed frame that carries its protection (WireProtect) and
+// tag. Before either carries a byte the two ends have authenticated each other (auth.h):
+// a Channel only exists once that has succeeded.
 //
 // Single-threaded, like Context: the thread that owns the Context uses its channels.
 #pragma once
@@ -25,8 +28,10 @@
 
 #include "base/file_util.h"
 #include "ferry/status.h"
+#include "ferry/wire_protect.h"
 #include "transport/net/auth.h"
 #include "transport/net/context.h"
+#include "transport/net/seal.h"
 
 namespace ferry::net {
 
@@ -48,7 +53,8 @@ class Transfer {
   // calls Context::progress(). A transfer whose peer died finishes as kAborted.
   bool done();
   // REQUIRES: done(). kAborted naming the peer when it died; kCorruption when a received
-  // message did not fit the buffer.
+  // message did not fit the buffer or failed authentication (mac, encrypt);
+  // kFailedPrecondition when the sender protected it less than this end requires.
   const Status& status() const { return status_; }
   // Bytes received (receives) or sent (sends), once done() and ok.
   std::size_t bytes() const { return bytes_; }
@@ -63,9 +69,12 @@ class Transfer {
   bool receive_ = false;
   bool finished_ = false;
   bool cancelled_ = false;
+  bool arrived_ = false;  // a receive's bytes are here, not yet checked
   std::uint32_t key_ = 0;
   std::size_t expected_ = 0;
   std::size_t bytes_ = 0;
+  std::byte* into_ = nullptr;       // a receive's buffer (decrypted in place)
+  std::vector<std::byte> staging_;  // an encrypted send's ciphertext, until UCX is done
   Status status_;
 };
 
@@ -89,12 +98,22 @@ class Channel {
   // (call Context::progress() first). Errors as receive().
   Result<std::optional<std::vector<std::byte>>> try_receive();
 
+  // How this end protects the bulk messages it sends (default kNone), and the least it
+  // accepts on those it receives (default kNone): a weaker one fails its Transfer with
+  // kFailedPrecondition. The sender's choice travels in sealed frames, so nobody on the
+  // path can lower it. Set before the first bulk message.
+  void set_bulk_protection(WireProtect send, WireProtect minimum_received);
+
   // Starts sending `data`, which lies in `region`, as bulk message `key`, matched by the
-  // peer's receive_bulk with the same key. Never blocks; many may be in flight.
+  // peer's receive_bulk with the same key. Never blocks; many may be in flight. Under
+  // kMac the bytes are read once more for their tag; under kEncrypt they are encrypted
+  // into a buffer of the Transfer's own (`region` then unused), so `data` is never changed.
   Result<Transfer> send_bulk(std::uint32_t key, std::span<const std::byte> data,
                              const MemoryRegion& region);
   // Starts receiving bulk message `key` straight into `into`, which lies in `region`; it may
-  // be posted before or after the peer sends. At most one pending receive per key.
+  // be posted before or after the peer sends. At most one pending receive per key. The
+  // Transfer is done only once the bytes are checked (and decrypted) as the sender
+  // announced them.
   Result<Transfer> receive_bulk(std::uint32_t key, std::span<std::byte> into,
                                 const MemoryRegion& region);
   // Progresses until `t` is done, the peer dies or `timeout` passes (kTimeout naming the peer
@@ -189,11 +208,12 @@ Result<Channel> connect(std::shared_ptr<Context> context, const std::string& add
 // For Listener and connect(): the Channel to an authenticated peer, from its UCX worker
 // address, on `worker` (connect(): a worker of its own; nullptr: the context's main worker,
 // the listener's). Takes over `local_bulk` (released with the channel, or here on failure).
+// `keys`: this end's session keys (derive_session_keys) for the frames and bulk messages.
 // `bootstrap` is the authenticated TCP socket to the peer, kept open for the channel's life:
 // its end tells that the peer's process is gone.
 Result<Channel> open_channel(const std::shared_ptr<Context>& ctx, std::shared_ptr<Worker> worker,
                              ScopedFd bootstrap, std::string peer,
                              std::span<const std::byte> remote_worker, std::uint32_t local_bulk,
-                             std::uint32_t remote_bulk);
+                             std::uint32_t remote_bulk, const SessionKeys& keys);
 
 }  // namespace ferry::net
