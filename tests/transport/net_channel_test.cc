@@ -673,10 +673,11 @@ TEST(NetFailure, SenderKilledMidTransferIsAbortedPromptlyNamingThePeer) {
   ChildProcess child("bulk-sender", l.address());
   auto ch = l.accept(kTimeout);
   ASSERT_TRUE(ch.ok()) << ch.status().to_string();
-  ASSERT_EQ(child.read_line(), "connected");
   std::vector<std::byte> buffer(1 << 20);
   auto region = ctx->register_memory(buffer);
   ASSERT_TRUE(region.ok());
+  // The child's connect() finishes only once our worker answers its wire-up, so the first
+  // receives (which progress the worker) come before waiting for its "connected" line.
   std::uint32_t key = 0;
   for (; key < 3; ++key) {
     auto t = ch->receive_bulk(key, buffer, *region);
@@ -684,6 +685,7 @@ TEST(NetFailure, SenderKilledMidTransferIsAbortedPromptlyNamingThePeer) {
     ASSERT_TRUE(ch->wait(*t, kTimeout).ok()) << t->status().to_string();
     ASSERT_EQ(ferry::testing::hash_bytes(buffer), ferry::testing::hash_bytes(pattern(1 << 20, 1)));
   }
+  ASSERT_EQ(child.read_line(), "connected");
   child.kill();
   const auto start = Clock::now();
   Status s;
