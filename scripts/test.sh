@@ -10,7 +10,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
-step() { printf '\n=== %s\n' "$*"; }
+step() { printf '\n=== %s (at %d s)\n' "$*" "$SECONDS"; }
 
 step "dependencies"
 bash scripts/install-deps.sh
@@ -58,4 +58,4 @@ prefix=$(mktemp -d)
 cmake --install build --prefix "$prefix" >/dev/null
 bash tests/install/check_install.sh "$prefix"
 rm -rf "$prefix"
-echo "all tests passed"
+echo "all tests passed in $SECONDS s"
