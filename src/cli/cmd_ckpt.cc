@@ -111,10 +111,10 @@ int run_verify(const CkptArgs& a) {
       for (const std::string& f : files) std::printf("MISSING node %s: %s\n", node.c_str(), f.c_str());
     }
     for (const std::string& n : report->notes) std::printf("note: %s\n", n.c_str());
-    std::printf("step %lld: %s (%llu slices, %.1f MB checked)\n",
+    std::printf("step %lld: %s (%llu slices, %s checked)\n",
                 static_cast<long long>(report->step), ok ? "OK" : "FAILED",
                 static_cast<unsigned long long>(report->slices_checked),
-                static_cast<double>(report->bytes_checked) / 1e6);
+                format_bytes(report->bytes_checked).c_str());
   }
   return ok ? kExitOk : kExitFailure;
 }
@@ -191,9 +191,9 @@ int run_load(const CkptArgs& a) {
               << "\n";
   } else {
     for (const std::string& n : info->notes) std::printf("note: %s\n", n.c_str());
-    std::printf("loaded step %lld (%zu tensors, %.1f MB) into %s/model.safetensors\n",
+    std::printf("loaded step %lld (%zu tensors, %s) into %s/model.safetensors\n",
                 static_cast<long long>(info->step), info->manifest.tensors.size(),
-                static_cast<double>(bytes) / 1e6, a.to.c_str());
+                format_bytes(bytes).c_str(), a.to.c_str());
   }
   return kExitOk;
 }

@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
+#include "cli/progress.h"
 #include "ferry/profiler.h"
 #include "sync/sync_demo.h"
 
@@ -58,10 +59,10 @@ int run_demo(const DemoArgs& a) {
   const auto& c = a.config;
   if (!a.json) {
     std::printf(
-        "embedding [%lld, %lld] F32 = %.2f GB through a %llu MiB bucket, %d rounds to %u "
+        "embedding [%lld, %lld] F32 = %s through a %llu MiB bucket, %d rounds to %u "
         "receiver processes\n",
         static_cast<long long>(c.vocab), static_cast<long long>(c.hidden),
-        c.vocab * c.hidden * 4 / 1e9, static_cast<unsigned long long>(c.bucket_mb), c.rounds,
+        format_bytes(static_cast<std::uint64_t>(c.vocab * c.hidden * 4)).c_str(), static_cast<unsigned long long>(c.bucket_mb), c.rounds,
         c.receivers);
     std::fflush(stdout);
   }
@@ -76,7 +77,7 @@ int run_demo(const DemoArgs& a) {
     // Said apart from the rounds: backing the memory moved out of round 1 into here.
     std::printf("setup  %.3f s (fork receivers, back source, ring and destinations, join)\n",
                 seconds);
-    std::printf("%-6s %-8s %-8s %-9s %-8s %-8s\n", "round", "tensors", "buckets", "GB", "seconds",
+    std::printf("%-6s %-8s %-8s %-9s %-8s %-8s\n", "round", "tensors", "buckets", "GiB", "seconds",
                 "GB/s");
     std::fflush(stdout);
   };
@@ -84,7 +85,7 @@ int run_demo(const DemoArgs& a) {
   auto rounds = sync::run_sync_demo(config, on_ready, [&a](const sync::DemoRound& d) {
     if (a.json) return;
     std::printf("%-6llu %-8u %-8u %-9.3f %-8.3f %-8.2f\n", static_cast<unsigned long long>(d.round),
-                d.tensors, d.buckets, d.bytes / 1e9, d.seconds,
+                d.tensors, d.buckets, d.bytes / double(1 << 30), d.seconds,
                 d.seconds > 0 ? d.bytes / 1e9 / d.seconds : 0.0);
     std::fflush(stdout);
   });
