@@ -82,6 +82,13 @@ async def _items(weights: Iterable | AsyncIterator) -> AsyncIterator:
             yield item
 
 
+class _EndOfUpdate:
+    """Queued after an update's last tensor; set once the consumer reached it."""
+
+    def __init__(self) -> None:
+        self.taken = threading.Event()
+
+
 @CheckpointEngineRegistry.register("ferry")
 class FerryCheckpointEngine(CheckpointEngine):
     """verl checkpoint engine over ferry's sync sessions (see the module docstring).
@@ -246,6 +253,9 @@ class FerryCheckpointEngine(CheckpointEngine):
                 item = await loop.run_in_executor(None, items.get)
                 if item is _DONE:
                     break
+                if isinstance(item, _EndOfUpdate):
+                    item.taken.set()
+                    continue
                 if isinstance(item, BaseException):
                     self._broken = True
                     raise item
@@ -302,7 +312,18 @@ class FerryCheckpointEngine(CheckpointEngine):
             raise
 
     def _join(self, plan: dict, kind: str, receiver_id: int) -> None:
-        self._receiver = Receiver(plan[kind], receiver_id, timeout=self.timeout_s)
+        # The master closes its old session and serves anew meanwhile: a connect that lands
+        # on the closing one is turned down or cut off, so try again until the timeout.
+        deadline = time.monotonic() + self.timeout_s
+        while True:
+            try:
+                self._receiver = Receiver(plan[kind], receiver_id,
+                                          timeout=max(deadline - time.monotonic(), 0.001))
+                return
+            except (_ferry.IoError, _ferry.AbortedError, _ferry.NotFoundError):
+                if time.monotonic() >= deadline:
+                    raise
+                time.sleep(0.05)
 
     def _send_round(self, args: list, more_follows: bool) -> dict[str, Any]:
         if len(self._senders) == 1:
@@ -327,16 +348,25 @@ class FerryCheckpointEngine(CheckpointEngine):
                     continue
             raise _error(_ferry.AbortedError, "receive_weights was abandoned by its caller")
 
-        def on_tensor(view: tuple) -> None:
-            name, dtype, shape, memory = view
-            tensor = to_torch(dtype, shape, memory)
-            if name == VERSION_TENSOR:
-                self._check_version(int(tensor[0]), required)
-                return
-            put((name, tensor.clone()))
+        def on_bucket(views: list, is_last: bool) -> None:
+            for name, dtype, shape, memory in views:
+                tensor = to_torch(dtype, shape, memory)
+                if name == VERSION_TENSOR:
+                    self._check_version(int(tensor[0]), required)
+                else:
+                    put((name, tensor.clone()))
+            if is_last:
+                # The update is acknowledged only once the caller took every tensor, so a
+                # rank that dies while loading fails the sender's send_weights too.
+                end = _EndOfUpdate()
+                put(end)
+                while not end.taken.wait(0.1):
+                    if stop.is_set():
+                        raise _error(_ferry.AbortedError,
+                                     "receive_weights was abandoned by its caller")
 
         try:
-            while receiver._impl.receive_round(on_tensor).more_follows:
+            while receiver._impl.receive_round_buckets(on_bucket).more_follows:
                 pass
             put(_DONE)
         except BaseException as e:  # handed to the consumer, raised there
