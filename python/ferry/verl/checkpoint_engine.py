@@ -376,8 +376,8 @@ class FerryCheckpointEngine(CheckpointEngine):
                 pass
 
     def _check_version(self, version: int, required: int | None) -> None:
-        floor = max(v for v in (self._last_version, required) if v is not None) \
-            if (self._last_version is not None or required is not None) else None
+        known = [v for v in (self._last_version, required) if v is not None]
+        floor = max(known) if known else None
         if floor is not None and version < floor:
             raise _error(_ferry.FailedPreconditionError,
                          f"stale weights: update for global_steps {version}, but this rollout "
