@@ -14,6 +14,7 @@ import warnings
 import pytest
 import torch
 
+import ferry
 from conftest import digest
 
 BUCKET = 1 << 20
@@ -239,6 +240,9 @@ def test_build_topology_puts_other_nodes_on_net():
     assert trainer["role"] == ["idle", "master"]
     assert rollout["kind"] == ["net", "shm", "net"] and rollout["receiver_id"] == [0, 0, 1]
     assert rollout["plan"][0]["shm_receivers"] == 1 and rollout["plan"][0]["net_receivers"] == 2
+    meta[1]["net"] = None  # the master's hostname did not resolve and no interface was set
+    with pytest.raises(ferry.InvalidArgumentError, match="engine_kwargs.ferry.interface"):
+        FerryCheckpointEngine.build_topology(2, 3, meta)
 
 
 def test_unknown_engine_kwargs_warn_once_by_name():

@@ -153,6 +153,11 @@ class FerryCheckpointEngine(CheckpointEngine):
                          f"build_topology: {len(masters)} trainer ranks are master; need one")
         master = masters[0]
         local = [m["node"] == master["node"] for m in rollout]
+        if not all(local) and not master["net"]:
+            raise _error(_ferry.InvalidArgumentError,
+                         "build_topology: rollout ranks run on other nodes, but the master's "
+                         f"hostname '{master.get('host')}' does not resolve to an address to serve "
+                         "them on: set engine_kwargs.ferry.interface")
         plan = {"shm": master["shm"], "net": master["net"],
                 "shm_receivers": sum(local), "net_receivers": len(local) - sum(local),
                 "members": [(m["node"], m["pid"]) for m in rollout]}
@@ -282,9 +287,14 @@ class FerryCheckpointEngine(CheckpointEngine):
             return {"receiver": self._receiver.session_id}
         return {kind: s.session_id for kind, s in self._senders.items()}
 
-    def _net(self) -> str:
+    def _net(self) -> str | None:
         if self._net_address is None:
-            host = self._interface or socket.gethostbyname(socket.gethostname())
+            host = self._interface
+            if not host:
+                try:
+                    host = socket.gethostbyname(socket.gethostname())
+                except OSError:  # colocated ranks need no net address; build_topology checks
+                    return None
             port = int(self._port) if self._port else _free_port(host)
             self._net_address = f"{host}:{port}"
         return self._net_address
