@@ -227,6 +227,15 @@ def test_disaggregated_net_and_shm_ranks_over_loopback(tmp_path):
             assert result["sent"][1] == ("ok", {}), "a non-master actor rank sends nothing"
             assert {"ferry/shm_seconds", "ferry/net_seconds"} <= set(result["sent"][0][1])
             assert [b for b, _ in result["inits"]] == [1, 0, 1, 1, 1]
+        # A net rollout rank killed mid-update: the actor names it at once; once the rank is
+        # back, the next update reaches everyone.
+        result = manager.update(3, die={2: 3})
+        assert result["seconds"] < KILL_BOUND_S, result
+        assert result["received"][2] == ("dead", 3)
+        sent = result["sent"][0]
+        assert sent[:2] == ("error", "AbortedError") and "receiver 1" in sent[2], sent
+        manager.rollouts[2] = _Rank(node_id="node-b", **net)
+        _assert_bit_exact(manager.update(4), 4)
     finally:
         manager.stop()
 

@@ -8,7 +8,7 @@ verl's CheckpointEngineManager runs, per update: prepare() on every rank -> buil
 ranks) -> finalize(). The master actor rank serves one ferry session per kind of peer: an shm
 session (abstract socket) for rollout ranks on its node, a net session (host:port, UCX,
 token-authenticated) for rollout ranks on other nodes. Other actor ranks take part in every
-call and send nothing. Sessions persist across updates: they are rebuilt only when the
+call and iterate their generator, sending nothing. Sessions persist across updates: they are rebuilt only when the
 rollout membership (node, pid of each rank) changed or the last update failed.
 
 global_steps travels as the round's first tensor, VERSION_TENSOR (the Python API has no
@@ -196,9 +196,11 @@ class FerryCheckpointEngine(CheckpointEngine):
 
     async def send_weights(self, weights: Iterable | AsyncIterator,
                            global_steps: int | None = None) -> dict[str, Any]:
-        """Sends one update (master) and returns its metrics; other actor ranks drain
-        nothing and return {}."""
+        """Sends one update (master) and returns its metrics. Other actor ranks iterate the
+        generator without sending (it may run collectives every rank must join), return {}."""
         if self._role != "master":
+            async for _ in _items(weights):
+                pass
             return {}
         loop = asyncio.get_running_loop()
         version = [] if global_steps is None else [
@@ -206,25 +208,24 @@ class FerryCheckpointEngine(CheckpointEngine):
         start = time.monotonic()
         total_bytes = tensors = 0
         slowest: dict[str, float] = {}
-        args, owners, names, held = list(version), [], set(), 0
+        args, names, held = list(version), set(), 0  # args: (arg, owner of its memory)
 
         async def send(more_follows: bool) -> None:
-            nonlocal args, owners, names, held
+            nonlocal args, names, held
             stats = await loop.run_in_executor(None, self._send_round,
                                                [a for a, _ in args], more_follows)
             for kind, s in stats.items():
                 slowest[kind] = slowest.get(kind, 0.0) + s.seconds
-            args, owners, names, held = list(version), [], set(), 0
+            args, names, held = list(version), set(), 0
 
         try:
             async for name, tensor in _items(weights):
                 # A private copy at yield time: verl's generators may refill their buffer.
                 arg, owner = tensor_arg(name, tensor, copy=True)
                 size = arg_bytes(arg)
-                if owners and (name in names or held + size > self.round_bytes):
+                if names and (name in names or held + size > self.round_bytes):
                     await send(more_follows=True)
                 args.append((arg, owner))
-                owners.append(owner)
                 names.add(name)
                 held += size
                 total_bytes += size
