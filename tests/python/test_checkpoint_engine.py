@@ -272,3 +272,18 @@ def test_registered_as_ferry_backend():
     assert CheckpointEngineRegistry.get("ferry") is module.FerryCheckpointEngine
     engine = CheckpointEngineRegistry.new("ferry", bucket_size=BUCKET, is_master=True)
     assert engine.wire_format == "ferry" and engine.prepare()["is_master"]
+
+
+def test_non_master_actor_rank_iterates_its_generator_and_sends_nothing():
+    from ferry.verl.checkpoint_engine import FerryCheckpointEngine
+    engine = FerryCheckpointEngine(BUCKET)
+    engine.init_process_group(role="idle", plan={})
+    taken = []
+
+    def weights():  # FSDP's generator runs collectives that every trainer rank must join
+        for name, tensor in _weights(1):
+            taken.append(name)
+            yield name, tensor
+
+    assert asyncio.run(engine.send_weights(weights(), global_steps=1)) == {}
+    assert taken == [name for name, _ in _weights(1)]
