@@ -23,9 +23,9 @@ import time
 import warnings
 from typing import Any, AsyncIterator, Callable, Iterable, Tuple
 
-from . import _ferry
-from ._tensors import _error, _frombuffer, arg_bytes, tensor_arg, to_torch, typed
-from .sync import Receiver, Sender
+from .. import _ferry
+from .._tensors import _error, _frombuffer, arg_bytes, tensor_arg, to_torch, typed
+from ..sync import Receiver, Sender
 
 try:
     import torch

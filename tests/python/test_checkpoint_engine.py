@@ -1,0 +1,289 @@
+"""ferry.verl.checkpoint_engine under a harness that replays verl's CheckpointEngineManager
+(issue #17 items 1-2): every rank is its own process; per update the harness runs prepare on
+every rank -> build_topology -> init_process_group -> actor send_weights beside rollout
+receive_weights -> finalize, as verl's manager does through Ray."""
+
+from __future__ import annotations
+
+import asyncio
+import multiprocessing as mp
+import os
+import time
+import warnings
+
+import pytest
+import torch
+
+import ferry
+from conftest import digest
+
+BUCKET = 1 << 20
+KILL_BOUND_S = 30.0  # a dead rank is seen at once (socket EOF); the product waits 600 s
+
+
+def _weights(step: int) -> list[tuple[str, torch.Tensor]]:
+    """A few dozen tensors of mixed dtypes, one (3 MiB) larger than the bucket."""
+    g = torch.Generator().manual_seed(step)
+    out = [("model.embed_tokens.weight",
+            torch.randn(1536, 1024, generator=g).to(torch.bfloat16))]
+    for i in range(8):
+        out.append((f"model.layers.{i}.q_proj.weight",
+                    torch.randn(64, 96, generator=g).to(torch.bfloat16)))
+        out.append((f"model.layers.{i}.norm.weight", torch.randn(96, generator=g)))
+        out.append((f"model.layers.{i}.bias", torch.randn(33, generator=g).half()))
+        out.append((f"model.layers.{i}.index", torch.randint(-9, 9, (17,), generator=g)))
+    out.append(("model.mask", torch.randint(0, 2, (40,), generator=g).to(torch.bool)))
+    out.append(("model.codes", torch.randint(-128, 127, (300,), generator=g).to(torch.int8)))
+    return out
+
+
+def _expected(step: int) -> dict[str, str]:
+    return {name: digest(t) for name, t in _weights(step)}
+
+
+async def _receive(engine, step: int, die_after: int | None) -> dict[str, str]:
+    sums = {}
+    async for name, tensor in engine.receive_weights(global_steps=step):
+        sums[name] = digest(tensor)
+        if die_after is not None and len(sums) == die_after:
+            os._exit(3)  # killed mid-update
+    return sums
+
+
+def _rank_main(conn, is_master: bool, engine_kwargs: dict) -> None:
+    """One verl rank: runs the manager's calls it is sent, answers ("ok", result) or
+    ("error", type, message)."""
+    from ferry.verl.checkpoint_engine import FerryCheckpointEngine
+    engine = FerryCheckpointEngine(BUCKET, is_master=is_master, **engine_kwargs)
+    while True:
+        cmd, *args = conn.recv()
+        try:
+            if cmd == "prepare":
+                out = engine.prepare()
+            elif cmd == "init":
+                engine.init_process_group(**args[0])
+                out = (engine.sessions_built, engine.session_ids)
+            elif cmd == "send":
+                out = asyncio.run(engine.send_weights(_weights(args[0]), global_steps=args[0]))
+            elif cmd == "receive":
+                out = asyncio.run(_receive(engine, *args))
+            elif cmd == "finalize":
+                out = engine.finalize()
+            else:  # exit
+                engine.close()
+                conn.send(("ok", None))
+                return
+            conn.send(("ok", out))
+        except Exception as e:
+            conn.send(("error", type(e).__name__, str(e)))
+
+
+class _Rank:
+    def __init__(self, is_master: bool = False, **engine_kwargs) -> None:
+        self.conn, child = mp.get_context("spawn").Pipe()
+        self.proc = mp.get_context("spawn").Process(
+            target=_rank_main, args=(child, is_master, engine_kwargs), daemon=True)
+        self.proc.start()
+
+    def call(self, *cmd) -> None:
+        self.conn.send(cmd)
+
+    def result(self, timeout: float = 120.0):
+        deadline = time.monotonic() + timeout
+        while not self.conn.poll(0.2):
+            if time.monotonic() > deadline:
+                pytest.fail(f"rank {self.proc.name}: no answer in {timeout} s")
+        try:
+            return self.conn.recv()
+        except EOFError:  # the process died: its end of the pipe closed
+            self.proc.join(10)
+            return ("dead", self.proc.exitcode)
+
+    def stop(self) -> None:
+        if self.proc.is_alive():
+            self.call("exit")
+            self.proc.join(10)
+        if self.proc.is_alive():
+            self.proc.kill()
+            self.proc.join()
+
+
+class _Manager:
+    """verl's CheckpointEngineManager.update_weights, over processes instead of Ray."""
+
+    def __init__(self, actors: list[_Rank], rollouts: list[_Rank]) -> None:
+        self.actors, self.rollouts = actors, rollouts
+
+    def _all(self, ranks, *cmds) -> list:
+        for rank, cmd in zip(ranks, cmds):
+            rank.call(*cmd)
+        return [rank.result() for rank in ranks]
+
+    def update(self, step: int, die: dict[int, int] | None = None) -> dict:
+        from ferry.verl.checkpoint_engine import FerryCheckpointEngine
+        ranks = self.actors + self.rollouts
+        metadata = self._all(ranks, *[("prepare",)] * len(ranks))
+        assert all(m[0] == "ok" for m in metadata), metadata
+        trainer_kw, rollout_kw = FerryCheckpointEngine.build_topology(
+            len(self.actors), len(self.rollouts), [m[1] for m in metadata])
+        inits = self._all(ranks, *[("init", {k: v[i] for k, v in trainer_kw.items()})
+                                   for i in range(len(self.actors))],
+                          *[("init", {k: v[i] for k, v in rollout_kw.items()})
+                            for i in range(len(self.rollouts))])
+        assert all(r[0] == "ok" for r in inits), inits
+        start = time.monotonic()
+        die = die or {}
+        moved = self._all(ranks, *[("send", step)] * len(self.actors),
+                          *[("receive", step, die.get(i)) for i in range(len(self.rollouts))])
+        seconds = time.monotonic() - start
+        live = [r for r in ranks if r.proc.is_alive()]
+        finals = self._all(live, *[("finalize",)] * len(live))
+        assert all(r[0] == "ok" for r in finals), finals
+        print(f"step {step}: sent {moved[:len(self.actors)]}, {seconds:.2f} s")
+        return {"inits": [r[1] for r in inits], "sent": moved[:len(self.actors)],
+                "received": moved[len(self.actors):], "seconds": seconds}
+
+    def stop(self) -> None:
+        for rank in self.actors + self.rollouts:
+            rank.stop()
+
+
+@pytest.fixture
+def colocated():
+    manager = _Manager([_Rank(is_master=True)], [_Rank(), _Rank()])
+    yield manager
+    manager.stop()
+
+
+def _assert_bit_exact(result: dict, step: int) -> None:
+    expected = _expected(step)
+    for status in result["received"]:
+        assert status[0] == "ok", status
+        assert list(status[1]) == list(expected), "verl's order of tensors"
+        bad = [n for n in expected if status[1][n] != expected[n]]
+        assert not bad, f"step {step}: wrong bytes for {bad}"
+
+
+def test_colocated_updates_are_bit_exact_reuse_one_session_and_refuse_stale_steps(colocated):
+    sessions = None
+    for step in (1, 2, 3):
+        result = colocated.update(step)
+        _assert_bit_exact(result, step)
+        kind, metrics = result["sent"][0]
+        assert kind == "ok", metrics
+        assert metrics["ferry/bytes"] == sum(t.numel() * t.element_size()
+                                             for _, t in _weights(step))
+        assert metrics["ferry/seconds"] > 0 and metrics["ferry/gbps"] > 0
+        # Built once, at the first update; later updates keep the ring and sockets.
+        built = [b for b, _ in result["inits"]]
+        assert built == [1, 1, 1], f"step {step}: sessions rebuilt {built}"
+        ids = [s for _, s in result["inits"]]
+        sessions = sessions or ids
+        assert ids == sessions
+    # The receivers refuse an update older than what they hold, naming it.
+    result = colocated.update(2)
+    assert result["sent"][0][:2] == ("error", "AbortedError"), result["sent"]
+    assert "stale weights" in result["sent"][0][2]
+    for status in result["received"]:
+        assert status[:2] == ("error", "FailedPreconditionError"), status
+        assert "global_steps 2" in status[2]
+    _assert_bit_exact(colocated.update(4), 4)  # the next newer update goes through
+
+
+def test_colocated_rank_killed_mid_update_fails_both_sides_then_recovers(colocated):
+    _assert_bit_exact(colocated.update(1), 1)
+    result = colocated.update(2, die={1: 3})
+    assert result["seconds"] < KILL_BOUND_S, result
+    assert result["sent"][0][0] == "error", result["sent"]
+    assert result["received"][1] == ("dead", 3)
+    sent = result["sent"][0]
+    assert sent[1].endswith("Error") and sent[2], sent  # a named error
+    # The other rollout rank either had its whole update (it acknowledged before the peer
+    # died) or got a named error: never part of an update without one.
+    survivor = result["received"][0]
+    if survivor[0] == "ok":
+        assert survivor[1] == _expected(2)
+    else:
+        assert survivor[1].endswith("Error") and survivor[2], survivor
+    colocated.rollouts[1] = _Rank()  # the rank comes back (a new process)
+    result = colocated.update(3)
+    _assert_bit_exact(result, 3)
+    assert result["inits"][0][0] == 2, "membership changed: the master served anew"
+
+
+def test_disaggregated_net_and_shm_ranks_over_loopback(tmp_path):
+    token = tmp_path / "token"
+    token.write_text("test-token-" + os.urandom(8).hex())
+    token.chmod(0o600)
+    net = {"token_file": str(token), "interface": "127.0.0.1"}
+    manager = _Manager([_Rank(is_master=True, node_id="node-a", **net),
+                        _Rank(node_id="node-a", **net)],
+                       [_Rank(node_id="node-a", **net), _Rank(node_id="node-b", **net),
+                        _Rank(node_id="node-b", **net)])
+    try:
+        for step in (1, 2):
+            result = manager.update(step)
+            _assert_bit_exact(result, step)
+            assert result["sent"][1] == ("ok", {}), "a non-master actor rank sends nothing"
+            assert {"ferry/shm_seconds", "ferry/net_seconds"} <= set(result["sent"][0][1])
+            assert [b for b, _ in result["inits"]] == [1, 0, 1, 1, 1]
+        # A net rollout rank killed mid-update: the actor names it at once; once the rank is
+        # back, the next update reaches everyone.
+        result = manager.update(3, die={2: 3})
+        assert result["seconds"] < KILL_BOUND_S, result
+        assert result["received"][2] == ("dead", 3)
+        sent = result["sent"][0]
+        assert sent[:2] == ("error", "AbortedError") and "receiver 1" in sent[2], sent
+        manager.rollouts[2] = _Rank(node_id="node-b", **net)
+        _assert_bit_exact(manager.update(4), 4)
+    finally:
+        manager.stop()
+
+
+def test_build_topology_puts_other_nodes_on_net():
+    from ferry.verl.checkpoint_engine import FerryCheckpointEngine
+    meta = [{"node": "a", "pid": 1, "is_master": False},
+            {"node": "a", "pid": 2, "is_master": True, "shm": "@s", "net": "h:1"},
+            {"node": "b", "pid": 3}, {"node": "a", "pid": 4}, {"node": "b", "pid": 5}]
+    trainer, rollout = FerryCheckpointEngine.build_topology(2, 3, meta)
+    assert trainer["role"] == ["idle", "master"]
+    assert rollout["kind"] == ["net", "shm", "net"] and rollout["receiver_id"] == [0, 0, 1]
+    assert rollout["plan"][0]["shm_receivers"] == 1 and rollout["plan"][0]["net_receivers"] == 2
+    meta[1]["net"] = None  # the master's hostname did not resolve and no interface was set
+    with pytest.raises(ferry.InvalidArgumentError, match="engine_kwargs.ferry.interface"):
+        FerryCheckpointEngine.build_topology(2, 3, meta)
+
+
+def test_unknown_engine_kwargs_warn_once_by_name():
+    from ferry.verl.checkpoint_engine import FerryCheckpointEngine
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        FerryCheckpointEngine(BUCKET, tokn_file="x")
+        FerryCheckpointEngine(BUCKET, tokn_file="x", slots=2)
+    messages = [str(w.message) for w in caught]
+    assert messages == ["ferry checkpoint engine: unknown engine_kwargs key 'tokn_file' is "
+                        "ignored"]
+
+
+def test_registered_as_ferry_backend():
+    import importlib
+    module = importlib.import_module("ferry.verl.checkpoint_engine")  # custom_backend_module
+    from ferry._verl_compat import CheckpointEngineRegistry
+    assert CheckpointEngineRegistry.get("ferry") is module.FerryCheckpointEngine
+    engine = CheckpointEngineRegistry.new("ferry", bucket_size=BUCKET, is_master=True)
+    assert engine.wire_format == "ferry" and engine.prepare()["is_master"]
+
+
+def test_non_master_actor_rank_iterates_its_generator_and_sends_nothing():
+    from ferry.verl.checkpoint_engine import FerryCheckpointEngine
+    engine = FerryCheckpointEngine(BUCKET)
+    engine.init_process_group(role="idle", plan={})
+    taken = []
+
+    def weights():  # FSDP's generator runs collectives that every trainer rank must join
+        for name, tensor in _weights(1):
+            taken.append(name)
+            yield name, tensor
+
+    assert asyncio.run(engine.send_weights(weights(), global_steps=1)) == {}
+    assert taken == [name for name, _ in _weights(1)]
