@@ -35,6 +35,7 @@ from .. import _ferry
 from .._tensors import _error, arg_bytes, tensor_arg, to_torch
 from .._verl_compat import CheckpointEngine, CheckpointEngineRegistry
 from ..sync import Receiver, Sender, SyncOptions
+from . import _items  # a sync or async generator of (name, tensor), as verl gives either
 
 VERSION_TENSOR = "__ferry.global_steps__"
 DEFAULT_TIMEOUT_S = 600.0  # verl's wait for a peer; a dead peer is seen at once anyway
@@ -71,15 +72,6 @@ def _free_port(host: str) -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind((host, 0))
         return s.getsockname()[1]
-
-
-async def _items(weights: Iterable | AsyncIterator) -> AsyncIterator:
-    if hasattr(weights, "__aiter__"):
-        async for item in weights:
-            yield item
-    else:
-        for item in weights:
-            yield item
 
 
 class _EndOfUpdate:
