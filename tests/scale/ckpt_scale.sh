@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Scale: qwen2.5-0.5b at full depth (290 tensors, bf16) saved at 8 ranks / 4 nodes,
+# Scale: qwen2.5-0.5b at full depth (290 tensors, bf16) saved at 8 ranks / 4 nodes, each
+# node's folder verified alone and all together,
 # loaded resharded to 2 ranks / 1 node and 4 ranks / 2 nodes, each bit-exact against
 # the source; a load killed with SIGKILL leaves a temp the next load removes.
 # Usage: ckpt_scale.sh FERRY_BINARY
@@ -40,6 +41,15 @@ n=$("$ferry" inspect "$work/src" | sed -n 's/^\([0-9]*\) tensors,.*/\1/p')
 [ "$n" -eq 290 ] || fail "qwen2.5-0.5b has $n tensors, expected 290"
 
 "$ferry" ckpt save --from "$work/src" --ranks 8 --nodes 4 "$work/ck" >/dev/null
+# Each node's folder verifies alone (ferry's format keeps the manifest on every node), and
+# says that the other nodes' files were not checked; all four together check every slice.
+for i in 0 1 2 3; do
+  "$ferry" ckpt verify "$work/ck/node$i" >"$work/verify$i.txt" || fail "node$i alone: $(cat "$work/verify$i.txt")"
+  [ "$(grep -c 'no root given' "$work/verify$i.txt")" -eq 3 ] || fail "node$i alone: $(cat "$work/verify$i.txt")"
+done
+"$ferry" ckpt verify "$work/ck" >"$work/verify.txt" || fail "all nodes: $(cat "$work/verify.txt")"
+grep -q "^step 1: OK" "$work/verify.txt" || fail "all nodes: $(cat "$work/verify.txt")"
+! grep -q "no root given" "$work/verify.txt" || fail "all nodes: $(cat "$work/verify.txt")"
 
 # 2 ranks / 1 node: one root holding every node's shards (as after copying them).
 mkdir -p "$work/one/node0"
