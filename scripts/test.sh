@@ -16,20 +16,27 @@ step "dependencies"
 bash scripts/install-deps.sh
 
 step "build (build/)"
-FERRY_BUILD_DIR=build bash scripts/build.sh
+# Line tables only (-g1): a third less compile time than full debug info, same code.
+FERRY_BUILD_DIR=build bash scripts/build.sh -DCMAKE_C_FLAGS_RELWITHDEBINFO="-O2 -g1 -DNDEBUG" \
+  -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O2 -g1 -DNDEBUG"
 step "tests"
 ctest --test-dir build --output-on-failure -j2 --timeout 600
 
 if [ "${FERRY_QUICK:-0}" = 1 ]; then exit 0; fi
 
 step "address+undefined sanitizers (build-asan/)"
-FERRY_BUILD_DIR=build-asan bash scripts/build.sh -DFERRY_SANITIZE=address -DFERRY_BUILD_PYTHON=OFF -DFERRY_BUILD_BENCH=OFF
+# -O1 with line tables only, as the sanitizers' and libFuzzer's docs advise: it compiles in
+# less than half the time of -O2 -g here (ASan+UBSan at -O2 was the slowest step of CI).
+quick_flags=(-DCMAKE_C_FLAGS_RELWITHDEBINFO="-O1 -g1 -DNDEBUG"
+  -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g1 -DNDEBUG")
+FERRY_BUILD_DIR=build-asan bash scripts/build.sh -DFERRY_SANITIZE=address -DFERRY_BUILD_PYTHON=OFF \
+  -DFERRY_BUILD_BENCH=OFF "${quick_flags[@]}"
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
   ctest --test-dir build-asan --output-on-failure -j2 --timeout 900 -LE scale
 
 step "fuzzing (build-fuzz/, ${FERRY_FUZZ_SECONDS:-60} s per target)"
 CC=clang CXX=clang++ cmake -S . -B build-fuzz -G Ninja -DFERRY_BUILD_FUZZ=ON -DFERRY_BUILD_TESTS=OFF \
-  -DFERRY_BUILD_BENCH=OFF -DFERRY_BUILD_PYTHON=OFF >/dev/null
+  -DFERRY_BUILD_BENCH=OFF -DFERRY_BUILD_PYTHON=OFF "${quick_flags[@]}" >/dev/null
 # Only the fuzz targets and the modules they link (not the CLI, convert, device, ...).
 mapfile -t fuzz_names < <(cd fuzz && ls -- *_fuzz.cc | sed 's/\.cc$//')
 ninja -C build-fuzz "${fuzz_names[@]}"
