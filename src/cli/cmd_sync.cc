@@ -12,6 +12,7 @@
 #include <xxhash.h>
 
 #include "cli/commands.h"
+#include "cli/progress.h"
 #include "ferry/model.h"
 #include "ferry/sync.h"
 
@@ -121,8 +122,9 @@ void print_round(const SyncArgs& a, const sync::RoundStats& s, const char* role,
     return;
   }
   std::printf(
-      "round %llu: %u tensors, %u buckets, %.3f GB in %.3f s (%.2f GB/s), checksum %016llx",
-      static_cast<unsigned long long>(s.round), s.tensors, s.buckets, s.bytes / 1e9, s.seconds,
+      "round %llu: %u tensors, %u buckets, %s in %.3f s (%.2f GB/s), checksum %016llx",
+      static_cast<unsigned long long>(s.round), s.tensors, s.buckets,
+      format_bytes(s.bytes).c_str(), s.seconds,
       s.seconds > 0 ? s.bytes / 1e9 / s.seconds : 0.0, static_cast<unsigned long long>(s.checksum));
   if (content != nullptr) {
     std::printf(", content %016llx", static_cast<unsigned long long>(content->value));
