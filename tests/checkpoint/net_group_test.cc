@@ -35,18 +35,8 @@ using test::make_state;
 
 constexpr const char* kToken = "net-group-test-secret-0123456789abcdefghij";
 
-// "127.0.0.1:<a port nobody listens on right now>" for rank 0 to listen on.
-std::string free_root_address() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof a;
-  EXPECT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
-  EXPECT_EQ(::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len), 0);
-  ::close(fd);
-  return "127.0.0.1:" + std::to_string(ntohs(a.sin_port));
-}
+// For rank 0 to listen on: a port below the ephemeral range (test_support.h says why).
+std::string free_root_address() { return testing::unused_loopback_address(); }
 
 NetGroupOptions options(const std::string& root, int rank, int size, std::string node) {
   NetGroupOptions o;

@@ -45,19 +45,6 @@ int tcp_connect(int port, const char* from = "127.0.0.1") {
   return fd;
 }
 
-// A port nobody listens on now (the server binds it with SO_REUSEADDR).
-int free_port() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  ::inet_pton(AF_INET, "127.0.0.1", &a.sin_addr);
-  socklen_t len = sizeof a;
-  ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
-  ::close(fd);
-  return ntohs(a.sin_port);
-}
-
 // The hostile clients, in order; returns the silent connections, still open.
 std::vector<int> attack(int port) {
   int fd = -1;
@@ -92,8 +79,8 @@ struct Tokens {
 
 TEST(HostileClients, SyncServeSurvivesThemAndServesALegitimateReceiver) {
   Tokens t;
-  const int port = free_port();
-  const std::string address = "127.0.0.1:" + std::to_string(port);
+  const std::string address = testing::unused_loopback_address();
+  const int port = std::stoi(address.substr(address.rfind(':') + 1));
   Spawned server(FERRY_BINARY,
                  {"sync", "serve", "--listen", address, "--receivers", "1", "--layers", "1",
                   "--bucket-mb", "16", "--timeout", "60", "--json", "--token-file", t.good},

@@ -76,11 +76,10 @@ def _receiver(handle: str, queue) -> None:
 
 
 def _free_port() -> int:
-    import socket
+    # Below the ephemeral range, so no connect() of a test running beside takes it first.
+    from ferry.verl.checkpoint_engine import _free_port as free_port
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    return free_port("127.0.0.1")
 
 
 @pytest.mark.parametrize("transport", ["ipc", "tcp"])

@@ -1,6 +1,8 @@
 #include "support/test_support.h"
 
+#include <arpa/inet.h>
 #include <fcntl.h>
+#include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
 #include <spawn.h>
@@ -16,6 +18,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <random>
 #include <stdexcept>
 #include <thread>
 
@@ -224,6 +227,24 @@ int connect_as_another_user(const std::string& address, int type) {
     return -1;
   }
   return pid;
+}
+
+std::string unused_loopback_address() {
+  std::random_device seed;
+  std::mt19937 rng(seed());
+  std::uniform_int_distribution<int> pick(20000, 32000);  // ephemeral ports start at 32768
+  for (int attempt = 0; attempt < 100; ++attempt) {
+    const int port = pick(rng);
+    const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    a.sin_port = htons(static_cast<std::uint16_t>(port));
+    const bool free = ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0;
+    ::close(fd);
+    if (free) return "127.0.0.1:" + std::to_string(port);
+  }
+  throw std::runtime_error("no free loopback port in 20000-32000 after 100 tries");
 }
 
 }  // namespace ferry::testing

@@ -67,6 +67,11 @@ class Spawned {
   std::string pending_;  // read but not yet returned
 };
 
+// "127.0.0.1:PORT" where nothing listens now, for a server that must be told its port in
+// advance (a checkpoint group's rank 0). PORT is random below the kernel's ephemeral range:
+// a port bind(0) hands out can be taken again by any connect() of a test running beside.
+std::string unused_loopback_address();
+
 // A connection of `type` (SOCK_STREAM, SOCK_SEQPACKET) to the abstract UNIX `address`
 // ("@name"), retried for up to 5 s while nobody listens yet; -1 if it never connects.
 int connect_abstract(const std::string& address, int type);

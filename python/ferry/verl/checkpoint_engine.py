@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import os
 import queue
+import random
 import socket
 import threading
 import time
@@ -69,6 +70,23 @@ def node_identity() -> str:
 
 
 def _free_port(host: str) -> int:
+    """A port free on `host` now, for the master to bind once the topology is built. Chosen
+    below the kernel's ephemeral range when it can be: a port bind(0) gives can be taken by
+    any outgoing connection on the node before the master binds it."""
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            ephemeral_low = int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        ephemeral_low = 32768
+    rng = random.SystemRandom()
+    for _ in range(100):
+        port = rng.randrange(max(1024, ephemeral_low - 12768), ephemeral_low)
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            try:
+                s.bind((host, port))
+                return port
+            except OSError:
+                continue
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind((host, 0))
         return s.getsockname()[1]
