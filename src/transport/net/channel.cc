@@ -120,6 +120,9 @@ struct Endpoint {
   // more in page faults than the encryption itself.
   std::vector<std::vector<std::byte>> staging_pool;
   static constexpr std::size_t kMaxPooledStaging = 8;
+  // Ciphertext of sends released while UCX may still read it: freed with the Endpoint, after
+  // close() has force-closed the endpoint (and so ended those sends).
+  std::vector<std::vector<std::byte>> abandoned_staging;
 
   std::vector<std::byte> take_staging(std::size_t bytes) {
     std::vector<std::byte> b;
@@ -573,8 +576,8 @@ void Transfer::release() {
     ctx.wait(milliseconds(10));
   }
   if (ucp_request_check_status(request_) == UCS_INPROGRESS && !staging_.empty()) {
-    // UCX may still read the ciphertext: leave it to UCX rather than free memory it uses.
-    new std::vector<std::byte>(std::move(staging_));
+    // UCX may still read the ciphertext: keep it until the endpoint is closed.
+    endpoint_->abandoned_staging.push_back(std::move(staging_));
   }
   ucp_request_free(request_);  // if still in flight, UCX frees it when it completes
   request_ = nullptr;
