@@ -2,7 +2,8 @@
 # The scale tier for weight sync and conversion: real depths, not the 2-layer models of
 # the unit tests, driven through the CLI as a user would.
 #   1. qwen2.5-0.5b at full depth (290 tensors, bf16): shm sync to 2 receivers, 2 rounds;
-#   2. the same through 2 relays on loopback (net to each relay, shm to 2 receivers each);
+#   2. the same through 2 relays on loopback (net to each relay, encrypted, shm to 2
+#      receivers each);
 #   3. qwen2.5-7b at 4 layers (bf16, 2 GB of embeddings alone): shm sync to 2 receivers;
 #   4. convert HF -> Megatron at TP 2 and TP 4 and back, byte-identical tensors.
 # Bit-exact: every receiver prints the same content hash (XXH3 of every tensor) as the sender.
@@ -68,10 +69,11 @@ shm_case() {
 shm_case qwen05b --preset qwen2.5-0.5b --dtype bf16 --bucket-mb 128
 shm_case qwen7b-4l --preset qwen2.5-7b --layers 4 --dtype bf16 --bucket-mb 512
 
-# 2. Two relays on loopback, two receivers behind each.
+# 2. Two relays on loopback, two receivers behind each; the weights encrypted on the wire and
+# the relays requiring at least a MAC (encrypt satisfies it), so the AEAD path runs at size.
 start=$SECONDS
 "$FERRY" sync serve --listen 127.0.0.1:0 --receivers 2 --rounds 2 --json --preset qwen2.5-0.5b \
-  --dtype bf16 --bucket-mb 128 >"$WORK/net.out" 2>"$WORK/net.err" &
+  --dtype bf16 --bucket-mb 128 --wire-protect encrypt >"$WORK/net.out" 2>"$WORK/net.err" &
 sender=$!; PIDS+=($sender)
 port=""
 for _ in $(seq 1 100); do
@@ -82,7 +84,7 @@ done
 others=()
 for id in 1 2; do
   "$FERRY" sync relay --connect "127.0.0.1:$port" --id $id --local "@$TAG-relay$id" \
-    --receivers 2 --rounds 2 --json >"$WORK/relay$id.out" 2>"$WORK/relay$id.err" &
+    --receivers 2 --rounds 2 --json --wire-protect mac >"$WORK/relay$id.out" 2>"$WORK/relay$id.err" &
   others+=($!); PIDS+=($!)
   for r in 0 1; do
     "$FERRY" sync recv --address "@$TAG-relay$id" --id $r --rounds 2 --json \
@@ -92,7 +94,7 @@ for id in 1 2; do
 done
 if wait_all "$sender" "${others[@]}"; then
   check_hashes net "$WORK/net.out" 2 "$WORK"/net.recv*.out
-  echo "ok: net through 2 relays, 4 receivers ($((SECONDS - start)) s)"
+  echo "ok: net through 2 relays (encrypt), 4 receivers ($((SECONDS - start)) s)"
 else
   fail "net: a process failed"; tail_errors
 fi
