@@ -209,6 +209,8 @@ struct PendingHello {
 
 // A hello holds a rank and two short strings; anything larger is not a rank.
 constexpr std::uint64_t kMaxHelloBytes = 64 * 1024;
+// Connections waiting to say hello at once: far above the ranks of one node.
+constexpr std::size_t kMaxPendingHellos = 256;
 
 std::string describe_peer(int fd) {
   ucred cred{};
@@ -302,6 +304,11 @@ Result<Joined> accept_hello(int listen_fd, std::vector<PendingHello>& pending,
       continue;
     }
     std::string who = describe_peer(fd.get());
+    if (pending.size() >= kMaxPendingHellos) {  // a flood must not run rank 0 out of fds
+      log::warn("checkpoint group: dropped {}: {} connections to {} have not said hello yet", who,
+                pending.size(), what);
+      continue;
+    }
     pending.push_back({std::move(fd), std::move(who), {}});
   }
 }
