@@ -16,6 +16,8 @@
 namespace ferry {
 
 // docs/errors.md says what raises each code and whether a caller may retry.
+// Wire-stable: the numbers travel in ERROR frames and rank-group messages, so
+// a code is only ever appended, never renumbered or reused.
 enum class Code : unsigned char {
   kOk = 0,
   kInvalidArgument,     // the caller passed something malformed

@@ -21,6 +21,7 @@
 #include <random>
 #include <thread>
 
+#include "base/clock.h"
 #include "base/file_util.h"
 #include "base/log.h"
 #include "checkpoint/group_base.h"
@@ -29,7 +30,6 @@
 namespace ferry::checkpoint {
 namespace {
 
-using Clock = std::chrono::steady_clock;
 using std::chrono::milliseconds;
 
 constexpr std::uint64_t kMaxFrameBytes = 16ull << 30;

@@ -20,15 +20,15 @@
 #include <optional>
 #include <thread>
 
+#include "base/clock.h"
 #include "base/log.h"
 #include "checkpoint/group_base.h"
 #include "transport/net/channel.h"
-#include "wire/coding.h"
+#include "base/coding.h"
 
 namespace ferry::checkpoint {
 namespace {
 
-using Clock = std::chrono::steady_clock;
 using std::chrono::milliseconds;
 
 // The group's messages, each one whole net control message that starts with its kind.
@@ -55,16 +55,6 @@ constexpr std::size_t kMaxRefusals = 8;
 // is not believed (nothing is allocated for it).
 constexpr std::uint64_t kMaxBytes = 16ull << 30;
 
-struct Deadline {
-  Clock::time_point at;
-  explicit Deadline(milliseconds timeout) : at(Clock::now() + timeout) {}
-  bool passed() const { return Clock::now() >= at; }
-  milliseconds left() const {
-    const auto d = std::chrono::duration_cast<milliseconds>(at - Clock::now());
-    return d.count() < 0 ? milliseconds(0) : d;
-  }
-};
-
 // After progress() and a look at every channel: sleeps until the worker has news, at most
 // `left` and 50 ms (so a missed wakeup costs little).
 void idle(net::Context& ctx, milliseconds left) {
@@ -75,14 +65,14 @@ void idle(net::Context& ctx, milliseconds left) {
 
 std::vector<std::byte> message(Kind kind) {
   std::vector<std::byte> m;
-  wire::put_u8(&m, static_cast<std::uint8_t>(kind));
+  coding::put_u8(&m, static_cast<std::uint8_t>(kind));
   return m;
 }
 void put_str(std::vector<std::byte>* out, std::string_view s) {
-  wire::put_u32(out, static_cast<std::uint32_t>(s.size()));
-  wire::put_bytes(out, s);
+  coding::put_u32(out, static_cast<std::uint32_t>(s.size()));
+  coding::put_bytes(out, s);
 }
-std::string get_str(wire::Reader& in) {
+std::string get_str(coding::Reader& in) {
   const std::uint32_t n = in.u32();
   return in.bytes(n);
 }
@@ -115,7 +105,7 @@ struct Blob {
   bool complete() const { return started && data.size() == total; }
 
   Status feed(std::span<const std::byte> m, Kind kind, std::uint64_t seq, const std::string& who) {
-    wire::Reader in(m);
+    coding::Reader in(m);
     const auto k = static_cast<Kind>(in.u8());
     const std::uint64_t s = in.u64(), total_now = in.u64();
     if (!in.ok() || k != kind) return corruption("malformed collective message from " + who);
@@ -151,9 +141,9 @@ Status send_blob(net::Channel& ch, Kind kind, std::uint64_t seq, std::string_vie
   do {
     const std::size_t n = std::min(chunk, data.size() - at);
     std::vector<std::byte> m = message(kind);
-    wire::put_u64(&m, seq);
-    wire::put_u64(&m, data.size());
-    wire::put_bytes(&m, data.substr(at, n));
+    coding::put_u64(&m, seq);
+    coding::put_u64(&m, data.size());
+    coding::put_bytes(&m, data.substr(at, n));
     if (Status s = ch.send(m, dl.left()); !s.ok()) return s;
     at += n;
   } while (at < data.size());
@@ -162,10 +152,10 @@ Status send_blob(net::Channel& ch, Kind kind, std::uint64_t seq, std::string_vie
 
 std::string encode_parts(const std::vector<std::string>& parts) {
   std::vector<std::byte> out;
-  wire::put_u32(&out, static_cast<std::uint32_t>(parts.size()));
+  coding::put_u32(&out, static_cast<std::uint32_t>(parts.size()));
   for (const std::string& p : parts) {
-    wire::put_u64(&out, p.size());
-    wire::put_bytes(&out, p);
+    coding::put_u64(&out, p.size());
+    coding::put_bytes(&out, p);
   }
   return std::string(as_text(out));
 }
@@ -293,7 +283,7 @@ class NetGroup final : public GroupBase {
         if (refused.size() < kMaxRefusals) refused.push_back(hello.status().message());
         continue;
       }
-      wire::Reader in(*hello);
+      coding::Reader in(*hello);
       const auto kind = static_cast<Kind>(in.u8());
       const std::uint16_t version = in.u16();
       const std::uint32_t r = in.u32(), n = in.u32();
@@ -336,7 +326,7 @@ class NetGroup final : public GroupBase {
       ++joined;
     }
     std::vector<std::byte> table = message(Kind::kTable);
-    wire::put_u32(&table, static_cast<std::uint32_t>(size()));
+    coding::put_u32(&table, static_cast<std::uint32_t>(size()));
     for (int r = 0; r < size(); ++r) {
       put_str(&table, nodes_[r]);
       put_str(&table, addresses_[r]);
@@ -373,15 +363,15 @@ class NetGroup final : public GroupBase {
     if (!ch.ok()) return ch.status().with_context(what);
     root_ = std::move(*ch);
     std::vector<std::byte> hello = message(Kind::kJoin);
-    wire::put_u16(&hello, kVersion);
-    wire::put_u32(&hello, static_cast<std::uint32_t>(rank()));
-    wire::put_u32(&hello, static_cast<std::uint32_t>(size()));
+    coding::put_u16(&hello, kVersion);
+    coding::put_u32(&hello, static_cast<std::uint32_t>(rank()));
+    coding::put_u32(&hello, static_cast<std::uint32_t>(size()));
     put_str(&hello, node());
     put_str(&hello, serving);
     if (Status s = root_.send(hello, dl.left()); !s.ok()) return s.with_context(what);
     auto table = root_.receive(dl.left());
     if (!table.ok()) return table.status().with_context(what);
-    wire::Reader in(*table);
+    coding::Reader in(*table);
     const auto kind = static_cast<Kind>(in.u8());
     if (kind == Kind::kAbort) return read_abort(in).with_context(what);
     const std::uint32_t n = in.u32();
@@ -450,11 +440,11 @@ class NetGroup final : public GroupBase {
     while (!result.complete()) {
       auto m = root_.receive(dl.left());
       if (!m.ok()) return m.status();
-      wire::Reader in(*m);
+      coding::Reader in(*m);
       if (static_cast<Kind>(in.u8()) == Kind::kAbort) return read_abort(in);
       if (Status s = result.feed(*m, Kind::kResult, seq, peer_name(0)); !s.ok()) return s;
     }
-    wire::Reader in(std::as_bytes(std::span(result.data)));
+    coding::Reader in(std::as_bytes(std::span(result.data)));
     if (in.u32() != static_cast<std::uint32_t>(size()) || !in.ok()) {
       return corruption("malformed collective result from " + peer_name(0));
     }
@@ -468,12 +458,12 @@ class NetGroup final : public GroupBase {
 
   static void send_abort(net::Channel& ch, const Status& why) {
     std::vector<std::byte> m = message(Kind::kAbort);
-    wire::put_u8(&m, static_cast<std::uint8_t>(why.code()));
+    coding::put_u8(&m, static_cast<std::uint8_t>(why.code()));
     put_str(&m, why.message());
     (void)ch.send(m, milliseconds(1000));
   }
 
-  Status read_abort(wire::Reader& in) const {
+  Status read_abort(coding::Reader& in) const {
     const std::uint8_t code = in.u8();
     std::string msg = get_str(in);
     const auto c = code_from_wire(code);
@@ -503,8 +493,8 @@ class NetGroup final : public GroupBase {
           net::connect(calls_, addresses_[peer], *token_, dl.left(), {.role = peer_name(peer)});
       if (!ch.ok()) return ch.status();
       std::vector<std::byte> hello = message(Kind::kFetchHello);
-      wire::put_u16(&hello, kVersion);
-      wire::put_u32(&hello, static_cast<std::uint32_t>(rank()));
+      coding::put_u16(&hello, kVersion);
+      coding::put_u32(&hello, static_cast<std::uint32_t>(rank()));
       if (Status s = ch->send(hello, dl.left()); !s.ok()) return s;
       conn.ch = std::move(*ch);
     }
@@ -523,9 +513,9 @@ class NetGroup final : public GroupBase {
                   std::string* text, const Deadline& dl, bool* out_of_step) {
     const std::uint32_t id = ++conn.next_id;
     std::vector<std::byte> m = message(Kind::kFetch);
-    wire::put_u32(&m, id);
-    wire::put_u64(&m, into != nullptr ? into->size() : kAnySize);
-    wire::put_bytes(&m, request);
+    coding::put_u32(&m, id);
+    coding::put_u64(&m, into != nullptr ? into->size() : kAnySize);
+    coding::put_bytes(&m, request);
     if (m.size() > net::max_message_bytes()) {
       return invalid_argument("a fetch request of " + std::to_string(request.size()) +
                               " bytes is over the limit of " +
@@ -535,7 +525,7 @@ class NetGroup final : public GroupBase {
     if (Status s = conn.ch.send(m, dl.left()); !s.ok()) return s;
     auto reply = conn.ch.receive(dl.left());
     if (!reply.ok()) return reply.status();
-    wire::Reader in(*reply);
+    coding::Reader in(*reply);
     const auto kind = static_cast<Kind>(in.u8());
     const std::uint32_t got_id = in.u32();
     const std::uint8_t code = in.u8();
@@ -634,7 +624,7 @@ class NetGroup final : public GroupBase {
 
   // Handles one message on a serving channel; an error drops the channel.
   Status serve_one(ServeConn& c, std::span<const std::byte> m) {
-    wire::Reader in(m);
+    coding::Reader in(m);
     const auto kind = static_cast<Kind>(in.u8());
     if (kind == Kind::kFetchHello) {
       const std::uint16_t version = in.u16();
@@ -673,10 +663,10 @@ class NetGroup final : public GroupBase {
       }
     }
     std::vector<std::byte> head = message(Kind::kAnswer);
-    wire::put_u32(&head, id);
-    wire::put_u8(&head, static_cast<std::uint8_t>(s.code()));
-    wire::put_u64(&head, s.ok() ? out.reply.bytes().size() : 0);
-    wire::put_bytes(&head, s.message());
+    coding::put_u32(&head, id);
+    coding::put_u8(&head, static_cast<std::uint8_t>(s.code()));
+    coding::put_u64(&head, s.ok() ? out.reply.bytes().size() : 0);
+    coding::put_bytes(&head, s.message());
     if (head.size() > net::max_message_bytes()) head.resize(net::max_message_bytes());
     if (Status sent = c.ch.send(head, opts_.timeout); !sent.ok()) return sent;
     if (!s.ok() || out.reply.bytes().empty()) return ok_status();

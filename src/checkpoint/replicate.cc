@@ -12,12 +12,13 @@
 #include <filesystem>
 #include <memory>
 
+#include "base/clock.h"
 #include "base/file_util.h"
 #include "base/log.h"
 #include "checkpoint/megatron_folder.h"
 #include "ferry/checkpoint.h"
 #include "transport/net/channel.h"
-#include "wire/coding.h"
+#include "base/coding.h"
 
 namespace ferry::checkpoint {
 namespace replicate {
@@ -25,20 +26,20 @@ namespace {
 
 std::vector<std::byte> header(Kind kind) {
   std::vector<std::byte> out;
-  wire::put_u32(&out, kMagic);
-  wire::put_u8(&out, kVersion);
-  wire::put_u8(&out, static_cast<std::uint8_t>(kind));
+  coding::put_u32(&out, kMagic);
+  coding::put_u8(&out, kVersion);
+  coding::put_u8(&out, static_cast<std::uint8_t>(kind));
   return out;
 }
 
 void put_file(std::vector<std::byte>* out, const ReplicaFile& f) {
-  wire::put_u16(out, static_cast<std::uint16_t>(f.path.size()));
-  wire::put_bytes(out, f.path);
-  wire::put_u64(out, f.bytes);
-  wire::put_u64(out, f.xxh3);
+  coding::put_u16(out, static_cast<std::uint16_t>(f.path.size()));
+  coding::put_bytes(out, f.path);
+  coding::put_u64(out, f.bytes);
+  coding::put_u64(out, f.xxh3);
 }
 
-void read_file_entry(wire::Reader& r, ReplicaFile* f) {
+void read_file_entry(coding::Reader& r, ReplicaFile* f) {
   const std::uint16_t n = r.u16();
   if (n > kMaxPathBytes) {
     (void)r.bytes(r.remaining() + 1);  // fails the reader
@@ -50,8 +51,8 @@ void read_file_entry(wire::Reader& r, ReplicaFile* f) {
 }
 
 // A reader past the header, for a message decode_kind() accepted.
-wire::Reader body(std::span<const std::byte> m) {
-  wire::Reader r(m);
+coding::Reader body(std::span<const std::byte> m) {
+  coding::Reader r(m);
   (void)r.bytes(kHeaderBytes);
   return r;
 }
@@ -61,7 +62,7 @@ Status malformed(std::string_view what, const std::string& peer) {
 }
 
 template <typename T>
-Result<T> finish(const wire::Reader& r, T value, std::string_view what, const std::string& peer) {
+Result<T> finish(const coding::Reader& r, T value, std::string_view what, const std::string& peer) {
   if (!r.ok() || r.remaining() != 0) return malformed(what, peer);
   return value;
 }
@@ -73,16 +74,16 @@ std::vector<std::byte> encode_done() { return header(Kind::kDone); }
 
 std::vector<std::byte> encode_index(const ReplicaSet& set) {
   auto out = header(Kind::kIndex);
-  wire::put_u8(&out, set.tracker ? 1 : 0);
-  wire::put_u64(&out, static_cast<std::uint64_t>(set.tracker.value_or(0)));
+  coding::put_u8(&out, set.tracker ? 1 : 0);
+  coding::put_u64(&out, static_cast<std::uint64_t>(set.tracker.value_or(0)));
   const std::size_t notes = std::min(set.notes.size(), kMaxNotes);
-  wire::put_u16(&out, static_cast<std::uint16_t>(notes));
+  coding::put_u16(&out, static_cast<std::uint16_t>(notes));
   for (std::size_t i = 0; i < notes; ++i) {
     const std::string_view n = std::string_view(set.notes[i]).substr(0, kMaxNoteBytes);
-    wire::put_u32(&out, static_cast<std::uint32_t>(n.size()));
-    wire::put_bytes(&out, n);
+    coding::put_u32(&out, static_cast<std::uint32_t>(n.size()));
+    coding::put_bytes(&out, n);
   }
-  wire::put_u32(&out, static_cast<std::uint32_t>(set.files.size()));
+  coding::put_u32(&out, static_cast<std::uint32_t>(set.files.size()));
   for (const ReplicaFile& f : set.files) put_file(&out, f);
   return out;
 }
@@ -101,17 +102,17 @@ std::vector<std::byte> encode_file(const ReplicaFile& file) {
 
 std::vector<std::byte> encode_chunk(std::uint64_t offset, std::span<const std::byte> data) {
   auto out = header(Kind::kChunk);
-  wire::put_u64(&out, offset);
+  coding::put_u64(&out, offset);
   out.insert(out.end(), data.begin(), data.end());
   return out;
 }
 
 std::vector<std::byte> encode_error(ErrorCode code, std::string_view message) {
   auto out = header(Kind::kError);
-  wire::put_u8(&out, static_cast<std::uint8_t>(code));
+  coding::put_u8(&out, static_cast<std::uint8_t>(code));
   const std::string_view m = message.substr(0, kMaxNoteBytes);
-  wire::put_u32(&out, static_cast<std::uint32_t>(m.size()));
-  wire::put_bytes(&out, m);
+  coding::put_u32(&out, static_cast<std::uint32_t>(m.size()));
+  coding::put_bytes(&out, m);
   return out;
 }
 
@@ -120,7 +121,7 @@ std::size_t max_chunk_bytes(std::size_t message_bytes) {
 }
 
 Result<Kind> decode_kind(std::span<const std::byte> m, const std::string& peer) {
-  wire::Reader r(m);
+  coding::Reader r(m);
   const std::uint32_t magic = r.u32();
   const std::uint8_t version = r.u8();
   const std::uint8_t kind = r.u8();
@@ -150,7 +151,7 @@ Result<Kind> decode_kind(std::span<const std::byte> m, const std::string& peer) 
 }
 
 Result<ReplicaSet> decode_index(std::span<const std::byte> m, const std::string& peer) {
-  wire::Reader r = body(m);
+  coding::Reader r = body(m);
   ReplicaSet set;
   // One encoding per value: a flag of 0 or 1, no step without the flag, no negative step.
   const std::uint8_t has_tracker = r.u8();
@@ -176,21 +177,21 @@ Result<ReplicaSet> decode_index(std::span<const std::byte> m, const std::string&
 }
 
 Result<ReplicaFile> decode_get(std::span<const std::byte> m, const std::string& peer) {
-  wire::Reader r = body(m);
+  coding::Reader r = body(m);
   ReplicaFile f;
   read_file_entry(r, &f);
   return finish(r, std::move(f), "GET", peer);
 }
 
 Result<ReplicaFile> decode_file(std::span<const std::byte> m, const std::string& peer) {
-  wire::Reader r = body(m);
+  coding::Reader r = body(m);
   ReplicaFile f;
   read_file_entry(r, &f);
   return finish(r, std::move(f), "FILE", peer);
 }
 
 Result<Chunk> decode_chunk(std::span<const std::byte> m, const std::string& peer) {
-  wire::Reader r = body(m);
+  coding::Reader r = body(m);
   Chunk c;
   c.offset = r.u64();
   if (!r.ok()) return malformed("CHUNK", peer);
@@ -199,7 +200,7 @@ Result<Chunk> decode_chunk(std::span<const std::byte> m, const std::string& peer
 }
 
 Result<Error> decode_error(std::span<const std::byte> m, const std::string& peer) {
-  wire::Reader r = body(m);
+  coding::Reader r = body(m);
   Error e;
   e.code = static_cast<ErrorCode>(r.u8());
   const std::uint32_t n = r.u32();
@@ -215,7 +216,6 @@ Result<Error> decode_error(std::span<const std::byte> m, const std::string& peer
 namespace {
 
 using std::chrono::milliseconds;
-using Clock = std::chrono::steady_clock;
 namespace fs = std::filesystem;
 namespace rp = replicate;
 
@@ -230,8 +230,6 @@ Result<net::Token> load_token(const std::string& token_file) {
 Status send_message(net::Channel& ch, const std::vector<std::byte>& m) {
   return ch.send(m, kSendTimeout);
 }
-
-
 
 // --- server ---
 

@@ -8,11 +8,11 @@
 #include <cerrno>
 #include <optional>
 
+#include "base/clock.h"
 #include "base/log.h"
 
 namespace ferry::sync {
 
-using Clock = std::chrono::steady_clock;
 using std::chrono::milliseconds;
 
 Result<std::unique_ptr<Fanout>> Fanout::create(const std::string& address,

@@ -5,6 +5,7 @@
 #include <chrono>
 #include <unordered_map>
 
+#include "base/clock.h"
 #include "ferry/sync.h"
 #include "profiler/span.h"
 #include "sync/bucket_planner.h"
@@ -22,8 +23,6 @@
 
 namespace ferry::sync {
 namespace {
-
-using Clock = std::chrono::steady_clock;
 
 // What one round does with each verified bucket.
 struct Delivery {

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <chrono>
 
+#include "base/clock.h"
 #include "ferry/sync.h"
 #include "profiler/span.h"
 #include "sync/fanout.h"
@@ -19,7 +20,6 @@
 
 namespace ferry::sync {
 
-using Clock = std::chrono::steady_clock;
 using std::chrono::milliseconds;
 
 struct Relay::Impl {

@@ -7,6 +7,7 @@
 #include <chrono>
 #include <unordered_set>
 
+#include "base/clock.h"
 #include "ferry/sync.h"
 #include "profiler/span.h"
 #include "sync/bucket_planner.h"
@@ -22,8 +23,6 @@
 
 namespace ferry::sync {
 namespace {
-
-using Clock = std::chrono::steady_clock;
 
 std::uint64_t random_session() {
   std::uint64_t v = 0;

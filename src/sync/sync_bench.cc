@@ -17,6 +17,7 @@
 #include <thread>
 #include <unordered_map>
 
+#include "base/clock.h"
 #include "base/file_util.h"
 #include "base/log.h"
 #include "ferry/model.h"
@@ -29,8 +30,6 @@
 
 namespace ferry::sync {
 namespace {
-
-using Clock = std::chrono::steady_clock;
 
 double seconds_since(Clock::time_point t) {
   return std::chrono::duration<double>(Clock::now() - t).count();

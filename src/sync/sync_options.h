@@ -7,6 +7,7 @@
 #include <chrono>
 #include <string>
 
+#include "base/clock.h"
 #include "ferry/sync.h"
 #include "sync/bucket_planner.h"
 
@@ -60,7 +61,6 @@ class InterruptCheck {
 template <typename Attempt>
 auto retry_in_slices(const SyncOptions& o, std::chrono::milliseconds timeout,
                      const std::string& what, Attempt attempt) -> decltype(attempt(timeout)) {
-  using Clock = std::chrono::steady_clock;
   InterruptCheck interrupted(o);
   const auto deadline = Clock::now() + timeout;
   while (true) {

@@ -2,7 +2,7 @@
 
 #include <fmt/format.h>
 
-#include "wire/coding.h"
+#include "base/coding.h"
 
 namespace ferry::wire {
 
@@ -33,6 +33,13 @@ std::string Message::describe() const {
 }
 
 namespace {
+
+using coding::put_bytes;
+using coding::put_u16;
+using coding::put_u32;
+using coding::put_u64;
+using coding::put_u8;
+using coding::Reader;
 
 void encode_spec(std::vector<std::byte>* out, const TensorSpec& spec) {
   put_u16(out, static_cast<std::uint16_t>(spec.name.size()));

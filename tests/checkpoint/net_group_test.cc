@@ -22,6 +22,7 @@
 #include <cstring>
 #include <filesystem>
 
+#include "base/clock.h"
 #include "ckpt_test_util.h"
 
 extern char** environ;
@@ -29,7 +30,6 @@ extern char** environ;
 namespace ferry::checkpoint {
 namespace {
 
-using Clock = std::chrono::steady_clock;
 using std::chrono::milliseconds;
 using test::make_state;
 

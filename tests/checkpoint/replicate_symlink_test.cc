@@ -13,6 +13,7 @@
 #include <thread>
 #include <algorithm>
 
+#include "base/clock.h"
 #include "checkpoint/megatron_fixture.h"
 #include "checkpoint/megatron_folder.h"
 #include "checkpoint/replicate.h"
@@ -25,7 +26,6 @@ namespace {
 namespace fs = std::filesystem;
 using std::chrono::milliseconds;
 using test::dist_path;
-using Clock = std::chrono::steady_clock;
 
 constexpr milliseconds kTimeout{10'000};
 namespace rp = replicate;

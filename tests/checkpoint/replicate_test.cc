@@ -1,6 +1,7 @@
 // `ferry ckpt replicate` in the library: a server on 127.0.0.1 with an ephemeral port and
 // pullers on threads (each with its own net context), a hand-crafted malicious server, and a
 // real server process killed mid-file (this binary re-executed as the child).
+#include "base/clock.h"
 #include "checkpoint/replicate.h"
 
 #include <gtest/gtest.h>
@@ -25,7 +26,6 @@ using std::chrono::milliseconds;
 using test::dist_path;
 namespace fs = std::filesystem;
 namespace rp = replicate;
-using Clock = std::chrono::steady_clock;
 
 constexpr milliseconds kTimeout{10'000};
 

@@ -10,6 +10,7 @@
 #include <map>
 #include <thread>
 
+#include "base/clock.h"
 #include "support/test_support.h"
 #include "sync/sync_test_util.h"
 #include "transport/shm/seqpacket_channel.h"
@@ -23,7 +24,6 @@ using testing::small_model;
 using testing::tiny_options;
 using testing::unique_address;
 using testing::Weights;
-using Clock = std::chrono::steady_clock;
 
 struct Destination {
   std::vector<TensorSpec> specs;

@@ -16,6 +16,7 @@
 #include <thread>
 #include <vector>
 
+#include "base/clock.h"
 #include "support/test_support.h"
 #include "transport/net/address.h"
 #include "transport/net/channel.h"
@@ -24,7 +25,6 @@ namespace ferry::net {
 namespace {
 
 using std::chrono::milliseconds;
-using Clock = std::chrono::steady_clock;
 
 constexpr milliseconds kTimeout{10000};
 

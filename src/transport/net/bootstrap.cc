@@ -15,6 +15,7 @@
 #include <map>
 #include <thread>
 
+#include "base/clock.h"
 #include "base/log.h"
 #include "transport/net/channel.h"
 #include "transport/net/seal.h"
@@ -23,7 +24,6 @@
 namespace ferry::net {
 namespace {
 
-using Clock = std::chrono::steady_clock;
 using std::chrono::milliseconds;
 
 // No handshake message comes near this; a peer that has not authenticated yet cannot make

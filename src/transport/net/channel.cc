@@ -8,15 +8,15 @@
 #include <cstring>
 #include <map>
 
+#include "base/clock.h"
 #include "base/log.h"
 #include "transport/net/testing.h"
-#include "wire/coding.h"
+#include "base/coding.h"
 #include "wire/message.h"
 
 namespace ferry::net {
 namespace {
 
-using Clock = std::chrono::steady_clock;
 using std::chrono::milliseconds;
 
 // A frame: u32 length, then that many bytes: AES-256-GCM of (payload, kind), then its tag.
@@ -48,20 +48,6 @@ testing::Tamper& bulk_tamper() {
   static testing::Tamper hook;
   return hook;
 }
-
-struct Deadline {
-  Clock::time_point at;
-  bool forever = false;
-  explicit Deadline(milliseconds timeout)
-      : at(Clock::now() + (timeout.count() < 0 ? milliseconds(0) : timeout)),
-        forever(timeout.count() < 0) {}
-  bool passed() const { return !forever && Clock::now() >= at; }
-  milliseconds left() const {
-    if (forever) return milliseconds(50);
-    const auto d = std::chrono::duration_cast<milliseconds>(at - Clock::now());
-    return d.count() < 0 ? milliseconds(0) : d;
-  }
-};
 
 std::uint64_t bulk_tag(std::uint32_t id, std::uint32_t key) {
   return (std::uint64_t{id} << 32) | key;
@@ -269,7 +255,7 @@ struct Endpoint {
   }
 
   void announce(std::span<const std::byte> payload) {
-    wire::Reader r(payload);
+    coding::Reader r(payload);
     const std::uint32_t key = r.u32();
     Announcement a;
     const std::uint8_t protect = r.u8();
@@ -713,9 +699,9 @@ Result<Transfer> Channel::send_bulk(std::uint32_t key, std::span<const std::byte
   }
   std::vector<std::byte> announcement;
   announcement.reserve(kAnnounceBytes);
-  wire::put_u32(&announcement, key);
-  wire::put_u8(&announcement, static_cast<std::uint8_t>(e.bulk_protect));
-  wire::put_u64(&announcement, data.size());
+  coding::put_u32(&announcement, key);
+  coding::put_u8(&announcement, static_cast<std::uint8_t>(e.bulk_protect));
+  coding::put_u64(&announcement, data.size());
   const auto* tp = reinterpret_cast<const std::byte*>(tag.data());
   announcement.insert(announcement.end(), tp, tp + kTagBytes);
   e.reap();

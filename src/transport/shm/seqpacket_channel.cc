@@ -11,13 +11,12 @@
 #include <cstring>
 #include <thread>
 
+#include "base/clock.h"
 #include "base/log.h"
 #include "transport/shm/local_address.h"
 
 namespace ferry::shm {
 namespace {
-
-using Clock = std::chrono::steady_clock;
 
 int remaining_ms(Clock::time_point deadline, bool forever) {
   if (forever) return -1;

@@ -10,7 +10,7 @@
 #include <string_view>
 #include <vector>
 
-namespace ferry::wire {
+namespace ferry::coding {
 
 inline void put_u8(std::vector<std::byte>* out, std::uint8_t v) {
   out->push_back(static_cast<std::byte>(v));
@@ -74,4 +74,4 @@ class Reader {
   bool ok_ = true;
 };
 
-}  // namespace ferry::wire
+}  // namespace ferry::coding
