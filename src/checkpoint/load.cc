@@ -13,6 +13,7 @@
 #include <thread>
 
 #include "base/log.h"
+#include "base/parse_number.h"
 #include "checkpoint/checkpointer_impl.h"
 #include "checkpoint/fetch_request.h"
 
@@ -133,9 +134,13 @@ Result<LoadInfo> Checkpointer::prepare_load(std::optional<std::int64_t> wanted) 
     Status read = read_from_rank(r, "step list", [&] {
       const json j = json::parse((*all)[r]);
       for (const auto& [k, v] : j.items()) {
-        const std::int64_t step = std::stoll(k);
-        if (v.value("committed", false)) committed_on[step].push_back(r);
-        if (v.value("manifest", false)) manifest_on[step].push_back(r);
+        const auto step = parse_uint(k);
+        if (!step) {
+          return corruption("rank " + std::to_string(r) + " step list: '" + k +
+                            "' is not a step number");
+        }
+        if (v.value("committed", false)) committed_on[*step].push_back(r);
+        if (v.value("manifest", false)) manifest_on[*step].push_back(r);
       }
       return ok_status();
     });

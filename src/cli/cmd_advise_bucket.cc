@@ -5,6 +5,7 @@
 #include <iostream>
 #include <sstream>
 
+#include "base/parse_number.h"
 #include "cli/commands.h"
 #include "ferry/model.h"
 #include "ferry/safetensors.h"
@@ -25,17 +26,9 @@ Result<std::vector<std::int64_t>> parse_shape(const std::string& text) {
   std::stringstream in(text);
   std::string part;
   while (std::getline(in, part, 'x')) {
-    std::size_t used = 0;
-    long long v = -1;
-    try {
-      v = std::stoll(part, &used);
-    } catch (...) {
-      used = 0;
-    }
-    if (used == 0 || used != part.size() || v < 0) {
-      return invalid_argument("--shape '" + text + "': write dimensions as 151936x4096");
-    }
-    dims.push_back(v);
+    const auto v = parse_uint(part);
+    if (!v) return invalid_argument("--shape '" + text + "': write dimensions as 151936x4096");
+    dims.push_back(*v);
   }
   if (dims.empty()) return invalid_argument("--shape is empty: write dimensions as 151936x4096");
   return dims;

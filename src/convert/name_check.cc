@@ -4,6 +4,7 @@
 #include <set>
 #include <string>
 
+#include "base/parse_number.h"
 #include "ferry/convert.h"
 
 namespace ferry::convert {
@@ -17,7 +18,7 @@ std::pair<std::string, std::int64_t> fold_layer(std::string_view name) {
   std::size_t i = at + kLayers.size(), j = i;
   while (j < name.size() && name[j] >= '0' && name[j] <= '9') ++j;
   if (j == i || j - i > 9 || (j < name.size() && name[j] != '.')) return {std::string(name), -1};
-  const std::int64_t layer = std::stoll(std::string(name.substr(i, j - i)));
+  const std::int64_t layer = parse_uint(name.substr(i, j - i)).value_or(-1);
   return {std::string(name.substr(0, i)) + "N" + std::string(name.substr(j)), layer};
 }
 

@@ -82,7 +82,7 @@ long leading_number(std::string_view s) {
   std::size_t start = i;
   while (i < s.size() && std::isdigit(static_cast<unsigned char>(s[i]))) ++i;
   if (i == start || i - start > 9) return -1;
-  return std::stol(std::string(s.substr(start, i - start)));
+  return static_cast<long>(parse_uint(s.substr(start, i - start)).value_or(-1));
 }
 
 // Unique prefix match ("GPU-8932f937" names GPU-8932f937-d72c-...): the index,

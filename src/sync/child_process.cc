@@ -10,6 +10,7 @@
 #include <cstring>
 
 #include "base/file_util.h"
+#include "base/parse_number.h"
 
 namespace ferry::sync {
 
@@ -52,13 +53,25 @@ Result<std::string> finish_child(Child child) {
   return out;
 }
 
+namespace {
+
+// "    1234 kB\n" -> 1234; 0 when the line is not that.
+std::uint64_t leading_kb(std::string_view rest) {
+  const std::size_t start = rest.find_first_not_of(" \t");
+  if (start == std::string_view::npos) return 0;
+  rest.remove_prefix(start);
+  return parse_number<std::uint64_t>(rest.substr(0, rest.find_first_of(" \t\n"))).value_or(0);
+}
+
+}  // namespace
+
 std::uint64_t peak_rss_bytes() {
   std::FILE* f = std::fopen("/proc/self/status", "r");
   if (f == nullptr) return 0;
   char line[256];
   std::uint64_t kb = 0;
   while (std::fgets(line, sizeof line, f) != nullptr) {
-    if (std::strncmp(line, "VmHWM:", 6) == 0) kb = std::strtoull(line + 6, nullptr, 10);
+    if (std::strncmp(line, "VmHWM:", 6) == 0) kb = leading_kb(line + 6);
   }
   std::fclose(f);
   return kb * 1024;

@@ -20,6 +20,8 @@
 #include "base/clock.h"
 #include "base/file_util.h"
 #include "base/log.h"
+#include "base/parse_number.h"
+#include "base/status_macros.h"
 #include "ferry/model.h"
 #include "ferry/sync.h"
 #include "sync/child_process.h"
@@ -163,7 +165,9 @@ Result<std::vector<BenchResult>> run_sync_bench(
           auto out = finish_child(k);
           if (!out.ok()) return out.status();
           if (out->rfind("error", 0) == 0) return aborted("bench receiver: " + *out);
-          res.peak_rss_bytes = std::max<std::uint64_t>(res.peak_rss_bytes, std::stoull(*out));
+          FERRY_ASSIGN_OR_RETURN(
+              const auto rss, parse_number_field<std::uint64_t>("bench receiver peak RSS", *out));
+          res.peak_rss_bytes = std::max(res.peak_rss_bytes, rss);
         }
         std::sort(times.begin(), times.end());
         res.dtype = dtype;
@@ -302,8 +306,9 @@ Result<NetNodeResult> run_net_bench_node(const NetBenchConfig& config,
       if (first.ok()) first = e;
       continue;
     }
-    res.receiver_peak_rss_bytes =
-        std::max<std::uint64_t>(res.receiver_peak_rss_bytes, std::stoull(*out));
+    FERRY_ASSIGN_OR_RETURN(const auto rss,
+                           parse_number_field<std::uint64_t>("relay receiver peak RSS", *out));
+    res.receiver_peak_rss_bytes = std::max(res.receiver_peak_rss_bytes, rss);
   }
   if (!first.ok()) return first;
   return res;
