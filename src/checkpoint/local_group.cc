@@ -18,12 +18,12 @@
 #include <cstring>
 #include <map>
 #include <mutex>
-#include <random>
 #include <thread>
 
 #include "base/clock.h"
 #include "base/file_util.h"
 #include "base/log.h"
+#include "base/random.h"
 #include "checkpoint/group_base.h"
 #include "transport/shm/local_address.h"
 
@@ -314,8 +314,7 @@ Result<Joined> accept_hello(int listen_fd, std::vector<PendingHello>& pending,
 }
 
 std::string random_suffix() {
-  std::random_device rd;
-  std::uint64_t v = (static_cast<std::uint64_t>(rd()) << 32) ^ rd();
+  const std::uint64_t v = random_u64();
   char buf[24];
   std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(v));
   return buf;

@@ -14,11 +14,12 @@
 #include <cstdio>
 #include <filesystem>
 #include <mutex>
-#include <random>
 #include <thread>
 
 #include "base/file_util.h"
 #include "base/log.h"
+#include "base/parse_number.h"
+#include "base/random.h"
 #include "checkpoint/format.h"
 #include "ferry/checkpoint.h"
 #include "ferry/safetensors.h"
@@ -35,8 +36,7 @@ bool is_root(const std::string& dir) {
 }
 
 std::string group_address() {
-  std::random_device rd;
-  return "@ferry-ckpt-cli-" + std::to_string(::getpid()) + "-" + std::to_string(rd());
+  return "@ferry-ckpt-cli-" + std::to_string(::getpid()) + "-" + std::to_string(random_u64());
 }
 
 // Runs fn(group) on `size` threads; the first error wins.
@@ -108,7 +108,7 @@ long temp_pid(const std::string& name, const std::string& prefix) {
   if (name.size() <= head.size() || name.compare(0, head.size(), head) != 0) return -1;
   const std::string digits = name.substr(head.size());
   if (digits.size() > 9 || !std::all_of(digits.begin(), digits.end(), ::isdigit)) return -1;
-  return std::stol(digits);
+  return static_cast<long>(parse_uint(digits).value_or(-1));
 }
 
 // Removes what killed loads left: temp folders `.<name>.tmp.<pid>` beside the output,

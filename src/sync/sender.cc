@@ -1,6 +1,5 @@
 #include <fmt/format.h>
 #include <poll.h>
-#include <sys/random.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -17,6 +16,7 @@
 #include "sync/segment.h"
 #include "sync/sync_options.h"
 #include "base/log.h"
+#include "base/random.h"
 #include "sync/fanout.h"
 #include "wire/conversation.h"
 #include "wire/message.h"
@@ -26,12 +26,7 @@ namespace {
 
 std::uint64_t random_session() {
   std::uint64_t v = 0;
-  while (v == 0) {
-    if (::getrandom(&v, sizeof v, 0) != static_cast<ssize_t>(sizeof v)) {
-      v = static_cast<std::uint64_t>(Clock::now().time_since_epoch().count()) ^
-          (static_cast<std::uint64_t>(::getpid()) << 32);
-    }
-  }
+  while (v == 0) v = random_u64();
   return v;
 }
 

@@ -5,7 +5,6 @@
 #include <openssl/crypto.h>
 #include <openssl/evp.h>
 #include <openssl/hmac.h>
-#include <openssl/rand.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -15,6 +14,7 @@
 #include <cstring>
 
 #include "base/file_util.h"
+#include "base/random.h"
 
 namespace ferry::net {
 
@@ -32,10 +32,7 @@ bool macs_equal(const Mac& a, const Mac& b) {
 }
 
 Status random_bytes(std::span<std::uint8_t> out) {
-  if (RAND_bytes(out.data(), static_cast<int>(out.size())) != 1) {
-    return internal_error("RAND_bytes failed: OpenSSL has no entropy source");
-  }
-  return ok_status();
+  return ferry::random_bytes(out);
 }
 
 Result<Token> Token::from_env() {

@@ -27,7 +27,7 @@ using Mac = std::array<std::uint8_t, kMacBytes>;
 Mac hmac_sha256(std::span<const std::byte> key, std::span<const std::byte> data);
 // Constant-time comparison (CRYPTO_memcmp): how long it takes says nothing about the bytes.
 bool macs_equal(const Mac& a, const Mac& b);
-// Cryptographically random bytes (OpenSSL RAND_bytes).
+// Cryptographically random bytes (base/random.h: getrandom).
 Status random_bytes(std::span<std::uint8_t> out);
 
 // The least strength a session token may have, in bits (docs/security.md).
