@@ -5,6 +5,11 @@ function(ferry_set_warnings target)
   if(FERRY_WERROR)
     target_compile_options(${target} PRIVATE -Werror)
   endif()
+  # Lock contracts (base/thread_annotations.h) are checked by clang only (the fuzz build);
+  # a broken one fails the build even without FERRY_WERROR.
+  if(CMAKE_CXX_COMPILER_ID STREQUAL "Clang")
+    target_compile_options(${target} PRIVATE -Wthread-safety -Werror=thread-safety)
+  endif()
 endfunction()
 
 if(FERRY_SANITIZE STREQUAL "address")
