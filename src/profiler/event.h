@@ -2,7 +2,7 @@
 #pragma once
 
 #include <cstdint>
-#include <string>
+#include <nlohmann/json.hpp>
 
 namespace ferry::profiler {
 
@@ -26,7 +26,7 @@ struct Event {
   const char* file = nullptr;  // call site, when `stack` is on
   const char* function = nullptr;
   std::uint32_t line = 0;
-  std::string args;  // JSON object members ("k":v,...), possibly empty
+  nlohmann::json args;  // the span's arguments: an object, or null when there are none
 };
 
 }  // namespace ferry::profiler

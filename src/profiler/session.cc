@@ -3,12 +3,11 @@
 
 #include <atomic>
 #include <cerrno>
-#include <condition_variable>
 #include <ctime>
-#include <mutex>
 #include <thread>
 
 #include "base/file_util.h"
+#include "base/mutex.h"
 #include "ferry/profiler.h"
 #include "profiler/span.h"
 #include "profiler/thread_buffer.h"
@@ -74,36 +73,37 @@ struct Session::Impl {
   std::string host;
   int pid = 0;
 
-  std::mutex mu;  // guards everything below and the drain into `trace`
-  TraceBuffer trace;
-  std::int64_t step = -1;
-  int task_index = 0;
-  std::string task;
+  Mutex mu;  // guards the drain into `trace` and what is marked with it
+  TraceBuffer trace FERRY_GUARDED_BY(mu);
+  std::int64_t step FERRY_GUARDED_BY(mu) = -1;
+  int task_index FERRY_GUARDED_BY(mu) = 0;
+  std::string task FERRY_GUARDED_BY(mu);
+  std::vector<Event> scratch FERRY_GUARDED_BY(mu);
+  // Touched only by the thread that calls the Session's methods.
   Range step_range, task_range;
   bool stopped = false;
-  std::vector<Event> scratch;
 
-  std::condition_variable cv;
-  bool quit = false;
+  CondVar cv;
+  bool quit FERRY_GUARDED_BY(mu) = false;
   std::thread drainer;
 
   explicit Impl(const Config& c) : config(c), trace(c.trace_budget_bytes) {}
 
-  void drain_locked() {
+  void drain_locked() FERRY_REQUIRES(mu) {
     const std::uint64_t overflowed = drain_all(&scratch);
     trace.add_overflow(overflowed);
     trace.add(&scratch, pid, config.has(Content::kModule));
   }
 
   void drain_loop() {
-    std::unique_lock<std::mutex> lock(mu);
+    MutexLock lock(mu);
     while (!quit) {
-      cv.wait_for(lock, kDrainPeriod);
+      cv.wait_for(mu, kDrainPeriod);
       if (!quit) drain_locked();
     }
   }
 
-  std::string base_name() const {
+  std::string base_name() const FERRY_REQUIRES(mu) {
     std::string n = config.save_path + "/ferry_trace_rank" + std::to_string(who.rank) + "_" +
                     file_safe(who.role) + "_step" + (step >= 0 ? std::to_string(step) : "NA");
     if (config.discrete && !task.empty()) {
@@ -115,7 +115,7 @@ struct Session::Impl {
   }
 
   // Drains and writes the pending trace; appends the paths written to `files`.
-  Status write_locked(std::vector<std::string>* files) {
+  Status write_locked(std::vector<std::string>* files) FERRY_REQUIRES(mu) {
     drain_locked();
     if (trace.empty()) return ok_status();
     TraceHeader h{who.rank,
@@ -177,7 +177,7 @@ Session::~Session() { (void)stop(); }
 const Config& Session::config() const { return impl_->config; }
 
 void Session::begin_step(std::int64_t step) {
-  std::lock_guard<std::mutex> lock(impl_->mu);
+  MutexLock lock(impl_->mu);
   impl_->step = step;
   impl_->task_index = 0;
   impl_->step_range = range_start("ferry.step");
@@ -187,7 +187,7 @@ Result<std::vector<std::string>> Session::end_step() {
   range_end(impl_->step_range);
   impl_->step_range = {};
   std::vector<std::string> files;
-  std::lock_guard<std::mutex> lock(impl_->mu);
+  MutexLock lock(impl_->mu);
   if (!impl_->config.discrete) {
     Status s = impl_->write_locked(&files);
     if (!s.ok()) return s;
@@ -196,7 +196,7 @@ Result<std::vector<std::string>> Session::end_step() {
 }
 
 void Session::begin_task(std::string_view name) {
-  std::lock_guard<std::mutex> lock(impl_->mu);
+  MutexLock lock(impl_->mu);
   impl_->task = std::string(name);
   impl_->task_range = range_start(intern("task." + impl_->task));
 }
@@ -205,7 +205,7 @@ Result<std::vector<std::string>> Session::end_task() {
   range_end(impl_->task_range);
   impl_->task_range = {};
   std::vector<std::string> files;
-  std::lock_guard<std::mutex> lock(impl_->mu);
+  MutexLock lock(impl_->mu);
   if (impl_->config.discrete) {
     Status s = impl_->write_locked(&files);
     ++impl_->task_index;
@@ -221,7 +221,7 @@ Result<std::vector<std::string>> Session::stop() {
   range_end(impl_->step_range);
   impl_->task_range = impl_->step_range = {};
   {
-    std::lock_guard<std::mutex> lock(impl_->mu);
+    MutexLock lock(impl_->mu);
     impl_->quit = true;
   }
   impl_->cv.notify_all();
@@ -230,7 +230,7 @@ Result<std::vector<std::string>> Session::stop() {
   std::vector<std::string> files;
   Status s;
   {
-    std::lock_guard<std::mutex> lock(impl_->mu);
+    MutexLock lock(impl_->mu);
     impl_->stopped = true;
     s = impl_->write_locked(&files);
   }

@@ -6,12 +6,11 @@
 #include <atomic>
 #include <cstdio>
 #include <ctime>
-#include <mutex>
 #include <set>
 #include <string>
 
+#include "base/mutex.h"
 #include "profiler/event.h"
-#include "profiler/json_text.h"
 #include "profiler/thread_buffer.h"
 
 namespace ferry::profiler::detail {
@@ -129,25 +128,18 @@ void Span::end() {
 }
 
 namespace {
-std::string& args_of(detail::SpanRecord& rec) {
-  if (rec.args == nullptr) rec.args = new std::string();
-  if (!rec.args->empty()) rec.args->push_back(',');
+nlohmann::json& args_of(detail::SpanRecord& rec) {
+  if (rec.args == nullptr) rec.args = new nlohmann::json(nlohmann::json::object());
   return *rec.args;
 }
 }  // namespace
 
 void Span::add_int(std::string_view key, std::int64_t value) {
-  std::string& a = args_of(rec_);
-  append_json_string(&a, key);
-  a.push_back(':');
-  a += std::to_string(value);
+  args_of(rec_)[std::string(key)] = value;
 }
 
 void Span::add_string(std::string_view key, std::string_view value) {
-  std::string& a = args_of(rec_);
-  append_json_string(&a, key);
-  a.push_back(':');
-  append_json_string(&a, value);
+  args_of(rec_)[std::string(key)] = std::string(value);
 }
 
 void Span::add_shape(std::string_view tensor, std::string_view dtype,
@@ -163,11 +155,15 @@ void Span::add_shape(std::string_view tensor, std::string_view dtype,
 }
 
 const char* intern(std::string_view name) {
-  static std::mutex m;
-  static std::set<std::string, std::less<>> names;  // node-based: pointers stay valid
-  std::lock_guard<std::mutex> lock(m);
-  auto it = names.find(name);
-  if (it == names.end()) it = names.emplace(name).first;
+  struct Interned {
+    Mutex mu;
+    // Node-based: the pointers handed out stay valid.
+    std::set<std::string, std::less<>> names FERRY_GUARDED_BY(mu);
+  };
+  static Interned interned;
+  MutexLock lock(interned.mu);
+  auto it = interned.names.find(name);
+  if (it == interned.names.end()) it = interned.names.emplace(name).first;
   return it->c_str();
 }
 

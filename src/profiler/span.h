@@ -22,6 +22,8 @@
 #include <string>
 #include <string_view>
 
+#include <nlohmann/json_fwd.hpp>
+
 namespace ferry::profiler {
 
 // How fine a span is; the config's level decides which are kept.
@@ -82,7 +84,7 @@ struct SpanRecord {
   std::uint64_t start_ns = 0;
   std::uint64_t rss_begin_kb = 0;
   SourceLocation where;
-  std::string* args = nullptr;  // JSON object members: "key":value,...
+  nlohmann::json* args = nullptr;  // a JSON object of the span's arguments
 };
 
 void mark_impl(const char* name, const SourceLocation& where);

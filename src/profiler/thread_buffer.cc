@@ -4,19 +4,21 @@
 #include <unistd.h>
 
 #include <bit>
-#include <mutex>
+
+#include "base/mutex.h"
 
 namespace ferry::profiler {
 namespace {
 
-std::mutex& registry_mutex() {
-  static std::mutex m;
-  return m;
-}
-// Shared ownership: a thread that exits leaves its buffer for the next drain.
-std::vector<std::shared_ptr<ThreadBuffer>>& registry() {
-  static std::vector<std::shared_ptr<ThreadBuffer>> buffers;
-  return buffers;
+// Every thread's buffer. Shared ownership: a thread that exits leaves its buffer for the
+// next drain.
+struct Registry {
+  Mutex mu;
+  std::vector<std::shared_ptr<ThreadBuffer>> buffers FERRY_GUARDED_BY(mu);
+};
+Registry& registry() {
+  static Registry r;
+  return r;
 }
 std::atomic<std::size_t> g_capacity{1u << 14};
 
@@ -41,7 +43,7 @@ void ThreadBuffer::drain(std::vector<Event>* out) {
   for (std::uint64_t i = t; i < h; ++i) {
     Event& e = slots_[i & mask_];
     out->push_back(std::move(e));
-    e.args.clear();
+    e = Event();  // the slot is reused: leave it empty, not moved-from
   }
   tail_.store(h, std::memory_order_release);
 }
@@ -59,8 +61,9 @@ ThreadBuffer& this_thread_buffer() {
   auto buffer = std::make_shared<ThreadBuffer>(static_cast<std::uint32_t>(::syscall(SYS_gettid)),
                                                g_capacity.load(std::memory_order_relaxed));
   {
-    std::lock_guard<std::mutex> lock(registry_mutex());
-    registry().push_back(buffer);
+    Registry& r = registry();
+    MutexLock lock(r.mu);
+    r.buffers.push_back(buffer);
   }
   t_owner.buffer = buffer;
   t_buffer = buffer.get();
@@ -68,9 +71,10 @@ ThreadBuffer& this_thread_buffer() {
 }
 
 std::uint64_t drain_all(std::vector<Event>* out) {
-  std::lock_guard<std::mutex> lock(registry_mutex());
+  Registry& r = registry();
+  MutexLock lock(r.mu);
   std::uint64_t overflowed = 0;
-  auto& buffers = registry();
+  auto& buffers = r.buffers;
   for (std::size_t i = 0; i < buffers.size();) {
     // Read retired first: a retired thread publishes nothing after it.
     const bool retired = buffers[i]->retired.load(std::memory_order_acquire);

@@ -1,20 +1,14 @@
 #include "profiler/trace_buffer.h"
 
 #include <algorithm>
-#include <cinttypes>
-#include <cstdio>
-
-#include "profiler/json_text.h"
 
 namespace ferry::profiler {
 namespace {
 
-// Chrome traces count microseconds; keep nanosecond precision as decimals.
-void append_us(std::string* out, std::uint64_t ns) {
-  char buf[32];
-  std::snprintf(buf, sizeof(buf), "%" PRIu64 ".%03" PRIu64, ns / 1000, ns % 1000);
-  *out += buf;
-}
+using Json = nlohmann::json;
+
+// Chrome traces count microseconds; the fraction keeps nanoseconds.
+double us(std::uint64_t ns) { return static_cast<double>(ns) / 1000.0; }
 
 std::string category(const char* name, bool module_category) {
   if (!module_category) return "ferry";
@@ -23,143 +17,133 @@ std::string category(const char* name, bool module_category) {
   return std::string(dot == std::string_view::npos ? n : n.substr(0, dot));
 }
 
-std::string common(const char* ph, const Event& e, std::uint64_t ts_ns, int pid,
-                   const std::string& cat) {
-  std::string s = "{\"name\":";
-  append_json_string(&s, e.name);
-  s += ",\"cat\":";
-  append_json_string(&s, cat);
-  s += ",\"ph\":\"";
-  s += ph;
-  s += "\",\"ts\":";
-  append_us(&s, ts_ns);
-  s += ",\"pid\":" + std::to_string(pid) + ",\"tid\":" + std::to_string(e.tid);
-  return s;
+Json common(const char* ph, const Event& e, std::uint64_t ts_ns, int pid, const std::string& cat) {
+  return {{"name", e.name},  {"cat", cat}, {"ph", ph},
+          {"ts", us(ts_ns)}, {"pid", pid}, {"tid", e.tid}};
 }
 
-void append_args(std::string* s, const Event& e) {
-  std::string args = e.args;
+void add_args(Json* j, const Event& e) {
+  Json args = e.args.is_object() ? e.args : Json::object();
   if (e.file != nullptr) {
-    if (!args.empty()) args += ",";
-    args += "\"site\":";
-    append_json_string(&args, std::string(e.file) + ":" + std::to_string(e.line));
-    args += ",\"function\":";
-    append_json_string(&args, e.function != nullptr ? e.function : "");
+    args["site"] = std::string(e.file) + ":" + std::to_string(e.line);
+    args["function"] = e.function != nullptr ? e.function : "";
   }
   if (e.rss_end_kb != 0) {
-    if (!args.empty()) args += ",";
-    args += "\"rss_begin_kb\":" + std::to_string(e.rss_begin_kb) +
-            ",\"rss_end_kb\":" + std::to_string(e.rss_end_kb);
+    args["rss_begin_kb"] = e.rss_begin_kb;
+    args["rss_end_kb"] = e.rss_end_kb;
   }
-  if (!args.empty()) *s += ",\"args\":{" + args + "}";
+  if (!args.empty()) (*j)["args"] = std::move(args);
 }
 
-void rss_counter(const Event& e, std::uint64_t ts_ns, std::uint64_t kb, int pid,
-                 std::vector<std::string>* out) {
-  std::string s = "{\"name\":\"rss_kb\",\"ph\":\"C\",\"ts\":";
-  append_us(&s, ts_ns);
-  s += ",\"pid\":" + std::to_string(pid) + ",\"tid\":" + std::to_string(e.tid) +
-       ",\"args\":{\"rss_kb\":" + std::to_string(kb) + "}}";
-  out->push_back(std::move(s));
+Json rss_counter(const Event& e, std::uint64_t ts_ns, std::uint64_t kb, int pid) {
+  return {{"name", "rss_kb"}, {"ph", "C"},    {"ts", us(ts_ns)},
+          {"pid", pid},       {"tid", e.tid}, {"args", {{"rss_kb", kb}}}};
 }
 
 }  // namespace
 
-void serialize_event(const Event& e, int pid, bool module_category, std::vector<std::string>* out) {
+std::string dump_json(const Json& value) {
+  return value.dump(-1, ' ', /*ensure_ascii=*/false, Json::error_handler_t::replace);
+}
+
+std::vector<Json> event_json(const Event& e, int pid, bool module_category) {
   const std::string cat = category(e.name, module_category);
+  std::vector<Json> out;
   switch (e.kind) {
     case EventKind::kSpan: {
-      std::string s = common("X", e, e.start_ns, pid, cat);
-      s += ",\"dur\":";
-      append_us(&s, e.end_ns - e.start_ns);
-      append_args(&s, e);
-      out->push_back(s + "}");
+      Json j = common("X", e, e.start_ns, pid, cat);
+      j["dur"] = us(e.end_ns - e.start_ns);
+      add_args(&j, e);
+      out.push_back(std::move(j));
       if (e.rss_end_kb != 0) {
-        rss_counter(e, e.start_ns, e.rss_begin_kb, pid, out);
-        rss_counter(e, e.end_ns, e.rss_end_kb, pid, out);
+        out.push_back(rss_counter(e, e.start_ns, e.rss_begin_kb, pid));
+        out.push_back(rss_counter(e, e.end_ns, e.rss_end_kb, pid));
       }
       break;
     }
     case EventKind::kRange: {
       // Async events: a range may cross threads and need not nest.
-      const std::string id = ",\"id\":\"0x" + std::to_string(e.id) + "\"";
-      out->push_back(common("b", e, e.start_ns, pid, cat) + id + "}");
-      out->push_back(common("e", e, e.end_ns, pid, cat) + id + "}");
+      const std::string id = "0x" + std::to_string(e.id);
+      out.push_back(common("b", e, e.start_ns, pid, cat));
+      out.push_back(common("e", e, e.end_ns, pid, cat));
+      for (Json& j : out) j["id"] = id;
       break;
     }
     case EventKind::kMark: {
-      std::string s = common("i", e, e.start_ns, pid, cat) + ",\"s\":\"t\"";
-      append_args(&s, e);
-      out->push_back(s + "}");
+      Json j = common("i", e, e.start_ns, pid, cat);
+      j["s"] = "t";
+      add_args(&j, e);
+      out.push_back(std::move(j));
       break;
     }
     case EventKind::kCounter: {
-      char buf[64];
-      std::snprintf(buf, sizeof(buf), "%.17g", e.value);
-      out->push_back(common("C", e, e.start_ns, pid, cat) + ",\"args\":{\"value\":" + buf + "}}");
+      Json j = common("C", e, e.start_ns, pid, cat);
+      j["args"] = {{"value", e.value}};
+      out.push_back(std::move(j));
       break;
     }
   }
+  return out;
 }
 
 void TraceBuffer::add(std::vector<Event>* events, int pid, bool module_category) {
   std::stable_sort(events->begin(), events->end(),
                    [](const Event& a, const Event& b) { return a.start_ns < b.start_ns; });
-  std::vector<std::string> lines;
   for (const Event& e : *events) {
-    lines.clear();
-    serialize_event(e, pid, module_category, &lines);
-    for (std::string& l : lines) {
-      bytes_ += l.size() + 2;  // ",\n"
-      lines_.push_back(std::move(l));
+    for (const Json& j : event_json(e, pid, module_category)) {
+      std::string text = dump_json(j);
+      bytes_ += text.size() + 2;  // ",\n"
+      lines_.push_back({j.value("ts", 0.0), std::move(text)});
     }
   }
   events->clear();
   const std::uint64_t limit = budget_ > kReserveBytes ? budget_ - kReserveBytes : 0;
   while (bytes_ > limit && !lines_.empty()) {
-    bytes_ -= lines_.front().size() + 2;
+    bytes_ -= lines_.front().json.size() + 2;
     lines_.pop_front();
     ++budget_dropped_;
   }
 }
 
 std::string TraceBuffer::take_json(const TraceHeader& h) {
-  std::string out = "{\"displayTimeUnit\":\"ms\",\n\"otherData\":{\"ferry\":{\"format\":1";
-  out += ",\"rank\":" + std::to_string(h.rank) + ",\"role\":";
-  append_json_string(&out, h.role);
-  out += ",\"step\":" + std::to_string(h.step) + ",\"task\":";
-  append_json_string(&out, h.task);
-  out += ",\"host\":";
-  append_json_string(&out, h.host);
-  out += ",\"pid\":" + std::to_string(h.pid) +
-         ",\"wall_minus_monotonic_ns\":" + std::to_string(h.wall_minus_monotonic_ns) +
-         ",\"dropped_events\":" + std::to_string(dropped());
+  Json ferry = {{"format", 1},
+                {"rank", h.rank},
+                {"role", h.role},
+                {"step", h.step},
+                {"task", h.task},
+                {"host", h.host},
+                {"pid", h.pid},
+                {"wall_minus_monotonic_ns", h.wall_minus_monotonic_ns},
+                {"dropped_events", dropped()}};
   if (dropped() > 0) {
-    out += ",\"note\":";
-    append_json_string(&out, "trace truncated: " + std::to_string(budget_dropped_) +
-                                 " oldest events dropped to stay under the byte budget of " +
-                                 std::to_string(budget_) + " bytes, " +
-                                 std::to_string(overflow_dropped_) +
-                                 " lost to full thread buffers");
+    ferry["note"] = "trace truncated: " + std::to_string(budget_dropped_) +
+                    " oldest events dropped to stay under the byte budget of " +
+                    std::to_string(budget_) + " bytes, " + std::to_string(overflow_dropped_) +
+                    " lost to full thread buffers";
   }
-  out += "}},\n\"traceEvents\":[\n";
-  std::string name = "ferry " + h.role + " rank" + std::to_string(h.rank);
-  out += "{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":" + std::to_string(h.pid) +
-         ",\"tid\":0,\"args\":{\"name\":";
-  append_json_string(&out, name);
-  out += "}}";
+  // One event a line, so a large trace stays readable and is never one huge JSON value.
+  std::string out =
+      "{\"displayTimeUnit\":\"ms\",\n\"otherData\":" + dump_json({{"ferry", std::move(ferry)}}) +
+      ",\n\"traceEvents\":[\n";
+  const std::string name = "ferry " + h.role + " rank" + std::to_string(h.rank);
+  out += dump_json({{"name", "process_name"},
+                    {"ph", "M"},
+                    {"pid", h.pid},
+                    {"tid", 0},
+                    {"args", {{"name", name}}}});
   if (dropped() > 0) {
     // Also an event, so the viewer shows it where the kept part begins.
-    out += ",\n{\"name\":\"ferry.trace_truncated\",\"ph\":\"i\",\"s\":\"g\",\"ts\":";
-    std::string first = lines_.empty() ? std::string() : lines_.front();
-    const std::size_t ts = first.find("\"ts\":");
-    out += ts == std::string::npos ? "0" : first.substr(ts + 5, first.find(',', ts) - ts - 5);
-    out += ",\"pid\":" + std::to_string(h.pid) +
-           ",\"tid\":0,\"args\":{\"dropped_events\":" + std::to_string(dropped()) + "}}";
+    out += ",\n" + dump_json({{"name", "ferry.trace_truncated"},
+                              {"ph", "i"},
+                              {"s", "g"},
+                              {"ts", lines_.empty() ? 0.0 : lines_.front().ts_us},
+                              {"pid", h.pid},
+                              {"tid", 0},
+                              {"args", {{"dropped_events", dropped()}}}});
   }
-  for (const std::string& l : lines_) {
+  for (const Line& l : lines_) {
     out += ",\n";
-    out += l;
+    out += l.json;
   }
   out += "\n]}\n";
   lines_.clear();

@@ -1,9 +1,12 @@
 // The events of one trace, serialized as they arrive, under a byte budget: past it the
-// oldest events go first and are counted, so the file can say what it lost.
+// oldest events go first and are counted, so the file can say what it lost. Every part is
+// written by nlohmann::json: text that is not UTF-8 (a name, an argument) becomes U+FFFD, so
+// the file is always valid JSON.
 #pragma once
 
 #include <cstdint>
 #include <deque>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
@@ -41,14 +44,20 @@ class TraceBuffer {
   // Room kept for the header, metadata and the drop note.
   static constexpr std::uint64_t kReserveBytes = 2048;
   std::uint64_t budget_;
-  std::deque<std::string> lines_;
+  struct Line {
+    double ts_us;  // the line's "ts", for the truncation marker
+    std::string json;
+  };
+  std::deque<Line> lines_;
   std::uint64_t bytes_ = 0;
   std::uint64_t budget_dropped_ = 0;
   std::uint64_t overflow_dropped_ = 0;
 };
 
-// One event as Chrome trace JSON objects (a span with `memory` also yields counters),
-// each appended to `out` as its own line.
-void serialize_event(const Event& e, int pid, bool module_category, std::vector<std::string>* out);
+// One event as Chrome trace JSON objects (a span with `memory` also yields counters).
+std::vector<nlohmann::json> event_json(const Event& e, int pid, bool module_category);
+
+// `value` as one line of JSON text; invalid UTF-8 in its strings becomes U+FFFD.
+std::string dump_json(const nlohmann::json& value);
 
 }  // namespace ferry::profiler

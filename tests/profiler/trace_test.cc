@@ -198,6 +198,33 @@ TEST(ProfilerTrace, ContentsAndLevels) {
   }
 }
 
+TEST(ProfilerTrace, TextThatIsNotUtf8StillYieldsStrictJson) {
+  testing::TempDir dir;
+  auto session = Session::start(config_in(dir), {0, "actor"});
+  ASSERT_TRUE(session.ok());
+  (*session)->begin_step(0);
+  // A name from a tensor or file, cut mid-character or in Latin-1, reaches the trace as-is.
+  const char* bad_name = intern("sync.\xff\xfe tensor \xc3");
+  {
+    Span s(bad_name);
+    s.arg("file \xe9", "caf\xe9 \"quoted\" \\ new\nline \x01");
+    s.arg("ok", "\xce\xb1");  // valid UTF-8 (alpha) stays as it is
+  }
+  mark(bad_name);
+  auto files = (*session)->end_step();
+  ASSERT_TRUE(files.ok());
+  ASSERT_TRUE((*session)->stop().ok());
+  nlohmann::json doc = load((*files)[0]);  // nlohmann's parser rejects invalid UTF-8
+  const std::string replaced = "sync.\xef\xbf\xbd\xef\xbf\xbd tensor \xef\xbf\xbd";  // U+FFFD
+  EXPECT_EQ(count_named(doc, replaced, "X"), 1);
+  EXPECT_EQ(count_named(doc, replaced, "i"), 1);
+  for (const auto& e : doc["traceEvents"]) {
+    if (e["name"] != replaced || e["ph"] != "X") continue;
+    EXPECT_EQ(e["args"]["file \xef\xbf\xbd"], "caf\xef\xbf\xbd \"quoted\" \\ new\nline \x01");
+    EXPECT_EQ(e["args"]["ok"], "\xce\xb1");
+  }
+}
+
 TEST(ProfilerTrace, OneSessionAtATime) {
   testing::TempDir dir;
   auto a = Session::start(config_in(dir), {0, "actor"});
