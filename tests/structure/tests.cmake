@@ -8,3 +8,17 @@ add_test(NAME structure.module_graph_script
          COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_LIST_DIR}/module_graph_test.py)
 set_tests_properties(structure.module_graph structure.module_graph_script PROPERTIES
                      LABELS structure TIMEOUT 60 ENVIRONMENT PYTHONDONTWRITEBYTECODE=1)
+
+# The lock contracts: clang's -Wthread-safety sees base/mutex.h's annotations (an unlocked
+# read of guarded state must fail to compile). Needs clang; GCC has no such analysis.
+find_program(FERRY_CLANGXX NAMES clang++ clang++-14)
+if(FERRY_CLANGXX)
+  set(_probe_flags -std=c++20 -fsyntax-only -Wthread-safety -Werror -I${PROJECT_SOURCE_DIR}/src
+                   ${CMAKE_CURRENT_LIST_DIR}/thread_safety_probe.cc)
+  add_test(NAME structure.thread_safety_locked COMMAND ${FERRY_CLANGXX} ${_probe_flags})
+  add_test(NAME structure.thread_safety_unlocked_read_rejected
+           COMMAND ${FERRY_CLANGXX} ${_probe_flags} -DFERRY_PROBE_UNLOCKED_READ)
+  set_tests_properties(structure.thread_safety_unlocked_read_rejected PROPERTIES WILL_FAIL TRUE)
+  set_tests_properties(structure.thread_safety_locked structure.thread_safety_unlocked_read_rejected
+                       PROPERTIES LABELS structure TIMEOUT 120)
+endif()
