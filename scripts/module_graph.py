@@ -2,7 +2,8 @@
 """The module graph of src/, as CMake declares it and as the code includes it.
 
 Each folder src/<module> is one module. Its declared dependencies come from its
-CMakeLists.txt: `ferry_module(<name> ... DEPS ferry_a ferry_b)`, or, for a folder that builds
+CMakeLists.txt files (subfolders' too; a target ferry_<module>_<part> is <module>'s):
+`ferry_module(<name> ... DEPS ferry_a ferry_b)`, or, for a folder that builds
 something else (the `ferry` executable in src/cli), the ferry_<module> targets it links; linking
 `ferry` (libferry, every module whole) declares every module. Its used dependencies are the
 `#include "<other>/..."` lines in its sources.
@@ -78,14 +79,23 @@ def load(root):
     names = {p.name for p in folders}
     graph = {}
     for folder in folders:
-        cmake = folder / "CMakeLists.txt"
         declared = set()
-        if cmake.is_file():
-            _, declared = declared_deps(cmake)
+        # A module may build in subfolders (src/transport/shm/CMakeLists.txt): all count.
+        for cmake in sorted(folder.rglob("CMakeLists.txt")):
+            declared |= {owning_module(d, names) for d in declared_deps(cmake)[1]}
         if "ferry" in declared:  # libferry holds every module that is a library
-            declared = (declared - {"ferry"}) | (names - {folder.name})
-        graph[folder.name] = (declared, included_modules(folder, names))
+            declared = (declared - {"ferry"}) | names
+        graph[folder.name] = (declared - {folder.name}, included_modules(folder, names))
     return graph
+
+
+def owning_module(target, names):
+    """The folder a ferry_<target> belongs to: its name, or the longest folder name that
+    prefixes it ("transport_shm" is transport's); else the target itself, unresolved."""
+    if target in names or target == "ferry":
+        return target
+    owners = [n for n in names if target.startswith(n + "_")]
+    return max(owners, key=len) if owners else target
 
 
 def find_cycles(edges):

@@ -69,6 +69,21 @@ class ModuleGraphCheck(unittest.TestCase):
             self.assertEqual(result.returncode, 1)
             self.assertIn("sync: includes base/", result.stdout)
 
+    def test_a_module_may_build_in_subfolders(self):
+        with tempfile.TemporaryDirectory() as d:
+            root = pathlib.Path(d)
+            make_tree(root, {
+                "base": ("ferry_module(base SOURCES a.cc)\n", {}),
+                "wire": ("ferry_module(wire SOURCES m.cc DEPS ferry_base)\n", {}),
+                "transport": ("add_subdirectory(shm)\n", {
+                    "shm/CMakeLists.txt": "ferry_module(transport_shm SOURCES r.cc DEPS ferry_wire)\n",
+                    "shm/r.cc": '#include "wire/m.h"\n'}),
+                "sync": ("ferry_module(sync SOURCES s.cc DEPS ferry_transport_shm)\n",
+                         {"s.cc": '#include "transport/shm/r.h"\n'}),
+            })
+            result = check(root)
+            self.assertEqual(result.returncode, 0, result.stdout + result.stderr)
+
     def test_cycle_fails(self):
         with tempfile.TemporaryDirectory() as d:
             root = pathlib.Path(d)
