@@ -12,7 +12,6 @@
 #include "base/file_util.h"
 #include "base/log.h"
 #include "base/parse_number.h"
-#include "base/status_macros.h"
 #include "checkpoint/checkpointer_impl.h"
 #include "checkpoint/format.h"
 
@@ -238,9 +237,13 @@ Status Checkpointer::Impl::save(std::int64_t step, std::span<const SliceView> sl
         ss.extent = s.at("extent").get<std::vector<std::int64_t>>();
         ss.data_offset = s.at("data_offset");
         ss.bytes = s.at("bytes");
-        FERRY_ASSIGN_OR_RETURN(
-            ss.xxh3, parse_number_field<std::uint64_t>("manifest tensor " + name + " xxh3",
-                                                       s.at("xxh3").get<std::string>(), 16));
+        const auto xxh3 = parse_number_field<std::uint64_t>("tensor " + name + " xxh3",
+                                                            s.at("xxh3").get<std::string>(), 16);
+        if (!xxh3.ok()) {
+          return corruption("malformed slice list from rank " + std::to_string(r) + ": " +
+                            xxh3.status().message());
+        }
+        ss.xxh3 = *xxh3;
         t.slices.push_back(std::move(ss));
       }
       return ok_status();

@@ -136,7 +136,7 @@ Result<LoadInfo> Checkpointer::prepare_load(std::optional<std::int64_t> wanted) 
       for (const auto& [k, v] : j.items()) {
         const auto step = parse_uint(k);
         if (!step) {
-          return corruption("rank " + std::to_string(r) + " step list: '" + k +
+          return corruption("malformed step list from rank " + std::to_string(r) + ": '" + k +
                             "' is not a step number");
         }
         if (v.value("committed", false)) committed_on[*step].push_back(r);

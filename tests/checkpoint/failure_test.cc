@@ -347,6 +347,10 @@ TEST(MalformedCollective, FieldsOfTheWrongTypeAreNamedErrorsNotCrashes) {
       {1, R"({"code":{}})", "malformed status from rank 1", true},  // agree()
       {2, R"({"code":0,"slices":[{"name":"x","dtype":"nonsense","shape":[1]}]})",
        "malformed slice list from rank 1", true},
+      {2,
+       R"({"code":0,"slices":[{"name":"x","dtype":"F32","shape":[1],"offset":[0],"extent":[1],)"
+       R"("data_offset":0,"bytes":4,"xxh3":"12g"}]})",
+       "malformed slice list from rank 1: tensor x xxh3: '12g'", true},
   };
   for (const Case& c : cases) {
     Status at_rank0;
