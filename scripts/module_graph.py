@@ -29,7 +29,6 @@ SOURCE_SUFFIXES = {".h", ".cc", ".cpp", ".inc"}
 INCLUDE_RE = re.compile(r'^\s*#\s*include\s+"([A-Za-z0-9_]+)/[^"]+"', re.MULTILINE)
 MODULE_CALL_RE = re.compile(r"ferry_module\s*\(\s*([A-Za-z0-9_]+)(.*?)\)", re.DOTALL)
 LINK_CALL_RE = re.compile(r"target_link_libraries\s*\((.*?)\)", re.DOTALL)
-CMAKE_KEYWORDS = {"SOURCES", "DEPS"}
 
 
 def strip_cmake_comments(text):
@@ -43,21 +42,17 @@ def ferry_targets(words):
 
 
 def declared_deps(cmake_file):
-    """(is_module, set of declared module names, possibly including 'ferry') of one folder."""
+    """Module names one CMakeLists.txt declares: the DEPS of its ferry_module() call and the
+    ferry_* targets its target_link_libraries() calls link ('ferry' is libferry)."""
     text = strip_cmake_comments(cmake_file.read_text())
+    words = []
     call = MODULE_CALL_RE.search(text)
     if call:
-        words = call.group(2).split()
-        deps = words[words.index("DEPS") + 1:] if "DEPS" in words else []
-        deps = [w for w in deps if w not in CMAKE_KEYWORDS]
-        # A module may add more links after the call (third-party libraries, other modules).
-        for link in LINK_CALL_RE.finditer(text):
-            deps += link.group(1).split()[1:]
-        return True, ferry_targets(deps) - {"deps"}
-    links = []
+        args = call.group(2).split()
+        words += args[args.index("DEPS") + 1:] if "DEPS" in args else []
     for link in LINK_CALL_RE.finditer(text):
-        links += link.group(1).split()[1:]
-    return False, ferry_targets(links) - {"deps"}
+        words += link.group(1).split()[1:]  # the first word is the target being linked
+    return ferry_targets(words) - {"deps"}  # ferry_deps: third-party libraries only
 
 
 def included_modules(folder, modules):
@@ -82,7 +77,7 @@ def load(root):
         declared = set()
         # A module may build in subfolders (src/transport/shm/CMakeLists.txt): all count.
         for cmake in sorted(folder.rglob("CMakeLists.txt")):
-            declared |= {owning_module(d, names) for d in declared_deps(cmake)[1]}
+            declared |= {owning_module(d, names) for d in declared_deps(cmake)}
         if "ferry" in declared:  # libferry holds every module that is a library
             declared = (declared - {"ferry"}) | names
         graph[folder.name] = (declared - {folder.name}, included_modules(folder, names))
