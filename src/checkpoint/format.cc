@@ -76,22 +76,6 @@ std::optional<std::string> parse_node_marker(std::string_view name) {
   return node;
 }
 
-Status validate_node_name(std::string_view node) {
-  if (node.empty() || node.size() > 128 || node == "." || node == "..") {
-    return invalid_argument("node name '" + std::string(node) +
-                            "' must be 1-128 characters and not '.' or '..'");
-  }
-  for (char c : node) {
-    bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-              c == '.' || c == '_' || c == '-';
-    if (!ok) {
-      return invalid_argument("node name '" + std::string(node) +
-                              "' may hold only letters, digits, '.', '_' and '-'");
-    }
-  }
-  return ok_status();
-}
-
 namespace {
 
 std::string hex64(std::uint64_t v) {

@@ -10,6 +10,7 @@
 
 #include "ferry/checkpoint.h"
 #include "ferry/status.h"
+#include "rank_group/rank_group.h"
 
 namespace ferry::checkpoint::format {
 
@@ -29,8 +30,9 @@ std::string shard_file(int rank);
 std::string node_marker_file(std::string_view node);
 std::optional<std::string> parse_node_marker(std::string_view name);
 
-// A node name is one path component of [A-Za-z0-9._-], not "." or "..".
-Status validate_node_name(std::string_view node);
+// A node name is one path component of [A-Za-z0-9._-], not "." or ".." (the rank
+// groups check it when a rank joins).
+using rank_group::validate_node_name;
 
 // Manifest <-> JSON text. Decoding checks everything a loader relies on:
 // version, dtypes, shapes, every slice inside its tensor, sizes, file names

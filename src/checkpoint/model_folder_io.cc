@@ -20,6 +20,7 @@
 #include "base/file_util.h"
 #include "base/log.h"
 #include "checkpoint/format.h"
+#include "rank_group/rank_group.h"
 #include "ferry/checkpoint.h"
 #include "ferry/safetensors.h"
 
