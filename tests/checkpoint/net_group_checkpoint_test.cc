@@ -13,6 +13,7 @@
 #include <mutex>
 
 #include "base/clock.h"
+#include "checkpoint/testing.h"
 #include "ckpt_test_util.h"
 #include "rank_group/net_group_test_util.h"
 
@@ -39,10 +40,10 @@ void run_child(const char* role) {
   if (!g.ok()) std::_Exit(2);
   if (std::strcmp(role, "die-after-shards") == 0) {
     const std::string root_dir = std::getenv("FERRY_NET_GROUP_TEST_DIR");
-    Checkpointer ckpt(**g,
-                      {.root = root_dir + "/" + o.node, .test_hook = [](std::string_view phase) {
-                         if (phase == "shards") std::raise(SIGKILL);
-                       }});
+    set_save_phase_hook_for_testing([](std::string_view phase) {
+      if (phase == "shards") std::raise(SIGKILL);
+    });
+    Checkpointer ckpt(**g, {.root = root_dir + "/" + o.node});
     auto slices = test::cut_all(make_state(41), rank, size, 0);
     auto v = test::views(slices);
     (void)ckpt.save(2, v);
