@@ -45,7 +45,7 @@ using json = nlohmann::ordered_json;
 
 std::string step_folder(std::int64_t step) { return "step_" + std::to_string(step); }
 
-std::optional<std::int64_t> parse_step_folder(std::string_view name) {
+std::optional<std::int64_t> parse_ferry_step_folder(std::string_view name) {
   if (name.substr(0, 5) != "step_") return std::nullopt;
   const auto v = parse_uint(name.substr(5));
   if (!v || step_folder(*v) != name) return std::nullopt;  // no leading zeros: one name per step
@@ -259,7 +259,7 @@ std::optional<std::int64_t> read_latest(const std::string& root) {
   if (!text.ok()) return std::nullopt;
   std::string s = *text;
   while (!s.empty() && (s.back() == '\n' || s.back() == ' ')) s.pop_back();
-  return parse_step_folder(s);
+  return parse_ferry_step_folder(s);
 }
 
 Status write_latest(const std::string& root, std::int64_t step) {
@@ -271,7 +271,7 @@ std::vector<std::int64_t> list_step_folders(const std::string& root) {
   DIR* d = ::opendir(root.c_str());
   if (d == nullptr) return out;
   while (dirent* e = ::readdir(d)) {
-    auto step = parse_step_folder(e->d_name);
+    auto step = parse_ferry_step_folder(e->d_name);
     if (step && !format::file_exists(root + "/" + e->d_name + "/.")) continue;
     if (step) out.push_back(*step);
   }

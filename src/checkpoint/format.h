@@ -21,7 +21,7 @@ inline constexpr std::string_view kFormatName = "ferry-checkpoint";
 
 // "step_<N>" (N decimal, no padding) and its parse; nullopt for other names.
 std::string step_folder(std::int64_t step);
-std::optional<std::int64_t> parse_step_folder(std::string_view name);
+std::optional<std::int64_t> parse_ferry_step_folder(std::string_view name);
 // "<root>/step_<N>"
 std::string step_path(const std::string& root, std::int64_t step);
 // "rank_<r 5 digits>.safetensors"

@@ -12,7 +12,7 @@
 #include "base/clock.h"
 #include "base/file_util.h"
 #include "base/log.h"
-#include "checkpoint/megatron_folder.h"
+#include "checkpoint/megatron_dist_checkpoint.h"
 #include "checkpoint/replicate.h"
 #include "checkpoint/replicate_common.h"
 #include "ferry/checkpoint.h"
