@@ -6,6 +6,7 @@
 // straight to the peer's own listener, answered by a server thread there.
 // Stream sockets (not the shm transport's SEQPACKET channel) because fetches
 // move whole slices of hundreds of MB in one message.
+// Messages: docs/protocol.md, "Rank groups", and rank_group/local_messages.h.
 #include <poll.h>
 #include <sys/socket.h>
 #include <sys/un.h>

@@ -1,4 +1,5 @@
-// RankGroup across machines over the UCX net transport (docs/checkpoint.md).
+// RankGroup across machines over the UCX net transport (docs/checkpoint.md; its messages:
+// docs/protocol.md, "Rank groups", and rank_group/net_messages.h).
 //
 // A net::Context and everything made from it are used by one thread at a time, so each
 // rank has two:
