@@ -241,9 +241,6 @@ struct CheckpointOptions {
   // Checkpointer is made, so even the first async save copies into warm memory.
   // 0: allocated by the first save_async() (which then pays the page faults).
   std::uint64_t staging_bytes = 0;
-  // Testing only: called with each phase of a save as it completes ("shards",
-  // "manifest", "node_marker", "committed", "latest"), on the saving thread.
-  std::function<void(std::string_view phase)> test_hook;
   // Called with the bytes of each slice as save() writes it to this rank's shard, and
   // of each piece as load() places it in a destination. load() calls it from two
   // threads (disk and fetch) at once: it must be thread-safe. Empty: not called.

@@ -1,19 +1,24 @@
 // Collective save (two-phase commit) of checkpoints; load.cc has the load.
 #include <xxhash.h>
 
-#include <nlohmann/json.hpp>
-
 #include <algorithm>
 #include <cstring>
 #include <filesystem>
+#include <mutex>
+#include <nlohmann/json.hpp>
 #include <set>
 #include <thread>
 
 #include "base/file_util.h"
 #include "base/log.h"
+<<<<<<< HEAD
 #include "base/parse_number.h"
+=======
+#include "base/status_macros.h"
+>>>>>>> wt-ckpt
 #include "checkpoint/checkpointer_impl.h"
 #include "checkpoint/format.h"
+#include "checkpoint/testing.h"
 
 namespace ferry::checkpoint {
 
@@ -35,9 +40,32 @@ Status mkdirs(const std::string& path) {
   return ok_status();
 }
 
+// The process-wide save phase hook (checkpoint/testing.h).
+std::mutex save_phase_hook_mu;
+SavePhaseHook& save_phase_hook() {
+  static SavePhaseHook hook;
+  return hook;
+}
+
 }  // namespace
 
-std::uint64_t xxh3(std::span<const std::byte> data) { return XXH3_64bits(data.data(), data.size()); }
+void set_save_phase_hook_for_testing(SavePhaseHook hook) {
+  std::lock_guard<std::mutex> lock(save_phase_hook_mu);
+  save_phase_hook() = std::move(hook);
+}
+
+void run_save_phase_hook(std::string_view phase) {
+  SavePhaseHook hook;
+  {
+    std::lock_guard<std::mutex> lock(save_phase_hook_mu);
+    hook = save_phase_hook();
+  }
+  if (hook) hook(phase);
+}
+
+std::uint64_t xxh3(std::span<const std::byte> data) {
+  return XXH3_64bits(data.data(), data.size());
+}
 
 std::string hex(std::uint64_t v) {
   char buf[17];
@@ -54,8 +82,8 @@ Status agree(RankGroup& group, const Status& mine, std::string_view phase) {
     Status s = read_from_rank(static_cast<int>(r), "status", [&] {
       const json o = json::parse((*all)[r]);
       if (o.value("code", 0) == 0) return ok_status();
-      return aborted(std::string(phase) + ": rank " + std::to_string(r) + " failed: " +
-                     o.value("message", std::string()));
+      return aborted(std::string(phase) + ": rank " + std::to_string(r) +
+                     " failed: " + o.value("message", std::string()));
     });
     if (!s.ok()) return s;
   }
@@ -77,43 +105,59 @@ Checkpointer::~Checkpointer() {
   impl_->group.set_fetch_handler({});
 }
 
-Status Checkpointer::Impl::save(std::int64_t step, std::span<const SliceView> slices,
-                                std::string_view common) {
-  const int rank = group.rank();
-  const std::string dir = step_dir(step);
-  // 1. Check the slices and agree on the step and the layout.
-  Status local;
-  std::set<std::string> names;
+namespace {
+
+std::string save_name(std::int64_t step) { return "checkpoint save step " + std::to_string(step); }
+
+// What phase 1 settles: the layout every rank agreed on, whether this rank writes its
+// node's files (the node's first rank), and this rank's slices that hold any elements.
+struct SavePlan {
+  Layout layout;
+  bool leader = false;
   std::vector<const SliceView*> kept;
-  if (step < 0) local = invalid_argument("step " + std::to_string(step) + " is negative");
-  if (opts.root.empty()) local = invalid_argument("CheckpointOptions.root is empty");
+};
+
+// This rank's checks of its own slices and of the step; the slices with elements go to *kept.
+Status check_slices(int rank, std::int64_t step, const CheckpointOptions& opts,
+                    const std::string& dir, std::span<const SliceView> slices,
+                    std::vector<const SliceView*>* kept) {
+  if (step < 0) return invalid_argument("step " + std::to_string(step) + " is negative");
+  if (opts.root.empty()) return invalid_argument("CheckpointOptions.root is empty");
+  std::set<std::string> names;
   for (const SliceView& v : slices) {
-    if (!local.ok()) break;
-    if (Status s = v.spec.validate(); !s.ok()) { local = s; break; }
+    if (Status s = v.spec.validate(); !s.ok()) return s;
     if (v.data.size() != v.spec.bytes()) {
-      local = invalid_argument("slice " + v.spec.to_string() + " has " +
-                               std::to_string(v.data.size()) + " bytes, its extent needs " +
-                               std::to_string(v.spec.bytes()));
-      break;
+      return invalid_argument("slice " + v.spec.to_string() + " has " +
+                              std::to_string(v.data.size()) + " bytes, its extent needs " +
+                              std::to_string(v.spec.bytes()));
     }
     if (!names.insert(v.spec.name).second) {
-      local = invalid_argument("rank " + std::to_string(rank) + " passed two slices of tensor " +
-                               v.spec.name + " (one per tensor and rank)");
-      break;
+      return invalid_argument("rank " + std::to_string(rank) + " passed two slices of tensor " +
+                              v.spec.name + " (one per tensor and rank)");
     }
-    if (Box{v.spec.offset, v.spec.extent}.volume() > 0) kept.push_back(&v);
+    if (Box{v.spec.offset, v.spec.extent}.volume() > 0) kept->push_back(&v);
   }
-  if (local.ok() && format::file_exists(dir + "/" + std::string(format::kCommittedFile))) {
-    local = already_exists("step " + std::to_string(step) + " is already committed in " + dir);
+  if (format::file_exists(dir + "/" + std::string(format::kCommittedFile))) {
+    return already_exists("step " + std::to_string(step) + " is already committed in " + dir);
   }
+  return ok_status();
+}
+
+// Phase 1: checks the slices, agrees on the step and the layout, and has each node's leader
+// make the step folder (replacing a partial one of the same step, left by an earlier crash).
+Result<SavePlan> agree_on_step(RankGroup& group, const CheckpointOptions& opts, std::int64_t step,
+                               const std::string& dir, std::span<const SliceView> slices) {
+  const int rank = group.rank();
+  SavePlan plan;
+  Status local = check_slices(rank, step, opts, dir, slices, &plan.kept);
   json hello = {{"node", group.node()}, {"step", step}, {"root", opts.root}};
   auto hellos = group.all_gather(hello.dump());
-  if (!hellos.ok()) return hellos.status().with_context("checkpoint save step " + std::to_string(step));
-  Layout layout;
+  if (!hellos.ok()) return hellos.status().with_context(save_name(step));
+  Layout& layout = plan.layout;
   layout.world_size = group.size();
   std::map<std::string, int> per_node, leader_of;
   for (int r = 0; r < group.size(); ++r) {
-    Status s = read_from_rank(r, "hello", [&] {
+    FERRY_RETURN_IF_ERROR(read_from_rank(r, "hello", [&] {
       const json h = json::parse((*hellos)[r]);
       const std::string node = h.value("node", "");
       layout.rank_nodes.push_back(node);
@@ -124,16 +168,15 @@ Status Checkpointer::Impl::save(std::int64_t step, std::span<const SliceView> sl
       layout.ranks_per_node = std::max(layout.ranks_per_node, ++per_node[node]);
       const std::int64_t theirs = h.value("step", std::int64_t{-1});
       if (local.ok() && theirs != step) {
-        local = invalid_argument("rank " + std::to_string(r) + " saves step " + std::to_string(theirs) +
-                                 ", rank " + std::to_string(rank) + " step " + std::to_string(step));
+        local =
+            invalid_argument("rank " + std::to_string(r) + " saves step " + std::to_string(theirs) +
+                             ", rank " + std::to_string(rank) + " step " + std::to_string(step));
       }
       return ok_status();
-    });
-    if (!s.ok()) return s;
+    }));
   }
-  const bool leader = leader_of[group.node()] == rank;
-  // A partial step of the same number (an earlier crash) is replaced.
-  if (local.ok() && leader) {
+  plan.leader = leader_of[group.node()] == rank;
+  if (local.ok() && plan.leader) {
     std::error_code ec;
     if (fs::exists(dir, ec)) {
       log::info("checkpoint: replacing partial step {} in {}", step, dir);
@@ -142,70 +185,153 @@ Status Checkpointer::Impl::save(std::int64_t step, std::span<const SliceView> sl
     }
     if (local.ok()) local = mkdirs(dir);
   }
-  if (Status s = agree(group, local, "checkpoint save step " + std::to_string(step)); !s.ok()) {
-    return s;
-  }
+  FERRY_RETURN_IF_ERROR(agree(group, local, save_name(step)));
+  return plan;
+}
 
-  // 2. This rank's shard: one safetensors file, a tensor per slice, named after
-  // the global tensor with the slice's extent as its shape (HF tools read it).
-  const std::string file = format::shard_file(rank);
-  const std::string path = dir + "/" + file;
+// This rank's shard as phase 2 wrote it: its status, size and slice list (manifest entries).
+struct WrittenShard {
+  Status status;
+  std::uint64_t file_bytes = 0;
+  json slices = json::array();
+};
+
+// Phase 2: this rank's shard, one safetensors file with a tensor per slice, named after the
+// global tensor with the slice's extent as its shape (HF tools read it).
+WrittenShard write_shard(int rank, std::int64_t step, const std::string& dir,
+                         const std::vector<const SliceView*>& kept, const CheckpointOptions& opts) {
+  const std::string path = dir + "/" + format::shard_file(rank);
   std::vector<TensorSpec> specs;
   for (const SliceView* v : kept) specs.push_back({v->spec.name, v->spec.dtype, v->spec.extent});
   const std::map<std::string, std::string> meta = {
       {"format", "pt"}, {"ferry.step", std::to_string(step)}, {"ferry.rank", std::to_string(rank)}};
-  json mine = json::array();
-  std::uint64_t file_bytes = 0;
-  {
-    auto header = build_safetensors_header(specs, meta);
-    if (!header.ok()) {
-      local = header.status().with_context(path);
-    } else {
-      auto writer = SafetensorsWriter::create(path, specs, meta);
-      if (!writer.ok()) local = writer.status();
-      std::uint64_t at = header->size();
-      for (const SliceView* v : kept) {
-        if (!local.ok()) break;
-        local = writer->write(v->data);
-        if (!local.ok()) break;
-        if (opts.progress) opts.progress(v->data.size());
-        mine.push_back({{"name", v->spec.name},
-                        {"dtype", std::string(dtype_name(v->spec.dtype))},
-                        {"shape", v->spec.global_shape},
-                        {"offset", v->spec.offset},
-                        {"extent", v->spec.extent},
-                        {"data_offset", at},
-                        {"bytes", v->data.size()},
-                        {"xxh3", hex(xxh3(v->data))}});
-        at += v->data.size();
-      }
-      if (local.ok()) local = writer->finish();
-      file_bytes = at;
-    }
+  WrittenShard out;
+  auto header = build_safetensors_header(specs, meta);
+  if (!header.ok()) {
+    out.status = header.status().with_context(path);
+    return out;
   }
-  hook("shards");
-  json part = {{"code", static_cast<int>(local.code())},
-               {"message", local.message()},
-               {"file_bytes", file_bytes},
-               {"slices", mine}};
-  if (rank == 0) part["common_state"] = std::string(common);
-  auto parts = group.all_gather(part.dump());
-  if (!parts.ok()) return parts.status().with_context("checkpoint save step " + std::to_string(step));
+  auto writer = SafetensorsWriter::create(path, specs, meta);
+  if (!writer.ok()) out.status = writer.status();
+  std::uint64_t at = header->size();
+  for (const SliceView* v : kept) {
+    if (!out.status.ok()) break;
+    out.status = writer->write(v->data);
+    if (!out.status.ok()) break;
+    if (opts.progress) opts.progress(v->data.size());
+    out.slices.push_back({{"name", v->spec.name},
+                          {"dtype", std::string(dtype_name(v->spec.dtype))},
+                          {"shape", v->spec.global_shape},
+                          {"offset", v->spec.offset},
+                          {"extent", v->spec.extent},
+                          {"data_offset", at},
+                          {"bytes", v->data.size()},
+                          {"xxh3", hex(xxh3(v->data))}});
+    at += v->data.size();
+  }
+  if (out.status.ok()) out.status = writer->finish();
+  out.file_bytes = at;
+  return out;
+}
 
-  // 3. Every rank builds the same manifest from the gathered parts.
+// Phase 2's exchange: every rank's shard status and slice list (and rank 0's common state).
+Result<std::vector<std::string>> gather_shards(RankGroup& group, std::int64_t step,
+                                               const WrittenShard& shard, std::string_view common) {
+  json part = {{"code", static_cast<int>(shard.status.code())},
+               {"message", shard.status.message()},
+               {"file_bytes", shard.file_bytes},
+               {"slices", shard.slices}};
+  if (group.rank() == 0) part["common_state"] = std::string(common);
+  auto parts = group.all_gather(part.dump());
+  if (!parts.ok()) return parts.status().with_context(save_name(step));
+  return parts;
+}
+
+// Adds rank r's part (its shard's file and slices) to the manifest and `tensors`.
+Status add_rank_part(int r, const json& p, const Layout& layout, Manifest* m,
+                     std::map<std::string, SavedTensor>* tensors) {
+  if (r == 0) m->common_state = p.value("common_state", std::string("{}"));
+  const std::string f = format::shard_file(r);
+  m->files.push_back({f, r, layout.rank_nodes[r], p.value("file_bytes", std::uint64_t{0})});
+  for (const json& s : p.at("slices")) {
+    const std::string name = s.at("name");
+    auto dtype = parse_dtype(s.at("dtype").get<std::string>());
+    if (!dtype.ok()) {
+      return corruption("malformed slice list from rank " + std::to_string(r) + ": " +
+                        dtype.status().message());
+    }
+    const auto shape = s.at("shape").get<std::vector<std::int64_t>>();
+    auto [it, fresh] = tensors->try_emplace(name);
+    SavedTensor& t = it->second;
+    if (fresh) {
+      t.name = name;
+      t.dtype = *dtype;
+      t.shape = shape;
+    } else if (t.dtype != *dtype || t.shape != shape) {
+      return invalid_argument("tensor " + name + ": rank " + std::to_string(r) + " saves it as " +
+                              TensorSpec{name, *dtype, shape}.to_string() + ", rank " +
+                              std::to_string(t.slices.front().rank) + " as " +
+                              TensorSpec{name, t.dtype, t.shape}.to_string());
+    }
+    SavedSlice ss;
+    ss.rank = r;
+    ss.file = f;
+    ss.tensor_in_file = name;
+    ss.offset = s.at("offset").get<std::vector<std::int64_t>>();
+    ss.extent = s.at("extent").get<std::vector<std::int64_t>>();
+    ss.data_offset = s.at("data_offset");
+    ss.bytes = s.at("bytes");
+    ss.xxh3 = std::stoull(s.at("xxh3").get<std::string>(), nullptr, 16);
+    t.slices.push_back(std::move(ss));
+  }
+  return ok_status();
+}
+
+// Distinct boxes of a tensor must not overlap and must cover it; identical boxes on several
+// ranks are replicas.
+Status check_coverage(const SavedTensor& t) {
+  std::vector<Box> distinct;
+  for (const SavedSlice& s : t.slices) {
+    Box b = box_of(s);
+    if (std::find(distinct.begin(), distinct.end(), b) != distinct.end()) continue;
+    for (const Box& o : distinct) {
+      if (intersect(o, b)) {
+        return invalid_argument(
+            "tensor " + t.name + ": the slice " +
+            SliceSpec{t.name, t.dtype, t.shape, b.offset, b.extent}.to_string() + " of rank " +
+            std::to_string(s.rank) + " overlaps another rank's slice without being identical");
+      }
+    }
+    distinct.push_back(std::move(b));
+  }
+  std::int64_t covered = 0, total = 1;
+  for (const Box& b : distinct) covered += b.volume();
+  for (std::int64_t d : t.shape) total *= d;
+  if (covered != total) {
+    return invalid_argument("tensor " + t.name + ": the ranks' slices cover " +
+                            std::to_string(covered) + " of its " + std::to_string(total) +
+                            " elements");
+  }
+  return ok_status();
+}
+
+// Phase 3: every rank builds the same manifest from the gathered parts, so all fail alike.
+// `mine` is this rank's own shard status (its part says only its code and message).
+Result<Manifest> build_manifest(int rank, std::int64_t step, const Layout& layout,
+                                const std::vector<std::string>& parts, const Status& mine) {
   Manifest m;
   m.step = step;
   m.layout = layout;
   std::map<std::string, SavedTensor> tensors;
-  Status built;
-  for (int r = 0; r < group.size() && built.ok(); ++r) {
-    built = read_from_rank(r, "slice list", [&]() -> Status {
-      const json p = json::parse((*parts)[r]);
+  for (int r = 0; r < static_cast<int>(parts.size()); ++r) {
+    FERRY_RETURN_IF_ERROR(read_from_rank(r, "slice list", [&]() -> Status {
+      const json p = json::parse(parts[r]);
       if (p.value("code", 0) != 0) {
-        return r == rank ? local
-                         : aborted("checkpoint save step " + std::to_string(step) + ": rank " +
-                                   std::to_string(r) + " failed: " + p.value("message", std::string()));
+        return r == rank ? mine
+                         : aborted(save_name(step) + ": rank " + std::to_string(r) +
+                                   " failed: " + p.value("message", std::string()));
       }
+<<<<<<< HEAD
       if (r == 0) m.common_state = p.value("common_state", std::string("{}"));
       const std::string f = format::shard_file(r);
       m.files.push_back({f, r, layout.rank_nodes[r], p.value("file_bytes", std::uint64_t{0})});
@@ -248,57 +374,59 @@ Status Checkpointer::Impl::save(std::int64_t step, std::span<const SliceView> sl
       }
       return ok_status();
     });
+=======
+      return add_rank_part(r, p, layout, &m, &tensors);
+    }));
+>>>>>>> wt-ckpt
   }
-  // Distinct boxes of a tensor must not overlap and must cover it; identical
-  // boxes on several ranks are replicas.
   for (auto& [name, t] : tensors) {
-    if (!built.ok()) break;
-    std::vector<Box> distinct;
-    for (const SavedSlice& s : t.slices) {
-      Box b = box_of(s);
-      if (std::find(distinct.begin(), distinct.end(), b) != distinct.end()) continue;
-      for (const Box& o : distinct) {
-        if (intersect(o, b)) {
-          built = invalid_argument("tensor " + name + ": the slice " +
-                                   SliceSpec{name, t.dtype, t.shape, b.offset, b.extent}.to_string() +
-                                   " of rank " + std::to_string(s.rank) +
-                                   " overlaps another rank's slice without being identical");
-        }
-      }
-      distinct.push_back(std::move(b));
-    }
-    std::int64_t covered = 0, total = 1;
-    for (const Box& b : distinct) covered += b.volume();
-    for (std::int64_t d : t.shape) total *= d;
-    if (built.ok() && covered != total) {
-      built = invalid_argument("tensor " + name + ": the ranks' slices cover " +
-                               std::to_string(covered) + " of its " + std::to_string(total) +
-                               " elements");
-    }
+    FERRY_RETURN_IF_ERROR(check_coverage(t));
     m.tensors.push_back(std::move(t));
   }
-  if (!built.ok()) return built;  // every rank saw the same parts: all fail alike
+  return m;
+}
 
-  // 4. The manifest on every node, then the node markers, then COMMITTED, then latest.
-  const std::string step_name = "checkpoint save step " + std::to_string(step);
+// Phase 4: the manifest on every node, then the node markers, then COMMITTED, then latest;
+// every rank agrees after each, so none goes on past a node that could not write.
+Status commit(RankGroup& group, const CheckpointOptions& opts, std::int64_t step,
+              const std::string& dir, const Manifest& m, bool leader) {
+  const std::string step_name = save_name(step);
   Status s;
-  if (leader) s = write_file_atomic(dir + "/" + std::string(format::kManifestFile),
-                                    format::encode_manifest(m));
-  hook("manifest");
-  if (s = agree(group, s, step_name + " (writing the manifest)"); !s.ok()) return s;
-  if (leader) s = write_file_atomic(dir + "/" + format::node_marker_file(group.node()),
-                                    format::encode_node_marker(step, group.node(), m.files));
-  hook("node_marker");
-  if (s = agree(group, s, step_name + " (writing node markers)"); !s.ok()) return s;
   if (leader) {
-    json c = {{"step", step}, {"nodes", layout.nodes}};
+    s = write_file_atomic(dir + "/" + std::string(format::kManifestFile),
+                          format::encode_manifest(m));
+  }
+  run_save_phase_hook("manifest");
+  FERRY_RETURN_IF_ERROR(agree(group, s, step_name + " (writing the manifest)"));
+  if (leader) {
+    s = write_file_atomic(dir + "/" + format::node_marker_file(group.node()),
+                          format::encode_node_marker(step, group.node(), m.files));
+  }
+  run_save_phase_hook("node_marker");
+  FERRY_RETURN_IF_ERROR(agree(group, s, step_name + " (writing node markers)"));
+  if (leader) {
+    json c = {{"step", step}, {"nodes", m.layout.nodes}};
     s = write_file_atomic(dir + "/" + std::string(format::kCommittedFile), c.dump() + "\n");
   }
-  hook("committed");
-  if (s = agree(group, s, step_name + " (writing COMMITTED)"); !s.ok()) return s;
+  run_save_phase_hook("committed");
+  FERRY_RETURN_IF_ERROR(agree(group, s, step_name + " (writing COMMITTED)"));
   if (leader) s = format::write_latest(opts.root, step);
-  hook("latest");
+  run_save_phase_hook("latest");
   return agree(group, s, step_name + " (updating latest)");
+}
+
+}  // namespace
+
+Status Checkpointer::Impl::save(std::int64_t step, std::span<const SliceView> slices,
+                                std::string_view common) {
+  const std::string dir = step_dir(step);
+  FERRY_ASSIGN_OR_RETURN(const SavePlan plan, agree_on_step(group, opts, step, dir, slices));
+  const WrittenShard shard = write_shard(group.rank(), step, dir, plan.kept, opts);
+  run_save_phase_hook("shards");
+  FERRY_ASSIGN_OR_RETURN(const auto parts, gather_shards(group, step, shard, common));
+  FERRY_ASSIGN_OR_RETURN(const Manifest m,
+                         build_manifest(group.rank(), step, plan.layout, parts, shard.status));
+  return commit(group, opts, step, dir, m, plan.leader);
 }
 
 Status Checkpointer::save(std::int64_t step, std::span<const SliceView> slices,

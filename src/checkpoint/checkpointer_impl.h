@@ -40,6 +40,9 @@ Status read_from_rank(int r, std::string_view what, F&& read) {
   }
 }
 
+// Runs the hook of checkpoint/testing.h, if one is set, with a save phase just completed.
+void run_save_phase_hook(std::string_view phase);
+
 // Every rank learns whether every rank succeeded: the first failure (by rank)
 // is returned to all, so no rank goes on to commit what another could not write.
 Status agree(RankGroup& group, const Status& mine, std::string_view phase);
@@ -108,9 +111,6 @@ struct Checkpointer::Impl {
 
   Impl(RankGroup& g, CheckpointOptions o) : group(g), opts(std::move(o)) {}
 
-  void hook(std::string_view phase) const {
-    if (opts.test_hook) opts.test_hook(phase);
-  }
   std::string step_dir(std::int64_t step) const { return format::step_path(opts.root, step); }
 
   Status save(std::int64_t step, std::span<const SliceView> slices, std::string_view common);

@@ -45,7 +45,7 @@ using json = nlohmann::ordered_json;
 
 std::string step_folder(std::int64_t step) { return "step_" + std::to_string(step); }
 
-std::optional<std::int64_t> parse_step_folder(std::string_view name) {
+std::optional<std::int64_t> parse_ferry_step_folder(std::string_view name) {
   if (name.substr(0, 5) != "step_") return std::nullopt;
   const auto v = parse_uint(name.substr(5));
   if (!v || step_folder(*v) != name) return std::nullopt;  // no leading zeros: one name per step
@@ -74,22 +74,6 @@ std::optional<std::string> parse_node_marker(std::string_view name) {
   std::string node(name.substr(kPrefix.size(), name.size() - kPrefix.size() - kSuffix.size()));
   if (!validate_node_name(node).ok()) return std::nullopt;
   return node;
-}
-
-Status validate_node_name(std::string_view node) {
-  if (node.empty() || node.size() > 128 || node == "." || node == "..") {
-    return invalid_argument("node name '" + std::string(node) +
-                            "' must be 1-128 characters and not '.' or '..'");
-  }
-  for (char c : node) {
-    bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-              c == '.' || c == '_' || c == '-';
-    if (!ok) {
-      return invalid_argument("node name '" + std::string(node) +
-                              "' may hold only letters, digits, '.', '_' and '-'");
-    }
-  }
-  return ok_status();
 }
 
 namespace {
@@ -275,7 +259,7 @@ std::optional<std::int64_t> read_latest(const std::string& root) {
   if (!text.ok()) return std::nullopt;
   std::string s = *text;
   while (!s.empty() && (s.back() == '\n' || s.back() == ' ')) s.pop_back();
-  return parse_step_folder(s);
+  return parse_ferry_step_folder(s);
 }
 
 Status write_latest(const std::string& root, std::int64_t step) {
@@ -287,7 +271,7 @@ std::vector<std::int64_t> list_step_folders(const std::string& root) {
   DIR* d = ::opendir(root.c_str());
   if (d == nullptr) return out;
   while (dirent* e = ::readdir(d)) {
-    auto step = parse_step_folder(e->d_name);
+    auto step = parse_ferry_step_folder(e->d_name);
     if (step && !format::file_exists(root + "/" + e->d_name + "/.")) continue;
     if (step) out.push_back(*step);
   }

@@ -10,6 +10,7 @@
 
 #include "ferry/checkpoint.h"
 #include "ferry/status.h"
+#include "rank_group/rank_group.h"
 
 namespace ferry::checkpoint::format {
 
@@ -20,7 +21,7 @@ inline constexpr std::string_view kFormatName = "ferry-checkpoint";
 
 // "step_<N>" (N decimal, no padding) and its parse; nullopt for other names.
 std::string step_folder(std::int64_t step);
-std::optional<std::int64_t> parse_step_folder(std::string_view name);
+std::optional<std::int64_t> parse_ferry_step_folder(std::string_view name);
 // "<root>/step_<N>"
 std::string step_path(const std::string& root, std::int64_t step);
 // "rank_<r 5 digits>.safetensors"
@@ -29,8 +30,9 @@ std::string shard_file(int rank);
 std::string node_marker_file(std::string_view node);
 std::optional<std::string> parse_node_marker(std::string_view name);
 
-// A node name is one path component of [A-Za-z0-9._-], not "." or "..".
-Status validate_node_name(std::string_view node);
+// A node name is one path component of [A-Za-z0-9._-], not "." or ".." (the rank
+// groups check it when a rank joins).
+using rank_group::validate_node_name;
 
 // Manifest <-> JSON text. Decoding checks everything a loader relies on:
 // version, dtypes, shapes, every slice inside its tensor, sizes, file names

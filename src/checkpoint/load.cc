@@ -4,16 +4,19 @@
 #include <sys/stat.h>
 #include <xxhash.h>
 
-#include <nlohmann/json.hpp>
-
 #include <algorithm>
 #include <atomic>
 #include <cstring>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <thread>
 
 #include "base/log.h"
+<<<<<<< HEAD
 #include "base/parse_number.h"
+=======
+#include "base/status_macros.h"
+>>>>>>> wt-ckpt
 #include "checkpoint/checkpointer_impl.h"
 #include "checkpoint/fetch_request.h"
 
@@ -80,7 +83,7 @@ Result<RankGroup::FetchReply> Checkpointer::Impl::handle_fetch(const std::shared
   }
   if (req->step != st->step) {
     return corruption("fetch request for step " + std::to_string(req->step) + " from rank " +
-                            std::to_string(from) + " is not being served");
+                      std::to_string(from) + " is not being served");
   }
   // Slices the peer asks for next: read them while this one is sent.
   for (const auto& [name, slice] : req->ahead) {
@@ -95,7 +98,7 @@ Result<RankGroup::FetchReply> Checkpointer::Impl::handle_fetch(const std::shared
   const SavedSlice& s = t->slices[index];
   if (!contains(box_of(s), region)) {
     return corruption("rank " + std::to_string(from) + " asked for a region outside slice " +
-                            std::to_string(index) + " of " + t->name);
+                      std::to_string(index) + " of " + t->name);
   }
   if (!st->local_files.count(s.file)) return not_found(s.file + " is not on node " + group.node());
   auto file = open_checked(*st, *t, s);
@@ -112,6 +115,142 @@ Result<RankGroup::FetchReply> Checkpointer::Impl::handle_fetch(const std::shared
   return RankGroup::FetchReply{std::move(out), {}, nullptr};
 }
 
+namespace {
+
+// What phase 1 learns: the ranks on whose nodes each step is committed, and has a manifest.
+struct StepHolders {
+  std::map<std::int64_t, std::vector<int>> committed_on, manifest_on;
+};
+
+// Phase 1: what every node holds.
+Result<StepHolders> gather_step_lists(RankGroup& g, const std::string& root) {
+  json mine = json::object();
+  for (std::int64_t step : format::list_step_folders(root)) {
+    NodeStepState ns = format::scan_step(root, step);
+    mine[std::to_string(step)] = {{"committed", ns.committed}, {"manifest", ns.manifest}};
+  }
+  auto all = g.all_gather(mine.dump());
+  if (!all.ok()) return all.status().with_context("checkpoint load");
+  StepHolders h;
+  for (int r = 0; r < g.size(); ++r) {
+    FERRY_RETURN_IF_ERROR(read_from_rank(r, "step list", [&] {
+      const json j = json::parse((*all)[r]);
+      for (const auto& [k, v] : j.items()) {
+        const std::int64_t step = std::stoll(k);
+        if (v.value("committed", false)) h.committed_on[step].push_back(r);
+        if (v.value("manifest", false)) h.manifest_on[step].push_back(r);
+      }
+      return ok_status();
+    }));
+  }
+  return h;
+}
+
+// Phase 1's choice: `wanted` if it is committed somewhere, else the newest committed step.
+Result<std::int64_t> choose_step(const StepHolders& h, std::optional<std::int64_t> wanted,
+                                 const std::string& root, const std::string& node) {
+  if (wanted) {
+    if (!h.committed_on.count(*wanted)) {
+      return failed_precondition("checkpoint step " + std::to_string(*wanted) +
+                                 " is not committed on any node" +
+                                 (h.manifest_on.count(*wanted) ? " (it is partial)" : ""));
+    }
+    return *wanted;
+  }
+  if (h.committed_on.empty()) {
+    return not_found("no committed checkpoint on any node (root " + root + " on node " + node +
+                     ")");
+  }
+  return h.committed_on.rbegin()->first;
+}
+
+// Phase 2: the manifest's text, from this node's disk, else fetched from a rank whose node
+// has it (said in *notes).
+Result<std::string> read_or_fetch_manifest(RankGroup& g, const std::string& dir, std::int64_t step,
+                                           const std::vector<int>& holders,
+                                           std::vector<std::string>* notes) {
+  if (auto local = read_file(dir + "/" + std::string(format::kManifestFile)); local.ok()) {
+    return local;
+  }
+  if (holders.empty()) {
+    return not_found("no node has the manifest of step " + std::to_string(step));
+  }
+  const int peer = holders.front();
+  FetchRequest q{.op = FetchRequest::Op::kManifest, .step = step};
+  auto fetched = g.fetch(peer, encode_fetch_request(q));
+  if (!fetched.ok()) {
+    return fetched.status().with_context("fetching the manifest of step " + std::to_string(step));
+  }
+  notes->push_back("node " + g.node() + " has no manifest for step " + std::to_string(step) +
+                   "; fetched it from rank " + std::to_string(peer));
+  return fetched;
+}
+
+// Phase 2's check of the text: a manifest of `step`.
+Result<Manifest> decode_step_manifest(const std::string& text, const std::string& dir,
+                                      std::int64_t step) {
+  auto decoded = format::decode_manifest(text, dir + "/" + std::string(format::kManifestFile));
+  if (!decoded.ok()) return decoded.status();
+  if (decoded->step != step) return corruption(dir + ": manifest is of another step");
+  return decoded;
+}
+
+// Phase 3: the manifest's files this node holds whole (present, of the right size).
+std::vector<std::string> files_held(const std::string& dir, const Manifest& manifest) {
+  std::vector<std::string> held;
+  for (const SavedFile& f : manifest.files) {
+    struct stat sb {};
+    if (::stat((dir + "/" + f.file).c_str(), &sb) == 0 &&
+        static_cast<std::uint64_t>(sb.st_size) == f.bytes) {
+      held.push_back(f.file);
+    }
+  }
+  return held;
+}
+
+// Phase 3's exchange: every rank's status, files, notes and manifest hash. Fails alike on
+// every rank when one failed or the manifests differ; else fills st->file_ranks and *notes
+// (every rank's notes, each once).
+Status exchange_reports(RankGroup& g, const Status& mine, const std::vector<std::string>& held,
+                        const std::string& manifest_text, std::int64_t step, LoadState* st,
+                        std::vector<std::string>* notes) {
+  json report = {{"code", static_cast<int>(mine.code())},
+                 {"message", mine.message()},
+                 {"files", held},
+                 {"notes", *notes},
+                 {"xxh3", hex(XXH3_64bits(manifest_text.data(), manifest_text.size()))}};
+  auto reports = g.all_gather(report.dump());
+  if (!reports.ok()) return reports.status().with_context("checkpoint load");
+  for (const std::string& note : *notes) log::info("checkpoint: {}", note);
+  notes->clear();  // every rank hears every rank's notes
+  std::string first_hash;
+  for (int r = 0; r < g.size(); ++r) {
+    FERRY_RETURN_IF_ERROR(read_from_rank(r, "file list", [&] {
+      const json j = json::parse((*reports)[r]);
+      if (j.value("code", 0) != 0) {
+        if (r == g.rank()) return mine;
+        return aborted("checkpoint load: rank " + std::to_string(r) +
+                       " failed: " + j.value("message", std::string()));
+      }
+      const std::string h = j.value("xxh3", "");
+      if (r == 0) first_hash = h;
+      if (h != first_hash) {
+        return corruption("the manifests of step " + std::to_string(step) +
+                          " on rank 0's and rank " + std::to_string(r) + "'s nodes differ");
+      }
+      for (const json& f : j.at("files")) st->file_ranks[f.get<std::string>()].push_back(r);
+      for (const json& n : j.at("notes")) {
+        const std::string note = n.get<std::string>();
+        if (std::find(notes->begin(), notes->end(), note) == notes->end()) notes->push_back(note);
+      }
+      return ok_status();
+    }));
+  }
+  return ok_status();
+}
+
+}  // namespace
+
 Result<LoadInfo> Checkpointer::prepare_load(std::optional<std::int64_t> wanted) {
   if (Status s = wait(); !s.ok()) return s;
   Impl& m = *impl_;
@@ -121,6 +260,7 @@ Result<LoadInfo> Checkpointer::prepare_load(std::optional<std::int64_t> wanted) 
   g.set_fetch_handler(
       [&m, st](int from, std::string_view req) { return m.handle_fetch(st, from, req); });
 
+<<<<<<< HEAD
   // 1. What every node holds.
   json mine = json::object();
   for (std::int64_t step : format::list_step_folders(m.opts.root)) {
@@ -146,23 +286,15 @@ Result<LoadInfo> Checkpointer::prepare_load(std::optional<std::int64_t> wanted) 
     });
     if (!read.ok()) return read;
   }
+=======
+  // 1. What every node holds, and the step to load.
+  FERRY_ASSIGN_OR_RETURN(const StepHolders holders, gather_step_lists(g, m.opts.root));
+>>>>>>> wt-ckpt
   LoadInfo info;
-  if (wanted) {
-    if (!committed_on.count(*wanted)) {
-      return failed_precondition("checkpoint step " + std::to_string(*wanted) +
-                                 " is not committed on any node" +
-                                 (manifest_on.count(*wanted) ? " (it is partial)" : ""));
-    }
-    info.step = *wanted;
-  } else {
-    if (committed_on.empty())
-      return not_found("no committed checkpoint on any node (root " + m.opts.root + " on node " +
-                       g.node() + ")");
-    info.step = committed_on.rbegin()->first;
-  }
+  FERRY_ASSIGN_OR_RETURN(info.step, choose_step(holders, wanted, m.opts.root, g.node()));
   st->step = info.step;
   const std::string dir = m.step_dir(info.step);
-  const auto& committers = committed_on[info.step];
+  const auto& committers = holders.committed_on.at(info.step);
   if (std::none_of(committers.begin(), committers.end(), [&](int r) { return g.rank() == r; }) &&
       format::file_exists(dir + "/" + std::string(format::kManifestFile))) {
     info.notes.push_back("step " + std::to_string(info.step) + " is committed on rank " +
@@ -170,92 +302,32 @@ Result<LoadInfo> Checkpointer::prepare_load(std::optional<std::int64_t> wanted) 
                          g.node() + " (its save was interrupted after the global commit began)");
   }
 
-  // 2. The manifest: from this node's disk, else from a node that has it.
-  Status s;
-  std::string text;
-  if (auto local = read_file(dir + "/" + std::string(format::kManifestFile)); local.ok()) {
-    text = std::move(*local);
-  } else {
-    const auto& holders = manifest_on[info.step];
-    if (holders.empty()) {
-      s = not_found("no node has the manifest of step " + std::to_string(info.step));
-    } else {
-      const int peer = holders.front();
-      FetchRequest q{.op = FetchRequest::Op::kManifest, .step = info.step};
-      auto fetched = g.fetch(peer, encode_fetch_request(q));
-      if (fetched.ok()) {
-        text = std::move(*fetched);
-        info.notes.push_back("node " + g.node() + " has no manifest for step " +
-                             std::to_string(info.step) + "; fetched it from rank " +
-                             std::to_string(peer));
-      } else {
-        s = fetched.status().with_context("fetching the manifest of step " +
-                                          std::to_string(info.step));
-      }
-    }
-  }
+  // 2. The manifest. A failure here is reported in phase 3, so every rank fails alike.
+  const auto holders_of_manifest = holders.manifest_on.find(info.step);
+  auto text = read_or_fetch_manifest(g, dir, info.step,
+                                     holders_of_manifest == holders.manifest_on.end()
+                                         ? std::vector<int>()
+                                         : holders_of_manifest->second,
+                                     &info.notes);
+  Status s = text.status();
   if (s.ok()) {
-    auto decoded = format::decode_manifest(text, dir + "/" + std::string(format::kManifestFile));
-    if (!decoded.ok())
-      s = decoded.status();
-    else if (decoded->step != info.step)
-      s = corruption(dir + ": manifest is of another step");
-    else
-      st->manifest = std::move(*decoded);
+    auto manifest = decode_step_manifest(*text, dir, info.step);
+    s = manifest.status();
+    if (s.ok()) st->manifest = std::move(*manifest);
   }
-  // 3. Which files each rank can read from its own disk (present, of the right size).
-  json have = json::array();
+
+  // 3. Which files each rank can read from its own disk.
+  std::vector<std::string> held;
   if (s.ok()) {
-    for (const SavedFile& f : st->manifest.files) {
-      struct stat sb {};
-      if (::stat((dir + "/" + f.file).c_str(), &sb) == 0 &&
-          static_cast<std::uint64_t>(sb.st_size) == f.bytes) {
-        have.push_back(f.file);
-        st->local_files.insert(f.file);
-      }
-    }
-  }
-  if (s.ok()) {
+    held = files_held(dir, st->manifest);
+    st->local_files.insert(held.begin(), held.end());
     st->verify_ahead = [&m, raw = st.get()](SliceReadahead::Key k) {
       const SavedTensor& t = raw->manifest.tensors[k.first];
       (void)m.open_checked(*raw, t, t.slices[k.second]);  // the reader reports errors
     };
   }
-  json report = {{"code", static_cast<int>(s.code())},
-                 {"message", s.message()},
-                 {"files", have},
-                 {"notes", info.notes},
-                 {"xxh3", hex(XXH3_64bits(text.data(), text.size()))}};
-  auto reports = g.all_gather(report.dump());
-  if (!reports.ok()) return reports.status().with_context("checkpoint load");
-  std::string first_hash;
-  for (const std::string& note : info.notes) log::info("checkpoint: {}", note);
-  info.notes.clear();  // every rank hears every rank's notes
-  for (int r = 0; r < g.size(); ++r) {
-    Status read = read_from_rank(r, "file list", [&] {
-      const json j = json::parse((*reports)[r]);
-      if (j.value("code", 0) != 0) {
-        if (r == g.rank()) return s;
-        return aborted("checkpoint load: rank " + std::to_string(r) +
-                       " failed: " + j.value("message", std::string()));
-      }
-      const std::string h = j.value("xxh3", "");
-      if (r == 0) first_hash = h;
-      if (h != first_hash) {
-        return corruption("the manifests of step " + std::to_string(info.step) +
-                          " on rank 0's and rank " + std::to_string(r) + "'s nodes differ");
-      }
-      for (const json& f : j.at("files")) st->file_ranks[f.get<std::string>()].push_back(r);
-      for (const json& n : j.at("notes")) {
-        const std::string note = n.get<std::string>();
-        if (std::find(info.notes.begin(), info.notes.end(), note) == info.notes.end()) {
-          info.notes.push_back(note);
-        }
-      }
-      return ok_status();
-    });
-    if (!read.ok()) return read;
-  }
+  FERRY_RETURN_IF_ERROR(exchange_reports(g, s, held, text.ok() ? *text : std::string(), info.step,
+                                         st.get(), &info.notes));
   info.manifest = st->manifest;
   m.load = st;
   return info;
@@ -372,8 +444,12 @@ Result<LoadStats> Checkpointer::load(std::span<const MutableSliceView> destinati
       for (const Piece* p : remote) {
         if (failed) return;
         const SavedTensor& t = *p->tensor;
-        FetchRequest q{.op = FetchRequest::Op::kSlice, .step = st->step, .tensor = t.name,
-                       .slice = p->slice, .region = p->region, .ahead = {}};
+        FetchRequest q{.op = FetchRequest::Op::kSlice,
+                       .step = st->step,
+                       .tensor = t.name,
+                       .slice = p->slice,
+                       .region = p->region,
+                       .ahead = {}};
         const auto [first, last] = windows.at(p->peer).advance(position[p]);
         const std::vector<const Piece*>& list = by_peer[p->peer];
         for (std::size_t a = first; a < last; ++a) {

@@ -21,6 +21,7 @@
 #include "base/parse_number.h"
 #include "base/random.h"
 #include "checkpoint/format.h"
+#include "rank_group/rank_group.h"
 #include "ferry/checkpoint.h"
 #include "ferry/safetensors.h"
 

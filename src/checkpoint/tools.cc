@@ -190,7 +190,7 @@ Result<std::vector<GcAction>> gc(const std::vector<std::string>& roots, bool dry
     for (const auto& e : std::filesystem::directory_iterator(root, ec)) {
       const std::string name = e.path().filename().string();
       if (name.rfind(".gc.step_", 0) != 0) continue;
-      GcAction a{root, format::parse_step_folder(name.substr(4)).value_or(-1), !dry_run,
+      GcAction a{root, format::parse_ferry_step_folder(name.substr(4)).value_or(-1), !dry_run,
                  "left over by an interrupted gc"};
       if (!dry_run) std::filesystem::remove_all(e.path(), ec);
       out.push_back(std::move(a));

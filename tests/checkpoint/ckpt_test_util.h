@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "checkpoint/slice.h"
+#include "rank_group/group_test_util.h"
 #include "ferry/checkpoint.h"
 #include "support/test_support.h"
 
@@ -82,38 +83,9 @@ inline std::vector<MutableSliceView> mutable_views(std::vector<OwnedSlice>& s) {
   return v;
 }
 
-inline std::string unique_address() {
-  std::random_device rd;
-  return "@ferry-ckpt-test-" + std::to_string(rd()) + "-" + std::to_string(rd());
-}
-
-// Joins rank `rank` of a group of `size` on `node`: one function per group, so that
-// every rank it is called for joins the same group.
-using Connect =
-    std::function<Result<std::unique_ptr<RankGroup>>(int rank, int size, const std::string& node)>;
-
-// Runs `fn(rank)` for every rank on its own thread, each with its own group.
-// node_of(rank) names the node; fn gets the group. `connect` joins it (default: a
-// local group).
-inline void run_group(int size, const std::function<std::string(int)>& node_of,
-                      const std::function<void(RankGroup&)>& fn, const Connect& connect = {}) {
-  const std::string address = unique_address();
-  std::vector<std::thread> threads;
-  for (int r = 0; r < size; ++r) {
-    threads.emplace_back([&, r] {
-      LocalGroupOptions o;
-      o.root_address = address;
-      o.rank = r;
-      o.size = size;
-      o.node = node_of(r);
-      o.timeout = std::chrono::milliseconds(20'000);
-      auto g = connect ? connect(r, size, o.node) : connect_local_group(o);
-      ASSERT_TRUE(g.ok()) << g.status().to_string();
-      fn(**g);
-    });
-  }
-  for (std::thread& t : threads) t.join();
-}
+using rank_group::test::Connect;
+using rank_group::test::run_group;
+using rank_group::test::unique_address;
 
 // Saves `state` from `ranks` ranks over `nodes` nodes (roots <dir>/n<i>), split along dim 0.
 inline void save_state(const std::string& dir, const std::vector<GlobalTensor>& state, int ranks, int nodes,

@@ -12,6 +12,7 @@
 
 #include "base/file_util.h"
 #include "checkpoint/format.h"
+#include "checkpoint/testing.h"
 #include "ckpt_test_util.h"
 
 namespace ferry::checkpoint {
@@ -44,10 +45,12 @@ std::vector<int> save_with_kill(const std::string& dir, const std::vector<Global
       LocalGroupOptions o{address, r, ranks, "n" + std::to_string(r / 2), std::chrono::milliseconds(10'000)};
       auto g = connect_local_group(o);
       if (!g.ok()) ::_exit(10);
-      CheckpointOptions co{.root = dir + "/" + o.node, .test_hook = [&](std::string_view p) {
-                             if (r == victim && p == phase) ::raise(SIGKILL);
-                           }};
-      Checkpointer ckpt(**g, co);
+      if (r == victim) {
+        set_save_phase_hook_for_testing([&](std::string_view p) {
+          if (p == phase) ::raise(SIGKILL);
+        });
+      }
+      Checkpointer ckpt(**g, {.root = dir + "/" + o.node});
       auto slices = cut_all(state, r, ranks, 0);
       auto v = test::views(slices);
       Status s = ckpt.save(step, v);

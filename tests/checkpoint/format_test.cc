@@ -13,11 +13,11 @@ namespace {
 
 TEST(Format, StepFoldersHaveOneNamePerStep) {
   EXPECT_EQ(format::step_folder(12), "step_12");
-  EXPECT_EQ(format::parse_step_folder("step_12"), 12);
-  EXPECT_FALSE(format::parse_step_folder("step_012").has_value());
-  EXPECT_FALSE(format::parse_step_folder("step_").has_value());
-  EXPECT_FALSE(format::parse_step_folder("step_1x").has_value());
-  EXPECT_FALSE(format::parse_step_folder("global_step_1").has_value());
+  EXPECT_EQ(format::parse_ferry_step_folder("step_12"), 12);
+  EXPECT_FALSE(format::parse_ferry_step_folder("step_012").has_value());
+  EXPECT_FALSE(format::parse_ferry_step_folder("step_").has_value());
+  EXPECT_FALSE(format::parse_ferry_step_folder("step_1x").has_value());
+  EXPECT_FALSE(format::parse_ferry_step_folder("global_step_1").has_value());
   EXPECT_EQ(format::parse_node_marker("NODE_n0.committed"), "n0");
   EXPECT_FALSE(format::parse_node_marker("NODE_.committed").has_value());
 }

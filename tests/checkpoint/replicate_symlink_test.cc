@@ -15,7 +15,7 @@
 
 #include "base/clock.h"
 #include "checkpoint/megatron_fixture.h"
-#include "checkpoint/megatron_folder.h"
+#include "checkpoint/megatron_dist_checkpoint.h"
 #include "checkpoint/replicate.h"
 #include "ferry/checkpoint_tools.h"
 #include "transport/net/channel.h"

@@ -14,12 +14,15 @@
 #include <thread>
 
 #include "base/file_util.h"
-#include "ckpt_test_util.h"
 #include "ferry/checkpoint.h"
+#include "rank_group/group_test_util.h"
 #include "support/test_support.h"
 
-namespace ferry::checkpoint {
+namespace ferry::rank_group::test {
 namespace {
+
+using checkpoint::connect_local_group;
+using checkpoint::LocalGroupOptions;
 
 using std::chrono::milliseconds;
 
@@ -40,7 +43,7 @@ Status join_and_gather(const std::string& address, int rank) {
 }
 
 TEST(LocalGroupPeers, SilentAndForeignConnectionsDoNotStopRanksFromJoining) {
-  const std::string address = test::unique_address();
+  const std::string address = unique_address();
   ASSERT_EQ(address[0], '@');
   Status rank0;
   std::thread r0([&] { rank0 = join_and_gather(address, 0); });
@@ -67,7 +70,7 @@ TEST(LocalGroupPeers, SilentAndForeignConnectionsDoNotStopRanksFromJoining) {
 // items 12 and 13): rank 0 read hellos one whole frame at a time, so this peer held the
 // join, and every real rank with it, until the group's deadline.
 TEST(LocalGroupPeers, AHalfSentHelloDoesNotStallOtherRanks) {
-  const std::string address = test::unique_address();
+  const std::string address = unique_address();
   const auto start = std::chrono::steady_clock::now();
   Status rank0;
   std::thread r0([&] { rank0 = join_and_gather(address, 0); });
@@ -89,7 +92,7 @@ TEST(LocalGroupPeers, AHalfSentHelloDoesNotStallOtherRanks) {
 
 // A hello that claims to be larger than any rank's is dropped at once, not waited for.
 TEST(LocalGroupPeers, AnOversizedHelloDoesNotStallOtherRanks) {
-  const std::string address = test::unique_address();
+  const std::string address = unique_address();
   const auto start = std::chrono::steady_clock::now();
   Status rank0;
   std::thread r0([&] { rank0 = join_and_gather(address, 0); });
@@ -107,7 +110,7 @@ TEST(LocalGroupPeers, AnOversizedHelloDoesNotStallOtherRanks) {
 }
 
 TEST(LocalGroupPeers, TakenRootAddressSaysWhoHoldsIt) {
-  const std::string address = test::unique_address();
+  const std::string address = unique_address();
   Status rank0;
   std::thread r0([&] {
     LocalGroupOptions o{address, 0, 2, "n0", milliseconds(1000)};
@@ -125,4 +128,4 @@ TEST(LocalGroupPeers, TakenRootAddressSaysWhoHoldsIt) {
 }
 
 }  // namespace
-}  // namespace ferry::checkpoint
+}  // namespace ferry::rank_group::test

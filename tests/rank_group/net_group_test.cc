@@ -1,79 +1,27 @@
 // The network rank group (UCX, token-authenticated) on 127.0.0.1: collectives and fetches,
-// checkpoints saved on one set of nodes and loaded on another with slices that must come
-// over the network, a wrong token, a hung rank, and ranks killed mid-collective and
-// mid-fetch.
+// a wrong token, a hung rank, and ranks killed mid-collective and mid-fetch.
 //
 // Ranks are threads, each with its own group. A rank that gets killed is this test binary
 // re-executed (posix_spawn with FERRY_NET_GROUP_TEST_CHILD set), not a bare fork: UCX state
 // of a process that already used it does not survive a fork.
-#include <arpa/inet.h>
 #include <gtest/gtest.h>
-#include <netinet/in.h>
 #include <signal.h>
-#include <spawn.h>
-#include <sys/socket.h>
 #include <sys/wait.h>
-#include <unistd.h>
 
 #include <atomic>
 #include <chrono>
 #include <csignal>
 #include <cstdlib>
 #include <cstring>
-#include <filesystem>
+#include <mutex>
 
 #include "base/clock.h"
-#include "ckpt_test_util.h"
+#include "rank_group/net_group_test_util.h"
 
-extern char** environ;
-
-namespace ferry::checkpoint {
+namespace ferry::rank_group::test {
 namespace {
 
-using std::chrono::milliseconds;
-using test::make_state;
-
-constexpr const char* kToken = "net-group-test-secret-0123456789abcdefghij";
-
-// For rank 0 to listen on: a port below the ephemeral range (test_support.h says why).
-std::string free_root_address() { return testing::unused_loopback_address(); }
-
-NetGroupOptions options(const std::string& root, int rank, int size, std::string node) {
-  NetGroupOptions o;
-  o.root_address = root;
-  o.rank = rank;
-  o.size = size;
-  o.node = std::move(node);
-  o.serve_address = "127.0.0.1:0";
-  o.token = kToken;
-  o.timeout = milliseconds(10'000);
-  o.collective_timeout = milliseconds(20'000);
-  return o;
-}
-
-// Joins net groups at a fresh root address; `tweak` may change a rank's options.
-test::Connect net_connect(const std::function<void(NetGroupOptions&)>& tweak = {}) {
-  return [root = free_root_address(), tweak](int rank, int size, const std::string& node) {
-    NetGroupOptions o = options(root, rank, size, node);
-    if (tweak) tweak(o);
-    return connect_net_group(o);
-  };
-}
-
-// Runs `fn(group)` for every rank of a net group on its own thread.
-void run_net_group(int size, const std::function<std::string(int)>& node_of,
-                   const std::function<void(RankGroup&)>& fn,
-                   const std::function<void(NetGroupOptions&)>& tweak = {}) {
-  test::run_group(size, node_of, fn, net_connect(tweak));
-}
-
-std::string node_of_layout(int rank, int ranks, int nodes) {
-  return "n" + std::to_string(rank * nodes / ranks);
-}
-
-double seconds_since(Clock::time_point t) {
-  return std::chrono::duration<double>(Clock::now() - t).count();
-}
+using checkpoint::connect_net_group;
 
 // ---- ranks in child processes ----
 
@@ -99,16 +47,6 @@ void run_child(const char* role) {
     if (!(*g)->barrier().ok()) std::_Exit(3);
     while (true) std::this_thread::sleep_for(milliseconds(100));  // until a fetch kills it
   }
-  if (std::strcmp(role, "die-after-shards") == 0) {
-    const std::string root_dir = std::getenv("FERRY_NET_GROUP_TEST_DIR");
-    Checkpointer ckpt(**g,
-                      {.root = root_dir + "/" + o.node, .test_hook = [](std::string_view phase) {
-                         if (phase == "shards") std::raise(SIGKILL);
-                       }});
-    auto slices = test::cut_all(make_state(41), rank, size, 0);
-    auto v = test::views(slices);
-    (void)ckpt.save(2, v);
-  }
   std::_Exit(4);
 }
 
@@ -116,66 +54,6 @@ const bool kChildRan = [] {
   if (const char* role = std::getenv("FERRY_NET_GROUP_TEST_CHILD")) run_child(role);
   return false;
 }();
-
-// This binary re-executed as rank `rank` of a group at `root`, playing `role`. Killed and
-// reaped on destruction if still there.
-class ChildRank {
- public:
-  ChildRank(const std::string& role, const std::string& root, int rank, int size,
-            const std::string& node, const std::string& dir = "") {
-    std::vector<std::string> env = {"FERRY_NET_GROUP_TEST_CHILD=" + role,
-                                    "FERRY_NET_GROUP_TEST_ROOT=" + root,
-                                    "FERRY_NET_GROUP_TEST_RANK=" + std::to_string(rank),
-                                    "FERRY_NET_GROUP_TEST_SIZE=" + std::to_string(size),
-                                    "FERRY_NET_GROUP_TEST_NODE=" + node,
-                                    "FERRY_NET_GROUP_TEST_DIR=" + dir};
-    for (char** e = environ; *e != nullptr; ++e) {
-      if (std::strncmp(*e, "FERRY_NET_GROUP_TEST_", 21) != 0) env.emplace_back(*e);
-    }
-    std::vector<char*> envp;
-    for (std::string& s : env) envp.push_back(s.data());
-    envp.push_back(nullptr);
-    char self[4096] = {};
-    EXPECT_GT(::readlink("/proc/self/exe", self, sizeof self - 1), 0);
-    char* argv[] = {self, nullptr};
-    EXPECT_EQ(::posix_spawn(&pid_, self, nullptr, nullptr, argv, envp.data()), 0);
-  }
-  ~ChildRank() {
-    if (pid_ > 0) ::kill(pid_, SIGKILL);
-    (void)wait_status();
-  }
-  // Its wait status, once it ended.
-  int wait_status() {
-    if (pid_ > 0) {
-      ::waitpid(pid_, &status_, 0);
-      pid_ = -1;
-    }
-    return status_;
-  }
-
- private:
-  pid_t pid_ = -1;
-  int status_ = 0;
-};
-
-// Runs `fn(group)` on a thread for every rank of a group at `root` but `skip`, which a
-// child process plays. Collectives wait long: a failure must not come from a timeout.
-void run_all_but(const std::string& root, int size, int skip,
-                 const std::function<std::string(int)>& node_of,
-                 const std::function<void(RankGroup&)>& fn) {
-  std::vector<std::thread> threads;
-  for (int r = 0; r < size; ++r) {
-    if (r == skip) continue;
-    threads.emplace_back([&, r] {
-      NetGroupOptions o = options(root, r, size, node_of(r));
-      o.collective_timeout = milliseconds(60'000);
-      auto g = connect_net_group(o);
-      ASSERT_TRUE(g.ok()) << g.status().to_string();
-      fn(**g);
-    });
-  }
-  for (std::thread& t : threads) t.join();
-}
 
 // ---- collectives and fetches ----
 
@@ -267,38 +145,6 @@ TEST(NetGroup, FetchesAnswerFromHandlersAndCarryTheirErrors) {
       },
       everywhere);
 }
-
-// ---- checkpoints across nodes ----
-
-TEST(NetGroupCheckpoint, SavedOnTwoNodesLoadedOnOneWithTheOtherNodesSlicesOverTheNetwork) {
-  testing::TempDir dir;
-  const auto state = make_state(31);
-  test::save_state(dir.path(), state, 4, 2, 1, "{}",
-                   net_connect());  // ranks 0, 1 on n0; 2, 3 on n1
-  // Ranks 0 and 1 on n0 load, split along dim 1 this time; the slices of the old ranks 2
-  // and 3 are only on n1's disk, so they come over the network from the rank on n1.
-  const auto r = test::load_and_check(dir.path(), state, 3, 2, 1, std::nullopt, net_connect());
-  EXPECT_EQ(r.step, 1);
-  EXPECT_GT(r.remote, 0u);
-  EXPECT_GT(r.local, 0u);
-  EXPECT_EQ(r.local + r.remote, test::state_bytes(state));
-}
-
-TEST(NetGroupCheckpoint, EightRanksOnFourNodes) {
-  testing::TempDir dir;
-  const auto state = make_state(32);
-  test::save_state(dir.path(), state, 8, 4, 7, "{}", net_connect());
-  for (int n = 0; n < 4; ++n) {
-    EXPECT_TRUE(
-        std::filesystem::exists(dir.path() + "/n" + std::to_string(n) + "/step_7/manifest.json"));
-  }
-  const auto r = test::load_and_check(dir.path(), state, 8, 4, 1, std::nullopt, net_connect());
-  EXPECT_EQ(r.step, 7);
-  EXPECT_GT(r.remote, 0u);
-  EXPECT_EQ(r.local + r.remote, test::state_bytes(state));
-}
-
-// ---- refusals and failures ----
 
 TEST(NetGroup, WrongTokenIsRefusedAndBothSidesNameTheOther) {
   const std::string root = free_root_address();
@@ -413,38 +259,6 @@ TEST_P(KilledRank, MidCollectiveTheOthersFailAtOnceNamingIt) {
 
 INSTANTIATE_TEST_SUITE_P(RootOrMember, KilledRank, ::testing::Values(0, 2));
 
-TEST(KilledNetSaver, TheOthersFailAtOnceAndThePreviousStepStaysLoadable) {
-  testing::TempDir dir;
-  const auto old_state = make_state(40);
-  test::save_state(dir.path(), old_state, 4, 2, 1, "{}", net_connect());
-  const std::string root = free_root_address();
-  // Rank 2 (node n1) writes its shards and dies before the manifest is agreed on.
-  ChildRank child("die-after-shards", root, 2, 4, "n1", dir.path());
-  std::mutex mu;
-  std::vector<std::pair<Status, double>> results;
-  run_all_but(
-      root, 4, 2, [](int r) { return node_of_layout(r, 4, 2); },
-      [&](RankGroup& g) {
-        Checkpointer ckpt(g, {.root = dir.path() + "/" + g.node()});
-        auto slices = test::cut_all(make_state(41), g.rank(), g.size(), 0);
-        auto v = test::views(slices);
-        const auto t = Clock::now();
-        Status s = ckpt.save(2, v);
-        std::lock_guard<std::mutex> lock(mu);
-        results.emplace_back(s, seconds_since(t));
-      });
-  const int st = child.wait_status();
-  ASSERT_TRUE(WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL) << st;
-  ASSERT_EQ(results.size(), 3u);
-  for (const auto& [s, secs] : results) {
-    EXPECT_EQ(s.code(), Code::kAborted) << s.to_string();
-    EXPECT_NE(s.message().find("rank 2 (node n1)"), std::string::npos) << s.to_string();
-    EXPECT_LT(secs, 5.0) << s.to_string();
-  }
-  EXPECT_EQ(test::load_and_check(dir.path(), old_state, 4, 2, 0, std::nullopt, net_connect()).step,
-            1);
-}
-
 TEST(KilledFetchServer, TheFetcherFailsAtOnceNamingIt) {
   const std::string root = free_root_address();
   ChildRank child("die-in-fetch", root, 1, 2, "n1");
@@ -467,4 +281,4 @@ TEST(KilledFetchServer, TheFetcherFailsAtOnceNamingIt) {
 }
 
 }  // namespace
-}  // namespace ferry::checkpoint
+}  // namespace ferry::rank_group::test

@@ -1,6 +1,6 @@
 // verl / Megatron checkpoint folders: scanning, what a node offers for replication (the
 // completeness rule), and verify across node folders.
-#include "checkpoint/megatron_folder.h"
+#include "checkpoint/megatron_dist_checkpoint.h"
 
 #include <gtest/gtest.h>
 
@@ -112,10 +112,10 @@ TEST(MegatronFolder, TrackerAndPathParsing) {
   EXPECT_FALSE(megatron::parse_tracker("5a").ok());
   EXPECT_FALSE(megatron::parse_tracker("-1").ok());
 
-  EXPECT_EQ(megatron::parse_step_folder("global_step_12"), 12);
-  EXPECT_EQ(megatron::parse_step_folder("iter_0000012"), 12);
-  EXPECT_FALSE(megatron::parse_step_folder("global_step_"));
-  EXPECT_FALSE(megatron::parse_step_folder("step_12"));
+  EXPECT_EQ(megatron::parse_megatron_step_folder("global_step_12"), 12);
+  EXPECT_EQ(megatron::parse_megatron_step_folder("iter_0000012"), 12);
+  EXPECT_FALSE(megatron::parse_megatron_step_folder("global_step_"));
+  EXPECT_FALSE(megatron::parse_megatron_step_folder("step_12"));
 
   EXPECT_TRUE(megatron::is_replica_path("latest_checkpointed_iteration.txt"));
   EXPECT_TRUE(megatron::is_replica_path("global_step_1/actor/dist_ckpt/common.pt"));

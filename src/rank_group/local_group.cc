@@ -6,6 +6,7 @@
 // straight to the peer's own listener, answered by a server thread there.
 // Stream sockets (not the shm transport's SEQPACKET channel) because fetches
 // move whole slices of hundreds of MB in one message.
+// Messages: docs/protocol.md, "Rank groups", and rank_group/local_messages.h.
 #include <poll.h>
 #include <sys/socket.h>
 #include <sys/un.h>
@@ -21,18 +22,20 @@
 #include <thread>
 
 #include "base/clock.h"
+#include "base/coding.h"
 #include "base/file_util.h"
 #include "base/log.h"
 #include "base/random.h"
-#include "checkpoint/group_base.h"
+#include "rank_group/constants.h"
+#include "rank_group/group_base.h"
+#include "rank_group/local_messages.h"
 #include "transport/shm/local_address.h"
 
-namespace ferry::checkpoint {
+namespace ferry::rank_group {
 namespace {
 
+using checkpoint::LocalGroupOptions;
 using std::chrono::milliseconds;
-
-constexpr std::uint64_t kMaxFrameBytes = 16ull << 30;
 
 Status check_peer_user(int fd, const std::string& what) {
   ucred cred{};
@@ -105,51 +108,30 @@ Status recv_all(int fd, void* data, std::size_t size, std::optional<Clock::time_
   return ok_status();
 }
 
-// A frame: 8-byte little-endian length, then the bytes.
+// A frame's length: 8 bytes, little-endian.
+constexpr std::size_t kFrameHeadBytes = 8;
+std::uint64_t frame_length(std::span<const std::byte> head) { return coding::Reader(head).u64(); }
+
+// A frame: its length, then the bytes.
 Status send_frame(int fd, std::string_view bytes, std::optional<Clock::time_point> dl,
                   const std::string& what) {
-  unsigned char len[8];
-  std::uint64_t n = bytes.size();
-  for (int i = 0; i < 8; ++i) len[i] = static_cast<unsigned char>(n >> (8 * i));
-  if (Status s = send_all(fd, len, 8, dl, what); !s.ok()) return s;
+  std::vector<std::byte> head;
+  coding::put_u64(&head, bytes.size());
+  if (Status s = send_all(fd, head.data(), head.size(), dl, what); !s.ok()) return s;
   return send_all(fd, bytes.data(), bytes.size(), dl, what);
 }
 
 Result<std::string> recv_frame(int fd, std::optional<Clock::time_point> dl,
                                const std::string& what) {
-  unsigned char len[8];
-  if (Status s = recv_all(fd, len, 8, dl, what); !s.ok()) return s;
-  std::uint64_t n = 0;
-  for (int i = 0; i < 8; ++i) n |= static_cast<std::uint64_t>(len[i]) << (8 * i);
-  if (n > kMaxFrameBytes) {
+  std::byte head[kFrameHeadBytes];
+  if (Status s = recv_all(fd, head, sizeof head, dl, what); !s.ok()) return s;
+  const std::uint64_t n = frame_length(head);
+  if (n > kMaxPayloadBytes) {
     return corruption(what + ": frame of " + std::to_string(n) + " bytes is over the limit");
   }
   std::string out(n, '\0');
   if (Status s = recv_all(fd, out.data(), n, dl, what); !s.ok()) return s;
   return out;
-}
-
-void put_u64(std::string& out, std::uint64_t v) {
-  for (int i = 0; i < 8; ++i) out.push_back(static_cast<char>(v >> (8 * i)));
-}
-bool get_u64(std::string_view& in, std::uint64_t* v) {
-  if (in.size() < 8) return false;
-  *v = 0;
-  for (int i = 0; i < 8; ++i)
-    *v |= static_cast<std::uint64_t>(static_cast<unsigned char>(in[i])) << (8 * i);
-  in.remove_prefix(8);
-  return true;
-}
-void put_str(std::string& out, std::string_view s) {
-  put_u64(out, s.size());
-  out.append(s);
-}
-bool get_str(std::string_view& in, std::string* s) {
-  std::uint64_t n = 0;
-  if (!get_u64(in, &n) || in.size() < n) return false;
-  s->assign(in.substr(0, n));
-  in.remove_prefix(n);
-  return true;
 }
 
 Result<ScopedFd> listen_on(const std::string& address) {
@@ -165,7 +147,7 @@ Result<ScopedFd> listen_on(const std::string& address) {
     bool stale = false;
     if (Status s = shm::explain_address_in_use(*addr, SOCK_STREAM, &stale); !s.ok()) return s;
   }
-  if (::listen(fd.get(), 128) != 0) return errno_status("listen", address, errno);
+  if (::listen(fd.get(), kListenBacklog) != 0) return errno_status("listen", address, errno);
   return fd;
 }
 
@@ -187,16 +169,14 @@ Result<ScopedFd> connect_to(const std::string& address, Clock::time_point deadli
       return timeout_error("connect(" + address + "): nobody listening in time (" +
                            std::strerror(err) + ")");
     }
-    std::this_thread::sleep_for(milliseconds(20));
+    std::this_thread::sleep_for(kConnectRetry);
   }
 }
 
-// One joining rank's hello: who it is and where it serves fetches.
+// One joining rank's connection and hello: who it is and where it serves fetches.
 struct Joined {
   ScopedFd fd;
-  std::uint64_t rank = 0;
-  std::string node;
-  std::string address;
+  local::Hello hello;
 };
 
 // A connection to rank 0 whose hello has not fully arrived. Its bytes are read as they
@@ -206,11 +186,6 @@ struct PendingHello {
   std::string who;    // "pid 1234", for warnings
   std::string bytes;  // the hello frame so far
 };
-
-// A hello holds a rank and two short strings; anything larger is not a rank.
-constexpr std::uint64_t kMaxHelloBytes = 64 * 1024;
-// Connections waiting to say hello at once: far above the ranks of one node.
-constexpr std::size_t kMaxPendingHellos = 256;
 
 std::string describe_peer(int fd) {
   ucred cred{};
@@ -226,18 +201,18 @@ enum class HelloState { kPartial, kComplete, kDrop };
 // *why says what was wrong.
 HelloState read_hello(PendingHello& p, std::string* why) {
   while (true) {
-    std::uint64_t want = 8;
-    if (p.bytes.size() >= 8) {
-      std::string_view head(p.bytes);
-      std::uint64_t n = 0;
-      get_u64(head, &n);
+    std::uint64_t want = kFrameHeadBytes;
+    if (p.bytes.size() >= kFrameHeadBytes) {
+      const std::uint64_t n = frame_length(std::as_bytes(std::span(p.bytes)));
       if (n > kMaxHelloBytes) {
         *why = "a hello of " + std::to_string(n) + " bytes is over the limit";
         return HelloState::kDrop;
       }
-      want = 8 + n;
+      want = kFrameHeadBytes + n;
     }
-    if (p.bytes.size() >= 8 && p.bytes.size() == want) return HelloState::kComplete;
+    if (p.bytes.size() >= kFrameHeadBytes && p.bytes.size() == want) {
+      return HelloState::kComplete;
+    }
     char buf[4096];
     const std::size_t ask = std::min<std::size_t>(sizeof buf, want - p.bytes.size());
     const ssize_t n = ::recv(p.fd.get(), buf, ask, MSG_DONTWAIT);
@@ -263,8 +238,8 @@ Result<Joined> accept_hello(int listen_fd, std::vector<PendingHello>& pending,
     const auto left = std::chrono::duration_cast<milliseconds>(deadline - Clock::now()).count();
     if (left <= 0) {
       for (const PendingHello& p : pending) {
-        log::warn("checkpoint group: {} connected to {} but sent only {} bytes of its hello",
-                  p.who, what, p.bytes.size());
+        log::warn("checkpoint group: {} connected to {} but sent only {} bytes of its hello", p.who,
+                  what, p.bytes.size());
       }
       return timeout_error(what + ": no answer in time");
     }
@@ -282,16 +257,12 @@ Result<Joined> accept_hello(int listen_fd, std::vector<PendingHello>& pending,
       if (state == HelloState::kPartial) continue;
       PendingHello done = std::move(p);
       pending.erase(pending.begin() + static_cast<std::ptrdiff_t>(i - 1));
-      Joined j;
-      std::string_view in(done.bytes);
-      std::uint64_t len = 0;
-      if (state == HelloState::kComplete && get_u64(in, &len) && get_u64(in, &j.rank) &&
-          get_str(in, &j.node) && get_str(in, &j.address) && in.empty()) {
-        j.fd = std::move(done.fd);
-        return j;
+      if (state == HelloState::kComplete) {
+        auto hello = local::decode_hello(std::string_view(done.bytes).substr(kFrameHeadBytes));
+        if (hello.ok()) return Joined{std::move(done.fd), std::move(*hello)};
+        why = hello.status().message();
       }
-      log::warn("checkpoint group: dropped {} connected to {}: {}", done.who, what,
-                state == HelloState::kDrop ? why : std::string("malformed hello"));
+      log::warn("checkpoint group: dropped {} connected to {}: {}", done.who, what, why);
     }
     if ((fds[0].revents & POLLIN) == 0) continue;
     ScopedFd fd(::accept4(listen_fd, nullptr, nullptr, SOCK_CLOEXEC));
@@ -325,15 +296,10 @@ std::string random_suffix() {
 // handler's memory (a mapped shard) to the socket.
 Status send_response(int fd, const Result<RankGroup::FetchReply>& r, const std::string& what) {
   const std::string error = r.ok() ? std::string() : r.status().message();
-  const std::span<const std::byte> body =
-      r.ok() ? r->bytes()
-             : std::span<const std::byte>(reinterpret_cast<const std::byte*>(error.data()),
-                                          error.size());
-  unsigned char head[9];
-  const std::uint64_t n = body.size() + 1;
-  for (int i = 0; i < 8; ++i) head[i] = static_cast<unsigned char>(n >> (8 * i));
-  head[8] = r.ok() ? 0 : static_cast<unsigned char>(r.status().code());
-  if (Status s = send_all(fd, head, 9, std::nullopt, what); !s.ok()) return s;
+  const std::span<const std::byte> body = r.ok() ? r->bytes() : std::as_bytes(std::span(error));
+  unsigned char head[local::kAnswerHeadBytes];
+  local::encode_answer_head({static_cast<std::uint8_t>(r.status().code()), body.size()}, head);
+  if (Status s = send_all(fd, head, sizeof head, std::nullopt, what); !s.ok()) return s;
   return send_all(fd, body.data(), body.size(), std::nullopt, what);
 }
 
@@ -373,26 +339,23 @@ class LocalGroup final : public GroupBase {
                               "rank 0 waiting for " + std::to_string(opts_.size - joined) +
                                   " more rank(s) on " + opts_.root_address);
         if (!j.ok()) return j.status();
-        const std::uint64_t r = j->rank;
+        const std::uint64_t r = j->hello.rank;
         if (r == 0 || r >= static_cast<std::uint64_t>(opts_.size) || peers_[r].valid()) {
           return invalid_argument("rank " + std::to_string(r) + " joined " + opts_.root_address +
                                   " twice or is outside the group of " +
                                   std::to_string(opts_.size));
         }
-        nodes_[r] = j->node;
-        addresses_[r] = j->address;
+        nodes_[r] = std::move(j->hello.node);
+        addresses_[r] = std::move(j->hello.address);
         peers_[r] = std::move(j->fd);
       }
       for (const PendingHello& p : pending) {
-        log::warn("checkpoint group: dropped {}: it sent {} bytes of a hello and the group is "
-                  "complete",
-                  p.who, p.bytes.size());
+        log::warn(
+            "checkpoint group: dropped {}: it sent {} bytes of a hello and the group is "
+            "complete",
+            p.who, p.bytes.size());
       }
-      std::string table;
-      for (int r = 0; r < opts_.size; ++r) {
-        put_str(table, nodes_[r]);
-        put_str(table, addresses_[r]);
-      }
+      const std::string table = local::encode_member_table({nodes_, addresses_});
       for (int r = 1; r < opts_.size; ++r) {
         if (Status s = send_frame(peers_[r].get(), table, deadline, peer_name(r)); !s.ok())
           return s;
@@ -402,19 +365,15 @@ class LocalGroup final : public GroupBase {
       if (!fd.ok())
         return fd.status().with_context("rank " + std::to_string(opts_.rank) + " joining");
       root_ = std::move(*fd);
-      std::string hello;
-      put_u64(hello, static_cast<std::uint64_t>(opts_.rank));
-      put_str(hello, opts_.node);
-      put_str(hello, my_address_);
+      const std::string hello =
+          local::encode_hello({static_cast<std::uint64_t>(opts_.rank), opts_.node, my_address_});
       if (Status s = send_frame(root_.get(), hello, deadline, "rank 0"); !s.ok()) return s;
       auto table = recv_frame(root_.get(), deadline, "rank 0 (the group's member table)");
       if (!table.ok()) return table.status();
-      std::string_view in = *table;
-      for (int r = 0; r < opts_.size; ++r) {
-        if (!get_str(in, &nodes_[r]) || !get_str(in, &addresses_[r])) {
-          return corruption("malformed member table from rank 0");
-        }
-      }
+      auto members = local::decode_member_table(*table, opts_.size);
+      if (!members.ok()) return members.status().with_context("rank 0");
+      nodes_ = std::move(members->nodes);
+      addresses_ = std::move(members->addresses);
     }
     return ok_status();
   }
@@ -452,8 +411,7 @@ class LocalGroup final : public GroupBase {
       auto fd = connect_to(addresses_[peer], deadline);
       if (!fd.ok()) return fd.status().with_context(what);
       conn->fd = std::move(*fd);
-      std::string hello;
-      put_u64(hello, static_cast<std::uint64_t>(opts_.rank));
+      const std::string hello = local::encode_fetch_hello(static_cast<std::uint64_t>(opts_.rank));
       if (Status s = send_frame(conn->fd.get(), hello, deadline, what); !s.ok()) return s;
     }
     Status s = recv_reply(conn->fd.get(), request, deadline, what, into, text);
@@ -467,18 +425,16 @@ class LocalGroup final : public GroupBase {
   static Status recv_reply(int fd, std::string_view request, Clock::time_point deadline,
                            const std::string& what, std::span<std::byte>* into, std::string* text) {
     if (Status s = send_frame(fd, request, deadline, what); !s.ok()) return s;
-    unsigned char head[9];
-    if (Status s = recv_all(fd, head, 9, deadline, what); !s.ok()) return s;
-    std::uint64_t n = 0;
-    for (int i = 0; i < 8; ++i) n |= static_cast<std::uint64_t>(head[i]) << (8 * i);
-    if (n == 0 || n > kMaxFrameBytes) return aborted(what + ": malformed response length");
-    const std::uint64_t body = n - 1;
-    const int code = head[8];
-    if (code != 0) {
+    unsigned char raw_head[local::kAnswerHeadBytes];
+    if (Status s = recv_all(fd, raw_head, sizeof raw_head, deadline, what); !s.ok()) return s;
+    auto head = local::decode_answer_head(raw_head);
+    // Aborted: the stream is out of step, so the connection is dropped.
+    if (!head.ok()) return aborted(what + ": " + head.status().message());
+    const std::uint64_t body = head->body_bytes;
+    if (head->code != 0) {
       std::string msg(body, '\0');
       if (Status s = recv_all(fd, msg.data(), body, deadline, what); !s.ok()) return s;
-      if (code > static_cast<int>(Code::kInternal)) return corruption(what + ": bad response code");
-      return Status(static_cast<Code>(code), msg);
+      return Status(static_cast<Code>(head->code), msg);
     }
     if (into != nullptr) {
       if (body != into->size()) {
@@ -504,8 +460,7 @@ class LocalGroup final : public GroupBase {
         if (!part.ok()) return part.status();
         all[r] = std::move(*part);
       }
-      std::string out;
-      for (const std::string& p : all) put_str(out, p);
+      const std::string out = local::encode_parts(all);
       for (int r = 1; r < opts_.size; ++r) {
         if (Status s =
                 send_frame(peers_[r].get(), out, deadline, peer_name(r) + " in a collective");
@@ -521,17 +476,15 @@ class LocalGroup final : public GroupBase {
     }
     auto out = recv_frame(root_.get(), deadline, peer_name(0) + " in a collective");
     if (!out.ok()) return out.status();
-    std::string_view in = *out;
-    for (int r = 0; r < opts_.size; ++r) {
-      if (!get_str(in, &all[r])) return corruption("malformed collective result from rank 0");
-    }
-    return all;
+    auto parts = local::decode_parts(*out, opts_.size);
+    if (!parts.ok()) return parts.status().with_context(peer_name(0));
+    return parts;
   }
 
   void serve_loop() {
     while (!stop_.load()) {
       pollfd p{fetch_listener_.get(), POLLIN, 0};
-      int n = ::poll(&p, 1, 50);
+      int n = ::poll(&p, 1, static_cast<int>(kServePollInterval.count()));
       if (n <= 0) continue;
       ScopedFd fd(::accept4(fetch_listener_.get(), nullptr, nullptr, SOCK_CLOEXEC));
       if (!fd.valid()) continue;
@@ -548,13 +501,13 @@ class LocalGroup final : public GroupBase {
 
   void serve_conn(ScopedFd fd) {
     auto hello = recv_frame(fd.get(), std::nullopt, "fetch client");
-    std::string_view in = hello.ok() ? std::string_view(*hello) : std::string_view();
-    std::uint64_t from = 0;
-    if (hello.ok() && get_u64(in, &from)) {
+    auto from =
+        hello.ok() ? local::decode_fetch_hello(*hello) : Result<std::uint64_t>(hello.status());
+    if (from.ok()) {
       while (!stop_.load()) {
         auto req = recv_frame(fd.get(), std::nullopt, "fetch client");
         if (!req.ok()) break;
-        Result<FetchReply> resp = answer(static_cast<int>(from), *req);
+        Result<FetchReply> resp = answer(static_cast<int>(*from), *req);
         if (!send_response(fd.get(), resp, "fetch client").ok()) break;
       }
     }
@@ -580,19 +533,12 @@ class LocalGroup final : public GroupBase {
 
 }  // namespace
 
-Status RankGroup::fetch_into(int peer, std::string_view request, std::span<std::byte> out) {
-  auto r = fetch(peer, request);
-  if (!r.ok()) return r.status();
-  if (r->size() != out.size()) {
-    return corruption("rank " + std::to_string(peer) + " answered " + std::to_string(r->size()) +
-                      " bytes, expected " + std::to_string(out.size()));
-  }
-  std::memcpy(out.data(), r->data(), r->size());
-  return ok_status();
-}
+}  // namespace ferry::rank_group
+
+namespace ferry::checkpoint {
 
 Result<std::unique_ptr<RankGroup>> connect_local_group(const LocalGroupOptions& options) {
-  auto g = std::make_unique<LocalGroup>(options);
+  auto g = std::make_unique<rank_group::LocalGroup>(options);
   if (Status s = g->start(); !s.ok()) return s;
   return std::unique_ptr<RankGroup>(std::move(g));
 }

@@ -1,4 +1,5 @@
-// The Megatron side on disk: one safetensors file per TP rank plus ferry_megatron.json.
+// convert's Megatron layout on disk (ferry's own, not a Megatron-LM dist checkpoint): one
+// safetensors file per TP rank plus ferry_megatron.json.
 #include <cstdio>
 #include <nlohmann/json.hpp>
 

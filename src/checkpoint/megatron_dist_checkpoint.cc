@@ -1,7 +1,7 @@
 // verl / Megatron checkpoint folders: scanning, what a node offers for replication, and
 // verify across node folders. docs/checkpoint.md cites the verl and Megatron sources this
 // layout and the completeness rule come from.
-#include "checkpoint/megatron_folder.h"
+#include "checkpoint/megatron_dist_checkpoint.h"
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -115,7 +115,7 @@ std::string hex(std::uint64_t v) { return fmt::format("{:016x}", v); }
 
 }  // namespace
 
-std::optional<std::int64_t> parse_step_folder(std::string_view name) {
+std::optional<std::int64_t> parse_megatron_step_folder(std::string_view name) {
   for (std::string_view prefix : {std::string_view("global_step_"), std::string_view("iter_")}) {
     if (name.substr(0, prefix.size()) == prefix) return parse_uint(name.substr(prefix.size()));
   }
@@ -142,7 +142,7 @@ bool is_replica_path(std::string_view path) {
     parts.push_back(path.substr(start, end - start));
     start = end + 1;
   }
-  return parts.size() >= 2 && parts.size() <= 8 && parse_step_folder(parts.front()) &&
+  return parts.size() >= 2 && parts.size() <= 8 && parse_megatron_step_folder(parts.front()) &&
          is_metadata_name(parts.back());
 }
 
@@ -394,7 +394,7 @@ bool is_megatron_folder(const std::string& dir) {
   if (fs::exists(fs::symlink_status(dir + "/" + std::string(kMegatronTracker), ec))) return true;
   for (const auto& e : fs::directory_iterator(dir, ec)) {
     if (fs::is_directory(e.symlink_status(ec)) &&
-        megatron::parse_step_folder(e.path().filename().string())) {
+        megatron::parse_megatron_step_folder(e.path().filename().string())) {
       return true;
     }
   }
@@ -447,7 +447,7 @@ Result<MegatronFolder> scan_megatron_folder(const std::string& root) {
   }
   for (const auto& e : fs::directory_iterator(root, ec)) {
     const std::string name = e.path().filename().string();
-    const auto step = megatron::parse_step_folder(name);
+    const auto step = megatron::parse_megatron_step_folder(name);
     std::error_code entry_ec;  // an entry removed meanwhile is simply not a step
     if (!step || !fs::is_directory(e.symlink_status(entry_ec))) continue;
     MegatronStep s;

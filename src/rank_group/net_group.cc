@@ -1,4 +1,5 @@
-// RankGroup across machines over the UCX net transport (docs/checkpoint.md).
+// RankGroup across machines over the UCX net transport (docs/checkpoint.md; its messages:
+// docs/protocol.md, "Rank groups", and rank_group/net_messages.h).
 //
 // A net::Context and everything made from it are used by one thread at a time, so each
 // rank has two:
@@ -22,68 +23,24 @@
 
 #include "base/clock.h"
 #include "base/log.h"
-#include "checkpoint/group_base.h"
+#include "rank_group/constants.h"
+#include "rank_group/group_base.h"
+#include "rank_group/net_messages.h"
 #include "transport/net/channel.h"
-#include "base/coding.h"
 
-namespace ferry::checkpoint {
+namespace ferry::rank_group {
 namespace {
 
+using checkpoint::NetGroupOptions;
+using net_msg::Kind;
 using std::chrono::milliseconds;
-
-// The group's messages, each one whole net control message that starts with its kind.
-// Integers little-endian; a string is a u32 length and its bytes.
-enum class Kind : std::uint8_t {
-  kJoin = 1,        // rank -> 0: u16 version, u32 rank, u32 size, node, serve address
-  kTable = 2,       // 0 -> rank: u32 size, then per rank: node, fetch address
-  kPart = 3,        // rank -> 0: a chunk of this rank's part of a collective (blob, below)
-  kResult = 4,      // 0 -> rank: a chunk of the collective's result (blob)
-  kAbort = 5,       // 0 -> rank: u8 code, message: the group failed; the message names who
-  kFetchHello = 6,  // fetcher -> server, first: u16 version, u32 rank
-  kFetch = 7,       // u32 id, u64 expected size (kAnySize: any), the request's bytes
-  kAnswer = 8,      // u32 id, u8 code, u64 size, the error message (code != 0);
-                    // then, when OK and size > 0, one bulk message of `size` bytes, key id
-};
-constexpr std::uint16_t kVersion = 1;
-constexpr std::uint64_t kAnySize = ~std::uint64_t{0};
-// A blob (a part or a result of any size) travels as chunks: kind, u64 collective number,
-// u64 total size, then up to max_message_bytes() - kBlobHeader of its bytes.
-constexpr std::size_t kBlobHeader = 1 + 8 + 8;
-// The most refused joiners a join error lists.
-constexpr std::size_t kMaxRefusals = 8;
-// No part, result or fetch answer of a checkpoint is near this; a peer that announces more
-// is not believed (nothing is allocated for it).
-constexpr std::uint64_t kMaxBytes = 16ull << 30;
 
 // After progress() and a look at every channel: sleeps until the worker has news, at most
 // `left` and 50 ms (so a missed wakeup costs little).
 void idle(net::Context& ctx, milliseconds left) {
   if (!ctx.arm()) return;  // events pending already
   pollfd p{ctx.event_fd(), POLLIN, 0};
-  (void)::poll(&p, 1, static_cast<int>(std::min<long long>(left.count(), 50)));
-}
-
-std::vector<std::byte> message(Kind kind) {
-  std::vector<std::byte> m;
-  coding::put_u8(&m, static_cast<std::uint8_t>(kind));
-  return m;
-}
-void put_str(std::vector<std::byte>* out, std::string_view s) {
-  coding::put_u32(out, static_cast<std::uint32_t>(s.size()));
-  coding::put_bytes(out, s);
-}
-std::string get_str(coding::Reader& in) {
-  const std::uint32_t n = in.u32();
-  return in.bytes(n);
-}
-std::string_view as_text(std::span<const std::byte> b) {
-  return {reinterpret_cast<const char*>(b.data()), b.size()};
-}
-
-// A Status code read from the wire; nullopt for one this build does not know.
-std::optional<Code> code_from_wire(std::uint8_t c) {
-  if (c > static_cast<std::uint8_t>(Code::kInternal)) return std::nullopt;
-  return static_cast<Code>(c);
+  (void)::poll(&p, 1, static_cast<int>(std::min(left, kIdleWait).count()));
 }
 
 // "host:port" -> host ("[::1]" keeps its brackets); "" when there is no port.
@@ -105,10 +62,9 @@ struct Blob {
   bool complete() const { return started && data.size() == total; }
 
   Status feed(std::span<const std::byte> m, Kind kind, std::uint64_t seq, const std::string& who) {
-    coding::Reader in(m);
-    const auto k = static_cast<Kind>(in.u8());
-    const std::uint64_t s = in.u64(), total_now = in.u64();
-    if (!in.ok() || k != kind) return corruption("malformed collective message from " + who);
+    auto chunk = net_msg::decode_blob_chunk(m, kind);
+    if (!chunk.ok()) return chunk.status().with_context(who);
+    const std::uint64_t s = chunk->seq, total_now = chunk->total;
     if (s != seq) {
       return corruption(who + " is at collective #" + std::to_string(s) +
                         " while this rank is at #" + std::to_string(seq) +
@@ -118,7 +74,7 @@ struct Blob {
       return corruption("inconsistent collective message from " + who);
     }
     if (!started) {
-      if (total_now > kMaxBytes) {
+      if (total_now > kMaxPayloadBytes) {
         return corruption(who + " announced a collective part of " + std::to_string(total_now) +
                           " bytes");
       }
@@ -126,38 +82,26 @@ struct Blob {
       total = total_now;
       data.reserve(total);
     }
-    if (in.remaining() > total - data.size()) {
+    if (chunk->bytes.size() > total - data.size()) {
       return corruption("oversized collective message from " + who);
     }
-    data += in.bytes(in.remaining());
+    data.append(reinterpret_cast<const char*>(chunk->bytes.data()), chunk->bytes.size());
     return ok_status();
   }
 };
 
 Status send_blob(net::Channel& ch, Kind kind, std::uint64_t seq, std::string_view data,
                  const Deadline& dl) {
-  const std::size_t chunk = net::max_message_bytes() - kBlobHeader;
+  const std::size_t chunk = net::max_message_bytes() - kBlobHeaderBytes;
   std::size_t at = 0;
   do {
     const std::size_t n = std::min(chunk, data.size() - at);
-    std::vector<std::byte> m = message(kind);
-    coding::put_u64(&m, seq);
-    coding::put_u64(&m, data.size());
-    coding::put_bytes(&m, data.substr(at, n));
+    const std::vector<std::byte> m =
+        net_msg::encode_blob_chunk(kind, seq, data.size(), data.substr(at, n));
     if (Status s = ch.send(m, dl.left()); !s.ok()) return s;
     at += n;
   } while (at < data.size());
   return ok_status();
-}
-
-std::string encode_parts(const std::vector<std::string>& parts) {
-  std::vector<std::byte> out;
-  coding::put_u32(&out, static_cast<std::uint32_t>(parts.size()));
-  for (const std::string& p : parts) {
-    coding::put_u64(&out, p.size());
-    coding::put_bytes(&out, p);
-  }
-  return std::string(as_text(out));
 }
 
 // One answer being sent: the bulk transfer, the registration of its bytes and what keeps
@@ -283,18 +227,16 @@ class NetGroup final : public GroupBase {
         if (refused.size() < kMaxRefusals) refused.push_back(hello.status().message());
         continue;
       }
-      coding::Reader in(*hello);
-      const auto kind = static_cast<Kind>(in.u8());
-      const std::uint16_t version = in.u16();
-      const std::uint32_t r = in.u32(), n = in.u32();
-      std::string node = get_str(in), address = get_str(in);
+      auto join = net_msg::decode_join(*hello);
+      std::string address = join.ok() ? join->address : std::string();
+      const std::uint32_t r = join.ok() ? join->rank : 0, n = join.ok() ? join->size : 0;
       Status bad;
-      if (!in.ok() || kind != Kind::kJoin) {
-        bad = corruption("malformed join message from " + ch->peer());
-      } else if (version != kVersion) {
+      if (!join.ok()) {
+        bad = join.status().with_context(ch->peer());
+      } else if (join->version != kNetVersion) {
         bad = failed_precondition(ch->peer() + " speaks checkpoint group protocol version " +
-                                  std::to_string(version) + ", rank 0 version " +
-                                  std::to_string(kVersion));
+                                  std::to_string(join->version) + ", rank 0 version " +
+                                  std::to_string(kNetVersion));
       } else if (n != static_cast<std::uint32_t>(size())) {
         bad = invalid_argument("rank " + std::to_string(r) + " (" + ch->peer() +
                                ") joined a group of " + std::to_string(n) +
@@ -303,7 +245,7 @@ class NetGroup final : public GroupBase {
         bad = invalid_argument("rank " + std::to_string(r) + " (" + ch->peer() + ") joined " +
                                opts_.root_address + " twice or is outside the group of " +
                                std::to_string(size()));
-      } else if (Status v = format::validate_node_name(node); !v.ok()) {
+      } else if (Status v = validate_node_name(join->node); !v.ok()) {
         bad = v;
       } else if (wildcard_host(host_of(address))) {
         // Advertised as where its connection came from: the peer is "peer 10.0.0.2:40123".
@@ -320,17 +262,12 @@ class NetGroup final : public GroupBase {
         tell_members(bad);
         return bad;
       }
-      nodes_[r] = std::move(node);
+      nodes_[r] = std::move(join->node);
       addresses_[r] = std::move(address);
       peers_[r] = std::move(*ch);
       ++joined;
     }
-    std::vector<std::byte> table = message(Kind::kTable);
-    coding::put_u32(&table, static_cast<std::uint32_t>(size()));
-    for (int r = 0; r < size(); ++r) {
-      put_str(&table, nodes_[r]);
-      put_str(&table, addresses_[r]);
-    }
+    const std::vector<std::byte> table = net_msg::encode_table({nodes_, addresses_});
     for (int r = 1; r < size(); ++r) {
       if (Status s = peers_[r].send(table, dl.left()); !s.ok()) {
         Status failed = s.with_context(peer_name(r));
@@ -362,27 +299,19 @@ class NetGroup final : public GroupBase {
                            {.role = "rank 0 (the group's root)"});
     if (!ch.ok()) return ch.status().with_context(what);
     root_ = std::move(*ch);
-    std::vector<std::byte> hello = message(Kind::kJoin);
-    coding::put_u16(&hello, kVersion);
-    coding::put_u32(&hello, static_cast<std::uint32_t>(rank()));
-    coding::put_u32(&hello, static_cast<std::uint32_t>(size()));
-    put_str(&hello, node());
-    put_str(&hello, serving);
+    const std::vector<std::byte> hello =
+        net_msg::encode_join({kNetVersion, static_cast<std::uint32_t>(rank()),
+                              static_cast<std::uint32_t>(size()), node(), serving});
     if (Status s = root_.send(hello, dl.left()); !s.ok()) return s.with_context(what);
     auto table = root_.receive(dl.left());
     if (!table.ok()) return table.status().with_context(what);
-    coding::Reader in(*table);
-    const auto kind = static_cast<Kind>(in.u8());
-    if (kind == Kind::kAbort) return read_abort(in).with_context(what);
-    const std::uint32_t n = in.u32();
-    if (kind != Kind::kTable || n != static_cast<std::uint32_t>(size())) {
-      return corruption(what + ": malformed member table from rank 0");
+    if (net_msg::kind_of(*table) == static_cast<std::uint8_t>(Kind::kAbort)) {
+      return read_abort(*table).with_context(what);
     }
-    for (int r = 0; r < size(); ++r) {
-      nodes_[r] = get_str(in);
-      addresses_[r] = get_str(in);
-    }
-    if (!in.ok()) return corruption(what + ": malformed member table from rank 0");
+    auto members = net_msg::decode_table(*table, static_cast<std::uint32_t>(size()));
+    if (!members.ok()) return members.status().with_context(what + ": rank 0");
+    nodes_ = std::move(members->nodes);
+    addresses_ = std::move(members->addresses);
     return ok_status();
   }
 
@@ -421,7 +350,7 @@ class NetGroup final : public GroupBase {
       }
       if (!any) idle(*calls_, dl.left());
     }
-    const std::string result = encode_parts(all);
+    const std::string result = net_msg::encode_parts(all);
     for (int r = 1; r < size(); ++r) {
       if (Status s = send_blob(peers_[r], Kind::kResult, seq, result, dl); !s.ok()) {
         return s.with_context(peer_name(r));
@@ -433,44 +362,30 @@ class NetGroup final : public GroupBase {
   Result<std::vector<std::string>> gather_at_member(std::string_view mine, std::uint64_t seq) {
     // Longer than rank 0's wait, so that when another rank is late, rank 0's error naming
     // it arrives here before this rank's own timeout.
-    const auto grace = std::min<milliseconds>(opts_.collective_timeout, milliseconds(5000));
+    const auto grace = std::min<milliseconds>(opts_.collective_timeout, kMemberGrace);
     const Deadline dl(opts_.collective_timeout + grace);
     if (Status s = send_blob(root_, Kind::kPart, seq, mine, dl); !s.ok()) return s;
     Blob result;
     while (!result.complete()) {
       auto m = root_.receive(dl.left());
       if (!m.ok()) return m.status();
-      coding::Reader in(*m);
-      if (static_cast<Kind>(in.u8()) == Kind::kAbort) return read_abort(in);
+      if (net_msg::kind_of(*m) == static_cast<std::uint8_t>(Kind::kAbort)) return read_abort(*m);
       if (Status s = result.feed(*m, Kind::kResult, seq, peer_name(0)); !s.ok()) return s;
     }
-    coding::Reader in(std::as_bytes(std::span(result.data)));
-    if (in.u32() != static_cast<std::uint32_t>(size()) || !in.ok()) {
-      return corruption("malformed collective result from " + peer_name(0));
-    }
-    std::vector<std::string> all(size());
-    for (std::string& part : all) part = in.bytes(in.u64());
-    if (!in.ok() || in.remaining() != 0) {
-      return corruption("malformed collective result from " + peer_name(0));
-    }
+    auto all = net_msg::decode_parts(result.data, static_cast<std::uint32_t>(size()));
+    if (!all.ok()) return all.status().with_context(peer_name(0));
     return all;
   }
 
   static void send_abort(net::Channel& ch, const Status& why) {
-    std::vector<std::byte> m = message(Kind::kAbort);
-    coding::put_u8(&m, static_cast<std::uint8_t>(why.code()));
-    put_str(&m, why.message());
-    (void)ch.send(m, milliseconds(1000));
+    (void)ch.send(net_msg::encode_abort(why), kAbortSendTimeout);
   }
 
-  Status read_abort(coding::Reader& in) const {
-    const std::uint8_t code = in.u8();
-    std::string msg = get_str(in);
-    const auto c = code_from_wire(code);
-    if (!in.ok() || !c || *c == Code::kOk) {
-      return corruption("malformed abort message from " + peer_name(0));
-    }
-    return Status(*c, msg + " (reported by rank 0)");
+  // The failure rank 0 reports in kAbort message `m`.
+  Status read_abort(std::span<const std::byte> m) const {
+    auto why = net_msg::decode_abort(m);
+    if (!why.ok()) return why.status().with_context(peer_name(0));
+    return Status(why->code, why->message + " (reported by rank 0)");
   }
 
   // Rank 0: tells every member that the group failed and why, so that none of them waits
@@ -492,9 +407,8 @@ class NetGroup final : public GroupBase {
       auto ch =
           net::connect(calls_, addresses_[peer], *token_, dl.left(), {.role = peer_name(peer)});
       if (!ch.ok()) return ch.status();
-      std::vector<std::byte> hello = message(Kind::kFetchHello);
-      coding::put_u16(&hello, kVersion);
-      coding::put_u32(&hello, static_cast<std::uint32_t>(rank()));
+      const std::vector<std::byte> hello =
+          net_msg::encode_fetch_hello({kNetVersion, static_cast<std::uint32_t>(rank())});
       if (Status s = ch->send(hello, dl.left()); !s.ok()) return s;
       conn.ch = std::move(*ch);
     }
@@ -512,10 +426,8 @@ class NetGroup final : public GroupBase {
   Status exchange(FetchConn& conn, int peer, std::string_view request, std::span<std::byte>* into,
                   std::string* text, const Deadline& dl, bool* out_of_step) {
     const std::uint32_t id = ++conn.next_id;
-    std::vector<std::byte> m = message(Kind::kFetch);
-    coding::put_u32(&m, id);
-    coding::put_u64(&m, into != nullptr ? into->size() : kAnySize);
-    coding::put_bytes(&m, request);
+    const std::vector<std::byte> m = net_msg::encode_fetch(
+        {id, into != nullptr ? into->size() : kAnySize, std::string(request)});
     if (m.size() > net::max_message_bytes()) {
       return invalid_argument("a fetch request of " + std::to_string(request.size()) +
                               " bytes is over the limit of " +
@@ -525,21 +437,18 @@ class NetGroup final : public GroupBase {
     if (Status s = conn.ch.send(m, dl.left()); !s.ok()) return s;
     auto reply = conn.ch.receive(dl.left());
     if (!reply.ok()) return reply.status();
-    coding::Reader in(*reply);
-    const auto kind = static_cast<Kind>(in.u8());
-    const std::uint32_t got_id = in.u32();
-    const std::uint8_t code = in.u8();
-    const std::uint64_t bytes = in.u64();
-    const std::string error = in.bytes(in.remaining());
-    const auto c = code_from_wire(code);
-    if (!in.ok() || kind != Kind::kAnswer || got_id != id || !c) {
-      return corruption("malformed fetch answer from " + peer_name(peer));
+    auto answer = net_msg::decode_answer(*reply);
+    if (!answer.ok()) return answer.status().with_context(peer_name(peer));
+    if (answer->id != id) {
+      return corruption("malformed fetch answer from " + peer_name(peer) + ": id " +
+                        std::to_string(answer->id) + ", expected " + std::to_string(id));
     }
-    if (*c != Code::kOk) {
+    if (answer->code != Code::kOk) {
       *out_of_step = false;  // no bulk message follows an error
-      return Status(*c, error);
+      return Status(answer->code, answer->error);
     }
-    if (bytes > kMaxBytes) {
+    const std::uint64_t bytes = answer->size;
+    if (bytes > kMaxPayloadBytes) {
       return corruption(peer_name(peer) + " announced an answer of " + std::to_string(bytes) +
                         " bytes");
     }
@@ -615,7 +524,7 @@ class NetGroup final : public GroupBase {
           ++it;
         }
       }
-      if (!busy) idle(*serve_, milliseconds(50));
+      if (!busy) idle(*serve_, kIdleWait);
     }
     for (ServeConn& c : conns) c.ch.abort();
     conns.clear();
@@ -624,26 +533,21 @@ class NetGroup final : public GroupBase {
 
   // Handles one message on a serving channel; an error drops the channel.
   Status serve_one(ServeConn& c, std::span<const std::byte> m) {
-    coding::Reader in(m);
-    const auto kind = static_cast<Kind>(in.u8());
-    if (kind == Kind::kFetchHello) {
-      const std::uint16_t version = in.u16();
-      const std::uint32_t from = in.u32();
-      if (!in.ok() || version != kVersion || from >= static_cast<std::uint32_t>(size())) {
+    if (net_msg::kind_of(m) == static_cast<std::uint8_t>(Kind::kFetchHello)) {
+      auto hello = net_msg::decode_fetch_hello(m);
+      if (!hello.ok() || hello->version != kNetVersion ||
+          hello->rank >= static_cast<std::uint32_t>(size())) {
         return corruption("bad fetch hello from " + c.ch.peer());
       }
-      c.from = static_cast<int>(from);
+      c.from = static_cast<int>(hello->rank);
       return ok_status();
     }
-    const std::uint32_t id = in.u32();
-    const std::uint64_t expected = in.u64();
-    if (!in.ok() || kind != Kind::kFetch || c.from < 0) {
-      return corruption("malformed fetch request from " + c.ch.peer());
-    }
-    const std::string request = in.bytes(in.remaining());
+    auto fetch = net_msg::decode_fetch(m);
+    if (!fetch.ok()) return fetch.status().with_context(c.ch.peer());
+    if (c.from < 0) return corruption("a fetch request before the fetch hello from " + c.ch.peer());
     // In place from the start: the bytes of a short `owned` string move with it.
     Outgoing& out = c.sending.emplace_back();
-    Status s = send_answer(c, id, expected, request, out);
+    Status s = send_answer(c, fetch->id, fetch->expected, fetch->request, out);
     // Nothing in flight (an error answer, or sent already): nothing to keep.
     if (s.ok() && out.transfer.done() && out.transfer.status().ok()) c.sending.pop_back();
     return s;
@@ -662,11 +566,8 @@ class NetGroup final : public GroupBase {
                        std::to_string(n) + " bytes, expected " + std::to_string(expected));
       }
     }
-    std::vector<std::byte> head = message(Kind::kAnswer);
-    coding::put_u32(&head, id);
-    coding::put_u8(&head, static_cast<std::uint8_t>(s.code()));
-    coding::put_u64(&head, s.ok() ? out.reply.bytes().size() : 0);
-    coding::put_bytes(&head, s.message());
+    std::vector<std::byte> head =
+        net_msg::encode_answer({id, s.code(), s.ok() ? out.reply.bytes().size() : 0, s.message()});
     if (head.size() > net::max_message_bytes()) head.resize(net::max_message_bytes());
     if (Status sent = c.ch.send(head, opts_.timeout); !sent.ok()) return sent;
     if (!s.ok() || out.reply.bytes().empty()) return ok_status();
@@ -708,8 +609,12 @@ class NetGroup final : public GroupBase {
 
 }  // namespace
 
+}  // namespace ferry::rank_group
+
+namespace ferry::checkpoint {
+
 Result<std::unique_ptr<RankGroup>> connect_net_group(const NetGroupOptions& options) {
-  auto g = std::make_unique<NetGroup>(options);
+  auto g = std::make_unique<rank_group::NetGroup>(options);
   if (Status s = g->start(); !s.ok()) return s;
   return std::unique_ptr<RankGroup>(std::move(g));
 }

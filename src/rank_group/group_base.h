@@ -10,10 +10,11 @@
 #include <string_view>
 #include <vector>
 
-#include "checkpoint/format.h"
-#include "ferry/checkpoint.h"
+#include "rank_group/rank_group.h"
 
-namespace ferry::checkpoint {
+namespace ferry::rank_group {
+
+using checkpoint::RankGroup;
 
 class GroupBase : public RankGroup {
  public:
@@ -54,7 +55,7 @@ class GroupBase : public RankGroup {
 
   // A valid node name and a rank inside the group.
   Status check_membership() const {
-    if (Status s = format::validate_node_name(node_); !s.ok()) return s;
+    if (Status s = validate_node_name(node_); !s.ok()) return s;
     if (size_ <= 0 || rank_ < 0 || rank_ >= size_) {
       return invalid_argument("rank " + std::to_string(rank_) + " is outside a group of " +
                               std::to_string(size_));
@@ -93,4 +94,4 @@ class GroupBase : public RankGroup {
   FetchHandler handler_;
 };
 
-}  // namespace ferry::checkpoint
+}  // namespace ferry::rank_group

@@ -1,5 +1,8 @@
-// Internals of the verl / Megatron folder tools shared by scanning, verify and replication
-// (public API: include/ferry/checkpoint_tools.h).
+// Internals of the tools for verl / Megatron-LM distributed checkpoint folders
+// (global_step_<N> or iter_<N> step folders of torch.distributed.checkpoint shards and
+// metadata), shared by scanning, verify and replication (public API:
+// include/ferry/checkpoint_tools.h). Not convert's own Megatron layout
+// (src/convert/ferry_megatron_layout.cc).
 #pragma once
 
 #include <cstdint>
@@ -17,8 +20,9 @@
 
 namespace ferry::checkpoint::megatron {
 
-// "global_step_12" (verl) or "iter_0000012" (Megatron-LM) -> 12; nullopt for anything else.
-std::optional<std::int64_t> parse_step_folder(std::string_view name);
+// A verl or Megatron-LM step folder: "global_step_12" (verl) or "iter_0000012" (Megatron-LM)
+// -> 12; nullopt for anything else (ferry's own "step_12" too: format::parse_ferry_step_folder).
+std::optional<std::int64_t> parse_megatron_step_folder(std::string_view name);
 
 // The step a tracker's text names: decimal digits, surrounding whitespace allowed.
 // invalid_argument saying why not ("is empty", "names 'release'", ...).

@@ -1,0 +1,313 @@
+// The replicate puller: copies the metadata files a server offers that this folder lacks or
+// holds different, checking each path before it writes and each file's XXH3 after.
+#include <fmt/format.h>
+#include <sys/stat.h>
+#include <xxhash.h>
+
+#include <algorithm>
+#include <chrono>
+#include <filesystem>
+#include <memory>
+
+#include "base/clock.h"
+#include "base/file_util.h"
+#include "base/log.h"
+#include "checkpoint/megatron_dist_checkpoint.h"
+#include "checkpoint/replicate.h"
+#include "checkpoint/replicate_common.h"
+#include "ferry/checkpoint.h"
+#include "transport/net/channel.h"
+
+namespace ferry::checkpoint {
+namespace {
+
+using std::chrono::milliseconds;
+namespace fs = std::filesystem;
+namespace rp = replicate;
+using rp::load_token;
+
+// How long the puller waits for the server to take a message.
+constexpr milliseconds kSendTimeout{60'000};
+
+Status send_message(net::Channel& ch, const std::vector<std::byte>& m) {
+  return ch.send(m, kSendTimeout);
+}
+
+// Refuses a path from the server that leaves the folder, is not a metadata file or the
+// tracker, or passes through a folder that is a symbolic link (which could lead outside).
+Status check_offered_path(const std::string& root, const std::string& path,
+                          const std::string& peer) {
+  if (Status s = validate_relative_path(path, "file offered by " + peer); !s.ok()) {
+    return invalid_argument(s.message() + ": refused");
+  }
+  if (!megatron::is_replica_path(path)) {
+    return invalid_argument(
+        fmt::format("file offered by {} '{}' is not a Megatron metadata file "
+                    "(common.pt, .metadata, metadata.json in a step folder) "
+                    "or {}: refused",
+                    peer, path, kMegatronTracker));
+  }
+  // The folders on the way: a clear refusal up front. The writes themselves go through
+  // O_NOFOLLOW opens (write_beneath), which is what holds against a link planted later; a
+  // link at the file's own name is replaced by the rename, never written through.
+  std::string at = root;
+  for (std::size_t start = 0; start < path.size();) {
+    std::size_t end = path.find('/', start);
+    if (end == std::string::npos) break;
+    at += "/" + path.substr(start, end - start);
+    struct stat st {};
+    if (::lstat(at.c_str(), &st) == 0 && S_ISLNK(st.st_mode)) {
+      return invalid_argument(
+          fmt::format("file offered by {} '{}' would be written through the "
+                      "symbolic link {}: refused",
+                      peer, path, at));
+    }
+    start = end + 1;
+  }
+  return ok_status();
+}
+
+struct XxhState {
+  void operator()(XXH3_state_t* s) const { XXH3_freeState(s); }
+};
+
+class Puller {
+ public:
+  Puller(const ReplicatePullOptions& o, net::Channel& ch) : o_(o), ch_(ch) {}
+
+  // One LIST and the GETs it calls for. `changed` when the server said a file changed
+  // under it (that file and the ones after it wait for the next round).
+  Result<PullRound> round(int number, bool* changed, bool* stopped) {
+    PullRound out;
+    out.round = number;
+    if (Status s = send_message(ch_, rp::encode_list()); !s.ok()) return s;
+    auto m = receive("INDEX");
+    if (!m.ok()) return m.status();
+    auto kind = rp::decode_kind(*m, peer());
+    if (!kind.ok()) return kind.status();
+    if (*kind == rp::Kind::kError) return server_error(*m, "listing");
+    if (*kind != rp::Kind::kIndex)
+      return corruption("replicate: " + peer() + " answered LIST out of order");
+    auto set = rp::decode_index(*m, peer());
+    if (!set.ok()) return set.status();
+    // Everything is checked before anything is written.
+    for (const ReplicaFile& f : set->files) {
+      if (Status s = check_offered_path(o_.root, f.path, peer()); !s.ok()) return s;
+    }
+    std::stable_partition(set->files.begin(), set->files.end(),
+                          [](const ReplicaFile& f) { return f.path != kMegatronTracker; });
+    out.tracker = set->tracker;
+    out.notes = set->notes;
+    std::vector<ReplicaFile> need;
+    for (const ReplicaFile& f : set->files) {
+      auto local = hashes_.get(o_.root, f.path);
+      if (local.ok() && local->bytes == f.bytes && local->xxh3 == f.xxh3) {
+        ++out.unchanged;
+        continue;
+      }
+      // Missing, or a link where the file goes (replaced by the rename, never followed).
+      if (!local.ok() && local.status().code() != Code::kNotFound &&
+          local.status().code() != Code::kFailedPrecondition) {
+        return local.status();
+      }
+      need.push_back(f);
+    }
+    done_ = total_ = 0;
+    for (const ReplicaFile& f : need) total_ += f.bytes;
+    for (const ReplicaFile& f : need) {
+      if (o_.stop && o_.stop()) {
+        *stopped = true;
+        return out;
+      }
+      auto got = fetch(f);
+      if (!got.ok()) return got.status();
+      if (!*got) {
+        *changed = true;
+        out.notes.push_back(f.path +
+                            " changed on the server while being copied; it waits for "
+                            "the next round");
+        return out;
+      }
+      out.copied.push_back({f.path, f.bytes});
+    }
+    return out;
+  }
+
+  const std::string& peer() const { return ch_.peer(); }
+
+ private:
+  Result<std::vector<std::byte>> receive(std::string_view what) {
+    auto m = ch_.receive(o_.timeout);
+    if (!m.ok()) return m.status().with_context(fmt::format("replicate: waiting for {}", what));
+    return m;
+  }
+
+  // An ERROR message from the server as our error.
+  Status server_error(std::span<const std::byte> m, std::string_view doing) {
+    auto e = rp::decode_error(m, peer());
+    if (!e.ok()) return e.status();
+    return failed_precondition(
+        fmt::format("replicate: {} failed {}: {}", peer(), doing, e->message));
+  }
+
+  // Copies one file; false when the server reported it changed.
+  Result<bool> fetch(const ReplicaFile& f) {
+    if (Status s = send_message(ch_, rp::encode_get(f)); !s.ok()) return s;
+    auto m = receive(f.path);
+    if (!m.ok()) return m.status();
+    auto kind = rp::decode_kind(*m, peer());
+    if (!kind.ok()) return kind.status();
+    if (*kind == rp::Kind::kError) {
+      auto e = rp::decode_error(*m, peer());
+      if (!e.ok()) return e.status();
+      if (e->code == rp::ErrorCode::kChanged) return false;
+      return server_error(*m, f.path);
+    }
+    if (*kind != rp::Kind::kFile)
+      return corruption("replicate: " + peer() + " answered GET out of order");
+    auto head = rp::decode_file(*m, peer());
+    if (!head.ok()) return head.status();
+    if (head->path != f.path || head->bytes != f.bytes || head->xxh3 != f.xxh3) {
+      return corruption(
+          fmt::format("replicate: {} sent '{}' ({} bytes) when asked for '{}' ({} "
+                      "bytes)",
+                      peer(), head->path, head->bytes, f.path, f.bytes));
+    }
+    // Kept in memory until whole and checked (metadata files are small): a server that dies
+    // mid-file leaves nothing behind.
+    std::vector<std::byte> content;
+    std::unique_ptr<XXH3_state_t, XxhState> hash(XXH3_createState());
+    if (!hash || XXH3_64bits_reset(hash.get()) != XXH_OK) return internal_error("XXH3 state");
+    std::uint64_t received = 0;
+    while (received < f.bytes) {
+      auto c = receive("CHUNK");
+      if (!c.ok())
+        return c.status().with_context(
+            fmt::format("{} at byte {} of {}", f.path, received, f.bytes));
+      auto k = rp::decode_kind(*c, peer());
+      if (!k.ok()) return k.status();
+      if (*k != rp::Kind::kChunk)
+        return corruption("replicate: " + peer() + " interrupted " + f.path);
+      auto chunk = rp::decode_chunk(*c, peer());
+      if (!chunk.ok()) return chunk.status();
+      if (chunk->offset != received || chunk->data.size() > f.bytes - received ||
+          chunk->data.empty()) {
+        return corruption(
+            fmt::format("replicate: {} sent bytes [{}, +{}) of {} out of order or "
+                        "past its {} bytes",
+                        peer(), chunk->offset, chunk->data.size(), f.path, f.bytes));
+      }
+      content.insert(content.end(), chunk->data.begin(), chunk->data.end());
+      XXH3_64bits_update(hash.get(), chunk->data.data(), chunk->data.size());
+      received += chunk->data.size();
+      done_ += chunk->data.size();
+      if (o_.progress) o_.progress(done_, total_);
+    }
+    if (const std::uint64_t got = XXH3_64bits_digest(hash.get()); got != f.xxh3) {
+      return corruption(
+          fmt::format("replicate: {} from {} has XXH3 {:016x}, not the {:016x} it "
+                      "was offered with; discarded",
+                      f.path, peer(), got, f.xxh3));
+    }
+    // Written through the folder's fd: a temp name made with O_EXCL|O_NOFOLLOW, renamed
+    // over the target, every folder on the way opened with O_NOFOLLOW. A link planted in
+    // the destination is replaced or refused, never written through.
+    std::error_code ec;
+    fs::create_directories(o_.root, ec);
+    if (ec) return errno_status("mkdir", o_.root, ec.value());
+    auto root = megatron::open_root(o_.root);
+    if (!root.ok()) return root.status();
+    if (Status s = megatron::write_beneath(root->get(), o_.root, f.path, content); !s.ok()) {
+      return s.with_context("replicate: writing " + f.path);
+    }
+    return true;
+  }
+
+  const ReplicatePullOptions& o_;
+  net::Channel& ch_;
+  megatron::FileHashes hashes_;
+  std::uint64_t done_ = 0, total_ = 0;  // bytes of this round's copies, for `progress`
+};
+
+}  // namespace
+
+Result<PullResult> pull_replicas(const ReplicatePullOptions& o) {
+  if (o.root.empty()) return invalid_argument("no checkpoint folder to pull into");
+  if (o.from.empty()) return invalid_argument("no server address to pull from (--from HOST:PORT)");
+  if (o.watch &&
+      (o.watch_interval < milliseconds(10) || o.watch_interval > milliseconds(3'600'000))) {
+    return invalid_argument(
+        fmt::format("watch interval {} ms is outside 10 ms .. 1 h", o.watch_interval.count()));
+  }
+  std::error_code ec;
+  if (fs::exists(o.root, ec) && !fs::is_directory(o.root, ec)) {
+    return failed_precondition(o.root + " exists and is not a folder");
+  }
+  auto token = load_token(o.token_file);
+  if (!token.ok()) return token.status();
+  auto ctx = net::Context::create();
+  if (!ctx.ok()) return ctx.status();
+  auto ch = net::connect(*ctx, o.from, *token, o.timeout, {.role = "replicate server"});
+  if (!ch.ok()) return ch.status();
+  Puller puller(o, *ch);
+  PullResult result;
+  // A one-shot pull lists again when a file changed under the server, a few times.
+  constexpr int kOnceRounds = 3;
+  while (true) {
+    bool changed = false, stopped = false;
+    auto r = puller.round(result.rounds + 1, &changed, &stopped);
+    if (!r.ok()) {
+      if (o.watch && r.status().code() == Code::kAborted) {
+        result.stopped = r.status().message();
+        return result;
+      }
+      ch->abort();
+      return r.status();
+    }
+    ++result.rounds;
+    result.files_copied += r->copied.size();
+    for (const PulledFile& f : r->copied) result.bytes_copied += f.bytes;
+    if (r->tracker) result.tracker = r->tracker;
+    if (o.on_round) o.on_round(*r);
+    if (stopped) {
+      result.stopped = "stop requested";
+      ch->close();
+      return result;
+    }
+    if (!o.watch) {
+      if (changed && result.rounds < kOnceRounds) continue;
+      if (changed) {
+        ch->abort();
+        return failed_precondition(
+            fmt::format("files kept changing on {} over {} rounds: is a "
+                        "save running there? Try again",
+                        puller.peer(), kOnceRounds));
+      }
+      (void)send_message(*ch, rp::encode_done());
+      ch->close();
+      return result;
+    }
+    const auto until = Clock::now() + o.watch_interval;
+    while (Clock::now() < until) {
+      if (o.stop && o.stop()) {
+        result.stopped = "stop requested";
+        ch->close();
+        return result;
+      }
+      (*ctx)->wait(std::min(rp::kPollInterval,
+                            std::chrono::duration_cast<milliseconds>(until - Clock::now())));
+      // The server speaks only when asked; reading here sees it close or die at once.
+      auto m = ch->try_receive();
+      if (!m.ok()) {
+        result.stopped = m.status().message();
+        return result;
+      }
+      if (m->has_value()) {
+        ch->abort();
+        return corruption("replicate: " + puller.peer() + " sent a message nobody asked for");
+      }
+    }
+  }
+}
+
+}  // namespace ferry::checkpoint

@@ -1,0 +1,268 @@
+// The replicate server: offers a verl / Megatron folder's metadata files to pullers over
+// the net transport, answering each peer's requests in turn without blocking on any.
+#include <fmt/format.h>
+#include <xxhash.h>
+
+#include <algorithm>
+#include <chrono>
+#include <deque>
+#include <filesystem>
+#include <memory>
+
+#include "base/clock.h"
+#include "base/log.h"
+#include "checkpoint/megatron_dist_checkpoint.h"
+#include "checkpoint/replicate.h"
+#include "checkpoint/replicate_common.h"
+#include "ferry/checkpoint.h"
+#include "transport/net/channel.h"
+
+namespace ferry::checkpoint {
+namespace {
+
+using std::chrono::milliseconds;
+namespace fs = std::filesystem;
+namespace rp = replicate;
+using rp::load_token;
+
+// Messages per peer handed to UCX and not yet sent: beyond it, the rest wait in `outbox`.
+constexpr std::size_t kSendWindow = 4;
+
+struct Peer {
+  net::Channel channel;
+  ReplicaSet offered;  // the last INDEX it was sent: the only files it may GET
+  // What the server has answered and not yet handed to UCX. Nothing is sent blocking, so a
+  // peer that stops reading holds up only itself; its next request is read once this and
+  // the window are empty.
+  std::deque<std::vector<std::byte>> outbox;
+  Clock::time_point last_progress = Clock::now();
+  std::size_t in_flight = 0;
+  // The file being sent, cut into CHUNKs as the window allows.
+  std::string file_path, file_bytes;
+  std::size_t file_offset = 0;
+  bool idle() {
+    return outbox.empty() && file_offset >= file_bytes.size() && channel.sends_in_flight() == 0;
+  }
+};
+
+// The server's answers go to the peer's outbox (Peer::pump sends them).
+Status queue(Peer& p, std::vector<std::byte> m) {
+  p.outbox.push_back(std::move(m));
+  return ok_status();
+}
+
+class Server {
+ public:
+  explicit Server(const ReplicateServeOptions& o) : o_(o) {}
+
+  // Answers one message; `done` when the peer said DONE. An error drops the peer.
+  Status handle(Peer& p, std::span<const std::byte> m, bool* done) {
+    const std::string& who = p.channel.peer();
+    auto kind = rp::decode_kind(m, who);
+    if (!kind.ok()) return kind.status();
+    switch (*kind) {
+      case rp::Kind::kList: {
+        auto set = megatron::replica_set(o_.root, hashes_);
+        if (!set.ok()) {
+          log::warn("replicate: {}", set.status().message());
+          return queue(p, rp::encode_error(rp::ErrorCode::kIo, set.status().message()));
+        }
+        p.offered = std::move(*set);
+        return queue(p, rp::encode_index(p.offered));
+      }
+      case rp::Kind::kGet: {
+        auto want = rp::decode_get(m, who);
+        if (!want.ok()) return want.status();
+        return send_file(p, *want);
+      }
+      case rp::Kind::kDone:
+        *done = true;
+        return ok_status();
+      default:
+        (void)queue(p, rp::encode_error(rp::ErrorCode::kBadRequest, "unexpected message"));
+        return corruption(fmt::format("replicate: {} sent a message only a server sends", who));
+    }
+  }
+
+ private:
+  Status send_file(Peer& p, const ReplicaFile& want) {
+    const auto offered = std::find_if(p.offered.files.begin(), p.offered.files.end(),
+                                      [&](const ReplicaFile& f) { return f.path == want.path; });
+    if (offered == p.offered.files.end()) {
+      // Only what the last INDEX offered is ever read: a GET cannot name another file.
+      log::warn("replicate: {} asked for '{}', which was not offered", p.channel.peer(), want.path);
+      return queue(
+          p, rp::encode_error(rp::ErrorCode::kNotOffered, "'" + want.path + "' is not offered"));
+    }
+    // Opened from the root's fd, each component with O_NOFOLLOW, checked with fstat on the
+    // fd it is read from: a file swapped for a link after the INDEX is refused, never
+    // followed. Read whole (metadata files are small), not mapped: a file truncated while it
+    // is sent (a re-save) must not SIGBUS the server.
+    const auto changed = [&] {
+      return queue(
+          p, rp::encode_error(rp::ErrorCode::kChanged, want.path + " changed since it was listed"));
+    };
+    auto root = megatron::open_root(o_.root);
+    if (!root.ok()) return root.status();
+    struct stat st {};
+    auto text = megatron::read_beneath(root->get(), o_.root, want.path, &st);
+    if (!text.ok()) {
+      const Code c = text.status().code();
+      if (c != Code::kNotFound && c != Code::kFailedPrecondition) return text.status();
+      if (c == Code::kFailedPrecondition) log::warn("replicate: {}", text.status().message());
+      return changed();
+    }
+    const std::span<const std::byte> bytes = as_bytes(*text);
+    // What goes out is hashed from the buffer it is sent from, so FILE never vouches for other
+    // bytes.
+    if (bytes.size() != offered->bytes || bytes.size() != want.bytes ||
+        XXH3_64bits(bytes.data(), bytes.size()) != offered->xxh3 || offered->xxh3 != want.xxh3) {
+      return changed();
+    }
+    if (Status s = queue(p, rp::encode_file(*offered)); !s.ok()) return s;
+    p.file_path = want.path;
+    p.file_bytes = std::move(*text);
+    p.file_offset = 0;
+    return ok_status();
+  }
+
+ public:
+  // Hands the peer's queued answers, then its file's next chunks, to UCX while its window
+  // allows; never waits. Errors: the peer is gone, or it took nothing for send_timeout.
+  Status pump(Peer& p) {
+    const std::size_t chunk =
+        std::clamp<std::size_t>(o_.chunk_bytes, 1, rp::max_chunk_bytes(net::max_message_bytes()));
+    std::size_t in_flight = p.channel.sends_in_flight();
+    if (in_flight < p.in_flight) p.last_progress = Clock::now();
+    while (in_flight < kSendWindow) {
+      std::vector<std::byte> m;
+      std::size_t sent_to = 0;
+      if (!p.outbox.empty()) {
+        m = std::move(p.outbox.front());
+        p.outbox.pop_front();
+      } else if (p.file_offset < p.file_bytes.size()) {
+        const auto piece =
+            as_bytes(p.file_bytes)
+                .subspan(p.file_offset, std::min(chunk, p.file_bytes.size() - p.file_offset));
+        m = rp::encode_chunk(p.file_offset, piece);
+        sent_to = p.file_offset += piece.size();
+      } else {
+        break;
+      }
+      Status st = p.channel.send(m, milliseconds(0));
+      // A timeout leaves the message queued in UCX: it is in flight, not lost.
+      if (!st.ok() && st.code() != Code::kTimeout) return st;
+      in_flight = p.channel.sends_in_flight();
+      p.last_progress = Clock::now();
+      if (sent_to == 0) continue;
+      if (o_.test_after_chunk) o_.test_after_chunk(p.file_path, sent_to);
+      if (sent_to == p.file_bytes.size()) {
+        event(fmt::format("sent {} ({} bytes) to {}", p.file_path, sent_to, p.channel.peer()));
+        p.file_bytes.clear();
+        p.file_offset = 0;
+      }
+    }
+    p.in_flight = in_flight;
+    if (in_flight == 0 && p.idle()) p.last_progress = Clock::now();
+    const auto stalled = Clock::now() - p.last_progress;
+    if (!p.idle() && stalled > o_.send_timeout) {
+      return timeout_error(
+          fmt::format("{} stopped reading: it took nothing we sent for {} ms (send timeout {} ms)",
+                      p.channel.peer(), std::chrono::duration_cast<milliseconds>(stalled).count(),
+                      o_.send_timeout.count()));
+    }
+    return ok_status();
+  }
+
+ public:
+  void event(const std::string& e) const {
+    log::debug("replicate: {}", e);
+    if (o_.on_event) o_.on_event(e);
+  }
+
+ private:
+  const ReplicateServeOptions& o_;
+  megatron::FileHashes hashes_;
+};
+
+}  // namespace
+
+Status serve_replicas(const ReplicateServeOptions& o) {
+  std::error_code ec;
+  if (!fs::is_directory(o.root, ec))
+    return not_found("checkpoint folder " + o.root + " is not a folder");
+  if (o.clients < 0) return invalid_argument("clients must be 0 (serve until stopped) or more");
+  if (o.send_timeout < milliseconds(1)) {
+    return invalid_argument(
+        fmt::format("send timeout {} ms: must be at least 1 ms", o.send_timeout.count()));
+  }
+  auto token = load_token(o.token_file);
+  if (!token.ok()) return token.status();
+  auto ctx = net::Context::create();
+  if (!ctx.ok()) return ctx.status();
+  auto listener = net::Listener::bind(*ctx, o.address, std::move(*token));
+  if (!listener.ok()) return listener.status();
+  Server server(o);
+  if (o.on_listening) o.on_listening(listener->address());
+  std::vector<Peer> peers;
+  int finished = 0;
+  while (!(o.stop && o.stop()) && (o.clients == 0 || finished < o.clients)) {
+    bool busy = false, sending = false;
+    auto accepted = listener->accept(milliseconds(0));
+    if (accepted.ok()) {
+      server.event(accepted->peer() + " connected");
+      peers.push_back({std::move(*accepted), {}});
+      busy = true;
+    } else if (accepted.status().code() != Code::kTimeout) {
+      server.event("refused a peer: " + accepted.status().message());
+    }
+    (*ctx)->progress();
+    for (auto it = peers.begin(); it != peers.end();) {
+      bool done = false;
+      // Each peer's answers go out as it takes them; one that stops reading waits alone
+      // and is dropped after send_timeout, the others go on.
+      Status st = server.pump(*it);
+      if (st.ok() && !it->idle()) {
+        sending = true;
+        ++it;
+        continue;
+      }
+      if (st.ok()) {
+        auto m = it->channel.try_receive();
+        if (m.ok() && !m->has_value()) {
+          ++it;
+          continue;
+        }
+        busy = true;
+        st = m.ok() ? server.handle(*it, **m, &done) : m.status();
+        if (st.ok() && !done) st = server.pump(*it);
+      }
+      if (st.ok() && !done) {
+        ++it;
+        continue;
+      }
+      if (done) {
+        ++finished;
+        server.event(it->channel.peer() + " finished");
+        it->channel.close();
+      } else {
+        // A peer that left (a watch ending) is routine; one that broke the protocol is not.
+        if (st.code() == Code::kAborted) {
+          server.event(it->channel.peer() + " left");
+        } else {
+          log::warn("replicate: dropping {}: {}", it->channel.peer(), st.message());
+          server.event("dropped " + it->channel.peer() + ": " + st.message());
+        }
+        it->channel.abort();
+      }
+      it = peers.erase(it);
+    }
+    // While answers wait for a peer to take them, look again soon (its completions may not
+    // wake the event fd).
+    if (!busy) (*ctx)->wait(sending ? milliseconds(1) : rp::kPollInterval);
+  }
+  for (Peer& p : peers) p.channel.close();
+  return ok_status();
+}
+
+}  // namespace ferry::checkpoint
