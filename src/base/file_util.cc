@@ -109,8 +109,11 @@ Result<AtomicFile> AtomicFile::create(const std::string& path) {
 }
 
 AtomicFile::AtomicFile(AtomicFile&& o) noexcept
-    : env_(o.env_), path_(std::move(o.path_)), tmp_(std::exchange(o.tmp_, {})),
-      fd_(std::move(o.fd_)), committed_(o.committed_) {}
+    : env_(o.env_),
+      path_(std::move(o.path_)),
+      tmp_(std::exchange(o.tmp_, {})),
+      fd_(std::move(o.fd_)),
+      committed_(o.committed_) {}
 
 AtomicFile& AtomicFile::operator=(AtomicFile&& o) noexcept {
   if (this != &o) {

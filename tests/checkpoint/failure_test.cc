@@ -149,22 +149,30 @@ TEST_P(DiskFailsMidSave, ClearErrorNamingTheFileAndThePreviousStepIsIntact) {
 
   testing::FaultEnv env;
   switch (fault.call) {
-    case DiskFault::kWrite: env.fail_writes_from(1, fault.error, fault.file); break;
-    case DiskFault::kSync: env.fail_sync(fault.error, fault.file); break;
-    case DiskFault::kRename: env.fail_rename(fault.error, fault.file); break;
+    case DiskFault::kWrite:
+      env.fail_writes_from(1, fault.error, fault.file);
+      break;
+    case DiskFault::kSync:
+      env.fail_sync(fault.error, fault.file);
+      break;
+    case DiskFault::kRename:
+      env.fail_rename(fault.error, fault.file);
+      break;
   }
   std::mutex mu;
   std::map<int, Status> results;
   {
     ScopedEnvOverride full_disk(env);
-    run_group(2, [](int r) { return "n" + std::to_string(r); }, [&](RankGroup& g) {
-      Checkpointer ckpt(g, {.root = dir.path() + "/" + g.node()});
-      auto slices = cut_all(new_state, g.rank(), g.size(), 0);
-      auto v = test::views(slices);
-      Status s = ckpt.save(2, v);
-      std::lock_guard<std::mutex> lock(mu);
-      results[g.rank()] = s;
-    });
+    run_group(
+        2, [](int r) { return "n" + std::to_string(r); },
+        [&](RankGroup& g) {
+          Checkpointer ckpt(g, {.root = dir.path() + "/" + g.node()});
+          auto slices = cut_all(new_state, g.rank(), g.size(), 0);
+          auto v = test::views(slices);
+          Status s = ckpt.save(2, v);
+          std::lock_guard<std::mutex> lock(mu);
+          results[g.rank()] = s;
+        });
   }
   EXPECT_GE(env.faults(), 1);
   ASSERT_EQ(results.size(), 2u);
@@ -200,17 +208,16 @@ TEST_P(DiskFailsMidSave, ClearErrorNamingTheFileAndThePreviousStepIsIntact) {
 
 INSTANTIATE_TEST_SUITE_P(
     Faults, DiskFailsMidSave,
-    ::testing::Values(
-        DiskFault{"ShardWriteNoSpace", "/step_2/rank_0000", ENOSPC, DiskFault::kWrite,
-                  Code::kResourceExhausted},
-        DiskFault{"ShardWriteQuota", "/step_2/rank_0000", EDQUOT, DiskFault::kWrite,
-                  Code::kResourceExhausted},
-        DiskFault{"ManifestWriteNoSpace", "/step_2/manifest.json", ENOSPC, DiskFault::kWrite,
-                  Code::kResourceExhausted},
-        DiskFault{"ShardFsyncIoError", "/step_2/rank_0000", EIO, DiskFault::kSync,
-                  Code::kIoError},
-        DiskFault{"CommittedRenameIoError", "/step_2/COMMITTED", EIO, DiskFault::kRename,
-                  Code::kIoError}),
+    ::testing::Values(DiskFault{"ShardWriteNoSpace", "/step_2/rank_0000", ENOSPC, DiskFault::kWrite,
+                                Code::kResourceExhausted},
+                      DiskFault{"ShardWriteQuota", "/step_2/rank_0000", EDQUOT, DiskFault::kWrite,
+                                Code::kResourceExhausted},
+                      DiskFault{"ManifestWriteNoSpace", "/step_2/manifest.json", ENOSPC,
+                                DiskFault::kWrite, Code::kResourceExhausted},
+                      DiskFault{"ShardFsyncIoError", "/step_2/rank_0000", EIO, DiskFault::kSync,
+                                Code::kIoError},
+                      DiskFault{"CommittedRenameIoError", "/step_2/COMMITTED", EIO,
+                                DiskFault::kRename, Code::kIoError}),
     [](const ::testing::TestParamInfo<DiskFault>& p) { return std::string(p.param.name); });
 
 // Step 1 from 2 ranks on 2 nodes; returns the manifest entry of `tensor` on rank 1.
