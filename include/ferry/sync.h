@@ -131,10 +131,6 @@ class Sender {
   std::uint32_t receivers() const;
   const std::string& address() const;
 
-  // Test-only: called with each bucket's slot after its first segment (16 MiB) was packed
-  // and checksummed and before receivers hear of it, to corrupt it on purpose.
-  void set_corrupt_hook_for_testing(std::function<void(std::uint32_t bucket, std::byte* slot)>);
-
   struct Impl;
 
  private:

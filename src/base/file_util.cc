@@ -10,6 +10,9 @@
 #include <string>
 #include <utility>
 
+#include "base/env.h"
+#include "base/status_macros.h"
+
 namespace ferry {
 
 void ScopedFd::reset(int fd) {
@@ -98,19 +101,24 @@ Status read_exact(int fd, std::span<std::byte> out, std::string_view what) {
 }
 
 Result<AtomicFile> AtomicFile::create(const std::string& path) {
+  Env& env = Env::current();
   std::string tmp = path + ".tmp." + std::to_string(::getpid());
-  ScopedFd fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
-  if (!fd.valid()) return errno_status("open", tmp, errno);
-  return AtomicFile(path, std::move(tmp), std::move(fd));
+  FERRY_ASSIGN_OR_RETURN(ScopedFd fd,
+                         env.open_for_write(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
+  return AtomicFile(env, path, std::move(tmp), std::move(fd));
 }
 
 AtomicFile::AtomicFile(AtomicFile&& o) noexcept
-    : path_(std::move(o.path_)), tmp_(std::exchange(o.tmp_, {})), fd_(std::move(o.fd_)),
+    : env_(o.env_),
+      path_(std::move(o.path_)),
+      tmp_(std::exchange(o.tmp_, {})),
+      fd_(std::move(o.fd_)),
       committed_(o.committed_) {}
 
 AtomicFile& AtomicFile::operator=(AtomicFile&& o) noexcept {
   if (this != &o) {
     discard();
+    env_ = o.env_;
     path_ = std::move(o.path_);
     tmp_ = std::exchange(o.tmp_, {});
     fd_ = std::move(o.fd_);
@@ -124,32 +132,27 @@ AtomicFile::~AtomicFile() { discard(); }
 void AtomicFile::discard() {
   if (!committed_ && !tmp_.empty()) {
     fd_.reset();
-    ::unlink(tmp_.c_str());
+    (void)env_->remove(tmp_);  // best effort: a leftover temp file is never taken for `path`
     tmp_.clear();
   }
 }
 
-Status AtomicFile::write(std::span<const std::byte> data) { return write_all(fd(), data, tmp_); }
+Status AtomicFile::write(std::span<const std::byte> data) { return env_->write(fd(), data, tmp_); }
 
 Status AtomicFile::commit() {
-  if (::fsync(fd()) != 0) return errno_status("fsync", tmp_, errno);
+  FERRY_RETURN_IF_ERROR(env_->sync(fd(), tmp_));
   if (::close(fd_.release()) != 0) return errno_status("close", tmp_, errno);
-  if (::rename(tmp_.c_str(), path_.c_str()) != 0) return errno_status("rename", path_, errno);
+  FERRY_RETURN_IF_ERROR(env_->rename(tmp_, path_));
   committed_ = true;
   std::string dir = std::filesystem::path(path_).parent_path().string();
   if (dir.empty()) dir = ".";
-  ScopedFd dfd(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
-  if (!dfd.valid()) return errno_status("open", dir, errno);
-  if (::fsync(dfd.get()) != 0) return errno_status("fsync", dir, errno);
-  return Status();
+  return env_->sync_dir(dir);
 }
 
 Status write_file_atomic(const std::string& path, std::string_view contents) {
-  auto f = AtomicFile::create(path);
-  if (!f.ok()) return f.status();
-  Status s = f->write(as_bytes(contents));
-  if (!s.ok()) return s;
-  return f->commit();
+  FERRY_ASSIGN_OR_RETURN(AtomicFile file, AtomicFile::create(path));
+  FERRY_RETURN_IF_ERROR(file.write(as_bytes(contents)));
+  return file.commit();
 }
 
 }  // namespace ferry

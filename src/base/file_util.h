@@ -12,6 +12,8 @@
 
 namespace ferry {
 
+class Env;
+
 // Owns one file descriptor; closes it on destruction.
 class ScopedFd {
  public:
@@ -80,7 +82,9 @@ Status read_exact(int fd, std::span<std::byte> out, std::string_view what);
 
 // Writes a file so that a crash never leaves a partial file under `path`:
 // data goes to "<path>.tmp.<pid>" in the same folder, is fsync'ed, renamed over
-// `path`, and the folder is fsync'ed. Destroying an uncommitted writer removes the temp file.
+// `path`, and the folder is fsync'ed. Destroying an uncommitted writer removes the temp file,
+// so a failed write, fsync or rename leaves `path` as it was. All I/O goes through the
+// Env::current() of create() (base/env.h).
 class AtomicFile {
  public:
   static Result<AtomicFile> create(const std::string& path);
@@ -96,8 +100,9 @@ class AtomicFile {
 
  private:
   void discard();
-  AtomicFile(std::string path, std::string tmp, ScopedFd fd)
-      : path_(std::move(path)), tmp_(std::move(tmp)), fd_(std::move(fd)) {}
+  AtomicFile(Env& env, std::string path, std::string tmp, ScopedFd fd)
+      : env_(&env), path_(std::move(path)), tmp_(std::move(tmp)), fd_(std::move(fd)) {}
+  Env* env_;
   std::string path_;
   std::string tmp_;
   ScopedFd fd_;

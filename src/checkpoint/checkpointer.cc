@@ -9,6 +9,7 @@
 #include <set>
 #include <thread>
 
+#include "base/env.h"
 #include "base/file_util.h"
 #include "base/log.h"
 <<<<<<< HEAD
@@ -33,12 +34,7 @@ namespace fs = std::filesystem;
 
 namespace {
 
-Status mkdirs(const std::string& path) {
-  std::error_code ec;
-  fs::create_directories(path, ec);
-  if (ec) return errno_status("mkdir", path, ec.value());
-  return ok_status();
-}
+Status mkdirs(const std::string& path) { return Env::current().create_dirs(path); }
 
 // The process-wide save phase hook (checkpoint/testing.h).
 std::mutex save_phase_hook_mu;

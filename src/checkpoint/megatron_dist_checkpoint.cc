@@ -18,6 +18,7 @@
 #include <nlohmann/json.hpp>
 #include <set>
 
+#include "base/env.h"
 #include "base/file_util.h"
 #include "base/parse_number.h"
 #include "ferry/checkpoint.h"
@@ -251,8 +252,9 @@ Status write_beneath(int root_fd, const std::string& root, std::string_view rel,
   ScopedFd fd(::openat(dir->get(), tmp.c_str(),
                        O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644));
   if (!fd.valid()) return open_error(root, rel, tmp, errno);
-  Status s = write_all(fd.get(), data, full);
-  if (s.ok() && ::fsync(fd.get()) != 0) s = errno_status("fsync", full, errno);
+  Env& env = Env::current();
+  Status s = env.write(fd.get(), data, full);
+  if (s.ok()) s = env.sync(fd.get(), full);
   if (s.ok() && ::renameat(dir->get(), tmp.c_str(), dir->get(), name.c_str()) != 0) {
     s = errno_status("renameat", full, errno);
   }

@@ -16,10 +16,12 @@
 #include <mutex>
 #include <thread>
 
+#include "base/env.h"
 #include "base/file_util.h"
 #include "base/log.h"
 #include "base/parse_number.h"
 #include "base/random.h"
+#include "base/status_macros.h"
 #include "checkpoint/format.h"
 #include "rank_group/rank_group.h"
 #include "ferry/checkpoint.h"
@@ -306,13 +308,12 @@ Result<LoadInfo> load_model_folder(const std::vector<std::string>& roots, const 
     // Loaded straight into a mapping of the output file (no second copy of the
     // model in memory), inside the temp folder.
     const std::string path = tmp + "/model.safetensors";
-    ScopedFd fd(::open(path.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
-    if (!fd.valid()) return errno_status("open", path, errno);
+    Env& env = Env::current();
+    FERRY_ASSIGN_OR_RETURN(ScopedFd fd,
+                           env.open_for_write(path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
     const std::uint64_t total = header->size() + data_bytes;
-    if (::ftruncate(fd.get(), static_cast<off_t>(total)) != 0) {
-      return errno_status("ftruncate", path, errno);
-    }
-    if (Status w = pwrite_all(fd.get(), as_bytes(*header), 0, path); !w.ok()) return w;
+    FERRY_RETURN_IF_ERROR(env.truncate(fd.get(), total, path));
+    FERRY_RETURN_IF_ERROR(env.pwrite(fd.get(), as_bytes(*header), 0, path));
     MappedRegion map;
     if (total > 0) {
       void* addr = ::mmap(nullptr, total, PROT_READ | PROT_WRITE, MAP_SHARED, fd.get(), 0);
@@ -329,7 +330,7 @@ Result<LoadInfo> load_model_folder(const std::vector<std::string>& roots, const 
     if (!stats.ok()) return stats.status();
     if (total > 0 && ::msync(map.data(), total, MS_SYNC) != 0) return errno_status("msync", path, errno);
     map.reset();
-    if (::fsync(fd.get()) != 0) return errno_status("fsync", path, errno);
+    FERRY_RETURN_IF_ERROR(env.sync(fd.get(), path));
     if (!common.is_discarded() && common.contains("hf_config")) {
       if (Status c = write_file_atomic(tmp + "/config.json", common["hf_config"].dump(2) + "\n"); !c.ok()) {
         return c;

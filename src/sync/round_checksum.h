@@ -12,6 +12,9 @@
 #include <cstddef>
 #include <cstdint>
 #include <span>
+#include <vector>
+
+#include "base/coding.h"
 
 namespace ferry::sync {
 
@@ -22,11 +25,12 @@ class RoundChecksum {
     XXH3_64bits_update(&state_, begin_message.data(), begin_message.size());
   }
   void add_bucket(std::uint32_t bucket, std::uint64_t used, std::uint64_t checksum) {
-    unsigned char b[20];
-    for (int i = 0; i < 4; ++i) b[i] = static_cast<unsigned char>(bucket >> (8 * i));
-    for (int i = 0; i < 8; ++i) b[4 + i] = static_cast<unsigned char>(used >> (8 * i));
-    for (int i = 0; i < 8; ++i) b[12 + i] = static_cast<unsigned char>(checksum >> (8 * i));
-    XXH3_64bits_update(&state_, b, sizeof b);
+    std::vector<std::byte> b;
+    b.reserve(20);
+    coding::put_u32(&b, bucket);
+    coding::put_u64(&b, used);
+    coding::put_u64(&b, checksum);
+    XXH3_64bits_update(&state_, b.data(), b.size());
   }
   std::uint64_t digest() const { return XXH3_64bits_digest(&state_); }
 

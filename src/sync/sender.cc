@@ -15,6 +15,7 @@
 #include "sync/round_checksum.h"
 #include "sync/segment.h"
 #include "sync/sync_options.h"
+#include "sync/testing.h"
 #include "base/log.h"
 #include "base/random.h"
 #include "sync/fanout.h"
@@ -23,6 +24,11 @@
 
 namespace ferry::sync {
 namespace {
+
+testing::CorruptSlot& corrupt_slot_hook() {
+  static testing::CorruptSlot hook;
+  return hook;
+}
 
 std::uint64_t random_session() {
   std::uint64_t v = 0;
@@ -91,7 +97,6 @@ struct Sender::Impl {
   Status broken;  // the first error; the session is unusable after it
   std::vector<TensorSpec> manifest;
   BucketPlan plan;
-  std::function<void(std::uint32_t, std::byte*)> corrupt_hook;
 
   wire::Message message(wire::Body body) const { return fanout->message(std::move(body)); }
 
@@ -134,7 +139,7 @@ struct Sender::Impl {
         if (options.checksums) sum = hash.finish(end);
       }
       round_sum.add_bucket(b, end, sum);
-      if (corrupt_hook && begin == 0) corrupt_hook(b, slot);
+      if (corrupt_slot_hook() && begin == 0) corrupt_slot_hook()(b, slot);
       profiler::Span span("sync.publish", profiler::Detail::kBucket);
       Status s = fanout->send_all(message(wire::Filled{slot_index, b, end, sum, begin,
                                                        static_cast<std::uint8_t>(last)}));
@@ -270,8 +275,6 @@ std::uint32_t Sender::receivers() const {
   return static_cast<std::uint32_t>(impl_->fanout->peers().size());
 }
 const std::string& Sender::address() const { return impl_->fanout->address(); }
-void Sender::set_corrupt_hook_for_testing(std::function<void(std::uint32_t, std::byte*)> hook) {
-  impl_->corrupt_hook = std::move(hook);
-}
+void testing::set_corrupt_slot_hook(CorruptSlot hook) { corrupt_slot_hook() = std::move(hook); }
 
 }  // namespace ferry::sync

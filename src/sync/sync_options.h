@@ -5,7 +5,9 @@
 
 #include <algorithm>
 #include <chrono>
+#include <functional>
 #include <string>
+#include <utility>
 
 #include "base/clock.h"
 #include "ferry/sync.h"
@@ -36,15 +38,20 @@ inline std::chrono::milliseconds wait_slice(const SyncOptions& o, std::chrono::m
   return left.count() < 0 ? kInterruptSlice : std::min(left, kInterruptSlice);
 }
 
+// Where the two below read the time: Clock::now, or a test's fake clock, so their logic is
+// tested at real timeouts (seconds) without waiting them out.
+using Now = std::function<Clock::time_point()>;
+
 // Calls SyncOptions::interrupt when a wait has gone a slice without news, at most once a
 // slice however often it is asked: the hook may be costly (Python's takes the GIL).
 class InterruptCheck {
  public:
   InterruptCheck() = default;  // no hook: never interrupts
-  explicit InterruptCheck(const SyncOptions& o) : hook_(o.interrupt) {}
+  explicit InterruptCheck(const SyncOptions& o, Now now = Clock::now)
+      : hook_(o.interrupt), now_(std::move(now)) {}
   Status operator()() {
     if (!hook_) return ok_status();
-    const auto now = std::chrono::steady_clock::now();
+    const auto now = now_();
     if (now - last_ < kInterruptSlice) return ok_status();
     last_ = now;
     return hook_();
@@ -52,7 +59,8 @@ class InterruptCheck {
 
  private:
   std::function<Status()> hook_;
-  std::chrono::steady_clock::time_point last_{};
+  Now now_;
+  Clock::time_point last_{};
 };
 
 // Calls attempt(slice) until it returns anything but a timeout, or `timeout` (positive) has
@@ -60,16 +68,17 @@ class InterruptCheck {
 // user gave, not the last slice's. Between slices options.interrupt is heard (Ctrl-C).
 template <typename Attempt>
 auto retry_in_slices(const SyncOptions& o, std::chrono::milliseconds timeout,
-                     const std::string& what, Attempt attempt) -> decltype(attempt(timeout)) {
-  InterruptCheck interrupted(o);
-  const auto deadline = Clock::now() + timeout;
+                     const std::string& what, Attempt attempt, const Now& now = Clock::now)
+    -> decltype(attempt(timeout)) {
+  InterruptCheck interrupted(o, now);
+  const auto deadline = now() + timeout;
   while (true) {
     const auto left =
         std::max(std::chrono::milliseconds(0),
-                 std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()));
+                 std::chrono::duration_cast<std::chrono::milliseconds>(deadline - now()));
     auto got = attempt(wait_slice(o, left));
     if (got.ok() || got.status().code() != Code::kTimeout) return got;
-    if (Clock::now() >= deadline) {
+    if (now() >= deadline) {
       return timeout_error(fmt::format("{} within {} ms", what, timeout.count()));
     }
     Status s = interrupted();

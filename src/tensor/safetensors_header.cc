@@ -6,18 +6,13 @@
 #include <set>
 #include <string>
 
+#include "base/coding.h"
 #include "ferry/safetensors.h"
 
 namespace ferry {
 namespace {
 
 using json = nlohmann::json;
-
-std::uint64_t load_le64(const std::byte* p) {
-  std::uint64_t v = 0;
-  for (int i = 7; i >= 0; --i) v = (v << 8) | static_cast<std::uint64_t>(p[i]);
-  return v;
-}
 
 Status bad(std::string_view source, const std::string& what) {
   return corruption(std::string(source) + ": " + what);
@@ -94,7 +89,7 @@ Result<SafetensorsHeader> parse_safetensors_header(std::span<const std::byte> pr
     return bad(source, "file is " + std::to_string(file_size) +
                            " bytes, too short for the 8-byte header length (truncated?)");
   }
-  const std::uint64_t n = load_le64(prefix.data());
+  const std::uint64_t n = coding::Reader(prefix).u64();
   if (n > kSafetensorsMaxHeaderBytes) {
     return bad(source, "header length " + std::to_string(n) + " exceeds the format's limit of " +
                            std::to_string(kSafetensorsMaxHeaderBytes) + " bytes");

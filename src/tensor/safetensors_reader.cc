@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "base/coding.h"
 #include "base/file_util.h"
 #include "ferry/safetensors.h"
 
@@ -20,8 +21,7 @@ Result<SafetensorsHeader> read_safetensors_header(const std::string& path) {
   std::vector<std::byte> prefix(file_size < 8 ? file_size : 8);
   if (Status s = read_exact(fd.get(), prefix, path); !s.ok()) return s;
   if (file_size >= 8) {
-    std::uint64_t n = 0;
-    for (int i = 7; i >= 0; --i) n = (n << 8) | static_cast<std::uint64_t>(prefix[i]);
+    const std::uint64_t n = coding::Reader(prefix).u64();
     // Read the JSON only once its length is known to be sane; the parser reports the rest.
     if (n <= kSafetensorsMaxHeaderBytes && n <= file_size - 8) {
       prefix.resize(8 + n);

@@ -1,7 +1,9 @@
 #include <nlohmann/json.hpp>
 
 #include <string>
+#include <vector>
 
+#include "base/coding.h"
 #include "base/file_util.h"
 #include "ferry/safetensors.h"
 
@@ -31,10 +33,9 @@ Result<std::string> build_safetensors_header(const std::vector<TensorSpec>& tens
     return invalid_argument("safetensors header of " + std::to_string(text.size()) +
                             " bytes exceeds the format's limit");
   }
-  std::string out(8, '\0');
-  std::uint64_t n = text.size();
-  for (int i = 0; i < 8; ++i) out[i] = static_cast<char>((n >> (8 * i)) & 0xff);
-  return out + text;
+  std::vector<std::byte> length;  // the format's u64 little-endian header length
+  coding::put_u64(&length, text.size());
+  return std::string(reinterpret_cast<const char*>(length.data()), length.size()) + text;
 }
 
 struct SafetensorsWriter::Impl {

@@ -1,7 +1,6 @@
 // Failures users hit: a rank killed mid-save, a full disk, a damaged shard, a
 // node without its manifest, a manifest whose paths try to leave the folder.
 #include <gtest/gtest.h>
-#include <sys/mount.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -9,11 +8,14 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <map>
 
+#include "base/env.h"
 #include "base/file_util.h"
 #include "checkpoint/format.h"
 #include "checkpoint/testing.h"
 #include "ckpt_test_util.h"
+#include "support/fault_env.h"
 
 namespace ferry::checkpoint {
 namespace {
@@ -130,49 +132,96 @@ TEST(KilledMidSave, AfterCommittedTheNewStepCountsThoughLatestIsOld) {
   EXPECT_TRUE(actions->empty());
 }
 
-struct TmpfsMount {
-  std::string path;
-  bool mounted = false;
-  ~TmpfsMount() {
-    if (mounted) ::umount2(path.c_str(), MNT_DETACH);
-  }
+// A disk that fails while step 2 is saved (2 ranks on nodes n0, n1, after step 1 was
+// committed): which file's I/O fails, how, and what the error then says.
+struct DiskFault {
+  const char* name;
+  const char* file;  // part of the failing file's path; the error names it
+  int error;
+  enum { kWrite, kSync, kRename } call;
+  Code code;  // of the failing rank's error
 };
 
-TEST(DiskFull, ClearErrorNamingTheFileAndThePreviousStepIsIntact) {
-  if (::geteuid() != 0) GTEST_SKIP() << "mounting a tmpfs needs root";
+class DiskFailsMidSave : public ::testing::TestWithParam<DiskFault> {};
+
+TEST_P(DiskFailsMidSave, ClearErrorNamingTheFileAndThePreviousStepIsIntact) {
+  const DiskFault& fault = GetParam();
   testing::TempDir dir;
-  TmpfsMount mnt{dir.path() + "/n0"};
-  fs::create_directories(mnt.path);
-  if (::mount("none", mnt.path.c_str(), "tmpfs", 0, "size=4m") != 0) {
-    GTEST_SKIP() << "mount -t tmpfs is not permitted here: " << std::strerror(errno);
+  const auto old_state = make_state(15), new_state = make_state(21);
+  save_state(dir.path(), old_state, 2, 2, 1);
+
+  testing::FaultEnv env;
+  switch (fault.call) {
+    case DiskFault::kWrite:
+      env.fail_writes_from(1, fault.error, fault.file);
+      break;
+    case DiskFault::kSync:
+      env.fail_sync(fault.error, fault.file);
+      break;
+    case DiskFault::kRename:
+      env.fail_rename(fault.error, fault.file);
+      break;
   }
-  mnt.mounted = true;
-  const auto small = make_state(15);
-  save_state(dir.path(), small, 2, 1, 1);
-  GlobalTensor big{{"big", DType::kU8, {6 << 20}}, std::vector<std::byte>(6 << 20, std::byte{7})};
   std::mutex mu;
-  std::vector<Status> results;
-  run_group(2, [](int) { return std::string("n0"); }, [&](RankGroup& g) {
-    Checkpointer ckpt(g, {.root = mnt.path});
-    auto slices = cut_all({big}, g.rank(), g.size(), 0);
-    auto v = test::views(slices);
-    Status s = ckpt.save(2, v);
-    std::lock_guard<std::mutex> lock(mu);
-    results.push_back(s);
-  });
-  bool named = false;
-  for (const Status& s : results) {
-    ASSERT_FALSE(s.ok());
-    EXPECT_NE(s.message().find("No space left on device"), std::string::npos) << s.to_string();
-    named |= s.code() == Code::kResourceExhausted &&
-             s.message().find(mnt.path + "/step_2/rank_0000") != std::string::npos;
+  std::map<int, Status> results;
+  {
+    ScopedEnvOverride full_disk(env);
+    run_group(
+        2, [](int r) { return "n" + std::to_string(r); },
+        [&](RankGroup& g) {
+          Checkpointer ckpt(g, {.root = dir.path() + "/" + g.node()});
+          auto slices = cut_all(new_state, g.rank(), g.size(), 0);
+          auto v = test::views(slices);
+          Status s = ckpt.save(2, v);
+          std::lock_guard<std::mutex> lock(mu);
+          results[g.rank()] = s;
+        });
   }
-  EXPECT_TRUE(named) << results[0].to_string();
-  EXPECT_EQ(load_and_check(dir.path(), small, 2, 1, 0).step, 1);
-  auto actions = gc({mnt.path});
-  ASSERT_TRUE(actions.ok());
-  EXPECT_FALSE(fs::exists(mnt.path + "/step_2"));
+  EXPECT_GE(env.faults(), 1);
+  ASSERT_EQ(results.size(), 2u);
+  // Rank 0 fails itself; rank 1 alike or, when it reads rank 0's failure first, is told
+  // rank 0's error. Either way the message names the file and the system's reason.
+  EXPECT_EQ(results[0].code(), fault.code) << results[0].to_string();
+  for (const auto& [rank, s] : results) {
+    ASSERT_FALSE(s.ok()) << rank;
+    EXPECT_NE(s.message().find(fault.file), std::string::npos) << s.to_string();
+    EXPECT_NE(s.message().find(std::strerror(fault.error)), std::string::npos) << s.to_string();
+  }
+
+  // Step 2 is not complete anywhere; step 1 is still the latest and loads bit-exact.
+  const auto roots = roots_of(dir, 2);
+  for (const std::string& root : roots) {
+    EXPECT_EQ(format::read_latest(root), 1) << root;
+    EXPECT_FALSE(fs::exists(root + "/step_2/COMMITTED")) << root;
+    // Nothing under its final name but what was fully written and synced.
+    for (const auto& e : fs::directory_iterator(root + "/step_2")) {
+      EXPECT_EQ(e.path().filename().string().find(".tmp."), std::string::npos) << e.path();
+    }
+  }
+  auto listing = list_steps(roots);
+  ASSERT_TRUE(listing.ok()) << listing.status().to_string();
+  ASSERT_EQ(listing->size(), 2u);
+  EXPECT_EQ((*listing)[1].step, 2);
+  EXPECT_EQ((*listing)[1].state, StepState::kPartial);
+  EXPECT_EQ(load_and_check(dir.path(), old_state, 2, 2, 0).step, 1);
+  auto actions = gc(roots);
+  ASSERT_TRUE(actions.ok()) << actions.status().to_string();
+  for (const std::string& root : roots) EXPECT_FALSE(fs::exists(root + "/step_2")) << root;
 }
+
+INSTANTIATE_TEST_SUITE_P(
+    Faults, DiskFailsMidSave,
+    ::testing::Values(DiskFault{"ShardWriteNoSpace", "/step_2/rank_0000", ENOSPC, DiskFault::kWrite,
+                                Code::kResourceExhausted},
+                      DiskFault{"ShardWriteQuota", "/step_2/rank_0000", EDQUOT, DiskFault::kWrite,
+                                Code::kResourceExhausted},
+                      DiskFault{"ManifestWriteNoSpace", "/step_2/manifest.json", ENOSPC,
+                                DiskFault::kWrite, Code::kResourceExhausted},
+                      DiskFault{"ShardFsyncIoError", "/step_2/rank_0000", EIO, DiskFault::kSync,
+                                Code::kIoError},
+                      DiskFault{"CommittedRenameIoError", "/step_2/COMMITTED", EIO,
+                                DiskFault::kRename, Code::kIoError}),
+    [](const ::testing::TestParamInfo<DiskFault>& p) { return std::string(p.param.name); });
 
 // Step 1 from 2 ranks on 2 nodes; returns the manifest entry of `tensor` on rank 1.
 SavedSlice saved_slice(const std::string& root, const std::string& tensor, int rank) {

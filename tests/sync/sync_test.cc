@@ -13,6 +13,7 @@
 #include "base/clock.h"
 #include "support/test_support.h"
 #include "sync/sync_test_util.h"
+#include "sync/testing.h"
 #include "transport/shm/seqpacket_channel.h"
 #include "wire/message.h"
 
@@ -352,7 +353,7 @@ TEST(SyncFailure, SenderKilledAbortsTheReceiverAtOnce) {
     auto s = Sender::create(address, o);
     if (!s.ok()) return 10;
     if (!(*s)->accept(1).ok()) return 11;
-    (*s)->set_corrupt_hook_for_testing([](std::uint32_t bucket, std::byte*) {
+    testing::ScopedCorruptSlotHook kill_at_bucket_5([](std::uint32_t bucket, std::byte*) {
       if (bucket == 5) ::kill(::getpid(), SIGKILL);
     });
     const Weights w = make_weights(small_model(), 1);
@@ -435,7 +436,7 @@ TEST(SyncFailure, CorruptedSlotByteIsCaughtByTheChecksum) {
   const std::string address = unique_address();
   auto sender = make_sender(address, tiny_options());
   ASSERT_NE(sender, nullptr);
-  sender->set_corrupt_hook_for_testing([](std::uint32_t bucket, std::byte* slot) {
+  testing::ScopedCorruptSlotHook flip_a_bit([](std::uint32_t bucket, std::byte* slot) {
     if (bucket == 2) slot[17] ^= std::byte{0x01};
   });
   Status received;
@@ -501,11 +502,9 @@ TEST(SyncFailure, NoDescriptorLeaksAfterSessionsAndFailures) {
     const std::string address = unique_address();
     auto sender = make_sender(address, tiny_options());
     ASSERT_NE(sender, nullptr);
-    if (trial == 1) {
-      sender->set_corrupt_hook_for_testing([](std::uint32_t b, std::byte* slot) {
-        if (b == 1) slot[0] ^= std::byte{1};
-      });
-    }
+    testing::ScopedCorruptSlotHook corrupt_in_trial_1([trial](std::uint32_t b, std::byte* slot) {
+      if (trial == 1 && b == 1) slot[0] ^= std::byte{1};
+    });
     std::thread rx([&] {
       auto r = Receiver::connect(address, 0, tiny_options());
       ASSERT_TRUE(r.ok());
