@@ -10,7 +10,8 @@ namespace ferry::net {
 
 class MessageChannel final : public transport::Channel {
  public:
-  explicit MessageChannel(net::Channel channel) : channel_(std::move(channel)) {}
+  explicit MessageChannel(net::Channel channel)
+      : channel_(std::move(channel)), name_(channel_.valid() ? channel_.peer() : "") {}
 
   bool shares_memory() const override { return false; }
   bool passes_fds() const override { return false; }
@@ -30,8 +31,9 @@ class MessageChannel final : public transport::Channel {
   bool valid() const override { return channel_.valid(); }
   void close() override { channel_.close(); }
   void abort() override { channel_.abort(); }
-  // The channel names itself "peer host:port" until set_peer says who the peer is.
-  const std::string& peer() const override { return name_.empty() ? channel_.peer() : name_; }
+  // "peer host:port" as the channel named itself, until set_peer says who the peer is; kept
+  // here, so it still names the peer after close().
+  const std::string& peer() const override { return name_; }
   void set_peer(std::string peer) override { name_ = std::move(peer); }
 
   // The bulk path and what UCX chose (net::Channel's own calls).
