@@ -12,11 +12,8 @@
 #include "base/env.h"
 #include "base/file_util.h"
 #include "base/log.h"
-<<<<<<< HEAD
 #include "base/parse_number.h"
-=======
 #include "base/status_macros.h"
->>>>>>> wt-ckpt
 #include "checkpoint/checkpointer_impl.h"
 #include "checkpoint/format.h"
 #include "checkpoint/testing.h"
@@ -277,7 +274,13 @@ Status add_rank_part(int r, const json& p, const Layout& layout, Manifest* m,
     ss.extent = s.at("extent").get<std::vector<std::int64_t>>();
     ss.data_offset = s.at("data_offset");
     ss.bytes = s.at("bytes");
-    ss.xxh3 = std::stoull(s.at("xxh3").get<std::string>(), nullptr, 16);
+    const auto xxh3 = parse_number_field<std::uint64_t>("tensor " + name + " xxh3",
+                                                        s.at("xxh3").get<std::string>(), 16);
+    if (!xxh3.ok()) {
+      return corruption("malformed slice list from rank " + std::to_string(r) + ": " +
+                        xxh3.status().message());
+    }
+    ss.xxh3 = *xxh3;
     t.slices.push_back(std::move(ss));
   }
   return ok_status();
@@ -327,53 +330,8 @@ Result<Manifest> build_manifest(int rank, std::int64_t step, const Layout& layou
                          : aborted(save_name(step) + ": rank " + std::to_string(r) +
                                    " failed: " + p.value("message", std::string()));
       }
-<<<<<<< HEAD
-      if (r == 0) m.common_state = p.value("common_state", std::string("{}"));
-      const std::string f = format::shard_file(r);
-      m.files.push_back({f, r, layout.rank_nodes[r], p.value("file_bytes", std::uint64_t{0})});
-      for (const json& s : p.at("slices")) {
-        const std::string name = s.at("name");
-        auto dtype = parse_dtype(s.at("dtype").get<std::string>());
-        if (!dtype.ok()) {
-          return corruption("malformed slice list from rank " + std::to_string(r) + ": " +
-                            dtype.status().message());
-        }
-        const auto shape = s.at("shape").get<std::vector<std::int64_t>>();
-        auto [it, fresh] = tensors.try_emplace(name);
-        SavedTensor& t = it->second;
-        if (fresh) {
-          t.name = name;
-          t.dtype = *dtype;
-          t.shape = shape;
-        } else if (t.dtype != *dtype || t.shape != shape) {
-          return invalid_argument("tensor " + name + ": rank " + std::to_string(r) + " saves it as " +
-                                  TensorSpec{name, *dtype, shape}.to_string() + ", rank " +
-                                  std::to_string(t.slices.front().rank) + " as " +
-                                  TensorSpec{name, t.dtype, t.shape}.to_string());
-        }
-        SavedSlice ss;
-        ss.rank = r;
-        ss.file = f;
-        ss.tensor_in_file = name;
-        ss.offset = s.at("offset").get<std::vector<std::int64_t>>();
-        ss.extent = s.at("extent").get<std::vector<std::int64_t>>();
-        ss.data_offset = s.at("data_offset");
-        ss.bytes = s.at("bytes");
-        const auto xxh3 = parse_number_field<std::uint64_t>("tensor " + name + " xxh3",
-                                                            s.at("xxh3").get<std::string>(), 16);
-        if (!xxh3.ok()) {
-          return corruption("malformed slice list from rank " + std::to_string(r) + ": " +
-                            xxh3.status().message());
-        }
-        ss.xxh3 = *xxh3;
-        t.slices.push_back(std::move(ss));
-      }
-      return ok_status();
-    });
-=======
       return add_rank_part(r, p, layout, &m, &tensors);
     }));
->>>>>>> wt-ckpt
   }
   for (auto& [name, t] : tensors) {
     FERRY_RETURN_IF_ERROR(check_coverage(t));

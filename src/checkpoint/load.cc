@@ -12,11 +12,8 @@
 #include <thread>
 
 #include "base/log.h"
-<<<<<<< HEAD
 #include "base/parse_number.h"
-=======
 #include "base/status_macros.h"
->>>>>>> wt-ckpt
 #include "checkpoint/checkpointer_impl.h"
 #include "checkpoint/fetch_request.h"
 
@@ -136,9 +133,13 @@ Result<StepHolders> gather_step_lists(RankGroup& g, const std::string& root) {
     FERRY_RETURN_IF_ERROR(read_from_rank(r, "step list", [&] {
       const json j = json::parse((*all)[r]);
       for (const auto& [k, v] : j.items()) {
-        const std::int64_t step = std::stoll(k);
-        if (v.value("committed", false)) h.committed_on[step].push_back(r);
-        if (v.value("manifest", false)) h.manifest_on[step].push_back(r);
+        const auto step = parse_uint(k);
+        if (!step) {
+          return corruption("malformed step list from rank " + std::to_string(r) + ": '" + k +
+                            "' is not a step number");
+        }
+        if (v.value("committed", false)) h.committed_on[*step].push_back(r);
+        if (v.value("manifest", false)) h.manifest_on[*step].push_back(r);
       }
       return ok_status();
     }));
@@ -260,36 +261,8 @@ Result<LoadInfo> Checkpointer::prepare_load(std::optional<std::int64_t> wanted) 
   g.set_fetch_handler(
       [&m, st](int from, std::string_view req) { return m.handle_fetch(st, from, req); });
 
-<<<<<<< HEAD
-  // 1. What every node holds.
-  json mine = json::object();
-  for (std::int64_t step : format::list_step_folders(m.opts.root)) {
-    NodeStepState ns = format::scan_step(m.opts.root, step);
-    mine[std::to_string(step)] = {{"committed", ns.committed}, {"manifest", ns.manifest}};
-  }
-  auto all = g.all_gather(mine.dump());
-  if (!all.ok()) return all.status().with_context("checkpoint load");
-  std::map<std::int64_t, std::vector<int>> committed_on, manifest_on;
-  for (int r = 0; r < g.size(); ++r) {
-    Status read = read_from_rank(r, "step list", [&] {
-      const json j = json::parse((*all)[r]);
-      for (const auto& [k, v] : j.items()) {
-        const auto step = parse_uint(k);
-        if (!step) {
-          return corruption("malformed step list from rank " + std::to_string(r) + ": '" + k +
-                            "' is not a step number");
-        }
-        if (v.value("committed", false)) committed_on[*step].push_back(r);
-        if (v.value("manifest", false)) manifest_on[*step].push_back(r);
-      }
-      return ok_status();
-    });
-    if (!read.ok()) return read;
-  }
-=======
   // 1. What every node holds, and the step to load.
   FERRY_ASSIGN_OR_RETURN(const StepHolders holders, gather_step_lists(g, m.opts.root));
->>>>>>> wt-ckpt
   LoadInfo info;
   FERRY_ASSIGN_OR_RETURN(info.step, choose_step(holders, wanted, m.opts.root, g.node()));
   st->step = info.step;

@@ -22,7 +22,7 @@ Result<std::unique_ptr<Fanout>> Fanout::create(const std::string& address,
   f->options_ = options;
   f->interrupted_ = InterruptCheck(options);
   std::optional<net::Token> token;
-  if (is_net_address(address)) {
+  if (transport::is_net_address(address)) {
     auto t = session_token(options);
     if (!t.ok()) return t.status();
     token = std::move(*t);
@@ -34,6 +34,7 @@ Result<std::unique_ptr<Fanout>> Fanout::create(const std::string& address,
     auto ctx = net::Context::create();
     if (!ctx.ok()) return ctx.status();
     f->net_context_ = std::move(*ctx);
+    f->poller_ = net::Poller(f->net_context_.get());
     auto region = f->net_context_->register_memory(
         std::span(f->ring_.slot(0), std::size_t{slots} * slot_bytes));
     if (!region.ok()) return region.status();
@@ -82,11 +83,11 @@ Status Fanout::send_all_bytes(const std::vector<std::byte>& bytes, const wire::M
     Status s = p.link.send(bytes, options_.timeout);
     if (!s.ok()) return explain_send_failure(p, s);
     p.conversation.sent(m);
-    if (filled != nullptr && p.link.is_net() && filled->used_bytes > filled->offset) {
+    if (filled != nullptr && !p.link.shares_memory() && filled->used_bytes > filled->offset) {
       // The segment's bytes follow their FILLED, straight from the ring.
       const std::span<const std::byte> bytes_of_segment(ring_.slot(filled->slot) + filled->offset,
                                                         filled->used_bytes - filled->offset);
-      auto t = p.link.net().send_bulk(++p.bulk_key, bytes_of_segment, ring_region_);
+      auto t = p.link.net()->send_bulk(++p.bulk_key, bytes_of_segment, ring_region_);
       if (!t.ok())
         return Status(t.status().code(), fmt::format("round {}: {}", round_, t.status().message()));
       p.transfers.push_back(std::move(*t));
@@ -149,10 +150,10 @@ Status Fanout::reap(Peer& p) {
 Result<bool> Fanout::handle_waiting(const std::function<bool(const Peer&)>& done,
                                     std::uint64_t round_checksum) {
   if (net_context_ == nullptr) return false;
-  net_context_->progress();
+  poller_.progress();
   bool any = false;
   for (Peer& p : peers_) {
-    if (!p.link.is_net()) continue;
+    if (!p.link.needs_progress()) continue;
     Status s = reap(p);
     if (!s.ok()) return s;
     if (done(p)) continue;
@@ -191,19 +192,12 @@ Status Fanout::wait_until(const std::function<bool(const Peer&)>& peer_done,
     fds.clear();
     add_poll_fds(peer_done, &fds);
     bool net_waiting = false;
-    for (const Peer& p : peers_) net_waiting |= p.link.is_net() && !peer_done(p);
-    if (net_waiting) {
-      if (!net_context_->arm()) continue;  // events already pending: progress first
-      fds.push_back({net_context_->event_fd(), POLLIN, 0});
-    }
-    auto left = std::chrono::duration_cast<milliseconds>(deadline - Clock::now()).count();
-    // A missed UCX wakeup costs at most 50 ms, never a hang.
-    if (net_waiting) left = std::min<long long>(left, 50);
-    left = std::min<long long>(left, wait_slice(options_, milliseconds(left)).count());
-    const int r = ::poll(fds.data(), fds.size(), left < 0 ? 0 : static_cast<int>(left));
-    if (r < 0 && errno == EINTR) continue;
-    if (r < 0) return errno_status("poll", "receivers", errno);
-    if (r == 0) {
+    for (const Peer& p : peers_) net_waiting |= p.link.needs_progress() && !peer_done(p);
+    const auto left = std::max(
+        std::chrono::duration_cast<milliseconds>(deadline - Clock::now()), milliseconds(0));
+    auto ready = poller_.wait(fds, wait_slice(options_, left), net_waiting);
+    if (!ready.ok()) return ready.status();
+    if (*ready == 0) {
       Status s = interrupted_();
       if (!s.ok()) return s;
     }
@@ -233,7 +227,7 @@ void Fanout::add_poll_fds(const std::function<bool(const Peer&)>& done,
                           std::vector<pollfd>* fds) const {
   // Only peers still owing something: one that acknowledged and exited is not a failure.
   for (const Peer& p : peers_) {
-    fds->push_back({p.link.is_net() || done(p) ? -1 : p.link.fd(), POLLIN, 0});
+    fds->push_back({p.link.needs_progress() || done(p) ? -1 : p.link.fd(), POLLIN, 0});
   }
 }
 
@@ -260,7 +254,7 @@ Result<bool> Fanout::handle_ready(const std::vector<pollfd>& fds, std::size_t fi
 Status Fanout::drain_transfers() {
   for (Peer& p : peers_) {
     for (net::Transfer& t : p.transfers) {
-      Status s = p.link.net().wait(t, options_.timeout);
+      Status s = p.link.net()->wait(t, options_.timeout);
       if (!s.ok()) return Status(s.code(), fmt::format("round {}: {}", round_, s.message()));
     }
     p.transfers.clear();
@@ -385,8 +379,8 @@ Status Fanout::admit(Peer p, const std::vector<std::byte>& hello) {
     const auto& h = std::get<wire::Hello>(m->body);
     id = h.receiver_id;
     std::string where;
-    if (p.link.is_net()) {
-      where = p.link.net().peer();  // "peer host:port"
+    if (p.link.net() != nullptr) {
+      where = p.link.net()->peer();  // "peer host:port"
       if (where.rfind("peer ", 0) == 0) where.erase(0, 5);
       where = " at " + where;
     }
@@ -405,13 +399,14 @@ Status Fanout::admit(Peer p, const std::vector<std::byte>& hello) {
   (void)p.conversation.received(*m);
   const wire::Message welcome = message(wire::Welcome{
       ring_.slots(), ring_.slot_bytes(), static_cast<std::uint8_t>(options_.checksums ? 1 : 0)});
-  s = p.link.is_net()
-          ? p.link.send(wire::encode(welcome), options_.timeout)
-          : p.link.send_with_fd(wire::encode(welcome), options_.timeout, ring_.reader_fd());
+  // A peer that shares memory maps the ring from the descriptor passed with WELCOME.
+  s = p.link.passes_fds()
+          ? p.link.send_with_fd(wire::encode(welcome), options_.timeout, ring_.reader_fd())
+          : p.link.send(wire::encode(welcome), options_.timeout);
   if (!s.ok()) return s;
   p.conversation.sent(welcome);
-  if (p.link.is_net()) {
-    log::info("sync: {} joined over {}", p.link.peer(), p.link.net().transports());
+  if (p.link.net() != nullptr) {
+    log::info("sync: {} joined over {}", p.link.peer(), p.link.net()->transports());
   }
   peers_.push_back(std::move(p));
   return ok_status();

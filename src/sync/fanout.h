@@ -19,6 +19,7 @@
 #include "sync/link.h"
 #include "sync/sync_options.h"
 #include "transport/net/channel.h"
+#include "transport/net/poller.h"
 #include "transport/shm/memfd_ring.h"
 #include "transport/shm/seqpacket_channel.h"
 #include "wire/conversation.h"
@@ -114,6 +115,7 @@ class Fanout {
   std::string address_;
   shm::Listener shm_listener_;
   std::shared_ptr<net::Context> net_context_;
+  net::Poller poller_{nullptr};  // over net_context_, when there is one
   std::unique_ptr<net::Listener> net_listener_;
   shm::MemfdRing ring_;
   net::MemoryRegion ring_region_;  // after ring_: deregistered before the ring is unmapped

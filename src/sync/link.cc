@@ -2,88 +2,66 @@
 
 #include <fmt/format.h>
 
+#include "base/status_macros.h"
 #include "sync/sync_options.h"
+#include "transport/connect.h"
+#include "transport/net/message_channel.h"
+#include "transport/shm/message_channel.h"
 
 namespace ferry::sync {
 
-bool is_net_address(const std::string& address) {
-  return !address.empty() && address[0] != '@' && address.find('/') == std::string::npos &&
-         address.find(':') != std::string::npos;
+static_assert(wire::kHeaderBytes + wire::kMaxBodyBytes <= transport::kMaxMessageBytes,
+              "the largest wire message must fit every transport");
+
+namespace {
+const std::string kNoPeer;
+}  // namespace
+
+Link::Link(std::unique_ptr<transport::Channel> channel) : channel_(std::move(channel)) {
+  if (auto* n = dynamic_cast<net::MessageChannel*>(channel_.get())) net_ = &n->net();
 }
+Link::Link(shm::Channel c) : Link(std::make_unique<shm::MessageChannel>(std::move(c))) {}
+Link::Link(net::Channel c) : Link(std::make_unique<net::MessageChannel>(std::move(c))) {}
 
 Status Link::send(std::span<const std::byte> message, std::chrono::milliseconds timeout) {
-  if (auto* s = std::get_if<shm::Channel>(&channel_)) return s->send(message, timeout);
-  if (auto* n = std::get_if<net::Channel>(&channel_)) return n->send(message, timeout);
-  return failed_precondition("send on a closed link");
+  if (!channel_) return failed_precondition("send on a closed link");
+  return channel_->send(message, timeout);
 }
 
 Status Link::send_with_fd(std::span<const std::byte> message, std::chrono::milliseconds timeout,
                           int fd) {
-  if (auto* s = std::get_if<shm::Channel>(&channel_)) return s->send(message, timeout, fd);
-  return failed_precondition("only shm links pass descriptors");
+  if (!channel_) return failed_precondition("send on a closed link");
+  return channel_->send_with_fd(message, timeout, fd);
 }
 
 Result<std::vector<std::byte>> Link::receive(std::chrono::milliseconds timeout) {
-  if (auto* s = std::get_if<shm::Channel>(&channel_)) {
-    auto got = s->receive(timeout);
-    if (!got.ok()) return got.status();
-    return std::move(got->bytes);
-  }
-  if (auto* n = std::get_if<net::Channel>(&channel_)) return n->receive(timeout);
-  return failed_precondition("receive on a closed link");
+  if (!channel_) return failed_precondition("receive on a closed link");
+  return channel_->receive(timeout);
 }
 
 Result<std::vector<std::byte>> Link::receive_with_fd(std::chrono::milliseconds timeout,
                                                      ScopedFd* fd) {
-  if (auto* s = std::get_if<shm::Channel>(&channel_)) {
-    auto got = s->receive(timeout);
-    if (!got.ok()) return got.status();
-    *fd = std::move(got->fd);
-    return std::move(got->bytes);
-  }
-  return receive(timeout);
+  if (!channel_) return failed_precondition("receive on a closed link");
+  return channel_->receive_with_fd(timeout, fd);
 }
 
 Result<std::optional<std::vector<std::byte>>> Link::try_receive() {
-  if (auto* n = std::get_if<net::Channel>(&channel_)) return n->try_receive();
-  return std::optional<std::vector<std::byte>>();
-}
-
-int Link::fd() const {
-  if (const auto* s = std::get_if<shm::Channel>(&channel_)) return s->fd();
-  if (const auto* n = std::get_if<net::Channel>(&channel_)) return n->fd();
-  return -1;
-}
-
-bool Link::valid() const {
-  if (const auto* s = std::get_if<shm::Channel>(&channel_)) return s->valid();
-  if (const auto* n = std::get_if<net::Channel>(&channel_)) return n->valid();
-  return false;
+  if (!channel_) return std::optional<std::vector<std::byte>>();
+  return channel_->try_receive();
 }
 
 void Link::close() {
-  if (auto* s = std::get_if<shm::Channel>(&channel_)) s->close();
-  if (auto* n = std::get_if<net::Channel>(&channel_)) n->close();
+  if (channel_) channel_->close();
 }
 
 void Link::abort() {
-  if (auto* s = std::get_if<shm::Channel>(&channel_)) s->close();
-  if (auto* n = std::get_if<net::Channel>(&channel_)) n->abort();
+  if (channel_) channel_->abort();
 }
 
-const std::string& Link::peer() const {
-  if (const auto* s = std::get_if<shm::Channel>(&channel_)) return s->peer();
-  if (!net_peer_.empty()) return net_peer_;
-  if (const auto* n = std::get_if<net::Channel>(&channel_)) return n->peer();
-  return net_peer_;
-}
+const std::string& Link::peer() const { return channel_ ? channel_->peer() : kNoPeer; }
 
 void Link::set_peer(std::string peer) {
-  if (auto* s = std::get_if<shm::Channel>(&channel_)) {
-    s->set_peer(std::move(peer));
-  } else {
-    net_peer_ = std::move(peer);
-  }
+  if (channel_) channel_->set_peer(std::move(peer));
 }
 
 Result<net::Token> session_token(const SyncOptions& options) {
@@ -99,24 +77,24 @@ Result<net::Token> session_token(const SyncOptions& options) {
 
 Result<Link> connect_upstream(const std::string& address, const SyncOptions& options,
                               std::shared_ptr<net::Context>* context) {
-  if (!is_net_address(address)) {
+  if (!transport::is_net_address(address)) {
     // No sender listening yet is retried until the timeout, in slices so Ctrl-C is heard.
-    auto ch = retry_in_slices(
-        options, options.timeout, "no sender listening at " + address,
-        [&](std::chrono::milliseconds slice) { return shm::connect(address, slice); });
-    if (!ch.ok()) return ch.status();
-    return Link(std::move(*ch));
+    FERRY_ASSIGN_OR_RETURN(
+        auto channel, retry_in_slices(options, options.timeout, "no sender listening at " + address,
+                                      [&](std::chrono::milliseconds slice) {
+                                        return transport::connect(address, slice);
+                                      }));
+    return Link(std::move(channel));
   }
-  auto token = session_token(options);
-  if (!token.ok()) return token.status();
-  auto ctx = net::Context::create();
-  if (!ctx.ok()) return ctx.status();
-  *context = std::move(*ctx);
-  auto ch = net::connect(*context, address, *token, options.timeout);
-  if (!ch.ok()) return ch.status();
+  transport::NetConnectOptions net;
+  FERRY_ASSIGN_OR_RETURN(net.token, session_token(options));
+  FERRY_ASSIGN_OR_RETURN(net.context, net::Context::create());
+  *context = net.context;
+  FERRY_ASSIGN_OR_RETURN(auto channel, transport::connect(address, options.timeout, net));
+  Link link(std::move(channel));
   // The sender chooses how its bulk bytes travel; this end only sets the least it takes.
-  ch->set_bulk_protection(WireProtect::kNone, options.wire_protect);
-  return Link(std::move(*ch));
+  link.net()->set_bulk_protection(WireProtect::kNone, options.wire_protect);
+  return link;
 }
 
 Result<wire::Message> decode_from_sender(std::span<const std::byte> bytes, const Link& link,
@@ -134,13 +112,16 @@ Result<wire::Message> decode_from_sender(std::span<const std::byte> bytes, const
 
 Status receive_segment(Link& link, std::uint32_t key, std::span<std::byte> into,
                        const net::MemoryRegion& region, std::chrono::milliseconds timeout) {
-  auto t = link.net().receive_bulk(key, into, region);
+  if (link.net() == nullptr) {
+    return internal_error("receive_segment on a link to " + link.peer() + " that shares memory");
+  }
+  auto t = link.net()->receive_bulk(key, into, region);
   if (!t.ok()) return t.status();
-  Status s = link.net().wait(*t, timeout);
+  Status s = link.net()->wait(*t, timeout);
   if (!s.ok()) return s;
   if (t->bytes() != into.size()) {
-    return corruption(fmt::format("{} sent {} bytes for a segment of {}", link.peer(),
-                                  t->bytes(), into.size()));
+    return corruption(
+        fmt::format("{} sent {} bytes for a segment of {}", link.peer(), t->bytes(), into.size()));
   }
   return ok_status();
 }

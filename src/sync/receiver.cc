@@ -309,7 +309,7 @@ struct Receiver::Impl {
       }
       const std::byte* slot = ring.slot(f.slot);
       Status s;
-      if (channel.is_net() && f.used_bytes > f.offset) {
+      if (!channel.shares_memory() && f.used_bytes > f.offset) {
         profiler::Span span("sync.net_receive", profiler::Detail::kBucket);
         s = receive_segment(f);
         if (!s.ok()) return s;
@@ -387,7 +387,7 @@ Result<std::unique_ptr<Receiver>> Receiver::connect(const std::string& address,
   }
   const auto& w = std::get<wire::Welcome>(m->body);
   impl->checksums = w.checksums != 0;
-  if (impl->channel.is_net()) {
+  if (!impl->channel.shares_memory()) {
     // This node's copy of the ring; the sender sends each segment into it. Its size is the
     // sender's to choose, so it is bounded here before any of it is allocated.
     Status sized = check_ring_size(options, impl->channel.peer(),

@@ -15,6 +15,7 @@
 #include "sync/link.h"
 #include "sync/round_checksum.h"
 #include "sync/sync_options.h"
+#include "transport/net/poller.h"
 #include "wire/conversation.h"
 #include "wire/message.h"
 
@@ -90,6 +91,7 @@ struct Relay::Impl {
     std::uint32_t released_upstream = 0;
     bool ended = false;
     std::uint64_t digest = 0;
+    net::Poller poller(net_context.get());
     std::vector<pollfd> fds;
     auto deadline = Clock::now() + options.timeout;
     while (true) {
@@ -115,7 +117,7 @@ struct Relay::Impl {
         return stats;
       }
       // Upstream first: a segment waiting there is what local receivers wait for.
-      net_context->progress();
+      poller.progress();
       auto got = upstream.try_receive();
       if (!got.ok()) return got.status();
       if (got->has_value()) {
@@ -150,11 +152,10 @@ struct Relay::Impl {
       // Then whatever local receivers say.
       fds.clear();
       local->add_poll_fds([](const Peer& p) { return p.acked; }, &fds);
-      if (!net_context->arm()) continue;
-      fds.push_back({net_context->event_fd(), POLLIN, 0});
-      const auto left = std::chrono::duration_cast<milliseconds>(deadline - Clock::now()).count();
-      const int r = ::poll(fds.data(), fds.size(), static_cast<int>(std::clamp<long long>(left, 0, 50)));
-      if (r < 0 && errno != EINTR) return errno_status("poll", "relay peers", errno);
+      const auto left = std::max(
+          std::chrono::duration_cast<milliseconds>(deadline - Clock::now()), milliseconds(0));
+      auto ready = poller.wait(fds, left);
+      if (!ready.ok()) return ready.status();
       auto handled = local->handle_ready(fds, 0, digest);
       if (!handled.ok()) return handled.status();
       // Only news from a peer restarts the silence timer: UCX also wakes the event fd for
@@ -190,11 +191,11 @@ Result<std::unique_ptr<Relay>> Relay::connect(const std::string& upstream, std::
                                               const std::string& local_address,
                                               const SyncOptions& options) {
   if (options.timeout.count() <= 0) return invalid_argument("timeout must be positive");
-  if (!is_net_address(upstream)) {
+  if (!transport::is_net_address(upstream)) {
     return invalid_argument(fmt::format("relay upstream '{}' is not a host:port address",
                                         upstream));
   }
-  if (is_net_address(local_address)) {
+  if (transport::is_net_address(local_address)) {
     return invalid_argument(fmt::format("relay local address '{}' must be a shm address "
                                         "(\"@name\" or a path)",
                                         local_address));

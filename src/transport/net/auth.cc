@@ -13,6 +13,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "base/coding.h"
 #include "base/file_util.h"
 #include "base/random.h"
 
@@ -153,10 +154,8 @@ class Writer {
     u8(kVersion);
     u8(static_cast<std::uint8_t>(kind));
   }
-  void u8(std::uint8_t v) { out_.push_back(static_cast<std::byte>(v)); }
-  void u32(std::uint32_t v) {
-    for (int i = 0; i < 4; ++i) u8(static_cast<std::uint8_t>(v >> (8 * i)));
-  }
+  void u8(std::uint8_t v) { coding::put_u8(&out_, v); }
+  void u32(std::uint32_t v) { coding::put_u32(&out_, v); }
   template <std::size_t N>
   void bytes(const std::array<std::uint8_t, N>& a) {
     for (auto b : a) u8(b);
@@ -194,20 +193,16 @@ class Reader {
     }
   }
   const Status& error() const { return error_; }
-  std::uint8_t u8() { return static_cast<std::uint8_t>(in_[pos_++]); }
-  std::uint32_t u32() {
-    std::uint32_t v = 0;
-    for (int i = 0; i < 4; ++i) v |= std::uint32_t{u8()} << (8 * i);
-    return v;
-  }
+  // The constructor checked the size: every read of the body has its bytes.
+  std::uint8_t u8() { return in_.u8(); }
+  std::uint32_t u32() { return in_.u32(); }
   template <std::size_t N>
   void bytes(std::array<std::uint8_t, N>* a) {
     for (auto& b : *a) b = u8();
   }
 
  private:
-  std::span<const std::byte> in_;
-  std::size_t pos_ = 0;
+  coding::Reader in_;
   Status error_;
 };
 
@@ -317,11 +312,7 @@ Result<Address> decode_address(std::span<const std::byte> bytes, const std::stri
   // The body is a length and that many bytes: read the length first, bounded, then check
   // the prefix and the exact size as for the fixed messages.
   std::size_t length = 0;
-  if (bytes.size() >= kPrefixBytes + 4) {
-    for (std::size_t i = 0; i < 4; ++i) {
-      length |= std::size_t{static_cast<std::uint8_t>(bytes[kPrefixBytes + i])} << (8 * i);
-    }
-  }
+  if (bytes.size() >= kPrefixBytes + 4) length = coding::Reader(bytes.subspan(kPrefixBytes)).u32();
   if (length == 0 || length > kMaxWorkerAddressBytes) {
     return corruption(fmt::format(
         "{} sent an ADDRESS of {} bytes; a UCX worker address has 1 to {} bytes", peer,

@@ -11,8 +11,8 @@
 #include "base/clock.h"
 #include "base/log.h"
 #include "transport/net/testing.h"
+#include "transport/transport.h"
 #include "base/coding.h"
-#include "wire/message.h"
 
 namespace ferry::net {
 namespace {
@@ -58,7 +58,7 @@ std::uint64_t bulk_tag(std::uint32_t id, std::uint32_t key) {
 void testing::set_control_tamper(Tamper hook) { control_tamper() = std::move(hook); }
 void testing::set_bulk_tamper(Tamper hook) { bulk_tamper() = std::move(hook); }
 
-std::size_t max_message_bytes() { return wire::kHeaderBytes + wire::kMaxBodyBytes; }
+std::size_t max_message_bytes() { return transport::kMaxMessageBytes; }
 
 // What a Channel owns, shared with its Transfers so that they can tell a dead peer from a
 // slow one. Its address is the UCX error handler's argument, so it never moves.
@@ -199,10 +199,8 @@ struct Endpoint {
       const std::size_t have = inbox.size() - inbox_start;
       if (have < kFrameHeaderBytes) return;
       std::byte* frame = inbox.data() + inbox_start;
-      std::uint32_t length = 0;
-      for (std::size_t i = 0; i < kFrameHeaderBytes; ++i) {
-        length |= std::uint32_t{static_cast<std::uint8_t>(frame[i])} << (8 * i);
-      }
+      const std::uint32_t length =
+          coding::Reader(std::span<const std::byte>(frame, kFrameHeaderBytes)).u32();
       if (length < kFrameOverhead || length > max_message_bytes() + kFrameOverhead) {
         fail(corruption(fmt::format("{} sent a frame of {} bytes; the limit here is {}", peer,
                                     length, max_message_bytes() + kFrameOverhead)));
@@ -323,10 +321,9 @@ struct Endpoint {
   Result<void*> post(FrameKind kind, std::span<const std::byte> payload) {
     PendingSend ps;
     const auto length = static_cast<std::uint32_t>(payload.size() + kFrameOverhead);
+    ps.frame.reserve(kFrameHeaderBytes + length);
+    coding::put_u32(&ps.frame, length);  // kFrameHeaderBytes
     ps.frame.resize(kFrameHeaderBytes + length);
-    for (std::size_t i = 0; i < kFrameHeaderBytes; ++i) {
-      ps.frame[i] = static_cast<std::byte>(length >> (8 * i));
-    }
     if (!payload.empty()) {
       std::memcpy(ps.frame.data() + kFrameHeaderBytes, payload.data(), payload.size());
     }

@@ -35,7 +35,7 @@
 
 namespace ferry::net {
 
-// The largest control message: a wire header plus the largest wire body.
+// The largest control message: transport::kMaxMessageBytes.
 std::size_t max_message_bytes();
 
 struct Endpoint;  // channel.cc

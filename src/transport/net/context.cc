@@ -18,6 +18,7 @@
 
 #include "base/log.h"
 #include "transport/net/auth.h"
+#include "transport/net/poller.h"
 
 namespace ferry::net {
 namespace {
@@ -218,11 +219,10 @@ bool Context::arm() {
 }
 
 void Context::wait(std::chrono::milliseconds timeout) {
-  progress();
-  if (!arm()) return;
-  const auto ms = std::min<long long>(std::max<long long>(timeout.count(), 0), 50);
-  pollfd p{event_fd_, POLLIN, 0};
-  (void)::poll(&p, 1, static_cast<int>(ms));
+  Poller poller(this);
+  poller.progress();
+  std::vector<pollfd> no_other_fds;
+  (void)poller.wait(no_other_fds, timeout);
 }
 
 Result<MemoryRegion> Context::register_memory(std::span<std::byte> memory) {

@@ -4,7 +4,7 @@
 // Everything here is single-threaded: one thread owns a Context and all the listeners,
 // channels, regions and transfers made from it (or, with ContextOptions::serialized,
 // several threads take turns under the caller's mutex). The worker's event fd lets that
-// thread's poll() loop wait on net peers and shm peers together.
+// thread's loop (net::Poller, poller.h) wait on net peers and shm peers together.
 #pragma once
 
 #include <ucp/api/ucp_def.h>
@@ -82,8 +82,9 @@ class Context : public std::enable_shared_from_this<Context> {
   // Arms event_fd for the next event. false: events are pending already; progress instead
   // of sleeping.
   bool arm();
-  // progress(), arm(), then sleep on event_fd for at most `timeout` (capped at 50 ms so
-  // a missed wakeup costs at most that). For the blocking calls of Channel and Listener.
+  // One turn of net::Poller's loop with no other fds: progress(), arm(), then sleep on
+  // event_fd for at most `timeout` (capped at Poller::kMaxSleep, 50 ms, so a missed wakeup
+  // costs at most that). For the blocking calls of Channel and Listener.
   void wait(std::chrono::milliseconds timeout);
 
   // Registers (ucp_mem_map) memory the caller owns, once per session, for bulk transfers

@@ -42,6 +42,10 @@ Status check_same_user(int fd, const std::string& peer, pid_t* pid = nullptr) {
 
 Status Channel::send(std::span<const std::byte> message, std::chrono::milliseconds timeout,
                      int pass_fd) {
+  if (message.size() > kMaxMessageBytes) {
+    return invalid_argument(fmt::format("a message of {} bytes for {} exceeds the limit of {}",
+                                        message.size(), peer_, kMaxMessageBytes));
+  }
   const auto deadline = Clock::now() + timeout;
   std::size_t off = 0;
   bool first = true;

@@ -15,13 +15,14 @@
 
 #include "base/file_util.h"
 #include "ferry/status.h"
+#include "transport/transport.h"
 
 namespace ferry::shm {
 
 // Payload bytes per datagram; well under the default socket buffer (~208 KiB).
 inline constexpr std::size_t kChunkBytes = 32 * 1024;
-// The largest message a channel reassembles.
-inline constexpr std::size_t kMaxMessageBytes = 80u << 20;
+// The largest message a channel sends or reassembles: the seam's, as for every transport.
+inline constexpr std::size_t kMaxMessageBytes = transport::kMaxMessageBytes;
 
 struct Received {
   std::vector<std::byte> bytes;
@@ -33,7 +34,8 @@ class Channel {
   Channel() = default;
   Channel(ScopedFd fd, std::string peer) : fd_(std::move(fd)), peer_(std::move(peer)) {}
 
-  // Sends one message, and `pass_fd` with it (SCM_RIGHTS) when >= 0. Waits at most
+  // Sends one message (at most kMaxMessageBytes, else kInvalidArgument), and `pass_fd` with
+  // it (SCM_RIGHTS) when >= 0. Waits at most
   // `timeout` for room in the socket buffer (a peer that stopped reading).
   Status send(std::span<const std::byte> message, std::chrono::milliseconds timeout,
               int pass_fd = -1);

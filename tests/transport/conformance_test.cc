@@ -1,0 +1,303 @@
+// What every transport behind transport::Channel promises, one test body per behaviour run
+// over shm and net: whole messages up to the limit and not one byte more, a close the peer
+// sees, a receive deadline kept, a killed peer named. The connecting end always goes
+// through the factory (transport::connect), which picks the transport from the address.
+//
+// The listening end runs on the test's thread; a peer runs on a thread of its own, or as a
+// child process (this binary re-executed with FERRY_CONFORMANCE_CHILD set) when it is killed.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "base/clock.h"
+#include "base/coding.h"
+#include "support/status_matchers.h"
+#include "support/test_support.h"
+#include "transport/connect.h"
+#include "transport/net/context.h"
+#include "transport/net/message_channel.h"
+#include "transport/shm/message_channel.h"
+#include "transport/transport.h"
+
+namespace ferry::transport {
+namespace {
+
+using std::chrono::milliseconds;
+
+constexpr milliseconds kTimeout{10000};
+
+std::vector<std::byte> pattern(std::size_t n, unsigned seed) {
+  std::vector<std::byte> v(n);
+  for (std::size_t i = 0; i < n; ++i) v[i] = static_cast<std::byte>((i * 131 + seed) >> 3);
+  return v;
+}
+
+double ms_since(Clock::time_point t) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - t).count();
+}
+
+// The listening end of one transport: binds, accepts, and keeps its side progressing while
+// the test waits for a peer.
+class Server {
+ public:
+  virtual ~Server() = default;
+  virtual const std::string& address() const = 0;
+  virtual Result<std::unique_ptr<Channel>> accept(milliseconds timeout) = 0;
+  // Lets the transport make progress for about `d` (net: UCX answers a peer's close).
+  virtual void idle(milliseconds d) = 0;
+};
+
+class ShmServer final : public Server {
+ public:
+  ShmServer() {
+    static std::atomic<int> n{0};
+    auto l = shm::Listener::bind(fmt_address(n++));
+    EXPECT_OK(l);
+    listener_ = std::move(*l);
+  }
+  const std::string& address() const override { return listener_.address(); }
+  Result<std::unique_ptr<Channel>> accept(milliseconds timeout) override {
+    auto ch = listener_.accept(timeout);
+    if (!ch.ok()) return ch.status();
+    return std::unique_ptr<Channel>(std::make_unique<shm::MessageChannel>(std::move(*ch)));
+  }
+  void idle(milliseconds d) override { std::this_thread::sleep_for(d); }
+
+ private:
+  static std::string fmt_address(int n) {
+    return "@ferry-conformance-" + std::to_string(::getpid()) + "-" + std::to_string(n);
+  }
+  shm::Listener listener_;
+};
+
+class NetServer final : public Server {
+ public:
+  NetServer() {
+    auto ctx = net::Context::create();
+    EXPECT_OK(ctx);
+    ctx_ = *ctx;
+    auto l =
+        net::Listener::bind(ctx_, "127.0.0.1:0", *net::Token::from_string(testing::kTestToken));
+    EXPECT_OK(l);
+    listener_ = std::make_unique<net::Listener>(std::move(*l));
+  }
+  const std::string& address() const override { return listener_->address(); }
+  Result<std::unique_ptr<Channel>> accept(milliseconds timeout) override {
+    auto ch = listener_->accept(timeout);
+    if (!ch.ok()) return ch.status();
+    return std::unique_ptr<Channel>(std::make_unique<net::MessageChannel>(std::move(*ch)));
+  }
+  void idle(milliseconds d) override { ctx_->wait(d); }
+
+ private:
+  std::shared_ptr<net::Context> ctx_;
+  std::unique_ptr<net::Listener> listener_;
+};
+
+// The connecting end's options: its own Context (a peer is another process or node) and the
+// session token, which the factory uses only for a net address.
+Result<NetConnectOptions> peer_options() {
+  NetConnectOptions o;
+  auto ctx = net::Context::create();
+  if (!ctx.ok()) return ctx.status();
+  o.context = *ctx;
+  o.token = *net::Token::from_string(testing::kTestToken);
+  return o;
+}
+
+// A peer on its own thread: connects through the factory, runs `body`, closes.
+class PeerThread {
+ public:
+  PeerThread(std::string address, std::function<Status(Channel&)> body)
+      : thread_([this, address = std::move(address), body = std::move(body)] {
+          status_ = run(address, body);
+          finished_ = true;
+        }) {}
+  ~PeerThread() {
+    if (thread_.joinable()) thread_.join();
+  }
+  // Joins while the server side progresses, so a peer's closing flush is answered.
+  Status finish(Server& server) {
+    while (!finished_) server.idle(milliseconds(10));
+    thread_.join();
+    return status_;
+  }
+
+ private:
+  static Status run(const std::string& address, const std::function<Status(Channel&)>& body) {
+    auto options = peer_options();
+    if (!options.ok()) return options.status();
+    auto ch = connect(address, kTimeout, *options);
+    if (!ch.ok()) return ch.status();
+    Status s = body(**ch);
+    (*ch)->close();
+    return s;
+  }
+  Status status_;
+  std::atomic<bool> finished_{false};
+  std::thread thread_;
+};
+
+enum class Kind { kShm, kNet };
+
+class Conformance : public ::testing::TestWithParam<Kind> {
+ protected:
+  void SetUp() override {
+    if (GetParam() == Kind::kShm) {
+      server_ = std::make_unique<ShmServer>();
+    } else {
+      server_ = std::make_unique<NetServer>();
+    }
+  }
+  std::unique_ptr<Channel> accept() {
+    auto ch = server_->accept(kTimeout);
+    EXPECT_OK(ch);
+    return ch.ok() ? std::move(*ch) : nullptr;
+  }
+  std::unique_ptr<Server> server_;
+};
+
+TEST_P(Conformance, FactoryPicksTheTransportFromTheAddress) {
+  EXPECT_EQ(is_net_address(server_->address()), GetParam() == Kind::kNet) << server_->address();
+  EXPECT_FALSE(server_->address().ends_with(":0")) << "port 0 is bound to a real port";
+  PeerThread peer(server_->address(), [](Channel& ch) { return ch.send(pattern(1, 0), kTimeout); });
+  auto ch = accept();
+  ASSERT_NE(ch, nullptr);
+  EXPECT_EQ(ch->shares_memory(), GetParam() == Kind::kShm);
+  EXPECT_EQ(ch->passes_fds(), GetParam() == Kind::kShm);
+  EXPECT_EQ(ch->needs_progress(), GetParam() == Kind::kNet);
+  EXPECT_OK(ch->receive(kTimeout));
+  EXPECT_OK(peer.finish(*server_));
+}
+
+// The peer answers each message with its size and hash (a limit-sized echo would cost a
+// second 64 MiB crossing; net's control path is slow for messages that large).
+TEST_P(Conformance, MessagesUpToTheLimitArriveWholeAndInOrder) {
+  const std::vector<std::size_t> sizes = {0, 1, 4095, 65537, (1u << 20) + 7, kMaxMessageBytes};
+  constexpr milliseconds kLargeTimeout{60000};  // 64 MiB over a loaded machine's loopback
+  PeerThread peer(server_->address(), [&](Channel& ch) -> Status {
+    for (std::size_t i = 0; i < sizes.size(); ++i) {
+      auto m = ch.receive(kLargeTimeout);
+      if (!m.ok()) return m.status();
+      std::vector<std::byte> answer;
+      coding::put_u64(&answer, m->size());
+      coding::put_u64(&answer, testing::hash_bytes(*m));
+      Status s = ch.send(answer, kTimeout);
+      if (!s.ok()) return s;
+    }
+    return ok_status();
+  });
+  auto ch = accept();
+  ASSERT_NE(ch, nullptr);
+  // Sent all first: order and boundaries must survive several messages in flight.
+  for (std::size_t i = 0; i < sizes.size(); ++i) {
+    ASSERT_OK(ch->send(pattern(sizes[i], static_cast<unsigned>(i)), kLargeTimeout)) << i;
+  }
+  for (std::size_t i = 0; i < sizes.size(); ++i) {
+    auto m = ch->receive(kLargeTimeout);
+    ASSERT_OK(m) << "message " << i;
+    coding::Reader answer(*m);
+    EXPECT_EQ(answer.u64(), sizes[i]) << "message " << i;
+    EXPECT_EQ(answer.u64(), testing::hash_bytes(pattern(sizes[i], static_cast<unsigned>(i))))
+        << "message " << i;
+    EXPECT_TRUE(answer.ok() && answer.remaining() == 0) << "message " << i;
+  }
+  EXPECT_OK(peer.finish(*server_));
+}
+
+TEST_P(Conformance, MessageOneBytePastTheLimitIsRefusedNamingThePeer) {
+  PeerThread peer(server_->address(), [](Channel& ch) { return ch.receive(kTimeout).status(); });
+  auto ch = accept();
+  ASSERT_NE(ch, nullptr);
+  const Status s = ch->send(std::vector<std::byte>(kMaxMessageBytes + 1), kTimeout);
+  EXPECT_EQ(s.code(), Code::kInvalidArgument) << s.to_string();
+  EXPECT_NE(s.message().find(ch->peer()), std::string::npos) << s.message();
+  // Refused before a byte left: the channel still works.
+  ASSERT_OK(ch->send(pattern(3, 1), kTimeout));
+  EXPECT_OK(peer.finish(*server_));
+}
+
+TEST_P(Conformance, CloseIsSeenByThePeerAfterItsLastMessages) {
+  PeerThread peer(server_->address(),
+                  [](Channel& ch) { return ch.send(pattern(10, 1), kTimeout); });
+  auto ch = accept();
+  ASSERT_NE(ch, nullptr);
+  auto first = ch->receive(kTimeout);
+  ASSERT_OK(first);  // delivered before the close
+  EXPECT_EQ(first->size(), 10u);
+  const auto start = Clock::now();
+  auto m = ch->receive(kTimeout);
+  EXPECT_EQ(m.status().code(), Code::kAborted) << m.status().to_string();
+  EXPECT_NE(m.status().message().find(ch->peer() + " closed the connection"), std::string::npos)
+      << m.status().message();
+  EXPECT_LT(ms_since(start), 2000);
+  EXPECT_OK(peer.finish(*server_));
+  EXPECT_LT(ms_since(start), 900) << "the peer's close waited for a FIN it should have had";
+}
+
+TEST_P(Conformance, ReceiveDeadlineIsKeptAndNamesThePeer) {
+  PeerThread peer(server_->address(), [](Channel& ch) { return ch.receive(kTimeout).status(); });
+  auto ch = accept();
+  ASSERT_NE(ch, nullptr);
+  const auto start = Clock::now();
+  auto m = ch->receive(milliseconds(300));
+  EXPECT_EQ(m.status().code(), Code::kTimeout) << m.status().to_string();
+  EXPECT_NE(m.status().message().find(ch->peer()), std::string::npos) << m.status().message();
+  EXPECT_GE(ms_since(start), 290);
+  EXPECT_LT(ms_since(start), 1500);
+  // A timeout is not a failure of the channel.
+  ASSERT_OK(ch->send(pattern(1, 2), kTimeout));
+  EXPECT_OK(peer.finish(*server_));
+}
+
+// ---- a killed peer ----
+
+// This test binary, re-executed as a peer that connects to `address`, says one message and
+// then waits to be killed.
+class ChildPeer : public testing::Spawned {
+ public:
+  explicit ChildPeer(const std::string& address)
+      : Spawned(testing::self_binary(), {}, {"FERRY_CONFORMANCE_CHILD=" + address}) {}
+};
+
+const bool kChildRan = [] {
+  const char* address = std::getenv("FERRY_CONFORMANCE_CHILD");
+  if (address == nullptr) return false;
+  auto options = peer_options();
+  if (!options.ok()) std::_Exit(1);
+  auto ch = connect(address, kTimeout, *options);
+  if (!ch.ok() || !(*ch)->send(pattern(5, 3), kTimeout).ok()) std::_Exit(2);
+  (void)!::write(1, "connected\n", 10);
+  while (true) std::this_thread::sleep_for(std::chrono::seconds(1));
+}();
+
+TEST_P(Conformance, KilledPeerIsAbortedPromptlyNamingIt) {
+  ChildPeer child(server_->address());
+  auto ch = accept();
+  ASSERT_NE(ch, nullptr);
+  ASSERT_OK(ch->receive(kTimeout));  // its message: it is connected
+  ASSERT_EQ(child.read_line(), "connected");
+  child.kill();
+  const auto start = Clock::now();
+  auto m = ch->receive(kTimeout);
+  EXPECT_EQ(m.status().code(), Code::kAborted) << m.status().to_string();
+  EXPECT_NE(m.status().message().find(ch->peer()), std::string::npos) << m.status().message();
+  EXPECT_LT(ms_since(start), 3000);
+}
+
+INSTANTIATE_TEST_SUITE_P(Transports, Conformance, ::testing::Values(Kind::kShm, Kind::kNet),
+                         [](const ::testing::TestParamInfo<Kind>& param) {
+                           return param.param == Kind::kShm ? "shm" : "net";
+                         });
+
+}  // namespace
+}  // namespace ferry::transport
