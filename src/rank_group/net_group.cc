@@ -27,6 +27,7 @@
 #include "rank_group/group_base.h"
 #include "rank_group/net_messages.h"
 #include "transport/net/channel.h"
+#include "transport/net/poller.h"
 
 namespace ferry::rank_group {
 namespace {
@@ -36,11 +37,11 @@ using net_msg::Kind;
 using std::chrono::milliseconds;
 
 // After progress() and a look at every channel: sleeps until the worker has news, at most
-// `left` and 50 ms (so a missed wakeup costs little).
+// `left` and the Poller's cap (so a missed wakeup costs little). A failed poll() only ends
+// the sleep early: the caller's deadline still bounds the loop.
 void idle(net::Context& ctx, milliseconds left) {
-  if (!ctx.arm()) return;  // events pending already
-  pollfd p{ctx.event_fd(), POLLIN, 0};
-  (void)::poll(&p, 1, static_cast<int>(std::min(left, kIdleWait).count()));
+  std::vector<pollfd> no_fds;
+  (void)net::Poller(&ctx).wait(no_fds, std::min(left, kIdleWait));
 }
 
 // "host:port" -> host ("[::1]" keeps its brackets); "" when there is no port.
