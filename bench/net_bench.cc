@@ -2,7 +2,7 @@
 //
 // For each bucket size it runs, in the same run and on 127.0.0.1:
 //   U     = ucx_perftest -t tag_bw -e at that message size, server and client as child
-//           processes, the better of -E poll and -E sleep (src/sync/ucx_perftest.h, shared
+//           processes, the better of -E poll and -E sleep (src/tools/ucx_perftest.h, shared
 //           with `ferry bench sync --net`, says why);
 //   ferry = N buckets through net::Channel::send_bulk / receive_bulk between this process
 //           (receiver, listener) and a child (sender), K buckets in flight, ring slots
@@ -27,7 +27,7 @@
 #include <thread>
 #include <vector>
 
-#include "sync/ucx_perftest.h"
+#include "tools/ucx_perftest.h"
 #include "transport/net/auth.h"
 #include "transport/net/channel.h"
 
@@ -70,19 +70,19 @@ void fill_pattern(std::span<std::byte> out, std::uint64_t seed) {
   }
 }
 
-using sync::PerftestResult;
-using sync::SpawnedProcess;
+using tools::PerftestResult;
+using tools::SpawnedProcess;
 
 SpawnedProcess spawn(const std::vector<std::string>& args,
                      const std::vector<std::string>& extra_env) {
-  auto p = sync::spawn_process(args, extra_env);
+  auto p = tools::spawn_process(args, extra_env);
   check(p.status(), "spawn");
   return *p;
 }
 
-std::string collect(SpawnedProcess c, int* status) { return sync::collect_process(c, status); }
+std::string collect(SpawnedProcess c, int* status) { return tools::collect_process(c, status); }
 
-void stop(SpawnedProcess c) { sync::kill_process(c); }
+void stop(SpawnedProcess c) { tools::kill_process(c); }
 
 // ---- ferry's side ----
 
@@ -241,7 +241,7 @@ int main(int argc, char** argv) {
     FerryResult f;
     f.connect_ms = 1e9;
     for (int r = 0; r < repeat; ++r) {  // interleaved, so both see the same neighbours
-      const PerftestResult one_u = sync::ucx_perftest_loopback(bytes, count);
+      const PerftestResult one_u = tools::ucx_perftest_loopback(bytes, count);
       if (one_u.gbps > u) {
         u = one_u.gbps;
         u_mode = one_u.mode;

@@ -1,4 +1,4 @@
-#include "sync/child_process.h"
+#include "tools/child_process.h"
 
 #include <fcntl.h>
 #include <fmt/format.h>
@@ -11,7 +11,7 @@
 
 #include "base/file_util.h"
 
-namespace ferry::sync {
+namespace ferry::tools {
 
 Result<Child> fork_child(const std::function<std::string()>& body) {
   int fds[2];
@@ -64,4 +64,4 @@ std::uint64_t peak_rss_bytes() {
   return kb * 1024;
 }
 
-}  // namespace ferry::sync
+}  // namespace ferry::tools

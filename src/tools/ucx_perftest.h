@@ -10,7 +10,7 @@
 
 #include "ferry/status.h"
 
-namespace ferry::sync {
+namespace ferry::tools {
 
 // A process started by spawn_process, its stdout and stderr together in one pipe.
 struct SpawnedProcess {
@@ -46,4 +46,4 @@ PerftestResult ucx_perftest_loopback_once(std::size_t bytes, std::size_t iterati
 // alone would understate the limit.
 PerftestResult ucx_perftest_loopback(std::size_t bytes, std::size_t iterations);
 
-}  // namespace ferry::sync
+}  // namespace ferry::tools

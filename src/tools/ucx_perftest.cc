@@ -1,4 +1,4 @@
-#include "sync/ucx_perftest.h"
+#include "tools/ucx_perftest.h"
 
 #include <fcntl.h>
 #include <netinet/in.h>
@@ -18,7 +18,7 @@
 
 extern char** environ;
 
-namespace ferry::sync {
+namespace ferry::tools {
 
 Result<SpawnedProcess> spawn_process(const std::vector<std::string>& args,
                                      const std::vector<std::string>& extra_env) {
@@ -97,9 +97,9 @@ PerftestResult ucx_perftest_loopback_once(std::size_t bytes, std::size_t iterati
       return r;
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(300 + 300 * attempt));
-    auto client = spawn_process({"ucx_perftest", "127.0.0.1", "-p", port, "-e", "-E", mode, "-t",
-                                 "tag_bw", "-s", std::to_string(bytes), "-n",
-                                 std::to_string(iterations), "-w", "2"});
+    auto client =
+        spawn_process({"ucx_perftest", "127.0.0.1", "-p", port, "-e", "-E", mode, "-t", "tag_bw",
+                       "-s", std::to_string(bytes), "-n", std::to_string(iterations), "-w", "2"});
     if (!client.ok()) {
       kill_process(*server);
       r.log = client.status().to_string();
@@ -136,4 +136,4 @@ PerftestResult ucx_perftest_loopback(std::size_t bytes, std::size_t iterations) 
   return best;
 }
 
-}  // namespace ferry::sync
+}  // namespace ferry::tools

@@ -10,7 +10,7 @@
 
 #include "ferry/status.h"
 
-namespace ferry::sync {
+namespace ferry::tools {
 
 struct Child {
   pid_t pid = -1;
@@ -25,4 +25,4 @@ Result<std::string> finish_child(Child child);
 // Peak resident set of this process (VmHWM), in bytes.
 std::uint64_t peak_rss_bytes();
 
-}  // namespace ferry::sync
+}  // namespace ferry::tools
