@@ -1,11 +1,7 @@
 #include "tools/child_process.h"
 
-#include <fcntl.h>
 #include <fmt/format.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
-#include <cerrno>
 #include <cstdio>
 #include <cstring>
 
@@ -13,43 +9,26 @@
 
 namespace ferry::tools {
 
-Result<Child> fork_child(const std::function<std::string()>& body) {
-  int fds[2];
-  if (::pipe2(fds, O_CLOEXEC) != 0) return errno_status("pipe2", "child result", errno);
-  const pid_t pid = ::fork();
-  if (pid < 0) {
-    const int err = errno;
-    ::close(fds[0]);
-    ::close(fds[1]);
-    return errno_status("fork", "sync child", err);
-  }
-  if (pid == 0) {
-    ::close(fds[0]);
-    const std::string out = body();
-    (void)write_all(fds[1], as_bytes(out), "result pipe");
-    ::_exit(0);
-  }
-  ::close(fds[1]);
-  return Child{pid, fds[0]};
+Result<Subprocess> fork_child(const std::function<std::string()>& body, const std::string& what) {
+  return Subprocess::fork(
+      [&body](int out_fd) {
+        const std::string out = body();
+        return write_all(out_fd, as_bytes(out), "result pipe").ok() ? 0 : 1;
+      },
+      what);
 }
 
-Result<std::string> finish_child(Child child) {
-  ScopedFd fd(child.out_fd);
-  std::string out;
-  char buf[4096];
-  while (true) {
-    const ssize_t n = ::read(fd.get(), buf, sizeof buf);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) break;
-    out.append(buf, static_cast<std::size_t>(n));
+Result<std::string> finish_child(Subprocess& child) {
+  Subprocess::Finished done = child.finish(Deadline::never(), std::string::npos);
+  if (done.exit.signal != 0) {
+    return aborted(
+        fmt::format("{} (pid {}) died of signal {}", child.name(), child.pid(), done.exit.signal));
   }
-  int status = 0;
-  while (::waitpid(child.pid, &status, 0) < 0 && errno == EINTR) {
+  if (done.exit.code != 0) {
+    return aborted(
+        fmt::format("{} (pid {}) exited with code {}", child.name(), child.pid(), done.exit.code));
   }
-  if (WIFSIGNALED(status)) {
-    return aborted(fmt::format("child {} died of signal {}", child.pid, WTERMSIG(status)));
-  }
-  return out;
+  return std::move(done.out);
 }
 
 std::uint64_t peak_rss_bytes() {

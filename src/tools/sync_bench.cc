@@ -2,7 +2,6 @@
 
 #include <fcntl.h>
 #include <fmt/format.h>
-#include <signal.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -116,7 +115,7 @@ Result<std::vector<BenchResult>> run_sync_bench(
         const std::string address = fmt::format("@ferry-bench-{}-{}-{}", ::getpid(), bucket_mb, n);
         const int rounds = config.rounds + 1;
         // Receivers first, while this process is small; they retry until the sender listens.
-        std::vector<Child> kids;
+        std::vector<Subprocess> kids;
         for (std::uint32_t id = 0; id < n; ++id) {
           auto kid = fork_child([&, id]() -> std::string {
             auto rx = sync::Receiver::connect(address, id, o);
@@ -147,7 +146,7 @@ Result<std::vector<BenchResult>> run_sync_bench(
             return fmt::format("{}", peak_rss_bytes());
           });
           if (!kid.ok()) return kid.status();
-          kids.push_back(*kid);
+          kids.push_back(std::move(*kid));
         }
         auto sender = sync::Sender::create(address, o);
         if (!sender.ok()) return sender.status();
@@ -160,7 +159,7 @@ Result<std::vector<BenchResult>> run_sync_bench(
           if (r > 0) times.push_back(st->seconds);
         }
         BenchResult res;
-        for (Child& k : kids) {
+        for (Subprocess& k : kids) {
           auto out = finish_child(k);
           if (!out.ok()) return out.status();
           if (out->rfind("error", 0) == 0) return aborted("bench receiver: " + *out);
@@ -242,13 +241,8 @@ Result<NetNodeResult> run_net_bench_node(const NetBenchConfig& config, const std
   const int rounds = config.rounds + 1;
   // Local receivers first, before this process has a UCX context; they retry until the
   // relay's local address is up.
-  std::vector<Child> kids;
-  auto stop_kids = [&] {
-    for (Child& k : kids) {
-      ::kill(k.pid, SIGKILL);
-      (void)finish_child(k);
-    }
-  };
+  std::vector<Subprocess> kids;
+  auto stop_kids = [&] { kids.clear(); };  // each Subprocess kills and reaps its child
   for (std::uint32_t id = 0; id < config.receivers_per_node; ++id) {
     auto kid = fork_child([&, id]() -> std::string {
       auto rx = sync::Receiver::connect(local, id, o);
@@ -270,7 +264,7 @@ Result<NetNodeResult> run_net_bench_node(const NetBenchConfig& config, const std
       stop_kids();
       return kid.status();
     }
-    kids.push_back(*kid);
+    kids.push_back(std::move(*kid));
   }
   NetNodeResult res;
   const auto t0 = Clock::now();
@@ -387,7 +381,7 @@ Result<std::vector<NetBenchResult>> run_net_sync_bench(
           read_ends.push_back(p[0]);
           write_ends.push_back(p[1]);
         }
-        std::vector<Child> kids;
+        std::vector<Subprocess> kids;
         for (std::uint32_t i = 0; i < n; ++i) {
           auto kid = fork_child([&, i]() -> std::string {
             for (int fd : write_ends) ::close(fd);
@@ -401,7 +395,7 @@ Result<std::vector<NetBenchResult>> run_net_sync_bench(
                                r->receiver_peak_rss_bytes);
           });
           if (!kid.ok()) return kid.status();
-          kids.push_back(*kid);
+          kids.push_back(std::move(*kid));
         }
         for (int fd : read_ends) ::close(fd);
         auto close_writers = [&] {
@@ -424,7 +418,7 @@ Result<std::vector<NetBenchResult>> run_net_sync_bench(
         std::vector<double> setup;
         NetBenchResult r = res.ok() ? *res : NetBenchResult{};
         for (std::uint32_t i = 0; i < n; ++i) {
-          if (!res.ok()) ::kill(kids[i].pid, SIGKILL);
+          if (!res.ok()) kids[i].kill();
           auto out = finish_child(kids[i]);
           Status e = out.ok() ? child_error(fmt::format("bench node (relay {})", i + 1), *out)
                               : out.status();

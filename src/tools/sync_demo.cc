@@ -44,7 +44,7 @@ Result<std::vector<DemoRound>> run_sync_demo(
   o.bucket_bytes = config.bucket_mb << 20;
   const std::string address = fmt::format("@ferry-demo-{}", ::getpid());
   // Each receiver prints, per round, one line of tensor hashes.
-  std::vector<Child> kids;
+  std::vector<Subprocess> kids;
   for (std::uint32_t id = 0; id < config.receivers; ++id) {
     auto kid = fork_child([&, id]() -> std::string {
       // Backed before joining (base/prefault.h): the sender starts round 1 once all have
@@ -70,7 +70,7 @@ Result<std::vector<DemoRound>> run_sync_demo(
       return out;
     });
     if (!kid.ok()) return kid.status();
-    kids.push_back(*kid);
+    kids.push_back(std::move(*kid));
   }
   // Backed now, so filling it before round 1 is as fast as before later rounds.
   auto source = map_anonymous(total, true, /*prefault=*/true);
@@ -115,7 +115,7 @@ Result<std::vector<DemoRound>> run_sync_demo(
     if (auto files = config.profile->end_step(); !files.ok()) return files.status();
   }
   sender->reset();  // close the session so receivers exit
-  for (Child& k : kids) {
+  for (Subprocess& k : kids) {
     auto out = finish_child(k);
     if (!out.ok()) return out.status();
     std::istringstream lines(*out);
