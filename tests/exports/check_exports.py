@@ -101,7 +101,7 @@ def check_library(lib, include_dir):
 def check_cli(cli):
     bad = []
     for kind, symbol in nm(cli, "--defined-only"):
-        if kind.lower() not in "bdgsv" and not symbol.startswith("guard variable for "):
+        if kind.lower() not in "bdgsvu" and not symbol.startswith("guard variable for "):
             continue
         if symbol.startswith(("typeinfo", "vtable", "VTT", "construction vtable")):
             continue  # read-only type data, not state
