@@ -2,7 +2,7 @@
 //
 // For each bucket size it runs, in the same run and on 127.0.0.1:
 //   U     = ucx_perftest -t tag_bw -e at that message size, server and client as child
-//           processes, the better of -E poll and -E sleep (src/sync/ucx_perftest.h, shared
+//           processes, the better of -E poll and -E sleep (src/tools/ucx_perftest.h, shared
 //           with `ferry bench sync --net`, says why);
 //   ferry = N buckets through net::Channel::send_bulk / receive_bulk between this process
 //           (receiver, listener) and a child (sender), K buckets in flight, ring slots
@@ -12,7 +12,6 @@
 // machine a run's figure says more about the neighbours than about either side.
 // Usage: net_bench [--sizes-mib 4,64,256] [--total-mib 1024] [--inflight K] [--repeat R].
 // UCX_TLS / UCX_NET_DEVICES apply to both sides alike.
-#include <sys/wait.h>
 #include <unistd.h>
 #include <xxhash.h>
 
@@ -27,7 +26,8 @@
 #include <thread>
 #include <vector>
 
-#include "sync/ucx_perftest.h"
+#include "base/subprocess.h"
+#include "tools/ucx_perftest.h"
 #include "transport/net/auth.h"
 #include "transport/net/channel.h"
 
@@ -70,19 +70,17 @@ void fill_pattern(std::span<std::byte> out, std::uint64_t seed) {
   }
 }
 
-using sync::PerftestResult;
-using sync::SpawnedProcess;
+using tools::PerftestResult;
 
-SpawnedProcess spawn(const std::vector<std::string>& args,
-                     const std::vector<std::string>& extra_env) {
-  auto p = sync::spawn_process(args, extra_env);
+// A child with stdout and stderr in one pipe, for its log in an error message.
+Subprocess spawn(const std::vector<std::string>& args, const std::vector<std::string>& extra_env) {
+  SpawnOptions options;
+  options.env = extra_env;
+  options.output = ChildOutput::kMerged;
+  auto p = Subprocess::spawn(args, options);
   check(p.status(), "spawn");
-  return *p;
+  return std::move(*p);
 }
-
-std::string collect(SpawnedProcess c, int* status) { return sync::collect_process(c, status); }
-
-void stop(SpawnedProcess c) { sync::kill_process(c); }
 
 // ---- ferry's side ----
 
@@ -101,14 +99,13 @@ FerryResult ferry_run(std::size_t bytes, std::uint32_t count, std::uint32_t infl
   check(ctx.status(), "net::Context::create");
   auto listener = net::Listener::bind(*ctx, "127.0.0.1:0", *net::Token::from_string(secret));
   check(listener.status(), "Listener::bind");
-  SpawnedProcess sender = spawn({self, "--child-sender", listener->address(), std::to_string(bytes),
-                        std::to_string(count), std::to_string(inflight)},
-                       {"FERRY_TOKEN=" + secret});
+  Subprocess sender = spawn({self, "--child-sender", listener->address(), std::to_string(bytes),
+                             std::to_string(count), std::to_string(inflight)},
+                            {"FERRY_TOKEN=" + secret});
   auto ch = listener->accept(kTimeout);
   if (!ch.ok()) {
-    int st = 0;
-    stop(sender);
-    die("accept: " + ch.status().to_string() + "\n" + collect(sender, &st));
+    sender.kill();
+    die("accept: " + ch.status().to_string() + "\n" + sender.finish().out);
   }
   std::vector<std::byte> ring(static_cast<std::size_t>(inflight) * bytes);
   // Pre-fault, as a session's ring is faulted in once (DESIGN.md).
@@ -148,9 +145,8 @@ FerryResult ferry_run(std::size_t bytes, std::uint32_t count, std::uint32_t infl
   if (XXH3_64bits(slot(count - 1).data(), bytes) != hash)
     die("bucket bytes differ from the sender's");
   check(ch->send(bytes_of("bye"), kTimeout), "send bye");
-  int st = 0;
-  const std::string out = collect(sender, &st);
-  if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) die("sender failed:\n" + out);
+  const Subprocess::Finished sender_done = sender.finish();
+  if (sender_done.exit.code != 0) die("sender failed:\n" + sender_done.out);
   return r;
 }
 
@@ -241,7 +237,7 @@ int main(int argc, char** argv) {
     FerryResult f;
     f.connect_ms = 1e9;
     for (int r = 0; r < repeat; ++r) {  // interleaved, so both see the same neighbours
-      const PerftestResult one_u = sync::ucx_perftest_loopback(bytes, count);
+      const PerftestResult one_u = tools::ucx_perftest_loopback(bytes, count);
       if (one_u.gbps > u) {
         u = one_u.gbps;
         u_mode = one_u.mode;

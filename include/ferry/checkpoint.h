@@ -30,6 +30,7 @@
 #include <string_view>
 #include <vector>
 
+#include "ferry/export.h"
 #include "ferry/status.h"
 #include "ferry/tensor.h"
 
@@ -45,7 +46,7 @@ inline constexpr int kFormatVersion = 1;
 // in the same order. Implementations: connect_local_group() (threads or
 // processes on one machine, UNIX-domain sockets) and connect_net_group()
 // (ranks on any machines, UCX with token authentication).
-class RankGroup {
+class FERRY_EXPORT RankGroup {
  public:
   virtual ~RankGroup() = default;
 
@@ -111,7 +112,8 @@ struct LocalGroupOptions {
 // Joins a group of ranks that are threads or processes on this machine. Each
 // "node" is just a name with its own root folder, so tests model several nodes
 // without shared storage. Blocks until all `size` ranks joined.
-Result<std::unique_ptr<RankGroup>> connect_local_group(const LocalGroupOptions& options);
+FERRY_EXPORT Result<std::unique_ptr<RankGroup>> connect_local_group(
+    const LocalGroupOptions& options);
 
 struct NetGroupOptions {
   // "host:port" (or "[v6]:port") that rank 0 listens on and every other rank
@@ -154,14 +156,14 @@ struct NetGroupOptions {
 // error. The handler set by set_fetch_handler() runs on the serving thread, one
 // request at a time; set_fetch_handler() returns once no call of the previous
 // handler is running.
-Result<std::unique_ptr<RankGroup>> connect_net_group(const NetGroupOptions& options);
+FERRY_EXPORT Result<std::unique_ptr<RankGroup>> connect_net_group(const NetGroupOptions& options);
 
 // ---------------------------------------------------------------------------
 // Slices.
 
 // A box of a global tensor: offset and extent per dimension. The slice's bytes
 // are row-major over `extent` (as if the box were a tensor of its own).
-struct SliceSpec {
+struct FERRY_EXPORT SliceSpec {
   std::string name;  // the global tensor's name
   DType dtype = DType::kBF16;
   std::vector<std::int64_t> global_shape;
@@ -219,7 +221,7 @@ struct Layout {
   std::vector<std::string> nodes;  // in order of first rank
   std::vector<std::string> rank_nodes;  // node of each rank
 };
-struct Manifest {
+struct FERRY_EXPORT Manifest {
   int version = kFormatVersion;
   std::int64_t step = 0;
   Layout layout;
@@ -261,7 +263,7 @@ struct LoadStats {
   std::uint64_t remote_bytes = 0;  // fetched from peers
 };
 
-class Checkpointer {
+class FERRY_EXPORT Checkpointer {
  public:
   // `group` must outlive the Checkpointer.
   Checkpointer(RankGroup& group, CheckpointOptions options);
@@ -319,7 +321,7 @@ struct StepListing {
   bool latest = false;                    // some root's `latest` names it
 };
 // Every step_<N> folder of the given roots, by step.
-Result<std::vector<StepListing>> list_steps(const std::vector<std::string>& roots);
+FERRY_EXPORT Result<std::vector<StepListing>> list_steps(const std::vector<std::string>& roots);
 
 struct VerifyProblem {
   std::string node;
@@ -339,9 +341,9 @@ struct VerifyReport {
 // Re-hashes every slice of `step` (default: newest committed) found on the
 // roots; reports files missing per node (nodes without a root given are skipped
 // and named in notes). `progress` gets (bytes done, bytes total).
-Result<VerifyReport> verify(const std::vector<std::string>& roots,
-                            std::optional<std::int64_t> step = std::nullopt,
-                            std::function<void(std::uint64_t, std::uint64_t)> progress = {});
+FERRY_EXPORT Result<VerifyReport> verify(
+    const std::vector<std::string>& roots, std::optional<std::int64_t> step = std::nullopt,
+    std::function<void(std::uint64_t, std::uint64_t)> progress = {});
 
 struct GcAction {
   std::string root;
@@ -352,13 +354,12 @@ struct GcAction {
 // Removes partial checkpoints, never the newest committed one. A partial step
 // with a node marker whose layout has nodes not among `roots` may be committed
 // there, so it is kept unless `force`. `dry_run` reports without removing.
-Result<std::vector<GcAction>> gc(const std::vector<std::string>& roots, bool dry_run = false,
-                                 bool force = false);
+FERRY_EXPORT Result<std::vector<GcAction>> gc(const std::vector<std::string>& roots,
+                                              bool dry_run = false, bool force = false);
 
 // Checks one path read from a manifest: relative, no "." or ".." component, no
 // empty component, no NUL or backslash. invalid_argument names `what` and the path.
-Status validate_relative_path(std::string_view path, std::string_view what);
-
+FERRY_EXPORT Status validate_relative_path(std::string_view path, std::string_view what);
 
 // ---------------------------------------------------------------------------
 // Single-process helpers for `ferry ckpt save|load` (a simulated sharded job).
@@ -366,7 +367,7 @@ Status validate_relative_path(std::string_view path, std::string_view what);
 // Command-line roots: an argument that holds step_<N> folders or `latest` is a
 // root; otherwise each such folder directly inside it is one (sorted by name),
 // so "ckpt/" finds "ckpt/node0", "ckpt/node1". An argument with neither stays as given.
-std::vector<std::string> expand_roots(const std::vector<std::string>& args);
+FERRY_EXPORT std::vector<std::string> expand_roots(const std::vector<std::string>& args);
 
 // (bytes done, bytes total) of the tensor data, from any thread, one call at a time.
 using FolderProgress = std::function<void(std::uint64_t done, std::uint64_t total)>;
@@ -382,8 +383,9 @@ struct FolderSaveOptions {
 // config.json and the tensor order as the common state. Returns the step.
 // A config.json that is not valid JSON is a corruption error naming it; a negative
 // step is invalid_argument.
-Result<std::int64_t> save_model_folder(const std::string& hf_folder, const std::string& root_prefix,
-                                       const FolderSaveOptions& options);
+FERRY_EXPORT Result<std::int64_t> save_model_folder(const std::string& hf_folder,
+                                                    const std::string& root_prefix,
+                                                    const FolderSaveOptions& options);
 
 struct FolderLoadOptions {
   std::optional<std::int64_t> step;  // default: the newest committed step
@@ -398,8 +400,8 @@ struct FolderLoadOptions {
 // .<name>.tmp.<pid> and renamed into place when complete, so a failed or killed
 // load leaves out_folder as it was; temp folders of processes that are gone are
 // removed by the next load. Returns what prepare_load() said.
-Result<LoadInfo> load_model_folder(const std::vector<std::string>& roots,
-                                   const std::string& out_folder,
-                                   const FolderLoadOptions& options = {});
+FERRY_EXPORT Result<LoadInfo> load_model_folder(const std::vector<std::string>& roots,
+                                                const std::string& out_folder,
+                                                const FolderLoadOptions& options = {});
 
 }  // namespace ferry::checkpoint

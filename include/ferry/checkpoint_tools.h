@@ -29,6 +29,7 @@
 #include <string_view>
 #include <vector>
 
+#include "ferry/export.h"
 #include "ferry/status.h"
 
 namespace ferry::checkpoint {
@@ -46,7 +47,7 @@ inline constexpr std::string_view kMegatronConfig = "metadata.json";
 
 // One Megatron torch_dist folder: a folder inside a step folder that holds any of the three
 // metadata files or a *.distcp shard.
-struct DistCheckpointFolder {
+struct FERRY_EXPORT DistCheckpointFolder {
   std::string path;  // relative to the root, e.g. "global_step_5/actor/dist_ckpt"
   bool common_pt = false;
   bool dcp_metadata = false;        // .metadata
@@ -60,7 +61,7 @@ struct DistCheckpointFolder {
   std::vector<std::string> missing() const;
 };
 
-struct MegatronStep {
+struct FERRY_EXPORT MegatronStep {
   std::int64_t step = 0;
   std::string folder;  // "global_step_5" (verl) or "iter_0000005" (Megatron-LM)
   std::vector<DistCheckpointFolder> dist_folders;  // sorted by path
@@ -68,7 +69,7 @@ struct MegatronStep {
   bool complete() const;
 };
 
-struct MegatronFolder {
+struct FERRY_EXPORT MegatronFolder {
   std::string root;
   bool tracker_present = false;
   std::optional<std::int64_t> tracker;  // the step the tracker names, when it reads as one
@@ -80,16 +81,16 @@ struct MegatronFolder {
 
 // Whether `dir` is a verl / Megatron checkpoint folder: it holds the tracker or a
 // global_step_<N> / iter_<N> folder.
-bool is_megatron_folder(const std::string& dir);
+FERRY_EXPORT bool is_megatron_folder(const std::string& dir);
 // Command-line roots, as expand_roots() does for ferry's own format: an argument that is a
 // verl / Megatron folder is a root; otherwise each such folder directly inside it is one
 // (sorted by name), so "ckpt/" finds "ckpt/node0", "ckpt/node1". Empty when no argument
 // is or holds one.
-std::vector<std::string> expand_megatron_roots(const std::vector<std::string>& args);
+FERRY_EXPORT std::vector<std::string> expand_megatron_roots(const std::vector<std::string>& args);
 
 // Reads the tracker and every step folder of `root`: not_found if it is not a folder.
 // Never follows a symbolic link below the root.
-Result<MegatronFolder> scan_megatron_folder(const std::string& root);
+FERRY_EXPORT Result<MegatronFolder> scan_megatron_folder(const std::string& root);
 
 // ---------------------------------------------------------------------------
 // What a node that has the metadata gives to the others.
@@ -109,7 +110,7 @@ struct ReplicaSet {
 // step it names is complete. A step above the tracker (a save in progress; verl and Megatron
 // write the tracker after the save) or one with a folder lacking metadata.json (Megatron
 // writes it last) is held back and said so in `notes`. No tracker: nothing is offered.
-Result<ReplicaSet> replica_set(const std::string& root);
+FERRY_EXPORT Result<ReplicaSet> replica_set(const std::string& root);
 
 // ---------------------------------------------------------------------------
 // Verifying the folders of several nodes.
@@ -128,7 +129,7 @@ struct MegatronNodeReport {
   std::string fix;
   bool ok() const { return missing.empty() && inconsistent.empty(); }
 };
-struct MegatronVerifyReport {
+struct FERRY_EXPORT MegatronVerifyReport {
   std::optional<std::int64_t> tracker;    // the highest step a tracker names
   std::vector<std::int64_t> steps;        // the steps checked
   std::vector<MegatronNodeReport> nodes;  // one per root, in order
@@ -141,8 +142,8 @@ struct MegatronVerifyReport {
 // metadata file that is empty or (metadata.json) not Megatron's JSON, a copy that differs
 // from the one on the node that holds rank 0's shards, a tracker that is unreadable, names
 // a step missing here or incomplete everywhere, or lags another node's.
-Result<MegatronVerifyReport> verify_megatron(const std::vector<std::string>& roots,
-                                             std::optional<std::int64_t> step = std::nullopt);
+FERRY_EXPORT Result<MegatronVerifyReport> verify_megatron(
+    const std::vector<std::string>& roots, std::optional<std::int64_t> step = std::nullopt);
 
 // ---------------------------------------------------------------------------
 // Replication over the net transport (docs/protocol.md, "Checkpoint replication").
@@ -174,7 +175,7 @@ struct ReplicateServeOptions {
 // Serves `root`'s replica_set() to pullers until `stop` or `clients`. A puller that fails
 // authentication or breaks the protocol is dropped and logged; the server goes on.
 // Errors: the root is not a folder, the address cannot be bound, no token.
-Status serve_replicas(const ReplicateServeOptions& options);
+FERRY_EXPORT Status serve_replicas(const ReplicateServeOptions& options);
 
 struct PulledFile {
   std::string path;
@@ -218,6 +219,6 @@ struct ReplicatePullOptions {
 // name or the tracker, and no folder on the way a symbolic link (invalid_argument otherwise,
 // before anything is written; a link planted later is refused as failed_precondition, one at
 // the file's own name is replaced, never written through). A server that dies mid-file leaves no partial file.
-Result<PullResult> pull_replicas(const ReplicatePullOptions& options);
+FERRY_EXPORT Result<PullResult> pull_replicas(const ReplicatePullOptions& options);
 
 }  // namespace ferry::checkpoint

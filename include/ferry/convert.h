@@ -18,6 +18,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "ferry/export.h"
 #include "ferry/model.h"
 #include "ferry/status.h"
 #include "ferry/sync.h"
@@ -33,8 +34,8 @@ enum class NormLayout : std::uint8_t {
   // Megatron-core local spec: input_layernorm.weight and pre_mlp_layernorm.weight.
   kSeparate,
 };
-std::string_view norm_layout_name(NormLayout layout);  // "fused" / "separate"
-Result<NormLayout> parse_norm_layout(std::string_view text);
+FERRY_EXPORT std::string_view norm_layout_name(NormLayout layout);  // "fused" / "separate"
+FERRY_EXPORT Result<NormLayout> parse_norm_layout(std::string_view text);
 
 struct MegatronLayout {
   int tp = 1;                             // tensor-parallel size; must divide the head counts
@@ -53,7 +54,7 @@ enum class SplitKind : std::uint8_t {
   kQkv,         // dim 0, by KV group; per group [q heads; k; v]
   kGateUp,      // dim 0; each rank holds [gate_r; up_r]
 };
-std::string_view split_kind_name(SplitKind kind);
+FERRY_EXPORT std::string_view split_kind_name(SplitKind kind);
 
 // `count` blocks of `block_bytes`: block i is HF bytes [hf_offset + i * hf_stride, +block_bytes)
 // and shard bytes [shard_offset + i * block_bytes, +block_bytes). The shard side of a run is
@@ -80,7 +81,7 @@ struct MegatronParam {
 };
 
 // The full correspondence for one model, layout and dtype. Immutable once built.
-struct Mapping {
+struct FERRY_EXPORT Mapping {
   model::ModelConfig config;
   MegatronLayout layout;  // padded_vocab_size resolved (never 0)
   DType dtype = DType::kBF16;
@@ -102,12 +103,13 @@ struct Mapping {
 
 // Checks the config against the layout (heads, KV groups, intermediate size and the padded
 // vocabulary must divide by tp; dtype must be whole bytes); errors name the field.
-Result<Mapping> build_mapping(const model::ModelConfig& config, const MegatronLayout& layout,
-                              DType dtype);
+FERRY_EXPORT Result<Mapping> build_mapping(const model::ModelConfig& config,
+                                           const MegatronLayout& layout, DType dtype);
 
 // Rank `rank`'s runs for `param`, sorted by shard_offset and tiling the shard exactly.
 // REQUIRES: 0 <= rank < layout.tp.
-std::vector<Run> shard_runs(const Mapping& mapping, const MegatronParam& param, int rank);
+FERRY_EXPORT std::vector<Run> shard_runs(const Mapping& mapping, const MegatronParam& param,
+                                         int rank);
 
 // --- Names and shapes: every problem at once, grouped, with the likely cause. ---
 
@@ -119,7 +121,7 @@ struct NameGroup {
   std::vector<std::int64_t> layers;  // sorted; empty for a name outside the layers
 };
 
-struct CheckReport {
+struct FERRY_EXPORT CheckReport {
   Side side = Side::kHf;
   std::string source;  // the folder or file checked, for messages
   std::vector<NameGroup> missing;
@@ -137,8 +139,8 @@ struct CheckReport {
 
 // Compares tensors found in a checkpoint with what `mapping` expects on `side`. On the
 // Megatron side `found` is one rank's file (shard shapes). Never stops at the first problem.
-CheckReport check_tensors(const Mapping& mapping, Side side, std::span<const TensorSpec> found,
-                          std::string source = "");
+FERRY_EXPORT CheckReport check_tensors(const Mapping& mapping, Side side,
+                                       std::span<const TensorSpec> found, std::string source = "");
 
 // --- Streaming (sync sender: Megatron in, HF out). ---
 
@@ -153,7 +155,7 @@ struct HfPiece {
 // Splits one TP rank's Megatron tensors into HF pieces as they pass, in any piece sizes: a
 // fused QKV or fc1 tensor never has to be whole in memory, and no second model copy exists.
 // Thread-safe (const after creation).
-class MegatronToHfStream {
+class FERRY_EXPORT MegatronToHfStream {
  public:
   static Result<MegatronToHfStream> create(Mapping mapping, int rank);
 
@@ -184,7 +186,7 @@ class MegatronToHfStream {
 // hold its bytes. Views only: a fused QKV or fc1 shard is split as the sender packs it,
 // never copied whole. shards[r] holds rank r's Megatron tensors, for r = 0..tp-1; bytes
 // every rank holds (the norms) are read from rank 0. Errors name the rank and tensor.
-Result<std::vector<sync::GatheredTensor>> gather_hf_tensors(
+FERRY_EXPORT Result<std::vector<sync::GatheredTensor>> gather_hf_tensors(
     const Mapping& mapping, std::span<const std::vector<TensorView>> shards);
 
 // --- Folders. ---
@@ -202,8 +204,8 @@ struct MegatronFolderInfo {
   std::vector<std::string> rank_files;  // relative to the folder, rank order
 };
 // "mp_rank_03/model.safetensors"
-std::string rank_file_name(int rank);
-Result<MegatronFolderInfo> read_megatron_layout(const std::string& folder);
+FERRY_EXPORT std::string rank_file_name(int rank);
+FERRY_EXPORT Result<MegatronFolderInfo> read_megatron_layout(const std::string& folder);
 
 struct ConvertOptions {
   MegatronLayout layout;  // used by hf -> megatron; megatron -> hf reads the folder's own
@@ -225,15 +227,15 @@ struct ConvertSummary {
 // Both check all names and shapes first and write nothing if any problem is found. Each
 // output file appears atomically; tensor bytes go from the mapped input straight to the
 // writer, so memory use stays at one copy buffer, whatever the model size.
-Result<ConvertSummary> hf_to_megatron(const std::string& src, const std::string& dst,
-                                      const ConvertOptions& options);
-Result<ConvertSummary> megatron_to_hf(const std::string& src, const std::string& dst,
-                                      const ConvertOptions& options);
+FERRY_EXPORT Result<ConvertSummary> hf_to_megatron(const std::string& src, const std::string& dst,
+                                                   const ConvertOptions& options);
+FERRY_EXPORT Result<ConvertSummary> megatron_to_hf(const std::string& src, const std::string& dst,
+                                                   const ConvertOptions& options);
 
 // What a conversion would find, without writing. One report per file checked (HF: one;
 // Megatron: one per rank). A folder that cannot be read at all is an error Status.
-Result<std::vector<CheckReport>> check_hf_folder(const std::string& src,
-                                                 const MegatronLayout& layout);
-Result<std::vector<CheckReport>> check_megatron_folder(const std::string& src);
+FERRY_EXPORT Result<std::vector<CheckReport>> check_hf_folder(const std::string& src,
+                                                              const MegatronLayout& layout);
+FERRY_EXPORT Result<std::vector<CheckReport>> check_megatron_folder(const std::string& src);
 
 }  // namespace ferry::convert

@@ -15,6 +15,7 @@
 #include <string_view>
 #include <vector>
 
+#include "ferry/export.h"
 #include "ferry/status.h"
 
 namespace ferry::device {
@@ -36,7 +37,7 @@ struct FsSpace {
 
 // Files are named as on the probed system ("/dev/davinci0"); an Env decides
 // where they really are. Implementations must be safe to call from one thread.
-class Env {
+class FERRY_EXPORT Env {
  public:
   virtual ~Env() = default;
   // The probed process environment; nullopt when the variable is unset
@@ -56,18 +57,18 @@ class Env {
 
 // The real machine, with every file read under `sysroot` ("" or "/" = the
 // real root) and tools run from the PATH of this process.
-std::unique_ptr<Env> posix_env(std::string sysroot);
+FERRY_EXPORT std::unique_ptr<Env> posix_env(std::string sysroot);
 // FERRY_SYSROOT when set, else the real root.
-std::unique_ptr<Env> default_env();
+FERRY_EXPORT std::unique_ptr<Env> default_env();
 
 // ---------------------------------------------------------------------------
 // Visible-device masks.
 
 enum class MaskKind { kAscend, kCuda, kHip, kRocr };
 // "ASCEND_RT_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES", ...
-std::string_view mask_variable(MaskKind kind);
+FERRY_EXPORT std::string_view mask_variable(MaskKind kind);
 // "RAY_EXPERIMENTAL_NOSET_ASCEND_RT_VISIBLE_DEVICES", ...
-std::string ray_noset_variable(MaskKind kind);
+FERRY_EXPORT std::string ray_noset_variable(MaskKind kind);
 
 struct VisibleDevices {
   MaskKind kind = MaskKind::kAscend;
@@ -98,14 +99,16 @@ struct DeviceInventory {
 
 // Parses `value` as the runtime of `kind` does (docs/doctor.md cites each rule).
 // Never fails: what the runtime drops is reported in `ignored`.
-VisibleDevices parse_visible_devices(MaskKind kind, std::optional<std::string_view> value,
-                                     const DeviceInventory& inventory);
+FERRY_EXPORT VisibleDevices parse_visible_devices(MaskKind kind,
+                                                  std::optional<std::string_view> value,
+                                                  const DeviceInventory& inventory);
 
 // ---------------------------------------------------------------------------
 // Platform facts.
 
 enum class Platform { kCpu, kAscend, kNvidia, kRocm };
-std::string_view platform_name(Platform platform);  // "cpu", "ascend", "nvidia", "rocm"
+FERRY_EXPORT std::string_view platform_name(
+    Platform platform);  // "cpu", "ascend", "nvidia", "rocm"
 
 struct Accelerator {
   int id = 0;          // physical id as the vendor tool numbers it
@@ -152,7 +155,7 @@ struct PythonInfo {
 // Checks.
 
 enum class Severity { kOk, kInfo, kWarn, kFail };
-std::string_view severity_name(Severity severity);  // "ok", "info", "warn", "fail"
+FERRY_EXPORT std::string_view severity_name(Severity severity);  // "ok", "info", "warn", "fail"
 
 struct Check {
   std::string id;  // stable, dotted: "ascend.driver", "mask.ascend", "sync.memlock"
@@ -178,12 +181,12 @@ struct VersionVerdict {
 };
 
 // Loads the matrix from `data_dir` (see data_path()).
-Result<std::vector<VersionSet>> load_version_matrix(const std::string& data_dir);
+FERRY_EXPORT Result<std::vector<VersionSet>> load_version_matrix(const std::string& data_dir);
 // True when `installed` satisfies `wanted` ("2.9.0.post2" satisfies "2.9.0";
 // "core_r0.12.1" and "0.12.1" name the same Megatron core).
-bool version_matches(std::string_view wanted, std::string_view installed);
-VersionVerdict check_versions(const std::vector<VersionSet>& matrix,
-                              const std::map<std::string, std::string>& installed);
+FERRY_EXPORT bool version_matches(std::string_view wanted, std::string_view installed);
+FERRY_EXPORT VersionVerdict check_versions(const std::vector<VersionSet>& matrix,
+                                           const std::map<std::string, std::string>& installed);
 
 struct DoctorOptions {
   std::string python;             // interpreter to ask for torch & co.; "" = skip
@@ -193,7 +196,7 @@ struct DoctorOptions {
   std::string data_dir;            // "" = the default lookup (data_path())
 };
 
-struct Report {
+struct FERRY_EXPORT Report {
   std::string root;
   PlatformInfo platform;
   std::vector<VisibleDevices> masks;  // the ones that are set or matter here
@@ -205,7 +208,7 @@ struct Report {
 };
 
 // Runs every probe and check. Fails only when a data file is unreadable.
-Result<Report> run_doctor(const Env& env, const DoctorOptions& options);
+FERRY_EXPORT Result<Report> run_doctor(const Env& env, const DoctorOptions& options);
 
 // The three-layer logging set from verl's FAQ for `platform`.
 struct DebugVariable {
@@ -214,7 +217,7 @@ struct DebugVariable {
   std::string value;
   std::string effect;  // what it turns on
 };
-std::vector<DebugVariable> debug_env(Platform platform);
+FERRY_EXPORT std::vector<DebugVariable> debug_env(Platform platform);
 
 // ---------------------------------------------------------------------------
 // Explaining error messages.
@@ -229,11 +232,12 @@ struct Explanation {
 
 // Recognises known errors in `text` (a log, a traceback) with the patterns in
 // `data_dir`/explain_patterns.json. An unknown text gives an empty list.
-Result<std::vector<Explanation>> explain(std::string_view text, const std::string& data_dir);
+FERRY_EXPORT Result<std::vector<Explanation>> explain(std::string_view text,
+                                                      const std::string& data_dir);
 
 // Where the data files are: `override_dir` if given, else $FERRY_DATA_DIR,
 // else <prefix>/share/ferry/device next to the installed binary, else the copy
 // compiled into the library ("" is returned for that one: loaders use it).
-std::string data_path(const std::string& override_dir);
+FERRY_EXPORT std::string data_path(const std::string& override_dir);
 
 }  // namespace ferry::device

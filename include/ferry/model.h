@@ -8,6 +8,7 @@
 #include <string_view>
 #include <vector>
 
+#include "ferry/export.h"
 #include "ferry/status.h"
 #include "ferry/tensor.h"
 
@@ -34,24 +35,25 @@ struct ModelConfig {
 };
 
 // Names accepted by preset(), in a stable order.
-std::vector<std::string> preset_names();
+FERRY_EXPORT std::vector<std::string> preset_names();
 // "qwen2.5-7b", "llama3-8b", ... (case-insensitive; the error lists the names).
-Result<ModelConfig> preset(std::string_view name);
+FERRY_EXPORT Result<ModelConfig> preset(std::string_view name);
 
 // Parses config.json text; errors name the missing or malformed field.
-Result<ModelConfig> parse_hf_config(std::string_view json_text, std::string_view source);
+FERRY_EXPORT Result<ModelConfig> parse_hf_config(std::string_view json_text,
+                                                 std::string_view source);
 // config.json text for `config` saved in `dtype` (torch_dtype).
-std::string hf_config_json(const ModelConfig& config, DType dtype);
+FERRY_EXPORT std::string hf_config_json(const ModelConfig& config, DType dtype);
 
 // Every tensor of the Hugging Face checkpoint, in the order HF writes them
 // (embedding, layers in order, final norm, lm_head unless tied).
-std::vector<TensorSpec> hf_tensor_specs(const ModelConfig& config, DType dtype);
+FERRY_EXPORT std::vector<TensorSpec> hf_tensor_specs(const ModelConfig& config, DType dtype);
 
 // Deterministic contents: the same (seed, name) always gives the same bytes,
 // whatever the piece boundaries. Fills `out` with the bytes at
 // [offset, offset + out.size()) of tensor `name`.
-void fill_synthetic(std::uint64_t seed, std::string_view name, std::uint64_t offset,
-                    std::span<std::byte> out);
+FERRY_EXPORT void fill_synthetic(std::uint64_t seed, std::string_view name, std::uint64_t offset,
+                                 std::span<std::byte> out);
 
 struct GenerateOptions {
   DType dtype = DType::kBF16;
@@ -64,8 +66,8 @@ struct GenerateOptions {
 
 // Writes config.json, sharded safetensors and model.safetensors.index.json
 // into `folder` (created if missing). Each file appears atomically.
-Status generate_model_folder(const ModelConfig& config, const std::string& folder,
-                             const GenerateOptions& options);
+FERRY_EXPORT Status generate_model_folder(const ModelConfig& config, const std::string& folder,
+                                          const GenerateOptions& options);
 
 // verl's bucket setting, computed as its FAQ says: the largest tensor in MB
 // (bytes / 1024^2) times a margin, rounded up to a power of two.
@@ -79,6 +81,6 @@ struct BucketAdvice {
 };
 inline constexpr std::string_view kVerlBucketKey =
     "actor_rollout_ref.rollout.checkpoint_engine.update_weights_bucket_megabytes";
-Result<BucketAdvice> advise_bucket(std::uint64_t largest_bytes, double margin = 1.2);
+FERRY_EXPORT Result<BucketAdvice> advise_bucket(std::uint64_t largest_bytes, double margin = 1.2);
 
 }  // namespace ferry::model

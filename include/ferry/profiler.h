@@ -13,6 +13,7 @@
 #include <string_view>
 #include <vector>
 
+#include "ferry/export.h"
 #include "ferry/status.h"
 
 namespace ferry::profiler {
@@ -31,14 +32,14 @@ enum class Content : std::uint8_t {
 // per-bucket spans from level1 and per-tensor spans at level2.
 enum class Level : std::uint8_t { kLevelNone, kLevel0, kLevel1, kLevel2 };
 
-std::string_view content_name(Content c);  // "npu", ...
-std::string_view level_name(Level l);      // "level_none", "level0", ...
+FERRY_EXPORT std::string_view content_name(Content c);  // "npu", ...
+FERRY_EXPORT std::string_view level_name(Level l);      // "level_none", "level0", ...
 // Accepts the names above; level also takes "0", "1", "2" (as the FAQ writes `level=1`).
 // Errors list the allowed values.
-Result<Content> parse_content(std::string_view text);
-Result<Level> parse_level(std::string_view text);
+FERRY_EXPORT Result<Content> parse_content(std::string_view text);
+FERRY_EXPORT Result<Level> parse_level(std::string_view text);
 
-struct Config {
+struct FERRY_EXPORT Config {
   // --- verl's tool_config.npu fields, same names and defaults ---
   std::vector<Content> contents;  // default []
   Level level = Level::kLevel0;   // default level0
@@ -67,7 +68,8 @@ struct Config {
 // The config in the spelling verl accepts, one override per field under `prefix`
 // (e.g. "actor_rollout_ref.actor.profiler.tool_config.npu"):
 //   <prefix>.contents=[npu,cpu]  <prefix>.level=level1  <prefix>.analysis=true  ...
-std::vector<std::string> to_verl_overrides(const Config& config, std::string_view prefix);
+FERRY_EXPORT std::vector<std::string> to_verl_overrides(const Config& config,
+                                                        std::string_view prefix);
 
 // Applies one `key=value`. Keys are matched by their dotted suffix, so both
 // `actor_rollout_ref.actor.profiler.tool_config.npu.level=1` and `npu.level=1` work, as do
@@ -75,14 +77,15 @@ std::vector<std::string> to_verl_overrides(const Config& config, std::string_vie
 // Returns false (not an error) when the key is not a profiler key, so a caller can pass
 // every override of a verl command line. A profiler key with a bad value, or an unknown
 // key under `tool_config.npu`, is invalid_argument naming the key and the allowed values.
-Result<bool> apply_override(Config* config, std::string_view text);
-Status apply_overrides(Config* config, const std::vector<std::string>& texts);
+FERRY_EXPORT Result<bool> apply_override(Config* config, std::string_view text);
+FERRY_EXPORT Status apply_overrides(Config* config, const std::vector<std::string>& texts);
 
 // Reads the profiler section from verl YAML text / a file: the first mapping found at
 // actor_rollout_ref.actor.profiler, actor.profiler or profiler (or the npu mapping itself
 // at the top level). Hydra interpolations (`${oc.select:...}`) are treated as unset.
-Result<Config> config_from_yaml(std::string_view yaml_text, std::string_view source_name);
-Result<Config> config_from_yaml_file(const std::string& path);
+FERRY_EXPORT Result<Config> config_from_yaml(std::string_view yaml_text,
+                                             std::string_view source_name);
+FERRY_EXPORT Result<Config> config_from_yaml_file(const std::string& path);
 
 // Who writes a trace; part of every file name.
 struct TraceIdentity {
@@ -94,7 +97,7 @@ struct TraceIdentity {
 // or stop()ping it turns them off and writes what is pending. One Session at a time.
 // Thread-safety: spans may be recorded from any thread; the Session's own methods are
 // meant to be called from one controlling thread.
-class Session {
+class FERRY_EXPORT Session {
  public:
   // Fails with failed_precondition if another Session is live, io_error if save_path
   // cannot be created.
@@ -155,16 +158,18 @@ struct Summary {
 
 // Summarizes Chrome trace JSON ("X" spans and "b"/"e" ranges); several files are merged
 // (per-rank step times summed, clock offsets from each file's wall-clock anchor).
-Result<Summary> summarize_text(std::string_view json_text, std::string_view source_name);
-Result<Summary> summarize_files(const std::vector<std::string>& paths);
+FERRY_EXPORT Result<Summary> summarize_text(std::string_view json_text,
+                                            std::string_view source_name);
+FERRY_EXPORT Result<Summary> summarize_files(const std::vector<std::string>& paths);
 
 // Writes one Chrome trace holding every event of `paths`, each file shifted onto the first
 // file's clock by its wall-clock anchor (same-node files need no shift), so several
 // processes' traces of one step open as one timeline.
-Status merge_traces(const std::vector<std::string>& paths, const std::string& out_path);
+FERRY_EXPORT Status merge_traces(const std::vector<std::string>& paths,
+                                 const std::string& out_path);
 
-std::string summary_markdown(const Summary& s);
-std::string summary_csv(const Summary& s);
-std::string summary_json(const Summary& s);
+FERRY_EXPORT std::string summary_markdown(const Summary& s);
+FERRY_EXPORT std::string summary_csv(const Summary& s);
+FERRY_EXPORT std::string summary_json(const Summary& s);
 
 }  // namespace ferry::profiler

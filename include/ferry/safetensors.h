@@ -14,6 +14,7 @@
 #include <string_view>
 #include <vector>
 
+#include "ferry/export.h"
 #include "ferry/status.h"
 #include "ferry/tensor.h"
 
@@ -28,7 +29,7 @@ struct SafetensorsEntry {
   std::uint64_t end = 0;
 };
 
-struct SafetensorsHeader {
+struct FERRY_EXPORT SafetensorsHeader {
   std::vector<SafetensorsEntry> tensors;  // sorted by begin offset
   std::map<std::string, std::string> metadata;
   std::uint64_t data_offset = 0;  // 8 + N: where the data section starts in the file
@@ -40,16 +41,16 @@ struct SafetensorsHeader {
 // Validates a header. `prefix` holds at least the file's first 8 + N bytes (or
 // all of it if shorter); `file_size` is the whole file's size; `source` names
 // the file in errors.
-Result<SafetensorsHeader> parse_safetensors_header(std::span<const std::byte> prefix,
-                                                   std::uint64_t file_size,
-                                                   std::string_view source);
+FERRY_EXPORT Result<SafetensorsHeader> parse_safetensors_header(std::span<const std::byte> prefix,
+                                                                std::uint64_t file_size,
+                                                                std::string_view source);
 
 // Reads and validates only the header of a file: no tensor data is read.
-Result<SafetensorsHeader> read_safetensors_header(const std::string& path);
+FERRY_EXPORT Result<SafetensorsHeader> read_safetensors_header(const std::string& path);
 
 // A memory-mapped, validated safetensors file. Views stay valid while it lives.
 // Thread-safe for concurrent readers.
-class SafetensorsFile {
+class FERRY_EXPORT SafetensorsFile {
  public:
   static Result<SafetensorsFile> open(const std::string& path);
   SafetensorsFile(SafetensorsFile&&) noexcept;
@@ -71,14 +72,14 @@ class SafetensorsFile {
 
 // Builds the header bytes (length prefix + JSON padded with spaces so the data
 // section starts 8-byte aligned) for tensors laid out back to back in order.
-Result<std::string> build_safetensors_header(const std::vector<TensorSpec>& tensors,
-                                             const std::map<std::string, std::string>& metadata);
+FERRY_EXPORT Result<std::string> build_safetensors_header(
+    const std::vector<TensorSpec>& tensors, const std::map<std::string, std::string>& metadata);
 
 // Streams a safetensors file: the header is written first, then the caller's
 // bytes in tensor order, in pieces of any size. finish() checks every byte
 // arrived, fsyncs and renames into place; until then nothing exists under
 // `path`, and destroying an unfinished writer removes its temporary file.
-class SafetensorsWriter {
+class FERRY_EXPORT SafetensorsWriter {
  public:
   static Result<SafetensorsWriter> create(const std::string& path, std::vector<TensorSpec> tensors,
                                           std::map<std::string, std::string> metadata = {});
@@ -117,10 +118,10 @@ struct ModelIndex {
 };
 
 // Headers only: no tensor data is read. Works on a folder or a single file.
-Result<ModelIndex> read_model_index(const std::string& path);
+FERRY_EXPORT Result<ModelIndex> read_model_index(const std::string& path);
 
 // Opens every shard of a model folder (mapped) for reading tensor bytes.
-class ModelFolder {
+class FERRY_EXPORT ModelFolder {
  public:
   static Result<ModelFolder> open(const std::string& path);
   ModelFolder(ModelFolder&&) noexcept;
@@ -139,7 +140,8 @@ class ModelFolder {
 };
 
 // Writes model.safetensors.index.json for shards already written.
-Status write_model_index(const std::string& folder, const std::vector<ModelTensor>& tensors,
-                         std::uint64_t total_size);
+FERRY_EXPORT Status write_model_index(const std::string& folder,
+                                      const std::vector<ModelTensor>& tensors,
+                                      std::uint64_t total_size);
 
 }  // namespace ferry

@@ -13,6 +13,8 @@
 #include <string_view>
 #include <utility>
 
+#include "ferry/export.h"
+
 namespace ferry {
 
 // docs/errors.md says what raises each code and whether a caller may retry.
@@ -35,9 +37,9 @@ enum class Code : unsigned char {
 };
 
 // Stable lower-case name of a code ("invalid_argument"), as printed in errors.
-std::string_view code_name(Code code);
+FERRY_EXPORT std::string_view code_name(Code code);
 
-class [[nodiscard]] Status {
+class [[nodiscard]] FERRY_EXPORT Status {
  public:
   Status() noexcept = default;  // OK
   Status(Code code, std::string message);
@@ -85,7 +87,7 @@ inline Status internal_error(std::string m) { return {Code::kInternal, std::move
 
 // A failed system call: "<syscall>(<target>): <strerror(err)>". ENOSPC maps to
 // kResourceExhausted, ENOENT to kNotFound, EEXIST to kAlreadyExists, the rest to kIoError.
-Status errno_status(std::string_view syscall, std::string_view target, int err);
+FERRY_EXPORT Status errno_status(std::string_view syscall, std::string_view target, int err);
 
 // A value or the Status that explains why there is none.
 template <typename T>

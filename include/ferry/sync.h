@@ -28,6 +28,7 @@
 #include <string>
 #include <vector>
 
+#include "ferry/export.h"
 #include "ferry/status.h"
 #include "ferry/tensor.h"
 #include "ferry/wire_protect.h"
@@ -102,7 +103,7 @@ struct GatheredTensor {
   std::vector<std::span<const std::byte>> parts;  // sizes add up to spec.bytes()
 };
 
-class Sender {
+class FERRY_EXPORT Sender {
  public:
   // Binds `address` ("@name": abstract socket; else a file path created 0600) and
   // creates the ring (options.slots x options.bucket_bytes, pre-faulted).
@@ -146,7 +147,7 @@ using TensorCallback = std::function<Status(const TensorView& tensor)>;
 // empty such round calls it once, with no tensors). Views are valid during the call only.
 using BucketCallback = std::function<Status(std::span<const TensorView> weights, bool is_last)>;
 
-class Receiver {
+class FERRY_EXPORT Receiver {
  public:
   // Connects (retrying until options.timeout while the sender is not up yet), says
   // HELLO and maps the ring read-only. `session` 0 joins whatever session the
@@ -194,7 +195,7 @@ class Receiver {
 // The sender's RELEASE of a bucket waits until every local receiver released it, and its
 // ACK until every local receiver acknowledged the round, so a slow or dead local receiver
 // is reported upstream by name. Errors break the session, as for Sender and Receiver.
-class Relay {
+class FERRY_EXPORT Relay {
  public:
   static Result<std::unique_ptr<Relay>> connect(const std::string& upstream,
                                                 std::uint32_t relay_id,

@@ -12,6 +12,7 @@
 #include <string_view>
 #include <vector>
 
+#include "ferry/export.h"
 #include "ferry/status.h"
 
 namespace ferry {
@@ -43,25 +44,27 @@ enum class DType : std::uint8_t {
 inline constexpr int kDTypeCount = 20;
 
 // Bits per element (1 byte = 8; F4 = 4; F6_* = 6).
-int dtype_bits(DType dtype);
+FERRY_EXPORT int dtype_bits(DType dtype);
 // The safetensors name: "BF16", "F8_E4M3", ...
-std::string_view dtype_name(DType dtype);
+FERRY_EXPORT std::string_view dtype_name(DType dtype);
 // The torch name: "torch.bfloat16", ... ("" where torch has none).
-std::string_view dtype_torch_name(DType dtype);
+FERRY_EXPORT std::string_view dtype_torch_name(DType dtype);
 // Bytes one element needs for alignment purposes (1 for sub-byte dtypes).
-int dtype_alignment(DType dtype);
+FERRY_EXPORT int dtype_alignment(DType dtype);
 
 // Accepts safetensors names ("F32"), torch names ("torch.float32", "float32"),
 // and common short forms ("fp32", "bf16", "half", "float", "int8", ...),
 // case-insensitively. The error lists the accepted names.
-Result<DType> parse_dtype(std::string_view text);
+FERRY_EXPORT Result<DType> parse_dtype(std::string_view text);
 
 // Elements in a shape; an overflow of uint64 is an error naming `what`.
-Result<std::uint64_t> element_count(std::span<const std::int64_t> shape, std::string_view what);
+FERRY_EXPORT Result<std::uint64_t> element_count(std::span<const std::int64_t> shape,
+                                                 std::string_view what);
 // Bytes for `elements` of `dtype`; sub-byte dtypes must fill whole bytes.
-Result<std::uint64_t> byte_size(DType dtype, std::uint64_t elements, std::string_view what);
+FERRY_EXPORT Result<std::uint64_t> byte_size(DType dtype, std::uint64_t elements,
+                                             std::string_view what);
 
-struct TensorSpec {
+struct FERRY_EXPORT TensorSpec {
   std::string name;
   DType dtype = DType::kU8;
   std::vector<std::int64_t> shape;

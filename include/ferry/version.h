@@ -1,8 +1,10 @@
 #pragma once
 
+#include "ferry/export.h"
+
 namespace ferry {
 
 // The library's version, "MAJOR.MINOR.PATCH".
-const char* version();
+FERRY_EXPORT const char* version();
 
 }  // namespace ferry

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <string_view>
 
+#include "ferry/export.h"
 #include "ferry/status.h"
 
 namespace ferry {
@@ -18,8 +19,8 @@ enum class WireProtect : std::uint8_t {
 };
 
 // "none", "mac", "encrypt".
-std::string_view wire_protect_name(WireProtect p);
+FERRY_EXPORT std::string_view wire_protect_name(WireProtect p);
 // The inverse; kInvalidArgument naming `text` and the choices otherwise.
-Result<WireProtect> parse_wire_protect(std::string_view text);
+FERRY_EXPORT Result<WireProtect> parse_wire_protect(std::string_view text);
 
 }  // namespace ferry

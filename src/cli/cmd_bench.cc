@@ -7,19 +7,19 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
-#include "sync/sync_bench.h"
+#include "tools/sync_bench.h"
 
 namespace ferry::cli {
 namespace {
 
 struct BenchArgs {
-  sync::BenchConfig config;
+  tools::BenchConfig config;
   std::vector<std::string> dtypes = {"bf16"};
   std::uint64_t memcpy_mb = 1024;
   bool json = false;
   // --net: across nodes (loopback here, or the two ends apart with --listen / --connect).
   bool net = false;
-  sync::NetBenchConfig net_config;
+  tools::NetBenchConfig net_config;
   std::string listen;   // sender end only
   std::string connect;  // node end only
   std::uint32_t relay_id = 1;
@@ -27,7 +27,7 @@ struct BenchArgs {
   CLI::Option* bucket_option = nullptr;  // --net has its own default bucket sizes
 };
 
-nlohmann::ordered_json net_result_json(const sync::NetBenchResult& r) {
+nlohmann::ordered_json net_result_json(const tools::NetBenchResult& r) {
   return {{"dtype", std::string(dtype_name(r.dtype))},
           {"bucket_mb", r.bucket_mb},
           {"nodes", r.nodes},
@@ -48,7 +48,7 @@ nlohmann::ordered_json net_result_json(const sync::NetBenchResult& r) {
 }
 
 int run_bench_sync_net(BenchArgs& a) {
-  sync::NetBenchConfig& c = a.net_config;
+  tools::NetBenchConfig& c = a.net_config;
   if (a.dtypes.size() != 1) return usage_error("--net takes one --dtype");
   auto t = parse_dtype(a.dtypes[0]);
   if (!t.ok()) return report_error(t.status());
@@ -74,7 +74,7 @@ int run_bench_sync_net(BenchArgs& a) {
     }
   }
   if (!a.connect.empty()) {
-    auto r = sync::run_net_bench_node(c, a.connect, a.relay_id);
+    auto r = tools::run_net_bench_node(c, a.connect, a.relay_id);
     if (!r.ok()) return report_error(r.status());
     nlohmann::ordered_json j = {{"role", "node"},
                                 {"relay_id", a.relay_id},
@@ -94,7 +94,7 @@ int run_bench_sync_net(BenchArgs& a) {
     return kExitOk;
   }
   if (!a.listen.empty()) {
-    auto r = sync::run_net_bench_sender(c, a.listen, [](const std::string& address) {
+    auto r = tools::run_net_bench_sender(c, a.listen, [](const std::string& address) {
       // On stderr always: with port 0 it is how scripts learn the port.
       std::fprintf(stderr, "bench sender listening on %s\n", address.c_str());
       std::fflush(stderr);
@@ -123,7 +123,7 @@ int run_bench_sync_net(BenchArgs& a) {
                 "ratio_U", "t(N)/t(1)", "setup_ms_max", "relay_rss_MB");
     std::fflush(stdout);
   }
-  auto results = sync::run_net_sync_bench(c, [&](const sync::NetBenchResult& r) {
+  auto results = tools::run_net_sync_bench(c, [&](const tools::NetBenchResult& r) {
     if (a.json) return;
     std::printf(
         "%-9llu %-5u %-8s %-7.3f %-8.4f %-9.3f %-10.2f %-8.3f %-6s %-7.2f %-9.2f %-12.1f %.0f\n",
@@ -171,7 +171,7 @@ int run_bench_sync(BenchArgs& a) {
     if (!t.ok()) return usage_error(t.status());
     a.config.dtypes.push_back(*t);
   }
-  const sync::CopyBandwidth m = sync::measure_copy_bandwidth(a.memcpy_mb << 20, 16u << 20);
+  const tools::CopyBandwidth m = tools::measure_copy_bandwidth(a.memcpy_mb << 20, 16u << 20);
   if (!a.json) {
     std::printf(
         "memcpy (one thread, %llu MiB, pre-faulted): M = %.2f GB/s; in 16 MiB pieces: "
@@ -187,7 +187,7 @@ int run_bench_sync(BenchArgs& a) {
                 "peak_rss_MB");
     std::fflush(stdout);
   }
-  auto results = sync::run_sync_bench(a.config, m, [&](const sync::BenchResult& r) {
+  auto results = tools::run_sync_bench(a.config, m, [&](const tools::BenchResult& r) {
     if (a.json) return;
     std::printf("%-6s %-9llu %-9u %-8u %-9.3f %-8.4f %-7.2f %-7.2f %-8.2f %-7.2f %.0f\n",
                 std::string(dtype_name(r.dtype)).c_str(),

@@ -7,13 +7,13 @@
 #include "cli/commands.h"
 #include "cli/progress.h"
 #include "ferry/profiler.h"
-#include "sync/sync_demo.h"
+#include "tools/sync_demo.h"
 
 namespace ferry::cli {
 namespace {
 
 struct DemoArgs {
-  sync::DemoConfig config;
+  tools::DemoConfig config;
   bool json = false;
   bool profile = false;
   std::string profile_dir;
@@ -68,7 +68,7 @@ int run_demo(const DemoArgs& a) {
   }
   auto session = start_profiler(a);
   if (!session.ok()) return report_error(session.status());
-  sync::DemoConfig config = c;
+  tools::DemoConfig config = c;
   config.profile = session->get();
   double setup_seconds = 0;
   auto on_ready = [&a, &setup_seconds](double seconds) {
@@ -82,7 +82,7 @@ int run_demo(const DemoArgs& a) {
     std::fflush(stdout);
   };
   // Each round is printed as it ends; the receivers' verdict comes when they exit.
-  auto rounds = sync::run_sync_demo(config, on_ready, [&a](const sync::DemoRound& d) {
+  auto rounds = tools::run_sync_demo(config, on_ready, [&a](const tools::DemoRound& d) {
     if (a.json) return;
     std::printf("%-6llu %-8u %-8u %-9.3f %-8.3f %-8.2f\n", static_cast<unsigned long long>(d.round),
                 d.tensors, d.buckets, d.bytes / double(1 << 30), d.seconds,

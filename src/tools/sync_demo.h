@@ -10,7 +10,7 @@
 #include "ferry/profiler.h"
 #include "ferry/status.h"
 
-namespace ferry::sync {
+namespace ferry::tools {
 
 struct DemoConfig {
   std::int64_t vocab = 151936;  // the FAQ's embedding: [151936, 4096] F32 = 2.49 GB
@@ -42,4 +42,4 @@ Result<std::vector<DemoRound>> run_sync_demo(const DemoConfig& config,
                                              const std::function<void(double)>& on_ready,
                                              const std::function<void(const DemoRound&)>& on_round);
 
-}  // namespace ferry::sync
+}  // namespace ferry::tools

@@ -10,7 +10,7 @@
 #include "ferry/status.h"
 #include "ferry/tensor.h"
 
-namespace ferry::sync {
+namespace ferry::tools {
 
 // Anonymous private memory. `dont_fork` (MADV_DONTFORK) keeps forked receivers from
 // inheriting it, so their RSS shows only their own memory; `prefault` backs every page now
@@ -20,4 +20,4 @@ Result<MappedRegion> map_anonymous(std::uint64_t bytes, bool dont_fork, bool pre
 // Views of `specs` laid out back to back from `base`. REQUIRES: base holds their bytes.
 std::vector<TensorView> lay_out(const std::vector<TensorSpec>& specs, const std::byte* base);
 
-}  // namespace ferry::sync
+}  // namespace ferry::tools

@@ -12,7 +12,7 @@
 #include "ferry/sync.h"
 #include "ferry/tensor.h"
 
-namespace ferry::sync {
+namespace ferry::tools {
 
 struct CopyBandwidth {
   double whole_gbps = 0;         // M: one pre-faulted copy of `bytes`
@@ -66,7 +66,7 @@ Result<std::vector<BenchResult>> run_sync_bench(
 //
 // A net Sender sends a full round to N relays ("nodes"), each republishing it over shm to
 // its local receivers in destination mode. U, the limit, is ucx_perftest -t tag_bw at the
-// bucket size on the same path (src/sync/ucx_perftest.h), measured in the same run.
+// bucket size on the same path (src/tools/ucx_perftest.h), measured in the same run.
 
 struct NetBenchConfig {
   std::string preset = "qwen2.5-0.5b";
@@ -78,7 +78,7 @@ struct NetBenchConfig {
   int rounds = 3;  // timed rounds after one warm-up round; the median is reported
   bool checksums = true;
   // Bulk protection per run, each measured in turn (none first, for the ratios to it).
-  std::vector<WireProtect> wire_protect = {SyncOptions{}.wire_protect};
+  std::vector<WireProtect> wire_protect = {sync::SyncOptions{}.wire_protect};
   std::string host = "127.0.0.1";  // the loopback run listens on host:0
   std::chrono::milliseconds timeout{60'000};
 };
@@ -92,7 +92,7 @@ struct NetBenchResult {
   double ratio_to_none = 0;
   std::uint32_t tensors = 0;
   std::uint64_t bytes = 0;
-  double seconds = 0;       // median round at the sender: until every node acknowledged it
+  double seconds = 0;        // median round at the sender: until every node acknowledged it
   double gbps_per_node = 0;  // bytes / seconds: what each node received in that time
   double perftest_gbps = 0;  // U at this bucket size; <= 0 when ucx_perftest failed
   std::string perftest_mode;
@@ -121,14 +121,14 @@ Result<NetBenchResult> run_net_bench_sender(
     const std::function<void(const std::string& address)>& on_listening);
 
 struct NetNodeResult {
-  double setup_ms = 0;  // Relay::connect
+  double setup_ms = 0;                // Relay::connect
   std::vector<double> round_seconds;  // relay_round() per round, warm-up included
   std::uint64_t relay_peak_rss_bytes = 0;
   std::uint64_t receiver_peak_rss_bytes = 0;
 };
 // Node end: config.receivers_per_node local receivers (forked, destination mode) and a
 // Relay with id `relay_id` joined to `upstream` in this process, for config.rounds + 1 rounds.
-Result<NetNodeResult> run_net_bench_node(const NetBenchConfig& config,
-                                         const std::string& upstream, std::uint32_t relay_id);
+Result<NetNodeResult> run_net_bench_node(const NetBenchConfig& config, const std::string& upstream,
+                                         std::uint32_t relay_id);
 
-}  // namespace ferry::sync
+}  // namespace ferry::tools

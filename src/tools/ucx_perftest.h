@@ -2,30 +2,13 @@
 // the same message size. Shared by `ferry bench sync --net` and bench/net_bench.cc.
 #pragma once
 
-#include <sys/types.h>
-
 #include <cstddef>
 #include <string>
 #include <vector>
 
 #include "ferry/status.h"
 
-namespace ferry::sync {
-
-// A process started by spawn_process, its stdout and stderr together in one pipe.
-struct SpawnedProcess {
-  pid_t pid = -1;
-  int out_fd = -1;
-};
-
-// Starts args[0] (looked up on PATH) with this process's environment plus `extra_env`
-// ("NAME=value", these win).
-Result<SpawnedProcess> spawn_process(const std::vector<std::string>& args,
-                                     const std::vector<std::string>& extra_env = {});
-// Everything the process writes until it exits, and its wait status in *wait_status.
-std::string collect_process(SpawnedProcess p, int* wait_status);
-// SIGKILLs and reaps it.
-void kill_process(SpawnedProcess p);
+namespace ferry::tools {
 
 // A TCP port on 127.0.0.1 that was free a moment ago (bound, read back, closed).
 int free_loopback_port();
@@ -46,4 +29,4 @@ PerftestResult ucx_perftest_loopback_once(std::size_t bytes, std::size_t iterati
 // alone would understate the limit.
 PerftestResult ucx_perftest_loopback(std::size_t bytes, std::size_t iterations);
 
-}  // namespace ferry::sync
+}  // namespace ferry::tools

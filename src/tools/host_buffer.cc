@@ -1,4 +1,4 @@
-#include "sync/host_buffer.h"
+#include "tools/host_buffer.h"
 
 #include <fmt/format.h>
 #include <sys/mman.h>
@@ -8,7 +8,7 @@
 
 #include "base/prefault.h"
 
-namespace ferry::sync {
+namespace ferry::tools {
 
 Result<MappedRegion> map_anonymous(std::uint64_t bytes, bool dont_fork, bool prefault) {
   if (bytes == 0) return MappedRegion();
@@ -31,4 +31,4 @@ std::vector<TensorView> lay_out(const std::vector<TensorSpec>& specs, const std:
   return views;
 }
 
-}  // namespace ferry::sync
+}  // namespace ferry::tools

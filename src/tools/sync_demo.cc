@@ -1,4 +1,4 @@
-#include "sync/sync_demo.h"
+#include "tools/sync_demo.h"
 
 #include <fmt/format.h>
 #include <sys/mman.h>
@@ -11,10 +11,10 @@
 #include "base/file_util.h"
 #include "ferry/model.h"
 #include "ferry/sync.h"
-#include "sync/child_process.h"
-#include "sync/host_buffer.h"
+#include "tools/child_process.h"
+#include "tools/host_buffer.h"
 
-namespace ferry::sync {
+namespace ferry::tools {
 namespace {
 
 std::vector<TensorSpec> demo_specs(const DemoConfig& c) {
@@ -40,18 +40,18 @@ Result<std::vector<DemoRound>> run_sync_demo(
   const std::vector<TensorSpec> specs = demo_specs(config);
   std::uint64_t total = 0;
   for (const auto& s : specs) total += s.bytes();
-  SyncOptions o;
+  sync::SyncOptions o;
   o.bucket_bytes = config.bucket_mb << 20;
   const std::string address = fmt::format("@ferry-demo-{}", ::getpid());
   // Each receiver prints, per round, one line of tensor hashes.
-  std::vector<Child> kids;
+  std::vector<Subprocess> kids;
   for (std::uint32_t id = 0; id < config.receivers; ++id) {
     auto kid = fork_child([&, id]() -> std::string {
       // Backed before joining (base/prefault.h): the sender starts round 1 once all have
       // joined, and first-touching 2.5 GB inside it made round 1 ~20x slower than round 2.
       auto dst = map_anonymous(total, false, /*prefault=*/true);
       if (!dst.ok()) return "error " + dst.status().to_string() + "\n";
-      auto rx = Receiver::connect(address, id, o);
+      auto rx = sync::Receiver::connect(address, id, o);
       if (!rx.ok()) return "error " + rx.status().to_string() + "\n";
       std::vector<std::span<std::byte>> parts;
       std::uint64_t off = 0;
@@ -70,13 +70,13 @@ Result<std::vector<DemoRound>> run_sync_demo(
       return out;
     });
     if (!kid.ok()) return kid.status();
-    kids.push_back(*kid);
+    kids.push_back(std::move(*kid));
   }
   // Backed now, so filling it before round 1 is as fast as before later rounds.
   auto source = map_anonymous(total, true, /*prefault=*/true);
   if (!source.ok()) return source.status();
   const std::vector<TensorView> views = lay_out(specs, source->data());
-  auto sender = Sender::create(address, o);
+  auto sender = sync::Sender::create(address, o);
   if (!sender.ok()) return sender.status();
   Status s = (*sender)->accept(config.receivers);
   if (!s.ok()) return s;
@@ -115,7 +115,7 @@ Result<std::vector<DemoRound>> run_sync_demo(
     if (auto files = config.profile->end_step(); !files.ok()) return files.status();
   }
   sender->reset();  // close the session so receivers exit
-  for (Child& k : kids) {
+  for (Subprocess& k : kids) {
     auto out = finish_child(k);
     if (!out.ok()) return out.status();
     std::istringstream lines(*out);
@@ -129,4 +129,4 @@ Result<std::vector<DemoRound>> run_sync_demo(
   return rounds;
 }
 
-}  // namespace ferry::sync
+}  // namespace ferry::tools

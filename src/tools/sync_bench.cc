@@ -1,8 +1,7 @@
-#include "sync/sync_bench.h"
+#include "tools/sync_bench.h"
 
 #include <fcntl.h>
 #include <fmt/format.h>
-#include <signal.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -19,18 +18,17 @@
 
 #include "base/clock.h"
 #include "base/file_util.h"
-#include "base/log.h"
 #include "base/parse_number.h"
 #include "base/status_macros.h"
 #include "ferry/model.h"
 #include "ferry/sync.h"
-#include "sync/child_process.h"
 #include "sync/copy.h"
-#include "sync/host_buffer.h"
-#include "sync/ucx_perftest.h"
+#include "tools/child_process.h"
+#include "tools/host_buffer.h"
+#include "tools/ucx_perftest.h"
 #include "transport/net/auth.h"
 
-namespace ferry::sync {
+namespace ferry::tools {
 namespace {
 
 double seconds_since(Clock::time_point t) {
@@ -72,17 +70,19 @@ CopyBandwidth measure_copy_bandwidth(std::uint64_t bytes, std::uint64_t piece_by
                               std::memcpy(d + off, s + off, std::min(piece_bytes, bytes - off));
                             }
                           });
-  out.ferry_pieces_gbps = gb / best_of_three([&] {
-                            for (std::uint64_t off = 0; off < bytes; off += piece_bytes) {
-                              copy_bytes(d + off, s + off, std::min(piece_bytes, bytes - off));
-                            }
-                          });
+  out.ferry_pieces_gbps =
+      gb / best_of_three([&] {
+        for (std::uint64_t off = 0; off < bytes; off += piece_bytes) {
+          sync::copy_bytes(d + off, s + off, std::min(piece_bytes, bytes - off));
+        }
+      });
   const std::uint64_t half = bytes / 2;
-  out.two_threads_gbps = gb / best_of_three([&] {
-                           std::thread other([&] { std::memcpy(d + half, s + half, bytes - half); });
-                           std::memcpy(d, s, half);
-                           other.join();
-                         });
+  out.two_threads_gbps =
+      gb / best_of_three([&] {
+        std::thread other([&] { std::memcpy(d + half, s + half, bytes - half); });
+        std::memcpy(d, s, half);
+        other.join();
+      });
   return out;
 }
 
@@ -110,17 +110,17 @@ Result<std::vector<BenchResult>> run_sync_bench(
     const std::vector<TensorView> views = lay_out(specs, source->data());
     for (std::uint64_t bucket_mb : config.bucket_mb) {
       for (std::uint32_t n : config.receivers) {
-        SyncOptions o;
+        sync::SyncOptions o;
         o.bucket_bytes = bucket_mb << 20;
         o.slots = config.slots;
         o.checksums = config.checksums;
         const std::string address = fmt::format("@ferry-bench-{}-{}-{}", ::getpid(), bucket_mb, n);
         const int rounds = config.rounds + 1;
         // Receivers first, while this process is small; they retry until the sender listens.
-        std::vector<Child> kids;
+        std::vector<Subprocess> kids;
         for (std::uint32_t id = 0; id < n; ++id) {
           auto kid = fork_child([&, id]() -> std::string {
-            auto rx = Receiver::connect(address, id, o);
+            auto rx = sync::Receiver::connect(address, id, o);
             if (!rx.ok()) return "error " + rx.status().to_string();
             auto dst = map_anonymous(total, false, /*prefault=*/true);
             if (!dst.ok()) return "error " + dst.status().to_string();
@@ -134,7 +134,7 @@ Result<std::vector<BenchResult>> run_sync_bench(
               }
               off += s.bytes();
             }
-            const BucketCallback copy_out = [&](std::span<const TensorView> weights, bool) {
+            const sync::BucketCallback copy_out = [&](std::span<const TensorView> weights, bool) {
               for (const TensorView& t : weights) {
                 std::memcpy(where.at(t.spec.name), t.data.data(), t.data.size());
               }
@@ -148,9 +148,9 @@ Result<std::vector<BenchResult>> run_sync_bench(
             return fmt::format("{}", peak_rss_bytes());
           });
           if (!kid.ok()) return kid.status();
-          kids.push_back(*kid);
+          kids.push_back(std::move(*kid));
         }
-        auto sender = Sender::create(address, o);
+        auto sender = sync::Sender::create(address, o);
         if (!sender.ok()) return sender.status();
         Status s = (*sender)->accept(n);
         if (!s.ok()) return s;
@@ -161,7 +161,7 @@ Result<std::vector<BenchResult>> run_sync_bench(
           if (r > 0) times.push_back(st->seconds);
         }
         BenchResult res;
-        for (Child& k : kids) {
+        for (Subprocess& k : kids) {
           auto out = finish_child(k);
           if (!out.ok()) return out.status();
           if (out->rfind("error", 0) == 0) return aborted("bench receiver: " + *out);
@@ -194,8 +194,8 @@ Result<std::vector<BenchResult>> run_sync_bench(
 
 namespace {
 
-SyncOptions net_options(const NetBenchConfig& c, std::uint64_t bucket_mb) {
-  SyncOptions o;
+sync::SyncOptions net_options(const NetBenchConfig& c, std::uint64_t bucket_mb) {
+  sync::SyncOptions o;
   o.bucket_bytes = bucket_mb << 20;
   o.slots = c.slots;
   o.checksums = c.checksums;
@@ -233,28 +233,23 @@ Status ensure_token() {
 
 }  // namespace
 
-Result<NetNodeResult> run_net_bench_node(const NetBenchConfig& config,
-                                         const std::string& upstream, std::uint32_t relay_id) {
+Result<NetNodeResult> run_net_bench_node(const NetBenchConfig& config, const std::string& upstream,
+                                         std::uint32_t relay_id) {
   if (config.bucket_mb.empty()) return invalid_argument("--net node: no bucket size");
   auto specs = net_specs(config);
   if (!specs.ok()) return specs.status();
   std::uint64_t total = 0;
   for (const auto& s : *specs) total += s.bytes();
-  const SyncOptions o = net_options(config, config.bucket_mb[0]);
+  const sync::SyncOptions o = net_options(config, config.bucket_mb[0]);
   const std::string local = fmt::format("@ferry-netbench-{}-{}", ::getpid(), relay_id);
   const int rounds = config.rounds + 1;
   // Local receivers first, before this process has a UCX context; they retry until the
   // relay's local address is up.
-  std::vector<Child> kids;
-  auto stop_kids = [&] {
-    for (Child& k : kids) {
-      ::kill(k.pid, SIGKILL);
-      (void)finish_child(k);
-    }
-  };
+  std::vector<Subprocess> kids;
+  auto stop_kids = [&] { kids.clear(); };  // each Subprocess kills and reaps its child
   for (std::uint32_t id = 0; id < config.receivers_per_node; ++id) {
     auto kid = fork_child([&, id]() -> std::string {
-      auto rx = Receiver::connect(local, id, o);
+      auto rx = sync::Receiver::connect(local, id, o);
       if (!rx.ok()) return "error " + rx.status().to_string();
       auto dst = map_anonymous(total, false, /*prefault=*/true);
       if (!dst.ok()) return "error " + dst.status().to_string();
@@ -273,11 +268,11 @@ Result<NetNodeResult> run_net_bench_node(const NetBenchConfig& config,
       stop_kids();
       return kid.status();
     }
-    kids.push_back(*kid);
+    kids.push_back(std::move(*kid));
   }
   NetNodeResult res;
   const auto t0 = Clock::now();
-  auto relay = Relay::connect(upstream, relay_id, local, o);
+  auto relay = sync::Relay::connect(upstream, relay_id, local, o);
   res.setup_ms = seconds_since(t0) * 1e3;
   if (!relay.ok()) {
     stop_kids();
@@ -327,7 +322,7 @@ Result<NetBenchResult> run_net_bench_sender(
   auto source = map_anonymous(total, true, /*prefault=*/true);
   if (!source.ok()) return source.status();
   const std::vector<TensorView> views = lay_out(*specs, source->data());
-  auto sender = Sender::create(listen, net_options(config, config.bucket_mb[0]));
+  auto sender = sync::Sender::create(listen, net_options(config, config.bucket_mb[0]));
   if (!sender.ok()) return sender.status();
   if (on_listening) on_listening((*sender)->address());
   Status s = (*sender)->accept(config.nodes[0]);
@@ -365,12 +360,14 @@ Result<std::vector<NetBenchResult>> run_net_sync_bench(
     const std::uint64_t messages = std::max<std::uint64_t>(4, (total + bucket - 1) / bucket);
     const PerftestResult u = ucx_perftest_loopback(bucket, messages);
     if (u.gbps <= 0) {
-      log::warn("bench: ucx_perftest at {} MiB gave no figure: {}", bucket_mb, u.log);
+      // Straight to stderr, not base/log: the tools sit outside libferry and its logger.
+      fmt::print(stderr, "ferry bench: warning: ucx_perftest at {} MiB gave no figure: {}\n",
+                 bucket_mb, u.log);
     }
     std::vector<WireProtect> modes = config.wire_protect;
     std::sort(modes.begin(), modes.end());
     modes.erase(std::unique(modes.begin(), modes.end()), modes.end());
-    if (modes.empty()) modes.push_back(SyncOptions{}.wire_protect);
+    if (modes.empty()) modes.push_back(sync::SyncOptions{}.wire_protect);
     std::map<WireProtect, double> one_node_seconds;
     for (std::uint32_t n : config.nodes) {
       double none_gbps = 0;
@@ -389,7 +386,7 @@ Result<std::vector<NetBenchResult>> run_net_sync_bench(
           read_ends.push_back(p[0]);
           write_ends.push_back(p[1]);
         }
-        std::vector<Child> kids;
+        std::vector<Subprocess> kids;
         for (std::uint32_t i = 0; i < n; ++i) {
           auto kid = fork_child([&, i]() -> std::string {
             for (int fd : write_ends) ::close(fd);
@@ -403,7 +400,7 @@ Result<std::vector<NetBenchResult>> run_net_sync_bench(
                                r->receiver_peak_rss_bytes);
           });
           if (!kid.ok()) return kid.status();
-          kids.push_back(*kid);
+          kids.push_back(std::move(*kid));
         }
         for (int fd : read_ends) ::close(fd);
         auto close_writers = [&] {
@@ -426,7 +423,7 @@ Result<std::vector<NetBenchResult>> run_net_sync_bench(
         std::vector<double> setup;
         NetBenchResult r = res.ok() ? *res : NetBenchResult{};
         for (std::uint32_t i = 0; i < n; ++i) {
-          if (!res.ok()) ::kill(kids[i].pid, SIGKILL);
+          if (!res.ok()) kids[i].kill();
           auto out = finish_child(kids[i]);
           Status e = out.ok() ? child_error(fmt::format("bench node (relay {})", i + 1), *out)
                               : out.status();
@@ -464,4 +461,4 @@ Result<std::vector<NetBenchResult>> run_net_sync_bench(
   return results;
 }
 
-}  // namespace ferry::sync
+}  // namespace ferry::tools
