@@ -72,14 +72,18 @@ def load(root):
     src = root / "src"
     folders = sorted(p for p in src.iterdir() if p.is_dir())
     names = {p.name for p in folders}
+    # libferry is the folders built with ferry_module(); cli and tools link it, are not in it.
+    in_libferry = {p.name for p in folders
+                   if any("ferry_module(" in strip_cmake_comments(c.read_text())
+                          for c in p.rglob("CMakeLists.txt"))}
     graph = {}
     for folder in folders:
         declared = set()
         # A module may build in subfolders (src/transport/shm/CMakeLists.txt): all count.
         for cmake in sorted(folder.rglob("CMakeLists.txt")):
             declared |= {owning_module(d, names) for d in declared_deps(cmake)}
-        if "ferry" in declared:  # libferry holds every module that is a library
-            declared = (declared - {"ferry"}) | names
+        if "ferry" in declared:  # libferry holds every module built with ferry_module()
+            declared = (declared - {"ferry"}) | in_libferry
         graph[folder.name] = (declared - {folder.name}, included_modules(folder, names))
     return graph
 
