@@ -28,13 +28,15 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   if (!kind.ok()) return 0;
   switch (*kind) {
     case rp::Kind::kIndex:
-      if (auto m = rp::decode_index(bytes, "fuzz"); m.ok()) same_or_abort(rp::encode_index(*m), bytes);
+      if (auto m = rp::decode_index(bytes, "fuzz"); m.ok())
+        same_or_abort(rp::encode_index(*m), bytes);
       break;
     case rp::Kind::kGet:
       if (auto m = rp::decode_get(bytes, "fuzz"); m.ok()) same_or_abort(rp::encode_get(*m), bytes);
       break;
     case rp::Kind::kFile:
-      if (auto m = rp::decode_file(bytes, "fuzz"); m.ok()) same_or_abort(rp::encode_file(*m), bytes);
+      if (auto m = rp::decode_file(bytes, "fuzz"); m.ok())
+        same_or_abort(rp::encode_file(*m), bytes);
       break;
     case rp::Kind::kChunk:
       if (auto m = rp::decode_chunk(bytes, "fuzz"); m.ok()) {

@@ -35,8 +35,8 @@ struct Model {
   std::uint64_t round = 1;
   bool in_round = true;
   std::uint32_t bucket_count = fuzz::kBuckets;
-  std::uint32_t filled = 0;         // buckets completely filled this round
-  std::uint64_t segment_end = 0;    // bytes of bucket `filled` announced so far
+  std::uint32_t filled = 0;       // buckets completely filled this round
+  std::uint64_t segment_end = 0;  // bytes of bucket `filled` announced so far
   std::uint32_t released = 0;
   bool end_seen = false;
 

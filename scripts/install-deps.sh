@@ -9,7 +9,7 @@ packages=(
   libcli11-dev nlohmann-json3-dev libfmt-dev libspdlog-dev libxxhash-dev libyaml-cpp-dev
   libucx-dev ucx-utils libssl-dev
   pybind11-dev python3-pybind11 python3-numpy python3-pytest python3-torch
-  clang libclang-rt-14-dev iproute2 procps
+  clang clang-format libclang-rt-14-dev iproute2 procps
 )
 
 missing=()

@@ -16,8 +16,9 @@ using Seq = std::vector<std::byte>;
 
 w::Message filled(std::uint64_t round, std::uint32_t bucket, std::uint64_t offset,
                   std::uint64_t end, bool last) {
-  return {f::kSession, round, w::Filled{bucket % f::kSlots, bucket, end, 0, offset,
-                                        static_cast<std::uint8_t>(last ? 1 : 0)}};
+  return {f::kSession, round,
+          w::Filled{bucket % f::kSlots, bucket, end, 0, offset,
+                    static_cast<std::uint8_t>(last ? 1 : 0)}};
 }
 w::Message release(std::uint64_t round, std::uint32_t bucket) {
   return {f::kSession, round, w::Release{bucket % f::kSlots, bucket}};

@@ -217,15 +217,15 @@ struct SavedFile {
 };
 struct Layout {
   int world_size = 0;
-  int ranks_per_node = 0;          // the most ranks on one node
-  std::vector<std::string> nodes;  // in order of first rank
+  int ranks_per_node = 0;               // the most ranks on one node
+  std::vector<std::string> nodes;       // in order of first rank
   std::vector<std::string> rank_nodes;  // node of each rank
 };
 struct FERRY_EXPORT Manifest {
   int version = kFormatVersion;
   std::int64_t step = 0;
   Layout layout;
-  std::string common_state;  // JSON text
+  std::string common_state;          // JSON text
   std::vector<SavedTensor> tensors;  // sorted by name
   std::vector<SavedFile> files;      // by rank
 
@@ -374,7 +374,7 @@ using FolderProgress = std::function<void(std::uint64_t done, std::uint64_t tota
 
 struct FolderSaveOptions {
   int ranks = 4;
-  int nodes = 2;  // rank r is on node r * nodes / ranks, root <prefix>/node<i>
+  int nodes = 2;                     // rank r is on node r * nodes / ranks, root <prefix>/node<i>
   std::optional<std::int64_t> step;  // default: one past the newest step under the roots
   FolderProgress progress;
 };

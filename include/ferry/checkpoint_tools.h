@@ -214,11 +214,12 @@ struct ReplicatePullOptions {
 };
 // Asks the server for its replica set and copies each file this node lacks or holds with
 // other contents: whole in memory, checked for size and XXH3, then into a temp file beside
-// the target (created O_EXCL|O_NOFOLLOW through the folder's fd), fsynced, renamed; the tracker last, so it never names a step whose metadata is not in place. Every
-// path the server sends is checked before use: relative, no "." or "..", a metadata file
-// name or the tracker, and no folder on the way a symbolic link (invalid_argument otherwise,
-// before anything is written; a link planted later is refused as failed_precondition, one at
-// the file's own name is replaced, never written through). A server that dies mid-file leaves no partial file.
+// the target (created O_EXCL|O_NOFOLLOW through the folder's fd), fsynced, renamed; the tracker
+// last, so it never names a step whose metadata is not in place. Every path the server sends is
+// checked before use: relative, no "." or "..", a metadata file name or the tracker, and no folder
+// on the way a symbolic link (invalid_argument otherwise, before anything is written; a link
+// planted later is refused as failed_precondition, one at the file's own name is replaced, never
+// written through). A server that dies mid-file leaves no partial file.
 FERRY_EXPORT Result<PullResult> pull_replicas(const ReplicatePullOptions& options);
 
 }  // namespace ferry::checkpoint

@@ -171,5 +171,7 @@ FERRY_EXPORT Status merge_traces(const std::vector<std::string>& paths,
 FERRY_EXPORT std::string summary_markdown(const Summary& s);
 FERRY_EXPORT std::string summary_csv(const Summary& s);
 FERRY_EXPORT std::string summary_json(const Summary& s);
+// Writes `<prefix>.md` and `<prefix>.csv`, each replaced whole or not at all.
+FERRY_EXPORT Status write_summary_files(const Summary& s, const std::string& prefix);
 
 }  // namespace ferry::profiler

@@ -112,8 +112,8 @@ struct ModelTensor {
 
 struct ModelIndex {
   std::string folder;
-  std::vector<std::string> files;     // shard names, in index order
-  std::vector<ModelTensor> tensors;   // in index (weight_map) order
+  std::vector<std::string> files;                      // shard names, in index order
+  std::vector<ModelTensor> tensors;                    // in index (weight_map) order
   std::map<std::string, std::string> config_metadata;  // the index's "metadata" as text
 };
 

@@ -81,7 +81,9 @@ inline Status timeout_error(std::string m) { return {Code::kTimeout, std::move(m
 inline Status aborted(std::string m) { return {Code::kAborted, std::move(m)}; }
 inline Status unauthenticated(std::string m) { return {Code::kUnauthenticated, std::move(m)}; }
 inline Status resource_exhausted(std::string m) { return {Code::kResourceExhausted, std::move(m)}; }
-inline Status failed_precondition(std::string m) { return {Code::kFailedPrecondition, std::move(m)}; }
+inline Status failed_precondition(std::string m) {
+  return {Code::kFailedPrecondition, std::move(m)};
+}
 inline Status unimplemented(std::string m) { return {Code::kUnimplemented, std::move(m)}; }
 inline Status internal_error(std::string m) { return {Code::kInternal, std::move(m)}; }
 
@@ -93,7 +95,7 @@ FERRY_EXPORT Status errno_status(std::string_view syscall, std::string_view targ
 template <typename T>
 class [[nodiscard]] Result {
  public:
-  Result(T value) : value_(std::move(value)) {}  // NOLINT: implicit by design
+  Result(T value) : value_(std::move(value)) {}         // NOLINT: implicit by design
   Result(Status status) : status_(std::move(status)) {  // NOLINT: implicit by design
     assert(!status_.ok() && "a Result built from a Status must carry an error");
     if (status_.ok()) status_ = internal_error("Result constructed from an OK status");

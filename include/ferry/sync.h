@@ -197,8 +197,7 @@ class FERRY_EXPORT Receiver {
 // is reported upstream by name. Errors break the session, as for Sender and Receiver.
 class FERRY_EXPORT Relay {
  public:
-  static Result<std::unique_ptr<Relay>> connect(const std::string& upstream,
-                                                std::uint32_t relay_id,
+  static Result<std::unique_ptr<Relay>> connect(const std::string& upstream, std::uint32_t relay_id,
                                                 const std::string& local_address,
                                                 const SyncOptions& options);
   ~Relay();

@@ -39,7 +39,7 @@ enum class DType : std::uint8_t {
   kF4,       // E2M1, two per byte
   kF6_E2M3,  // four per three bytes
   kF6_E3M2,
-  kC64,      // complex64: two F32
+  kC64,  // complex64: two F32
 };
 inline constexpr int kDTypeCount = 20;
 

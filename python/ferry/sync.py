@@ -17,7 +17,7 @@ raises AbortedError naming it) and is raised again unchanged by the receiver.
 from __future__ import annotations
 
 import asyncio
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Mapping, Self
 
 from . import _ferry
 from ._tensors import CONVERTERS, Weights, _error, destination_arg, tensor_args
@@ -34,7 +34,30 @@ def _options(options: SyncOptions | None, **fields: Any) -> SyncOptions:
     return SyncOptions(**fields)
 
 
-class Sender:
+class _Endpoint:
+    """What Sender and Receiver share: a context manager over the compiled `_impl`."""
+
+    _impl: object
+
+    def close(self) -> None:
+        self._impl.close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    @property
+    def closed(self) -> bool:
+        return self._impl.closed
+
+    @property
+    def session_id(self) -> int:
+        return self._impl.session_id
+
+
+class Sender(_Endpoint):
     """Streams rounds of tensors to receivers through a shared-memory ring.
 
     `address` is "@name" (abstract socket) or a socket file path. Keyword arguments are
@@ -85,20 +108,6 @@ class Sender:
         """Ends the session: receivers see the socket close at once."""
         self._impl.close()
 
-    def __enter__(self) -> "Sender":
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    @property
-    def closed(self) -> bool:
-        return self._impl.closed
-
-    @property
-    def session_id(self) -> int:
-        return self._impl.session_id
-
     @property
     def rounds_sent(self) -> int:
         return self._impl.rounds_sent
@@ -112,7 +121,7 @@ class Sender:
         return self._impl.address
 
 
-class Receiver:
+class Receiver(_Endpoint):
     """Joins a Sender's session and receives its rounds.
 
     Connects at once, retrying within `timeout` while the sender is not up yet.
@@ -177,20 +186,6 @@ class Receiver:
     def close(self) -> None:
         self._impl.close()
         self._destinations.clear()
-
-    def __enter__(self) -> "Receiver":
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    @property
-    def closed(self) -> bool:
-        return self._impl.closed
-
-    @property
-    def session_id(self) -> int:
-        return self._impl.session_id
 
     @property
     def last_round(self) -> int:

@@ -10,10 +10,10 @@
 #include <pybind11/stl.h>
 
 #include <chrono>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
-#include <functional>
 #include <optional>
 #include <vector>
 
@@ -384,8 +384,7 @@ void bind_sync(py::module_& m) {
   py::class_<PySender>(m, "Sender")
       .def_static("create", &PySender::create, py::arg("address"), py::arg("options"))
       .def("accept", &PySender::accept, py::arg("receivers"))
-      .def("send_round", &PySender::send_round, py::arg("weights"),
-           py::arg("more_follows") = false)
+      .def("send_round", &PySender::send_round, py::arg("weights"), py::arg("more_follows") = false)
       .def("close", &PySender::close)
       .def_property_readonly("closed", &PySender::closed)
       .def_property_readonly("session_id", [](const PySender& s) { return s.get().session_id(); })

@@ -12,8 +12,6 @@
 
 namespace ferry {
 
-class Env;
-
 // Owns one file descriptor; closes it on destruction.
 class ScopedFd {
  public:
@@ -79,37 +77,6 @@ Status write_all(int fd, std::span<const std::byte> data, std::string_view what)
 Status pwrite_all(int fd, std::span<const std::byte> data, std::uint64_t offset,
                   std::string_view what);
 Status read_exact(int fd, std::span<std::byte> out, std::string_view what);
-
-// Writes a file so that a crash never leaves a partial file under `path`:
-// data goes to "<path>.tmp.<pid>" in the same folder, is fsync'ed, renamed over
-// `path`, and the folder is fsync'ed. Destroying an uncommitted writer removes the temp file,
-// so a failed write, fsync or rename leaves `path` as it was. All I/O goes through the
-// Env::current() of create() (base/env.h).
-class AtomicFile {
- public:
-  static Result<AtomicFile> create(const std::string& path);
-  AtomicFile(AtomicFile&& o) noexcept;
-  AtomicFile& operator=(AtomicFile&& o) noexcept;
-  ~AtomicFile();
-
-  int fd() const { return fd_.get(); }
-  const std::string& path() const { return path_; }
-  Status write(std::span<const std::byte> data);
-  // fsync, rename into place, fsync the folder.
-  Status commit();
-
- private:
-  void discard();
-  AtomicFile(Env& env, std::string path, std::string tmp, ScopedFd fd)
-      : env_(&env), path_(std::move(path)), tmp_(std::move(tmp)), fd_(std::move(fd)) {}
-  Env* env_;
-  std::string path_;
-  std::string tmp_;
-  ScopedFd fd_;
-  bool committed_ = false;
-};
-
-Status write_file_atomic(const std::string& path, std::string_view contents);
 
 inline std::span<const std::byte> as_bytes(std::string_view s) {
   return {reinterpret_cast<const std::byte*>(s.data()), s.size()};

@@ -34,9 +34,9 @@ bool parse_level(std::string_view text, spdlog::level::level_enum* out) {
     L level;
   };
   static constexpr Name kNames[] = {
-      {"trace", L::trace}, {"debug", L::debug},   {"info", L::info},         {"warn", L::warn},
+      {"trace", L::trace},  {"debug", L::debug},  {"info", L::info},         {"warn", L::warn},
       {"warning", L::warn}, {"error", L::err},    {"critical", L::critical}, {"fatal", L::critical},
-      {"off", L::off},     {"notset", L::trace},
+      {"off", L::off},      {"notset", L::trace},
   };
   for (const Name& n : kNames) {
     if (t == n.name) {

@@ -26,7 +26,8 @@ Result<Override> parse_override(std::string_view text) {
   while (t.starts_with('+')) t.remove_prefix(1);
   const std::size_t eq = t.find('=');
   if (eq == std::string_view::npos) {
-    return invalid_argument("override '" + std::string(text) + "' has no '=': write key.path=value");
+    return invalid_argument("override '" + std::string(text) +
+                            "' has no '=': write key.path=value");
   }
   Override o;
   o.key = std::string(trim(t.substr(0, eq)));

@@ -8,19 +8,32 @@ namespace ferry {
 
 std::string_view code_name(Code code) {
   switch (code) {
-    case Code::kOk: return "ok";
-    case Code::kInvalidArgument: return "invalid_argument";
-    case Code::kNotFound: return "not_found";
-    case Code::kAlreadyExists: return "already_exists";
-    case Code::kCorruption: return "corruption";
-    case Code::kIoError: return "io_error";
-    case Code::kTimeout: return "timeout";
-    case Code::kAborted: return "aborted";
-    case Code::kUnauthenticated: return "unauthenticated";
-    case Code::kResourceExhausted: return "resource_exhausted";
-    case Code::kFailedPrecondition: return "failed_precondition";
-    case Code::kUnimplemented: return "unimplemented";
-    case Code::kInternal: return "internal";
+    case Code::kOk:
+      return "ok";
+    case Code::kInvalidArgument:
+      return "invalid_argument";
+    case Code::kNotFound:
+      return "not_found";
+    case Code::kAlreadyExists:
+      return "already_exists";
+    case Code::kCorruption:
+      return "corruption";
+    case Code::kIoError:
+      return "io_error";
+    case Code::kTimeout:
+      return "timeout";
+    case Code::kAborted:
+      return "aborted";
+    case Code::kUnauthenticated:
+      return "unauthenticated";
+    case Code::kResourceExhausted:
+      return "resource_exhausted";
+    case Code::kFailedPrecondition:
+      return "failed_precondition";
+    case Code::kUnimplemented:
+      return "unimplemented";
+    case Code::kInternal:
+      return "internal";
   }
   return "unknown";
 }

@@ -8,12 +8,11 @@
 
 // Evaluates `expr` (a Status, or a Result whose value is unused) once; returns its Status
 // from the calling function when it is an error.
-#define FERRY_RETURN_IF_ERROR(expr)                                   \
-  do {                                                                \
-    if (auto ferry_status_ = ::ferry::internal::status_of(expr);      \
-        !ferry_status_.ok()) {                                        \
-      return ferry_status_;                                           \
-    }                                                                 \
+#define FERRY_RETURN_IF_ERROR(expr)                                                     \
+  do {                                                                                  \
+    if (auto ferry_status_ = ::ferry::internal::status_of(expr); !ferry_status_.ok()) { \
+      return ferry_status_;                                                             \
+    }                                                                                   \
   } while (false)
 
 // `FERRY_ASSIGN_OR_RETURN(auto x, make_x());` declares (or assigns) `x` from a Result's

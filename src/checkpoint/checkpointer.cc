@@ -9,6 +9,7 @@
 #include <set>
 #include <thread>
 
+#include "base/atomic_file.h"
 #include "base/env.h"
 #include "base/file_util.h"
 #include "base/log.h"
@@ -118,7 +119,7 @@ Status check_slices(int rank, std::int64_t step, const CheckpointOptions& opts,
   if (opts.root.empty()) return invalid_argument("CheckpointOptions.root is empty");
   std::set<std::string> names;
   for (const SliceView& v : slices) {
-    if (Status s = v.spec.validate(); !s.ok()) return s;
+    FERRY_RETURN_IF_ERROR(v.spec.validate());
     if (v.data.size() != v.spec.bytes()) {
       return invalid_argument("slice " + v.spec.to_string() + " has " +
                               std::to_string(v.data.size()) + " bytes, its extent needs " +
@@ -385,17 +386,17 @@ Status Checkpointer::Impl::save(std::int64_t step, std::span<const SliceView> sl
 
 Status Checkpointer::save(std::int64_t step, std::span<const SliceView> slices,
                           std::string_view common_state) {
-  if (Status s = wait(); !s.ok()) return s;
+  FERRY_RETURN_IF_ERROR(wait());
   return impl_->save(step, slices, common_state);
 }
 
 Status Checkpointer::save_async(std::int64_t step, std::span<const SliceView> slices,
                                 std::string_view common_state) {
-  if (Status s = wait(); !s.ok()) return s;
+  FERRY_RETURN_IF_ERROR(wait());
   Impl& m = *impl_;
   std::uint64_t total = 0;
   for (const SliceView& v : slices) total += v.data.size();
-  if (Status s = m.reserve_staging(total, false); !s.ok()) return s;
+  FERRY_RETURN_IF_ERROR(m.reserve_staging(total, false));
   auto staged = std::make_shared<std::vector<SliceView>>();
   std::uint64_t at = 0;
   for (const SliceView& v : slices) {

@@ -2,6 +2,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "base/status_macros.h"
+
 namespace ferry::checkpoint {
 
 using json = nlohmann::json;
@@ -56,8 +58,8 @@ Result<FetchRequest> decode_fetch_request(std::string_view text, std::string_vie
     }
     return ok_status();
   };
-  if (Status s = dims("offset", &r.region.offset); !s.ok()) return s;
-  if (Status s = dims("extent", &r.region.extent); !s.ok()) return s;
+  FERRY_RETURN_IF_ERROR(dims("offset", &r.region.offset));
+  FERRY_RETURN_IF_ERROR(dims("extent", &r.region.extent));
   if (r.region.offset.size() != r.region.extent.size()) {
     return corruption(who + ": 'offset' and 'extent' have different lengths");
   }

@@ -3,24 +3,25 @@
 #include <dirent.h>
 #include <sys/stat.h>
 
-#include <nlohmann/json.hpp>
-
 #include <algorithm>
 #include <cinttypes>
 #include <cstdio>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <set>
 
+#include "base/atomic_file.h"
 #include "base/file_util.h"
 #include "base/parse_number.h"
+#include "base/status_macros.h"
 #include "checkpoint/slice.h"
 
 namespace ferry::checkpoint {
 
 Status validate_relative_path(std::string_view path, std::string_view what) {
   auto bad = [&](std::string_view why) {
-    return invalid_argument(std::string(what) + " '" + std::string(path) + "' " +
-                            std::string(why) + " (it must stay inside the checkpoint folder)");
+    return invalid_argument(std::string(what) + " '" + std::string(path) + "' " + std::string(why) +
+                            " (it must stay inside the checkpoint folder)");
   };
   if (path.empty()) return bad("is empty");
   if (path.front() == '/') return bad("is an absolute path");
@@ -165,7 +166,8 @@ Result<Manifest> decode_manifest(std::string_view text, std::string_view source)
       if (Status s = validate_node_name(n); !s.ok()) return s.with_context(src);
     }
     for (const std::string& n : m.layout.rank_nodes) {
-      if (!nodes.count(n)) return corruption(src + ": rank node '" + n + "' is not in layout.nodes");
+      if (!nodes.count(n))
+        return corruption(src + ": rank node '" + n + "' is not in layout.nodes");
     }
     auto check_rank = [&](int r) -> Status {
       if (r < 0 || r >= m.layout.world_size) {
@@ -181,11 +183,11 @@ Result<Manifest> decode_manifest(std::string_view text, std::string_view source)
       sf.node = f.at("node").get<std::string>();
       sf.bytes = f.at("bytes").get<std::uint64_t>();
       if (Status s = validate_relative_path(sf.file, "file"); !s.ok()) return s.with_context(src);
-      if (Status s = check_rank(sf.rank); !s.ok()) return s;
+      FERRY_RETURN_IF_ERROR(check_rank(sf.rank));
       if (sf.node != m.layout.rank_nodes[sf.rank]) {
         return corruption(src + ": file " + sf.file + " is on node '" + sf.node + "' but rank " +
-                          std::to_string(sf.rank) + " is on '" +
-                          m.layout.rank_nodes[sf.rank] + "'");
+                          std::to_string(sf.rank) + " is on '" + m.layout.rank_nodes[sf.rank] +
+                          "'");
       }
       if (!file_bytes.emplace(sf.file, sf.bytes).second) {
         return corruption(src + ": file " + sf.file + " is listed twice");
@@ -212,8 +214,9 @@ Result<Manifest> decode_manifest(std::string_view text, std::string_view source)
         auto hash = parse_hex64(s.at("xxh3").get<std::string>(), what);
         if (!hash.ok()) return hash.status();
         ss.xxh3 = *hash;
-        if (Status v = validate_relative_path(ss.file, "file"); !v.ok()) return v.with_context(what);
-        if (Status v = check_rank(ss.rank); !v.ok()) return v;
+        if (Status v = validate_relative_path(ss.file, "file"); !v.ok())
+          return v.with_context(what);
+        FERRY_RETURN_IF_ERROR(check_rank(ss.rank));
         SliceSpec spec{st.name, st.dtype, st.shape, ss.offset, ss.extent};
         if (Status v = spec.validate(); !v.ok()) return corruption(what + ": " + v.message());
         if (spec.bytes() != ss.bytes) return corruption(what + ": bytes do not match the extent");
@@ -309,11 +312,15 @@ NodeStepState scan_step(const std::string& root, std::int64_t step) {
   if (DIR* d = ::opendir(dir.c_str())) {
     while (dirent* e = ::readdir(d)) {
       std::string name = e->d_name;
-      if (name == kManifestFile) st.manifest = true;
-      else if (name == kCommittedFile) st.committed = true;
-      else if (auto node = parse_node_marker(name)) markers.push_back(*node);
+      if (name == kManifestFile)
+        st.manifest = true;
+      else if (name == kCommittedFile)
+        st.committed = true;
+      else if (auto node = parse_node_marker(name))
+        markers.push_back(*node);
       else if (name.size() > 12 && name.substr(0, 5) == "rank_" &&
-               name.substr(name.size() - 12) == ".safetensors") st.files.push_back(name);
+               name.substr(name.size() - 12) == ".safetensors")
+        st.files.push_back(name);
     }
     ::closedir(d);
   }

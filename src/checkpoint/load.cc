@@ -253,7 +253,7 @@ Status exchange_reports(RankGroup& g, const Status& mine, const std::vector<std:
 }  // namespace
 
 Result<LoadInfo> Checkpointer::prepare_load(std::optional<std::int64_t> wanted) {
-  if (Status s = wait(); !s.ok()) return s;
+  FERRY_RETURN_IF_ERROR(wait());
   Impl& m = *impl_;
   RankGroup& g = m.group;
   auto st = std::make_shared<LoadState>();
@@ -335,7 +335,7 @@ AheadWindow window_over(const std::vector<const Piece*>& pieces) {
 Status plan_load(const LoadState& st, const std::string& dir,
                  std::span<const MutableSliceView> destinations, std::vector<Piece>* pieces) {
   for (const MutableSliceView& d : destinations) {
-    if (Status s = d.spec.validate(); !s.ok()) return s;
+    FERRY_RETURN_IF_ERROR(d.spec.validate());
     const SavedTensor* t = st.manifest.find(d.spec.name);
     if (t == nullptr) {
       return not_found("tensor " + d.spec.name + " is not in checkpoint step " +

@@ -3,9 +3,9 @@
 // layout and the completeness rule come from.
 #include "checkpoint/megatron_dist_checkpoint.h"
 
+#include <fcntl.h>
 #include <fmt/format.h>
 #include <fmt/ranges.h>
-#include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include <xxhash.h>
@@ -21,6 +21,7 @@
 #include "base/env.h"
 #include "base/file_util.h"
 #include "base/parse_number.h"
+#include "base/status_macros.h"
 #include "ferry/checkpoint.h"
 
 namespace ferry::checkpoint {
@@ -164,9 +165,10 @@ std::vector<std::string_view> components(std::string_view rel) {
 // named refusal; other errors as errno_status.
 Status open_error(const std::string& root, std::string_view rel, std::string_view at, int err) {
   if (err == ELOOP || err == ENOTDIR) {
-    return failed_precondition(fmt::format("{}/{}: {} is a symbolic link or not a folder: not "
-                                           "followed",
-                                           root, rel, at));
+    return failed_precondition(
+        fmt::format("{}/{}: {} is a symbolic link or not a folder: not "
+                    "followed",
+                    root, rel, at));
   }
   return errno_status("openat", fmt::format("{}/{}", root, rel), err);
 }
@@ -186,8 +188,8 @@ Result<ScopedFd> open_parent_beneath(int root_fd, const std::string& root, std::
   if (!dir.valid()) return errno_status("dup", root, errno);
   for (std::size_t i = 0; i + 1 < parts.size(); ++i) {
     const std::string name(parts[i]);
-    if (name == "." || name == "..") return invalid_argument(root + "/" + std::string(rel) +
-                                                             ": '.' or '..' in the path");
+    if (name == "." || name == "..")
+      return invalid_argument(root + "/" + std::string(rel) + ": '.' or '..' in the path");
     if (create && ::mkdirat(dir.get(), name.c_str(), 0755) != 0 && errno != EEXIST) {
       return errno_status("mkdirat", fmt::format("{}/{}", root, rel), errno);
     }
@@ -207,8 +209,7 @@ Result<ScopedFd> open_file_beneath(int root_fd, const std::string& root, std::st
   if (!dir.ok()) return dir.status();
   const std::string name(parts.back());
   // O_NONBLOCK: a FIFO swapped in must not hang the open; fstat below refuses it.
-  ScopedFd fd(
-      ::openat(dir->get(), name.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC));
+  ScopedFd fd(::openat(dir->get(), name.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC));
   if (!fd.valid()) return open_error(root, rel, name, errno);
   const std::string full = fmt::format("{}/{}", root, rel);
   if (::fstat(fd.get(), st) != 0) return errno_status("fstat", full, errno);
@@ -610,7 +611,7 @@ Result<MegatronVerifyReport> verify_megatron(const std::vector<std::string>& roo
       }
     }
     for (const std::string& p : paths) {
-      if (Status st = check_dist_folder(state, s, p, hashes, report.notes); !st.ok()) return st;
+      FERRY_RETURN_IF_ERROR(check_dist_folder(state, s, p, hashes, report.notes));
     }
   }
   if (!without_rank0.empty()) {

@@ -5,14 +5,14 @@
 // (src/convert/ferry_megatron_layout.cc).
 #pragma once
 
+#include <sys/stat.h>
+
 #include <cstdint>
 #include <map>
 #include <optional>
-#include <string>
 #include <span>
+#include <string>
 #include <string_view>
-
-#include <sys/stat.h>
 
 #include "base/file_util.h"
 #include "ferry/checkpoint_tools.h"

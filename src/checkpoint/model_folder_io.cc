@@ -5,8 +5,6 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-#include <nlohmann/json.hpp>
-
 #include <algorithm>
 #include <cctype>
 #include <cerrno>
@@ -14,8 +12,10 @@
 #include <cstdio>
 #include <filesystem>
 #include <mutex>
+#include <nlohmann/json.hpp>
 #include <thread>
 
+#include "base/atomic_file.h"
 #include "base/env.h"
 #include "base/file_util.h"
 #include "base/log.h"
@@ -23,9 +23,9 @@
 #include "base/random.h"
 #include "base/status_macros.h"
 #include "checkpoint/format.h"
-#include "rank_group/rank_group.h"
 #include "ferry/checkpoint.h"
 #include "ferry/safetensors.h"
+#include "rank_group/rank_group.h"
 
 namespace ferry::checkpoint {
 namespace {
@@ -60,7 +60,8 @@ Status run_local_ranks(int size, const std::function<std::string(int)>& node_of,
       Status s = g.ok() ? fn(**g) : g.status();
       std::lock_guard<std::mutex> lock(mu);
       // A rank's own error beats the "rank N failed" the others report.
-      if (!s.ok() && (first.ok() || (first.code() == Code::kAborted && s.code() != Code::kAborted))) {
+      if (!s.ok() &&
+          (first.ok() || (first.code() == Code::kAborted && s.code() != Code::kAborted))) {
         first = s;
       }
     });
@@ -127,7 +128,8 @@ void remove_stale_temps(const fs::path& parent, const std::string& name) {
       if (folders && prefix != "." + name) continue;
       const long pid = temp_pid(entry, prefix);
       if (pid < 0 || pid == ::getpid() || process_alive(pid)) continue;
-      log::info("checkpoint: removing {}, left by process {} which is gone", e.path().string(), pid);
+      log::info("checkpoint: removing {}, left by process {} which is gone", e.path().string(),
+                pid);
       fs::remove_all(e.path(), ec);
     }
   };
@@ -174,7 +176,8 @@ Result<std::int64_t> save_model_folder(const std::string& hf_folder, const std::
                                        const FolderSaveOptions& o) {
   if (o.ranks <= 0 || o.nodes <= 0 || o.nodes > o.ranks) {
     return invalid_argument("--ranks must be positive and at least --nodes (" +
-                            std::to_string(o.ranks) + " ranks, " + std::to_string(o.nodes) + " nodes)");
+                            std::to_string(o.ranks) + " ranks, " + std::to_string(o.nodes) +
+                            " nodes)");
   }
   auto folder = ModelFolder::open(hf_folder);
   if (!folder.ok()) return folder.status();
@@ -212,7 +215,8 @@ Result<std::int64_t> save_model_folder(const std::string& hf_folder, const std::
     for (const TensorView& v : folder->views()) {
       const auto& shape = v.spec.shape;
       if (shape.empty() || shape[0] == 0) {  // scalars and empty tensors: rank 0 holds them
-        if (g.rank() == 0) mine.push_back({SliceSpec::whole(v.spec.name, v.spec.dtype, shape), v.data});
+        if (g.rank() == 0)
+          mine.push_back({SliceSpec::whole(v.spec.name, v.spec.dtype, shape), v.data});
         continue;
       }
       const std::int64_t rows = shape[0];
@@ -257,14 +261,16 @@ Result<LoadInfo> load_model_folder(const std::vector<std::string>& roots, const 
   }
   remove_stale_temps(parent, base);
   if (fs::exists(target, ec)) {
-    if (!fs::is_directory(target, ec)) return already_exists("--to " + out + " exists and is not a folder");
+    if (!fs::is_directory(target, ec))
+      return already_exists("--to " + out + " exists and is not a folder");
     if (!fs::is_empty(target, ec) && !o.overwrite) {
       return already_exists("--to " + out + " exists and is not empty; pass --force to replace it");
     }
   }
   const fs::path tmp_dir = parent / ("." + base + ".tmp." + std::to_string(::getpid()));
   fs::remove_all(tmp_dir, ec);
-  if (!fs::create_directory(tmp_dir, ec)) return errno_status("mkdir", tmp_dir.string(), ec.value());
+  if (!fs::create_directory(tmp_dir, ec))
+    return errno_status("mkdir", tmp_dir.string(), ec.value());
   struct RemoveUnlessKept {
     const fs::path& p;
     bool keep = false;
@@ -276,71 +282,76 @@ Result<LoadInfo> load_model_folder(const std::vector<std::string>& roots, const 
   const std::string tmp = tmp_dir.string();
   LoadInfo result;
   SharedProgress progress(o.progress);
-  Status s = run_local_ranks(static_cast<int>(roots.size()), [&](int r) { return nodes[r]; },
-                             [&](RankGroup& g) -> Status {
-    Checkpointer ckpt(g, {.root = roots[g.rank()],
-                          .progress = g.rank() == 0 ? progress.sink() : nullptr});
-    auto info = ckpt.prepare_load(o.step);
-    if (!info.ok()) return info.status();
-    if (g.rank() != 0) return ckpt.load({}).status();  // serve this root's shards
-    // Rank 0 loads every tensor straight into the mapped output file.
-    const Manifest& m = info->manifest;
-    json common = json::parse(m.common_state, nullptr, false);
-    std::vector<std::string> order;
-    if (!common.is_discarded() && common.contains("tensor_order")) {
-      order = common["tensor_order"].get<std::vector<std::string>>();
-    }
-    if (order.size() != m.tensors.size()) {
-      order.clear();
-      for (const SavedTensor& t : m.tensors) order.push_back(t.name);
-    }
-    std::vector<TensorSpec> specs;
-    for (const std::string& name : order) {
-      const SavedTensor* t = m.find(name);
-      if (t == nullptr) return corruption("tensor_order names " + name + ", which is not saved");
-      specs.push_back({t->name, t->dtype, t->shape});
-    }
-    auto header = build_safetensors_header(specs, {{"format", "pt"}});
-    if (!header.ok()) return header.status();
-    std::uint64_t data_bytes = 0;
-    for (const TensorSpec& t : specs) data_bytes += t.bytes();
-    progress.set_total(data_bytes);
-    // Loaded straight into a mapping of the output file (no second copy of the
-    // model in memory), inside the temp folder.
-    const std::string path = tmp + "/model.safetensors";
-    Env& env = Env::current();
-    FERRY_ASSIGN_OR_RETURN(ScopedFd fd,
-                           env.open_for_write(path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
-    const std::uint64_t total = header->size() + data_bytes;
-    FERRY_RETURN_IF_ERROR(env.truncate(fd.get(), total, path));
-    FERRY_RETURN_IF_ERROR(env.pwrite(fd.get(), as_bytes(*header), 0, path));
-    MappedRegion map;
-    if (total > 0) {
-      void* addr = ::mmap(nullptr, total, PROT_READ | PROT_WRITE, MAP_SHARED, fd.get(), 0);
-      if (addr == MAP_FAILED) return errno_status("mmap", path, errno);
-      map = MappedRegion(addr, total);
-    }
-    std::vector<MutableSliceView> dst;
-    std::uint64_t at = header->size();
-    for (const TensorSpec& t : specs) {
-      dst.push_back({SliceSpec::whole(t.name, t.dtype, t.shape), {map.data() + at, t.bytes()}});
-      at += t.bytes();
-    }
-    auto stats = ckpt.load(dst);
-    if (!stats.ok()) return stats.status();
-    if (total > 0 && ::msync(map.data(), total, MS_SYNC) != 0) return errno_status("msync", path, errno);
-    map.reset();
-    FERRY_RETURN_IF_ERROR(env.sync(fd.get(), path));
-    if (!common.is_discarded() && common.contains("hf_config")) {
-      if (Status c = write_file_atomic(tmp + "/config.json", common["hf_config"].dump(2) + "\n"); !c.ok()) {
-        return c;
-      }
-    }
-    result = std::move(*info);
-    return ok_status();
-  });
+  Status s = run_local_ranks(
+      static_cast<int>(roots.size()), [&](int r) { return nodes[r]; },
+      [&](RankGroup& g) -> Status {
+        Checkpointer ckpt(
+            g, {.root = roots[g.rank()], .progress = g.rank() == 0 ? progress.sink() : nullptr});
+        auto info = ckpt.prepare_load(o.step);
+        if (!info.ok()) return info.status();
+        if (g.rank() != 0) return ckpt.load({}).status();  // serve this root's shards
+        // Rank 0 loads every tensor straight into the mapped output file.
+        const Manifest& m = info->manifest;
+        json common = json::parse(m.common_state, nullptr, false);
+        std::vector<std::string> order;
+        if (!common.is_discarded() && common.contains("tensor_order")) {
+          order = common["tensor_order"].get<std::vector<std::string>>();
+        }
+        if (order.size() != m.tensors.size()) {
+          order.clear();
+          for (const SavedTensor& t : m.tensors) order.push_back(t.name);
+        }
+        std::vector<TensorSpec> specs;
+        for (const std::string& name : order) {
+          const SavedTensor* t = m.find(name);
+          if (t == nullptr)
+            return corruption("tensor_order names " + name + ", which is not saved");
+          specs.push_back({t->name, t->dtype, t->shape});
+        }
+        auto header = build_safetensors_header(specs, {{"format", "pt"}});
+        if (!header.ok()) return header.status();
+        std::uint64_t data_bytes = 0;
+        for (const TensorSpec& t : specs) data_bytes += t.bytes();
+        progress.set_total(data_bytes);
+        // Loaded straight into a mapping of the output file (no second copy of the
+        // model in memory), inside the temp folder.
+        const std::string path = tmp + "/model.safetensors";
+        Env& env = Env::current();
+        FERRY_ASSIGN_OR_RETURN(
+            ScopedFd fd, env.open_for_write(path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
+        const std::uint64_t total = header->size() + data_bytes;
+        FERRY_RETURN_IF_ERROR(env.truncate(fd.get(), total, path));
+        FERRY_RETURN_IF_ERROR(env.pwrite(fd.get(), as_bytes(*header), 0, path));
+        MappedRegion map;
+        if (total > 0) {
+          void* addr = ::mmap(nullptr, total, PROT_READ | PROT_WRITE, MAP_SHARED, fd.get(), 0);
+          if (addr == MAP_FAILED) return errno_status("mmap", path, errno);
+          map = MappedRegion(addr, total);
+        }
+        std::vector<MutableSliceView> dst;
+        std::uint64_t at = header->size();
+        for (const TensorSpec& t : specs) {
+          dst.push_back({SliceSpec::whole(t.name, t.dtype, t.shape), {map.data() + at, t.bytes()}});
+          at += t.bytes();
+        }
+        auto stats = ckpt.load(dst);
+        if (!stats.ok()) return stats.status();
+        if (total > 0 && ::msync(map.data(), total, MS_SYNC) != 0)
+          return errno_status("msync", path, errno);
+        map.reset();
+        FERRY_RETURN_IF_ERROR(env.sync(fd.get(), path));
+        if (!common.is_discarded() && common.contains("hf_config")) {
+          if (Status c =
+                  write_file_atomic(tmp + "/config.json", common["hf_config"].dump(2) + "\n");
+              !c.ok()) {
+            return c;
+          }
+        }
+        result = std::move(*info);
+        return ok_status();
+      });
   if (!s.ok()) return s;
-  if (Status moved = move_into_place(tmp_dir, target); !moved.ok()) return moved;
+  FERRY_RETURN_IF_ERROR(move_into_place(tmp_dir, target));
   cleanup.keep = true;
   return result;
 }

@@ -12,6 +12,7 @@
 #include "base/clock.h"
 #include "base/file_util.h"
 #include "base/log.h"
+#include "base/status_macros.h"
 #include "checkpoint/megatron_dist_checkpoint.h"
 #include "checkpoint/replicate.h"
 #include "checkpoint/replicate_common.h"
@@ -80,7 +81,7 @@ class Puller {
   Result<PullRound> round(int number, bool* changed, bool* stopped) {
     PullRound out;
     out.round = number;
-    if (Status s = send_message(ch_, rp::encode_list()); !s.ok()) return s;
+    FERRY_RETURN_IF_ERROR(send_message(ch_, rp::encode_list()));
     auto m = receive("INDEX");
     if (!m.ok()) return m.status();
     auto kind = rp::decode_kind(*m, peer());
@@ -92,7 +93,7 @@ class Puller {
     if (!set.ok()) return set.status();
     // Everything is checked before anything is written.
     for (const ReplicaFile& f : set->files) {
-      if (Status s = check_offered_path(o_.root, f.path, peer()); !s.ok()) return s;
+      FERRY_RETURN_IF_ERROR(check_offered_path(o_.root, f.path, peer()));
     }
     std::stable_partition(set->files.begin(), set->files.end(),
                           [](const ReplicaFile& f) { return f.path != kMegatronTracker; });
@@ -152,7 +153,7 @@ class Puller {
 
   // Copies one file; false when the server reported it changed.
   Result<bool> fetch(const ReplicaFile& f) {
-    if (Status s = send_message(ch_, rp::encode_get(f)); !s.ok()) return s;
+    FERRY_RETURN_IF_ERROR(send_message(ch_, rp::encode_get(f)));
     auto m = receive(f.path);
     if (!m.ok()) return m.status();
     auto kind = rp::decode_kind(*m, peer());

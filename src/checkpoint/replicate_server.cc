@@ -11,6 +11,7 @@
 
 #include "base/clock.h"
 #include "base/log.h"
+#include "base/status_macros.h"
 #include "checkpoint/megatron_dist_checkpoint.h"
 #include "checkpoint/replicate.h"
 #include "checkpoint/replicate_common.h"
@@ -119,7 +120,7 @@ class Server {
         XXH3_64bits(bytes.data(), bytes.size()) != offered->xxh3 || offered->xxh3 != want.xxh3) {
       return changed();
     }
-    if (Status s = queue(p, rp::encode_file(*offered)); !s.ok()) return s;
+    FERRY_RETURN_IF_ERROR(queue(p, rp::encode_file(*offered)));
     p.file_path = want.path;
     p.file_bytes = std::move(*text);
     p.file_offset = 0;

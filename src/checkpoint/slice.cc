@@ -32,8 +32,8 @@ Status SliceSpec::validate() const {
   }
   bool partial = false;
   for (std::size_t d = 0; d < nd; ++d) {
-    if (global_shape[d] < 0 || offset[d] < 0 || extent[d] < 0 ||
-        offset[d] > global_shape[d] || extent[d] > global_shape[d] - offset[d]) {
+    if (global_shape[d] < 0 || offset[d] < 0 || extent[d] < 0 || offset[d] > global_shape[d] ||
+        extent[d] > global_shape[d] - offset[d]) {
       return invalid_argument("slice " + to_string() + " is outside tensor " + name + " of shape " +
                               TensorSpec{name, dtype, global_shape}.shape_string());
     }

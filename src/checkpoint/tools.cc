@@ -93,7 +93,8 @@ Result<VerifyReport> verify(const std::vector<std::string>& roots, std::optional
   }
   if (!manifest && !report.problems.empty()) return report;  // says why per root
   if (!manifest) {
-    return not_found("step " + std::to_string(report.step) + " has no readable manifest on the roots given");
+    return not_found("step " + std::to_string(report.step) +
+                     " has no readable manifest on the roots given");
   }
   // Which root holds which node; files are looked for on their node's root.
   std::map<std::string, std::string> root_of;
@@ -101,7 +102,8 @@ Result<VerifyReport> verify(const std::vector<std::string>& roots, std::optional
     std::string node = ns.node;
     if (node.empty()) {
       for (const SavedFile& f : manifest->files) {
-        if (format::file_exists(format::step_path(ns.root, report.step) + "/" + f.file)) node = f.node;
+        if (format::file_exists(format::step_path(ns.root, report.step) + "/" + f.file))
+          node = f.node;
       }
     }
     if (!node.empty() && !root_of.count(node)) root_of[node] = ns.root;
@@ -137,9 +139,9 @@ Result<VerifyReport> verify(const std::vector<std::string>& roots, std::optional
         for (const SavedSlice& s : t.slices)
           if (s.file == f.file) slices.push_back({&t, &s});
       if (*size != f.bytes) {
-        report.problems.push_back({node, path, "", "has " + std::to_string(*size) +
-                                                       " bytes, the manifest says " +
-                                                       std::to_string(f.bytes)});
+        report.problems.push_back({node, path, "",
+                                   "has " + std::to_string(*size) + " bytes, the manifest says " +
+                                       std::to_string(f.bytes)});
         for (auto [t, s] : slices) {
           if (s->data_offset + s->bytes > *size) {
             report.problems.push_back({node, path, t->name,
@@ -158,16 +160,17 @@ Result<VerifyReport> verify(const std::vector<std::string>& roots, std::optional
       for (auto [t, s] : slices) {
         const SafetensorsEntry* e = file->header().find(s->tensor_in_file);
         if (e == nullptr || file->header().data_offset + e->begin != s->data_offset ||
-            e->end - e->begin != s->bytes || e->spec.dtype != t->dtype || e->spec.shape != s->extent) {
+            e->end - e->begin != s->bytes || e->spec.dtype != t->dtype ||
+            e->spec.shape != s->extent) {
           report.problems.push_back({node, path, t->name, "not where the manifest puts it"});
           continue;
         }
         const TensorView v = file->view(*e);
         const std::uint64_t got = XXH3_64bits(v.data.data(), v.data.size());
         if (got != s->xxh3) {
-          report.problems.push_back({node, path, t->name,
-                                     "XXH3 " + hex(got) + " does not match the manifest's " +
-                                         hex(s->xxh3)});
+          report.problems.push_back(
+              {node, path, t->name,
+               "XXH3 " + hex(got) + " does not match the manifest's " + hex(s->xxh3)});
         }
         ++report.slices_checked;
         report.bytes_checked += s->bytes;
@@ -226,8 +229,8 @@ Result<std::vector<GcAction>> gc(const std::vector<std::string>& roots, bool dry
         continue;
       }
       a.reason = ns.node_marker ? "partial: no node committed it"
-                                : ns.manifest ? "partial: no node marker"
-                                              : "partial: no manifest";
+                 : ns.manifest  ? "partial: no node marker"
+                                : "partial: no manifest";
       if (!dry_run) {
         // Rename first, so a crash mid-removal never leaves a half-deleted step_<N>.
         const std::string doomed = ns.root + "/.gc." + format::step_folder(l.step);

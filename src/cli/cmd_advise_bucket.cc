@@ -1,8 +1,7 @@
 // ferry advise-bucket: verl's update_weights_bucket_megabytes, computed as the FAQ says.
-#include <nlohmann/json.hpp>
-
 #include <cstdio>
 #include <iostream>
+#include <nlohmann/json.hpp>
 #include <sstream>
 
 #include "base/parse_number.h"
@@ -66,28 +65,33 @@ int run_advise(const AdviseArgs& a) {
   auto advice = model::advise_bucket(largest->bytes(), a.margin);
   if (!advice.ok()) return report_error(advice.status());
   if (a.json) {
-    nlohmann::ordered_json j = {
-        {"tensor", largest->name},          {"shape", largest->shape},
-        {"dtype", std::string(dtype_name(largest->dtype))},
-        {"bytes", advice->largest_bytes},   {"mb", advice->largest_mb},
-        {"margin", advice->margin},         {"bucket_mb", advice->bucket_mb},
-        {"bucket_memory_bytes", advice->bucket_mb << 20},
-        {"override", advice->override_line}, {"ferry_needs_setting", false}};
+    nlohmann::ordered_json j = {{"tensor", largest->name},
+                                {"shape", largest->shape},
+                                {"dtype", std::string(dtype_name(largest->dtype))},
+                                {"bytes", advice->largest_bytes},
+                                {"mb", advice->largest_mb},
+                                {"margin", advice->margin},
+                                {"bucket_mb", advice->bucket_mb},
+                                {"bucket_memory_bytes", advice->bucket_mb << 20},
+                                {"override", advice->override_line},
+                                {"ferry_needs_setting", false}};
     std::cout << j.dump(2) << "\n";
     return kExitOk;
   }
   // verl's "megabytes" are 2^20 bytes (bucket_megabytes << 20): printed as MiB.
   std::printf("largest tensor:     %s\n", largest->to_string().c_str());
-  std::printf("size:               %.1f MiB (%llu bytes; MiB = bytes / 2^20)\n",
-              advice->largest_mb, static_cast<unsigned long long>(advice->largest_bytes));
+  std::printf("size:               %.1f MiB (%llu bytes; MiB = bytes / 2^20)\n", advice->largest_mb,
+              static_cast<unsigned long long>(advice->largest_bytes));
   std::printf("recommended bucket: %llu MiB (largest x %.2f, rounded up to a power of two)\n",
               static_cast<unsigned long long>(advice->bucket_mb), advice->margin);
-  std::printf("memory cost:        %llu MiB of shared memory per sender, allocated each round in "
-              "verl's shm mode\n",
-              static_cast<unsigned long long>(advice->bucket_mb));
+  std::printf(
+      "memory cost:        %llu MiB of shared memory per sender, allocated each round in "
+      "verl's shm mode\n",
+      static_cast<unsigned long long>(advice->bucket_mb));
   std::printf("verl override:\n  %s\n", advice->override_line.c_str());
-  std::printf("ferry's own engine needs no such setting: a tensor larger than its bucket streams "
-              "through the bucket in pieces.\n");
+  std::printf(
+      "ferry's own engine needs no such setting: a tensor larger than its bucket streams "
+      "through the bucket in pieces.\n");
   return kExitOk;
 }
 
@@ -98,11 +102,13 @@ void add_advise_bucket_command(CLI::App& app, Dispatch& dispatch) {
   CLI::App* cmd = add_command(
       app, dispatch, "advise-bucket",
       "Recommend verl's update_weights_bucket_megabytes for a model (reads headers only)",
-      "ferry advise-bucket --shape 151936x4096 --dtype float32\n  ferry advise-bucket /models/qwen2.5-7b",
+      "ferry advise-bucket --shape 151936x4096 --dtype float32\n  ferry advise-bucket "
+      "/models/qwen2.5-7b",
       [args] { return run_advise(*args); });
   cmd->add_option("path", args->path, "Model folder or .safetensors file");
   cmd->add_option("--shape", args->shape, "A tensor shape instead of a model, e.g. 151936x4096");
-  cmd->add_option("--dtype", args->dtype, "dtype of --shape (float32, bf16, ...)")->capture_default_str();
+  cmd->add_option("--dtype", args->dtype, "dtype of --shape (float32, bf16, ...)")
+      ->capture_default_str();
   cmd->add_option("--margin", args->margin, "Head-room factor over the largest tensor")
       ->capture_default_str();
   cmd->add_flag("--json", args->json, "Print JSON");

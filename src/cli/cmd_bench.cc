@@ -24,7 +24,7 @@ struct BenchArgs {
   std::string connect;  // node end only
   std::uint32_t relay_id = 1;
   std::vector<std::string> wire_protect;  // --net: modes to measure; empty: the default
-  CLI::Option* bucket_option = nullptr;  // --net has its own default bucket sizes
+  CLI::Option* bucket_option = nullptr;   // --net has its own default bucket sizes
 };
 
 nlohmann::ordered_json net_result_json(const tools::NetBenchResult& r) {
@@ -213,13 +213,13 @@ int run_bench_sync(BenchArgs& a) {
                       {"peak_rss_bytes", r.peak_rss_bytes},
                       {"sender_peak_rss_bytes", r.sender_peak_rss_bytes}});
     }
-    nlohmann::ordered_json j = {{"memcpy_gbps", m.whole_gbps},
-                                {"memcpy_pieces_glibc_gbps", m.glibc_pieces_gbps},
-                                {"memcpy_pieces_ferry_gbps", m.ferry_pieces_gbps},
-                                {"two_threads_memcpy_gbps", m.two_threads_gbps},
-                                {"delivery", a.config.bucket_callback ? "bucket_callback"
-                                                                      : "destinations"},
-                                {"results", list}};
+    nlohmann::ordered_json j = {
+        {"memcpy_gbps", m.whole_gbps},
+        {"memcpy_pieces_glibc_gbps", m.glibc_pieces_gbps},
+        {"memcpy_pieces_ferry_gbps", m.ferry_pieces_gbps},
+        {"two_threads_memcpy_gbps", m.two_threads_gbps},
+        {"delivery", a.config.bucket_callback ? "bucket_callback" : "destinations"},
+        {"results", list}};
     std::cout << j.dump(2) << "\n";
   }
   return kExitOk;

@@ -1,9 +1,8 @@
 // ferry ckpt: ferry's sharded checkpoints on node-local roots (ls, verify, gc,
 // and a single-process save/load that simulates a sharded job).
-#include <nlohmann/json.hpp>
-
 #include <cstdio>
 #include <iostream>
+#include <nlohmann/json.hpp>
 #include <optional>
 
 #include "cli/commands.h"
@@ -46,13 +45,17 @@ int run_ls(const CkptArgs& a) {
     for (const ck::StepListing& l : *listing) {
       json per = json::array();
       for (const ck::NodeStepState& n : l.roots) {
-        per.push_back({{"root", n.root}, {"node", n.node}, {"manifest", n.manifest},
-                       {"node_marker", n.node_marker}, {"committed", n.committed},
+        per.push_back({{"root", n.root},
+                       {"node", n.node},
+                       {"manifest", n.manifest},
+                       {"node_marker", n.node_marker},
+                       {"committed", n.committed},
                        {"files", n.files}});
       }
       steps.push_back({{"step", l.step},
                        {"state", l.state == ck::StepState::kCommitted ? "committed" : "partial"},
-                       {"latest", l.latest}, {"roots", per}});
+                       {"latest", l.latest},
+                       {"roots", per}});
     }
     std::cout << json{{"roots", roots}, {"steps", steps}}.dump(2) << "\n";
     return kExitOk;
@@ -66,9 +69,9 @@ int run_ls(const CkptArgs& a) {
                 l.state == ck::StepState::kCommitted ? "committed" : "partial",
                 l.latest ? "  (latest)" : "");
     for (const ck::NodeStepState& n : l.roots) {
-      std::string state = n.committed     ? "committed"
-                          : n.node_marker ? "node marker, no COMMITTED"
-                          : n.manifest    ? "manifest, no node marker"
+      std::string state = n.committed       ? "committed"
+                          : n.node_marker   ? "node marker, no COMMITTED"
+                          : n.manifest      ? "manifest, no node marker"
                           : n.files.empty() ? "absent"
                                             : "shards only";
       std::printf("  %-10s %-28s %zu shard file(s)  %s\n", n.node.empty() ? "?" : n.node.c_str(),
@@ -83,8 +86,8 @@ int run_verify(const CkptArgs& a) {
   if (auto rc = run_megatron_verify(a.roots, step_of(a), a.json)) return *rc;  // verl/Megatron
   const auto roots = ck::expand_roots(a.roots);
   ProgressBar bar("verify");
-  auto report = ck::verify(roots, step_of(a),
-                           [&bar](std::uint64_t d, std::uint64_t t) { bar.update(d, t); });
+  auto report =
+      ck::verify(roots, step_of(a), [&bar](std::uint64_t d, std::uint64_t t) { bar.update(d, t); });
   if (!report.ok()) return report_error(report.status());
   bool missing = false;
   for (const auto& [node, files] : report->missing_by_node) missing |= !files.empty();
@@ -92,13 +95,18 @@ int run_verify(const CkptArgs& a) {
   if (a.json) {
     json problems = json::array();
     for (const ck::VerifyProblem& p : report->problems) {
-      problems.push_back({{"node", p.node}, {"file", p.file}, {"tensor", p.tensor}, {"message", p.message}});
+      problems.push_back(
+          {{"node", p.node}, {"file", p.file}, {"tensor", p.tensor}, {"message", p.message}});
     }
     json miss = json::object();
     for (const auto& [node, files] : report->missing_by_node) miss[node] = files;
-    std::cout << json{{"step", report->step}, {"ok", ok}, {"slices_checked", report->slices_checked},
-                      {"bytes_checked", report->bytes_checked}, {"problems", problems},
-                      {"missing_by_node", miss}, {"notes", report->notes}}
+    std::cout << json{{"step", report->step},
+                      {"ok", ok},
+                      {"slices_checked", report->slices_checked},
+                      {"bytes_checked", report->bytes_checked},
+                      {"problems", problems},
+                      {"missing_by_node", miss},
+                      {"notes", report->notes}}
                      .dump(2)
               << "\n";
   } else {
@@ -108,12 +116,12 @@ int run_verify(const CkptArgs& a) {
                   p.message.c_str());
     }
     for (const auto& [node, files] : report->missing_by_node) {
-      for (const std::string& f : files) std::printf("MISSING node %s: %s\n", node.c_str(), f.c_str());
+      for (const std::string& f : files)
+        std::printf("MISSING node %s: %s\n", node.c_str(), f.c_str());
     }
     for (const std::string& n : report->notes) std::printf("note: %s\n", n.c_str());
-    std::printf("step %lld: %s (%llu slices, %s checked)\n",
-                static_cast<long long>(report->step), ok ? "OK" : "FAILED",
-                static_cast<unsigned long long>(report->slices_checked),
+    std::printf("step %lld: %s (%llu slices, %s checked)\n", static_cast<long long>(report->step),
+                ok ? "OK" : "FAILED", static_cast<unsigned long long>(report->slices_checked),
                 format_bytes(report->bytes_checked).c_str());
   }
   return ok ? kExitOk : kExitFailure;
@@ -126,7 +134,8 @@ int run_gc(const CkptArgs& a) {
   if (a.json) {
     json out = json::array();
     for (const ck::GcAction& x : *actions) {
-      out.push_back({{"root", x.root}, {"step", x.step}, {"removed", x.removed}, {"reason", x.reason}});
+      out.push_back(
+          {{"root", x.root}, {"step", x.step}, {"removed", x.removed}, {"reason", x.reason}});
     }
     std::cout << json{{"dry_run", a.dry_run}, {"actions", out}}.dump(2) << "\n";
     return kExitOk;
@@ -156,12 +165,13 @@ int run_save(const CkptArgs& a) {
   if (a.json) {
     json roots = json::array();
     for (int n = 0; n < a.nodes; ++n) roots.push_back(a.roots[0] + "/node" + std::to_string(n));
-    std::cout << json{{"step", *step}, {"ranks", a.ranks}, {"nodes", a.nodes}, {"roots", roots}}.dump(2)
-              << "\n";
+    std::cout
+        << json{{"step", *step}, {"ranks", a.ranks}, {"nodes", a.nodes}, {"roots", roots}}.dump(2)
+        << "\n";
   } else {
     std::printf("saved %s as step %lld: %d ranks on %d nodes under %s/node0..node%d\n",
-                a.from.c_str(), static_cast<long long>(*step), a.ranks, a.nodes,
-                a.roots[0].c_str(), a.nodes - 1);
+                a.from.c_str(), static_cast<long long>(*step), a.ranks, a.nodes, a.roots[0].c_str(),
+                a.nodes - 1);
   }
   return kExitOk;
 }
@@ -185,8 +195,11 @@ int run_load(const CkptArgs& a) {
     bytes += n * static_cast<std::uint64_t>(dtype_bits(t.dtype)) / 8;
   }
   if (a.json) {
-    std::cout << json{{"step", info->step}, {"to", a.to}, {"tensors", info->manifest.tensors.size()},
-                      {"bytes", bytes}, {"notes", info->notes}}
+    std::cout << json{{"step", info->step},
+                      {"to", a.to},
+                      {"tensors", info->manifest.tensors.size()},
+                      {"bytes", bytes},
+                      {"notes", info->notes}}
                      .dump(2)
               << "\n";
   } else {
@@ -231,8 +244,9 @@ void add_ckpt_command(CLI::App& app, Dispatch& dispatch) {
                   "ferry ckpt gc /tmp/ckpt --dry-run", [g] { return run_gc(*g); });
   c->add_option("ROOT", g->roots, roots_help)->required();
   c->add_flag("--dry-run", g->dry_run, "Report what would be removed");
-  c->add_flag("--force", g->force,
-              "Also remove partial steps whose other nodes were not given (they may be committed there)");
+  c->add_flag(
+      "--force", g->force,
+      "Also remove partial steps whose other nodes were not given (they may be committed there)");
   c->add_flag("--json", g->json, "Print JSON");
 
   auto sv = std::make_shared<CkptArgs>();
@@ -244,7 +258,8 @@ void add_ckpt_command(CLI::App& app, Dispatch& dispatch) {
   c->add_option("ROOT_PREFIX", sv->roots, "Folder for the node roots")->required();
   c->add_option("--from", sv->from, "Hugging Face model folder")->required();
   c->add_option("--ranks", sv->ranks, "Ranks")->capture_default_str();
-  c->add_option("--nodes", sv->nodes, "Nodes (rank r on node r*nodes/ranks)")->capture_default_str();
+  c->add_option("--nodes", sv->nodes, "Nodes (rank r on node r*nodes/ranks)")
+      ->capture_default_str();
   c->add_option("--step", sv->step, "Step number (default: one past the newest)");
   c->add_flag("--json", sv->json, "Print JSON");
 
@@ -252,14 +267,17 @@ void add_ckpt_command(CLI::App& app, Dispatch& dispatch) {
   c = add_command(*ckpt, dispatch, "load",
                   "Reassemble a checkpoint (one rank per node root) into a Hugging Face folder: "
                   "model.safetensors and config.json",
-                  "ferry ckpt load /tmp/ckpt --to /tmp/qwen-restored", [ld] { return run_load(*ld); });
+                  "ferry ckpt load /tmp/ckpt --to /tmp/qwen-restored",
+                  [ld] { return run_load(*ld); });
   c->add_option("ROOT", ld->roots, roots_help)->required();
   c->add_option("--to", ld->to,
                 "Output folder, built beside it and renamed into place (must be absent or empty "
-                "unless --force)")->required();
+                "unless --force)")
+      ->required();
   c->add_option("--step", ld->step, "Step to load (default: newest committed)");
-  c->add_flag("--force", ld->force,
-              "Replace a non-empty --to folder as a whole (its other files, e.g. tokenizer, go too)");
+  c->add_flag(
+      "--force", ld->force,
+      "Replace a non-empty --to folder as a whole (its other files, e.g. tokenizer, go too)");
   c->add_flag("--json", ld->json, "Print JSON");
 
   add_ckpt_verl_commands(*ckpt, dispatch);

@@ -96,9 +96,8 @@ int run_convert(const ConvertArgs& a) {
     if (to_megatron) doc["tp"] = a.tp;
     std::cout << doc.dump(2) << "\n";
   } else {
-    std::printf("wrote %s: %zu tensors, %s in %zu file(s)\n", a.dst.c_str(),
-                summary->tensors_out, format_bytes(summary->bytes_out).c_str(),
-                summary->files.size());
+    std::printf("wrote %s: %zu tensors, %s in %zu file(s)\n", a.dst.c_str(), summary->tensors_out,
+                format_bytes(summary->bytes_out).c_str(), summary->files.size());
   }
   return kExitOk;
 }

@@ -4,6 +4,7 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 
+#include "base/status_macros.h"
 #include "cli/commands.h"
 #include "cli/progress.h"
 #include "ferry/profiler.h"
@@ -43,8 +44,9 @@ Status check_args(const DemoArgs& a) {
     return invalid_argument("--hidden " + std::to_string(c.hidden) + ": give a multiple of 8");
   }
   if (c.receivers < 1) return invalid_argument("--receivers 0: give 1 or more");
-  if (c.rounds < 1) return invalid_argument("--rounds " + std::to_string(c.rounds) + ": give 1 or more");
-  if (Status s = check_bucket_mb("--bucket-mb", c.bucket_mb); !s.ok()) return s;
+  if (c.rounds < 1)
+    return invalid_argument("--rounds " + std::to_string(c.rounds) + ": give 1 or more");
+  FERRY_RETURN_IF_ERROR(check_bucket_mb("--bucket-mb", c.bucket_mb));
   profiler::Config scratch;
   for (const std::string& o : a.overrides) {
     auto applied = profiler::apply_override(&scratch, o);
@@ -62,8 +64,8 @@ int run_demo(const DemoArgs& a) {
         "embedding [%lld, %lld] F32 = %s through a %llu MiB bucket, %d rounds to %u "
         "receiver processes\n",
         static_cast<long long>(c.vocab), static_cast<long long>(c.hidden),
-        format_bytes(static_cast<std::uint64_t>(c.vocab * c.hidden * 4)).c_str(), static_cast<unsigned long long>(c.bucket_mb), c.rounds,
-        c.receivers);
+        format_bytes(static_cast<std::uint64_t>(c.vocab * c.hidden * 4)).c_str(),
+        static_cast<unsigned long long>(c.bucket_mb), c.rounds, c.receivers);
     std::fflush(stdout);
   }
   auto session = start_profiler(a);

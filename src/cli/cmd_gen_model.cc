@@ -1,10 +1,10 @@
 // ferry gen-model: a synthetic Hugging Face model folder with real shapes.
 #include <fmt/format.h>
-#include <nlohmann/json.hpp>
 
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
+#include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
 #include "cli/progress.h"
@@ -60,10 +60,13 @@ int run_gen_model(const GenModelArgs& a) {
   std::uint64_t bytes = 0;
   for (const ModelTensor& t : index->tensors) bytes += t.entry.spec.bytes();
   if (a.json) {
-    nlohmann::ordered_json j = {{"folder", a.out},          {"preset", config->name},
+    nlohmann::ordered_json j = {{"folder", a.out},
+                                {"preset", config->name},
                                 {"dtype", std::string(dtype_name(*dtype))},
-                                {"layers", config->num_layers}, {"tensors", index->tensors.size()},
-                                {"bytes", bytes},           {"files", index->files}};
+                                {"layers", config->num_layers},
+                                {"tensors", index->tensors.size()},
+                                {"bytes", bytes},
+                                {"files", index->files}};
     std::cout << j.dump(2) << "\n";
   } else {
     std::printf("wrote %s: %s, %lld layers, %zu tensors, %s in %zu file(s)\n", a.out.c_str(),
@@ -88,9 +91,11 @@ void add_gen_model_command(CLI::App& app, Dispatch& dispatch) {
   cmd->add_option("--preset", args->preset, "Model shapes: " + presets)->required();
   cmd->add_option("--out", args->out, "Folder to write (must be empty unless --force)")->required();
   cmd->add_option("--dtype", args->dtype, "bf16, fp16 or fp32")->capture_default_str();
-  args->layers_option = cmd->add_option("--layers", args->layers,
-                  "Keep the per-layer shapes but write only this many layers (default: all)");
-  cmd->add_option("--seed", args->seed, "Seed of the deterministic contents")->capture_default_str();
+  args->layers_option =
+      cmd->add_option("--layers", args->layers,
+                      "Keep the per-layer shapes but write only this many layers (default: all)");
+  cmd->add_option("--seed", args->seed, "Seed of the deterministic contents")
+      ->capture_default_str();
   cmd->add_option("--max-shard-gb", args->max_shard_gb,
                   "Start a new shard past this size, in GB = 10^9 bytes (as Hugging Face's "
                   "max_shard_size \"5GB\")")

@@ -5,12 +5,13 @@
 #include <cstdio>
 #include <iostream>
 #include <memory>
-#include <span>
 #include <nlohmann/json.hpp>
+#include <span>
 
 #define XXH_INLINE_ALL
 #include <xxhash.h>
 
+#include "base/status_macros.h"
 #include "cli/commands.h"
 #include "cli/progress.h"
 #include "ferry/model.h"
@@ -28,7 +29,7 @@ constexpr const char* kShmAddressHelp =
 
 struct SyncArgs {
   std::string address = "ferry-sync";  // a socket in this user's private directory
-  std::string net_address;  // --listen (serve) or --connect (recv, relay): host:port
+  std::string net_address;             // --listen (serve) or --connect (recv, relay): host:port
   std::string preset = "qwen2.5-0.5b";
   std::string dtype = "bf16";
   std::int64_t layers = 0;  // serve: 0 = the preset's depth
@@ -44,7 +45,7 @@ struct SyncArgs {
   std::string token_file;
   std::string wire_protect = std::string(wire_protect_name(sync::SyncOptions{}.wire_protect));
   std::string local = "ferry-relay";  // relay: the shm address local receivers join
-  bool keep_going = false;  // after a failed round, rejoin (or re-accept) and go on
+  bool keep_going = false;            // after a failed round, rejoin (or re-accept) and go on
 };
 
 // Under --keep-going a failed round is reported and the loop goes on.
@@ -67,7 +68,8 @@ struct ContentHash {
 // What is wrong in the command line, found before anything is served or joined. `role`
 // is "serve", "recv" or "relay"; `net_flag` names the host:port flag of that role.
 Status check_args(const SyncArgs& a, const std::string& role, const std::string& net_flag) {
-  if (a.rounds < 1) return invalid_argument("--rounds " + std::to_string(a.rounds) + ": give 1 or more");
+  if (a.rounds < 1)
+    return invalid_argument("--rounds " + std::to_string(a.rounds) + ": give 1 or more");
   if (role != "recv" && a.receivers < 1) {
     return invalid_argument("--receivers 0: give 1 or more");
   }
@@ -76,10 +78,10 @@ Status check_args(const SyncArgs& a, const std::string& role, const std::string&
     return invalid_argument("--wire-protect: " + p.status().message());
   }
   if (!a.net_address.empty()) {
-    if (Status s = check_host_port(net_flag, a.net_address); !s.ok()) return s;
+    FERRY_RETURN_IF_ERROR(check_host_port(net_flag, a.net_address));
   }
   if (role == "serve") {
-    if (Status s = check_bucket_mb("--bucket-mb", a.bucket_mb); !s.ok()) return s;
+    FERRY_RETURN_IF_ERROR(check_bucket_mb("--bucket-mb", a.bucket_mb));
     if (a.slots < 1 || a.slots > 64) {
       return invalid_argument("--slots " + std::to_string(a.slots) + ": give 1..64");
     }
@@ -121,11 +123,11 @@ void print_round(const SyncArgs& a, const sync::RoundStats& s, const char* role,
     std::cout << j.dump() << std::endl;
     return;
   }
-  std::printf(
-      "round %llu: %u tensors, %u buckets, %s in %.3f s (%.2f GB/s), checksum %016llx",
-      static_cast<unsigned long long>(s.round), s.tensors, s.buckets,
-      format_bytes(s.bytes).c_str(), s.seconds,
-      s.seconds > 0 ? s.bytes / 1e9 / s.seconds : 0.0, static_cast<unsigned long long>(s.checksum));
+  std::printf("round %llu: %u tensors, %u buckets, %s in %.3f s (%.2f GB/s), checksum %016llx",
+              static_cast<unsigned long long>(s.round), s.tensors, s.buckets,
+              format_bytes(s.bytes).c_str(), s.seconds,
+              s.seconds > 0 ? s.bytes / 1e9 / s.seconds : 0.0,
+              static_cast<unsigned long long>(s.checksum));
   if (content != nullptr) {
     std::printf(", content %016llx", static_cast<unsigned long long>(content->value));
   }
@@ -138,8 +140,8 @@ int run_serve(const SyncArgs& a) {
   auto cfg = model::preset(a.preset);
   if (!cfg.ok()) return report_error(cfg.status());
   if (a.layers < 0 || a.layers > cfg->num_layers) {
-    return usage_error(invalid_argument(fmt::format(
-        "--layers {}: {} has 1 to {} layers (0: all)", a.layers, a.preset, cfg->num_layers)));
+    return usage_error(invalid_argument(fmt::format("--layers {}: {} has 1 to {} layers (0: all)",
+                                                    a.layers, a.preset, cfg->num_layers)));
   }
   if (a.layers > 0) cfg->num_layers = a.layers;
   auto dtype = parse_dtype(a.dtype);
@@ -277,16 +279,17 @@ void add_sync_command(CLI::App& app, Dispatch& dispatch) {
       "ferry sync serve --address @job42 --receivers 2 --rounds 3 --bucket-mb 64\n"
       "  FERRY_TOKEN_FILE=~/.ferry/token ferry sync serve --listen 0.0.0.0:5555 --receivers 2",
       [args] { return run_serve(*args); });
-  auto* where = serve->add_option("--address", args->address,
-                                  kShmAddressHelp);
+  auto* where = serve->add_option("--address", args->address, kShmAddressHelp);
   where->capture_default_str();
-  serve->add_option("--listen", args->net_address,
-                    "host:port to serve relays and receivers on other nodes (port 0: any)")
+  serve
+      ->add_option("--listen", args->net_address,
+                   "host:port to serve relays and receivers on other nodes (port 0: any)")
       ->excludes(where);
   serve->add_option("--preset", args->preset, "Model shapes to send")->capture_default_str();
   serve->add_option("--dtype", args->dtype, "dtype of the tensors")->capture_default_str();
-  serve->add_option("--layers", args->layers,
-                    "Send only this many of the preset's layers, shapes unchanged (0: all)")
+  serve
+      ->add_option("--layers", args->layers,
+                   "Send only this many of the preset's layers, shapes unchanged (0: all)")
       ->capture_default_str();
   serve->add_option("--bucket-mb", args->bucket_mb, "Bucket (ring slot) size in MiB")
       ->capture_default_str();
@@ -303,9 +306,9 @@ void add_sync_command(CLI::App& app, Dispatch& dispatch) {
       "ferry sync recv --address @job42 --id 0 --rounds 3\n"
       "  FERRY_TOKEN_FILE=~/.ferry/token ferry sync recv --connect 10.0.0.1:5555 --id 0",
       [rargs] { return run_recv(*rargs); });
-  auto* from = recv->add_option("--address", rargs->address,
-                                std::string("Sender's (or this node's relay's) address: ") +
-                                    kShmAddressHelp);
+  auto* from = recv->add_option(
+      "--address", rargs->address,
+      std::string("Sender's (or this node's relay's) address: ") + kShmAddressHelp);
   from->capture_default_str();
   recv->add_option("--connect", rargs->net_address, "Sender's host:port on another node")
       ->excludes(from);
@@ -318,14 +321,16 @@ void add_sync_command(CLI::App& app, Dispatch& dispatch) {
       *sync, dispatch, "relay",
       "On a receiving node: take each bucket once from the network and republish it to this "
       "node's receivers over shm",
-      "FERRY_TOKEN_FILE=~/.ferry/token ferry sync relay --connect 10.0.0.1:5555 --id 1 --local @job42 "
+      "FERRY_TOKEN_FILE=~/.ferry/token ferry sync relay --connect 10.0.0.1:5555 --id 1 --local "
+      "@job42 "
       "--receivers 2 --rounds 3",
       [xargs] { return run_relay(*xargs); });
   relay->add_option("--connect", xargs->net_address, "Sender's host:port")->required();
   relay->add_option("--id", xargs->id, "This relay's id (unique among the sender's peers)")
       ->capture_default_str();
-  relay->add_option("--local", xargs->local,
-                    std::string("Address this node's receivers join: ") + kShmAddressHelp)
+  relay
+      ->add_option("--local", xargs->local,
+                   std::string("Address this node's receivers join: ") + kShmAddressHelp)
       ->capture_default_str();
   relay->add_option("--receivers", xargs->receivers, "Local receivers to wait for")
       ->capture_default_str();

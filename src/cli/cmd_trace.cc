@@ -5,7 +5,6 @@
 #include <string>
 #include <vector>
 
-#include "base/file_util.h"
 #include "cli/commands.h"
 #include "ferry/profiler.h"
 
@@ -29,9 +28,9 @@ int run_summarize(const SummarizeArgs& a) {
   auto summary = profiler::summarize_files(a.files);
   if (!summary.ok()) return report_error(summary.status());
   if (!a.out.empty()) {
-    Status s = write_file_atomic(a.out + ".md", profiler::summary_markdown(*summary));
-    if (s.ok()) s = write_file_atomic(a.out + ".csv", profiler::summary_csv(*summary));
-    if (!s.ok()) return report_error(s);
+    if (Status s = profiler::write_summary_files(*summary, a.out); !s.ok()) {
+      return report_error(s);
+    }
   }
   const std::string text = a.json  ? profiler::summary_json(*summary)
                            : a.csv ? profiler::summary_csv(*summary)

@@ -1,6 +1,5 @@
 // `ferry`: the command-line tool. Exit codes: 0 success, 1 failure, 2 usage error.
 #include <CLI/CLI.hpp>
-
 #include <csignal>
 #include <cstdio>
 

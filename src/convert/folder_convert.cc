@@ -4,7 +4,9 @@
 #include <filesystem>
 #include <map>
 
+#include "base/atomic_file.h"
 #include "base/file_util.h"
+#include "base/status_macros.h"
 #include "convert/folder_io.h"
 #include "ferry/convert.h"
 #include "ferry/safetensors.h"
@@ -14,7 +16,7 @@ namespace fs = std::filesystem;
 
 Status StagedWriter::add(std::span<const std::byte> data) {
   if (buffer_.size() + data.size() > capacity_) {
-    if (Status s = flush(); !s.ok()) return s;
+    FERRY_RETURN_IF_ERROR(flush());
   }
   if (data.size() >= capacity_) return writer_->write(data);
   buffer_.insert(buffer_.end(), data.begin(), data.end());
@@ -25,7 +27,7 @@ Status StagedWriter::zeros(std::uint64_t bytes) {
   static const std::vector<std::byte> kZeros(1 << 20);
   while (bytes > 0) {
     const std::size_t n = static_cast<std::size_t>(std::min<std::uint64_t>(bytes, kZeros.size()));
-    if (Status s = add({kZeros.data(), n}); !s.ok()) return s;
+    FERRY_RETURN_IF_ERROR(add({kZeros.data(), n}));
     bytes -= n;
   }
   return ok_status();
@@ -82,7 +84,7 @@ Status copy_side_files(const std::string& src, const std::string& dst) {
     }
     auto text = read_file(entry.path().string());
     if (!text.ok()) return text.status();
-    if (Status s = write_file_atomic(dst + "/" + name, *text); !s.ok()) return s;
+    FERRY_RETURN_IF_ERROR(write_file_atomic(dst + "/" + name, *text));
   }
   if (ec) return io_error("list folder " + src + ": " + ec.message());
   return ok_status();
@@ -202,8 +204,8 @@ Result<ConvertSummary> hf_to_megatron(const std::string& src, const std::string&
   auto hf = open_hf(src, options.layout);
   if (!hf.ok()) return hf.status();
   const Mapping& m = hf->mapping;
-  if (Status s = check_tensors(m, Side::kHf, hf->found, src).to_status(); !s.ok()) return s;
-  if (Status s = prepare_destination(dst, options.overwrite); !s.ok()) return s;
+  FERRY_RETURN_IF_ERROR(check_tensors(m, Side::kHf, hf->found, src).to_status());
+  FERRY_RETURN_IF_ERROR(prepare_destination(dst, options.overwrite));
 
   // Views of every HF tensor, by mapping index (check_tensors proved each exists).
   std::vector<TensorView> views(m.hf_tensors.size());
@@ -234,7 +236,7 @@ Result<ConvertSummary> hf_to_megatron(const std::string& src, const std::string&
     for (const MegatronParam& p : m.params) {
       for (const Run& run : shard_runs(m, p, r)) {
         if (run.source == Run::kZeros) {
-          if (Status s = out.zeros(run.bytes()); !s.ok()) return s;
+          FERRY_RETURN_IF_ERROR(out.zeros(run.bytes()));
           continue;
         }
         const TensorView& v = views[static_cast<std::size_t>(m.find_hf(p.hf_names[run.source]))];
@@ -249,13 +251,13 @@ Result<ConvertSummary> hf_to_megatron(const std::string& src, const std::string&
       done += m.shard_spec(p).bytes();
       if (options.progress) options.progress(done, total);
     }
-    if (Status s = out.flush(); !s.ok()) return s;
-    if (Status s = writer->finish(); !s.ok()) return s;
+    FERRY_RETURN_IF_ERROR(out.flush());
+    FERRY_RETURN_IF_ERROR(writer->finish());
     summary.files.push_back(file);
   }
   summary.tensors_out = shard_specs.size() * static_cast<std::size_t>(m.layout.tp);
   summary.bytes_out = total;
-  if (Status s = copy_side_files(src, dst); !s.ok()) return s;
+  FERRY_RETURN_IF_ERROR(copy_side_files(src, dst));
   // Written last: a folder without it is an unfinished conversion.
   if (Status s = write_file_atomic(dst + "/" + std::string(kLayoutFileName),
                                    megatron_layout_json(m.layout, m.dtype));
@@ -270,8 +272,8 @@ Result<ConvertSummary> megatron_to_hf(const std::string& src, const std::string&
   auto ms = open_megatron(src);
   if (!ms.ok()) return ms.status();
   const Mapping& m = ms->mapping;
-  if (Status s = combine(check_ranks(*ms, src)); !s.ok()) return s;
-  if (Status s = prepare_destination(dst, options.overwrite); !s.ok()) return s;
+  FERRY_RETURN_IF_ERROR(combine(check_ranks(*ms, src)));
+  FERRY_RETURN_IF_ERROR(prepare_destination(dst, options.overwrite));
 
   // Which (param, source) feeds each HF tensor.
   struct Feed {
@@ -345,7 +347,7 @@ Result<ConvertSummary> megatron_to_hf(const std::string& src, const std::string&
                                 std::to_string(at));
         }
         const TensorView& v = shard_views[static_cast<std::size_t>(b.rank)][feed.param];
-        if (Status st = out.add(v.data.subspan(b.shard_offset, b.bytes)); !st.ok()) return st;
+        FERRY_RETURN_IF_ERROR(out.add(v.data.subspan(b.shard_offset, b.bytes)));
         at += b.bytes;
       }
       if (at != spec.bytes()) {
@@ -356,14 +358,14 @@ Result<ConvertSummary> megatron_to_hf(const std::string& src, const std::string&
       if (options.progress) options.progress(done, total);
       index.push_back({SafetensorsEntry{spec, 0, 0}, file});
     }
-    if (Status st = out.flush(); !st.ok()) return st;
-    if (Status st = writer->finish(); !st.ok()) return st;
+    FERRY_RETURN_IF_ERROR(out.flush());
+    FERRY_RETURN_IF_ERROR(writer->finish());
     summary.files.push_back(file);
   }
   if (shards.size() > 1) {
-    if (Status st = write_model_index(dst, index, total); !st.ok()) return st;
+    FERRY_RETURN_IF_ERROR(write_model_index(dst, index, total));
   }
-  if (Status st = copy_side_files(src, dst); !st.ok()) return st;
+  FERRY_RETURN_IF_ERROR(copy_side_files(src, dst));
   summary.tensors_out = m.hf_tensors.size();
   summary.bytes_out = total;
   return summary;

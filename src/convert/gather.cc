@@ -12,9 +12,10 @@ Result<std::vector<sync::GatheredTensor>> gather_hf_tensors(
     const Mapping& mapping, std::span<const std::vector<TensorView>> shards) {
   const int tp = mapping.layout.tp;
   if (static_cast<int>(shards.size()) != tp) {
-    return invalid_argument(fmt::format("gather_hf_tensors: shards of {} rank(s) given, the "
-                                        "layout has tp = {}",
-                                        shards.size(), tp));
+    return invalid_argument(
+        fmt::format("gather_hf_tensors: shards of {} rank(s) given, the "
+                    "layout has tp = {}",
+                    shards.size(), tp));
   }
   std::vector<std::vector<HfPiece>> by_tensor(mapping.hf_tensors.size());
   std::vector<HfPiece> pieces;

@@ -7,8 +7,9 @@ namespace ferry::model {
 
 Result<BucketAdvice> advise_bucket(std::uint64_t largest_bytes, double margin) {
   if (!std::isfinite(margin) || margin < 1.0 || margin > 16.0) {
-    return invalid_argument("bucket margin " + std::to_string(margin) +
-                            " is out of range: use a factor from 1.0 to 16 (the FAQ suggests 1.2-1.5)");
+    return invalid_argument(
+        "bucket margin " + std::to_string(margin) +
+        " is out of range: use a factor from 1.0 to 16 (the FAQ suggests 1.2-1.5)");
   }
   BucketAdvice a;
   a.largest_bytes = largest_bytes;

@@ -7,7 +7,9 @@
 #include <string>
 #include <vector>
 
+#include "base/atomic_file.h"
 #include "base/file_util.h"
+#include "base/status_macros.h"
 #include "ferry/model.h"
 #include "ferry/safetensors.h"
 
@@ -51,24 +53,26 @@ Status generate_model_folder(const ModelConfig& config, const std::string& folde
   std::vector<ModelTensor> index;
   std::uint64_t done = 0;
   for (std::size_t s = 0; s < shards.size(); ++s) {
-    const std::string file = shards.size() == 1 ? "model.safetensors" : shard_name(s, shards.size());
+    const std::string file =
+        shards.size() == 1 ? "model.safetensors" : shard_name(s, shards.size());
     auto writer = SafetensorsWriter::create(folder + "/" + file, shards[s], {{"format", "pt"}});
     if (!writer.ok()) return writer.status();
     for (const TensorSpec& t : shards[s]) {
       for (std::uint64_t off = 0; off < t.bytes(); off += kChunkBytes) {
-        const std::size_t n = static_cast<std::size_t>(std::min<std::uint64_t>(kChunkBytes, t.bytes() - off));
+        const std::size_t n =
+            static_cast<std::size_t>(std::min<std::uint64_t>(kChunkBytes, t.bytes() - off));
         std::span<std::byte> piece(chunk.data(), n);
         fill_synthetic(options.seed, t.name, off, piece);
-        if (Status st = writer->write(piece); !st.ok()) return st;
+        FERRY_RETURN_IF_ERROR(writer->write(piece));
         done += n;
         if (options.progress) options.progress(done, total);
       }
       index.push_back({SafetensorsEntry{t, 0, 0}, file});
     }
-    if (Status st = writer->finish(); !st.ok()) return st;
+    FERRY_RETURN_IF_ERROR(writer->finish());
   }
   if (shards.size() > 1) {
-    if (Status st = write_model_index(folder, index, total); !st.ok()) return st;
+    FERRY_RETURN_IF_ERROR(write_model_index(folder, index, total));
   }
   return write_file_atomic(folder + "/config.json", hf_config_json(config, options.dtype));
 }

@@ -1,6 +1,5 @@
 // config.json <-> ModelConfig, and the tensor list a config implies.
 #include <nlohmann/json.hpp>
-
 #include <string>
 
 #include "ferry/model.h"
@@ -16,8 +15,8 @@ Result<std::int64_t> positive_int(const json& doc, const char* key, std::string_
   if (!doc.contains(key)) return invalid_argument(std::string(source) + ": missing '" + key + "'");
   const json& v = doc[key];
   if (!v.is_number_integer() || v.get<std::int64_t>() <= 0) {
-    return invalid_argument(std::string(source) + ": '" + key + "' must be a positive integer, not " +
-                            v.dump());
+    return invalid_argument(std::string(source) + ": '" + key +
+                            "' must be a positive integer, not " + v.dump());
   }
   return v.get<std::int64_t>();
 }
@@ -45,10 +44,10 @@ Result<ModelConfig> parse_hf_config(std::string_view json_text, std::string_view
     const char* key;
     std::int64_t* out;
   };
-  for (const Field& f : {Field{"vocab_size", &c.vocab_size}, Field{"hidden_size", &c.hidden_size},
-                         Field{"num_hidden_layers", &c.num_layers},
-                         Field{"num_attention_heads", &c.num_heads},
-                         Field{"intermediate_size", &c.intermediate_size}}) {
+  for (const Field& f :
+       {Field{"vocab_size", &c.vocab_size}, Field{"hidden_size", &c.hidden_size},
+        Field{"num_hidden_layers", &c.num_layers}, Field{"num_attention_heads", &c.num_heads},
+        Field{"intermediate_size", &c.intermediate_size}}) {
     auto v = positive_int(doc, f.key, source);
     if (!v.ok()) return v.status();
     *f.out = *v;
@@ -60,9 +59,9 @@ Result<ModelConfig> parse_hf_config(std::string_view json_text, std::string_view
     c.num_kv_heads = *v;
   }
   if (c.num_heads % c.num_kv_heads != 0) {
-    return invalid_argument(std::string(source) + ": num_attention_heads " +
-                            std::to_string(c.num_heads) + " is not a multiple of num_key_value_heads " +
-                            std::to_string(c.num_kv_heads));
+    return invalid_argument(
+        std::string(source) + ": num_attention_heads " + std::to_string(c.num_heads) +
+        " is not a multiple of num_key_value_heads " + std::to_string(c.num_kv_heads));
   }
   c.head_dim = c.hidden_size / c.num_heads;
   if (doc.contains("head_dim") && !doc["head_dim"].is_null()) {
@@ -89,7 +88,8 @@ std::string hf_config_json(const ModelConfig& c, DType dtype) {
   doc["num_hidden_layers"] = c.num_layers;
   doc["num_attention_heads"] = c.num_heads;
   doc["num_key_value_heads"] = c.num_kv_heads;
-  if (c.family == "qwen3" || c.head_dim != c.hidden_size / c.num_heads) doc["head_dim"] = c.head_dim;
+  if (c.family == "qwen3" || c.head_dim != c.hidden_size / c.num_heads)
+    doc["head_dim"] = c.head_dim;
   if (c.family == "llama") doc["attention_bias"] = c.qkv_bias;
   doc["hidden_act"] = "silu";
   doc["rms_norm_eps"] = c.rms_norm_eps;

@@ -7,7 +7,9 @@
 #include <nlohmann/json.hpp>
 #include <tuple>
 
+#include "base/atomic_file.h"
 #include "base/file_util.h"
+#include "base/status_macros.h"
 #include "ferry/profiler.h"
 
 namespace ferry::profiler {
@@ -181,6 +183,11 @@ std::string summary_markdown(const Summary& s) {
            fmt(st.max_us) + " | " + fmt(st.share * 100.0, 1) + "% |\n";
   }
   return out;
+}
+
+Status write_summary_files(const Summary& s, const std::string& prefix) {
+  FERRY_RETURN_IF_ERROR(write_file_atomic(prefix + ".md", summary_markdown(s)));
+  return write_file_atomic(prefix + ".csv", summary_csv(s));
 }
 
 std::string summary_csv(const Summary& s) {

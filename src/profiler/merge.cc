@@ -2,6 +2,7 @@
 // of a node (and, aligned by wall clock, across nodes).
 #include <nlohmann/json.hpp>
 
+#include "base/atomic_file.h"
 #include "base/file_util.h"
 #include "ferry/profiler.h"
 

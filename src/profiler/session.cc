@@ -6,6 +6,7 @@
 #include <ctime>
 #include <thread>
 
+#include "base/atomic_file.h"
 #include "base/file_util.h"
 #include "base/mutex.h"
 #include "ferry/profiler.h"

@@ -18,11 +18,10 @@
 
 #include <atomic>
 #include <cstdint>
+#include <nlohmann/json_fwd.hpp>
 #include <span>
 #include <string>
 #include <string_view>
-
-#include <nlohmann/json_fwd.hpp>
 
 namespace ferry::profiler {
 

@@ -10,6 +10,7 @@
 #include <string_view>
 #include <vector>
 
+#include "base/status_macros.h"
 #include "rank_group/rank_group.h"
 
 namespace ferry::rank_group {
@@ -34,7 +35,7 @@ class GroupBase : public RankGroup {
   Result<std::string> fetch(int peer, std::string_view request) override {
     if (peer < 0 || peer >= size_) return invalid_argument("fetch from a rank outside the group");
     std::string out;
-    if (Status s = fetch_impl(peer, request, nullptr, &out); !s.ok()) return s;
+    FERRY_RETURN_IF_ERROR(fetch_impl(peer, request, nullptr, &out));
     return out;
   }
 
@@ -55,7 +56,7 @@ class GroupBase : public RankGroup {
 
   // A valid node name and a rank inside the group.
   Status check_membership() const {
-    if (Status s = validate_node_name(node_); !s.ok()) return s;
+    FERRY_RETURN_IF_ERROR(validate_node_name(node_));
     if (size_ <= 0 || rank_ < 0 || rank_ >= size_) {
       return invalid_argument("rank " + std::to_string(rank_) + " is outside a group of " +
                               std::to_string(size_));

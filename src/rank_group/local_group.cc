@@ -26,6 +26,7 @@
 #include "base/file_util.h"
 #include "base/log.h"
 #include "base/random.h"
+#include "base/status_macros.h"
 #include "rank_group/constants.h"
 #include "rank_group/group_base.h"
 #include "rank_group/local_messages.h"
@@ -75,7 +76,7 @@ Status send_all(int fd, const void* data, std::size_t size, std::optional<Clock:
     ssize_t n = ::send(fd, p, size, MSG_NOSIGNAL | MSG_DONTWAIT);
     if (n < 0 && errno == EINTR) continue;
     if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-      if (Status s = wait_fd(fd, POLLOUT, dl, what); !s.ok()) return s;
+      FERRY_RETURN_IF_ERROR(wait_fd(fd, POLLOUT, dl, what));
       continue;
     }
     if (n < 0 && (errno == EPIPE || errno == ECONNRESET)) {
@@ -95,7 +96,7 @@ Status recv_all(int fd, void* data, std::size_t size, std::optional<Clock::time_
     ssize_t n = ::recv(fd, p, size, MSG_DONTWAIT);
     if (n < 0 && errno == EINTR) continue;
     if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-      if (Status s = wait_fd(fd, POLLIN, dl, what); !s.ok()) return s;
+      FERRY_RETURN_IF_ERROR(wait_fd(fd, POLLIN, dl, what));
       continue;
     }
     if (n == 0 || (n < 0 && errno == ECONNRESET)) {
@@ -117,20 +118,20 @@ Status send_frame(int fd, std::string_view bytes, std::optional<Clock::time_poin
                   const std::string& what) {
   std::vector<std::byte> head;
   coding::put_u64(&head, bytes.size());
-  if (Status s = send_all(fd, head.data(), head.size(), dl, what); !s.ok()) return s;
+  FERRY_RETURN_IF_ERROR(send_all(fd, head.data(), head.size(), dl, what));
   return send_all(fd, bytes.data(), bytes.size(), dl, what);
 }
 
 Result<std::string> recv_frame(int fd, std::optional<Clock::time_point> dl,
                                const std::string& what) {
   std::byte head[kFrameHeadBytes];
-  if (Status s = recv_all(fd, head, sizeof head, dl, what); !s.ok()) return s;
+  FERRY_RETURN_IF_ERROR(recv_all(fd, head, sizeof head, dl, what));
   const std::uint64_t n = frame_length(head);
   if (n > kMaxPayloadBytes) {
     return corruption(what + ": frame of " + std::to_string(n) + " bytes is over the limit");
   }
   std::string out(n, '\0');
-  if (Status s = recv_all(fd, out.data(), n, dl, what); !s.ok()) return s;
+  FERRY_RETURN_IF_ERROR(recv_all(fd, out.data(), n, dl, what));
   return out;
 }
 
@@ -145,7 +146,7 @@ Result<ScopedFd> listen_on(const std::string& address) {
     if (err != EADDRINUSE || attempt > 0) return errno_status("bind", address, err);
     // Taken: name the holder, or remove a stale socket file and try once more.
     bool stale = false;
-    if (Status s = shm::explain_address_in_use(*addr, SOCK_STREAM, &stale); !s.ok()) return s;
+    FERRY_RETURN_IF_ERROR(shm::explain_address_in_use(*addr, SOCK_STREAM, &stale));
   }
   if (::listen(fd.get(), kListenBacklog) != 0) return errno_status("listen", address, errno);
   return fd;
@@ -158,7 +159,7 @@ Result<ScopedFd> connect_to(const std::string& address, Clock::time_point deadli
     ScopedFd fd(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
     if (!fd.valid()) return errno_status("socket", address, errno);
     if (::connect(fd.get(), reinterpret_cast<const sockaddr*>(&addr->addr), addr->len) == 0) {
-      if (Status s = check_peer_user(fd.get(), address); !s.ok()) return s;
+      FERRY_RETURN_IF_ERROR(check_peer_user(fd.get(), address));
       return fd;
     }
     const int err = errno;
@@ -299,7 +300,7 @@ Status send_response(int fd, const Result<RankGroup::FetchReply>& r, const std::
   const std::span<const std::byte> body = r.ok() ? r->bytes() : std::as_bytes(std::span(error));
   unsigned char head[local::kAnswerHeadBytes];
   local::encode_answer_head({static_cast<std::uint8_t>(r.status().code()), body.size()}, head);
-  if (Status s = send_all(fd, head, sizeof head, std::nullopt, what); !s.ok()) return s;
+  FERRY_RETURN_IF_ERROR(send_all(fd, head, sizeof head, std::nullopt, what));
   return send_all(fd, body.data(), body.size(), std::nullopt, what);
 }
 
@@ -317,7 +318,7 @@ class LocalGroup final : public GroupBase {
   }
 
   Status start() {
-    if (Status s = check_membership(); !s.ok()) return s;
+    FERRY_RETURN_IF_ERROR(check_membership());
     const auto deadline = Clock::now() + opts_.timeout;
     my_address_ = "@ferry-ckpt-" + random_suffix() + "-r" + std::to_string(opts_.rank);
     auto listener = listen_on(my_address_);
@@ -357,8 +358,7 @@ class LocalGroup final : public GroupBase {
       }
       const std::string table = local::encode_member_table({nodes_, addresses_});
       for (int r = 1; r < opts_.size; ++r) {
-        if (Status s = send_frame(peers_[r].get(), table, deadline, peer_name(r)); !s.ok())
-          return s;
+        FERRY_RETURN_IF_ERROR(send_frame(peers_[r].get(), table, deadline, peer_name(r)));
       }
     } else {
       auto fd = connect_to(opts_.root_address, deadline);
@@ -367,7 +367,7 @@ class LocalGroup final : public GroupBase {
       root_ = std::move(*fd);
       const std::string hello =
           local::encode_hello({static_cast<std::uint64_t>(opts_.rank), opts_.node, my_address_});
-      if (Status s = send_frame(root_.get(), hello, deadline, "rank 0"); !s.ok()) return s;
+      FERRY_RETURN_IF_ERROR(send_frame(root_.get(), hello, deadline, "rank 0"));
       auto table = recv_frame(root_.get(), deadline, "rank 0 (the group's member table)");
       if (!table.ok()) return table.status();
       auto members = local::decode_member_table(*table, opts_.size);
@@ -412,7 +412,7 @@ class LocalGroup final : public GroupBase {
       if (!fd.ok()) return fd.status().with_context(what);
       conn->fd = std::move(*fd);
       const std::string hello = local::encode_fetch_hello(static_cast<std::uint64_t>(opts_.rank));
-      if (Status s = send_frame(conn->fd.get(), hello, deadline, what); !s.ok()) return s;
+      FERRY_RETURN_IF_ERROR(send_frame(conn->fd.get(), hello, deadline, what));
     }
     Status s = recv_reply(conn->fd.get(), request, deadline, what, into, text);
     if (!s.ok() &&
@@ -424,23 +424,23 @@ class LocalGroup final : public GroupBase {
 
   static Status recv_reply(int fd, std::string_view request, Clock::time_point deadline,
                            const std::string& what, std::span<std::byte>* into, std::string* text) {
-    if (Status s = send_frame(fd, request, deadline, what); !s.ok()) return s;
+    FERRY_RETURN_IF_ERROR(send_frame(fd, request, deadline, what));
     unsigned char raw_head[local::kAnswerHeadBytes];
-    if (Status s = recv_all(fd, raw_head, sizeof raw_head, deadline, what); !s.ok()) return s;
+    FERRY_RETURN_IF_ERROR(recv_all(fd, raw_head, sizeof raw_head, deadline, what));
     auto head = local::decode_answer_head(raw_head);
     // Aborted: the stream is out of step, so the connection is dropped.
     if (!head.ok()) return aborted(what + ": " + head.status().message());
     const std::uint64_t body = head->body_bytes;
     if (head->code != 0) {
       std::string msg(body, '\0');
-      if (Status s = recv_all(fd, msg.data(), body, deadline, what); !s.ok()) return s;
+      FERRY_RETURN_IF_ERROR(recv_all(fd, msg.data(), body, deadline, what));
       return Status(static_cast<Code>(head->code), msg);
     }
     if (into != nullptr) {
       if (body != into->size()) {
         // Drain it so the connection stays usable, then say what was wrong.
         std::string sink(body, '\0');
-        if (Status s = recv_all(fd, sink.data(), body, deadline, what); !s.ok()) return s;
+        FERRY_RETURN_IF_ERROR(recv_all(fd, sink.data(), body, deadline, what));
         return corruption(what + ": answered " + std::to_string(body) + " bytes, expected " +
                           std::to_string(into->size()));
       }
@@ -539,7 +539,7 @@ namespace ferry::checkpoint {
 
 Result<std::unique_ptr<RankGroup>> connect_local_group(const LocalGroupOptions& options) {
   auto g = std::make_unique<rank_group::LocalGroup>(options);
-  if (Status s = g->start(); !s.ok()) return s;
+  FERRY_RETURN_IF_ERROR(g->start());
   return std::unique_ptr<RankGroup>(std::move(g));
 }
 

@@ -23,6 +23,7 @@
 
 #include "base/clock.h"
 #include "base/log.h"
+#include "base/status_macros.h"
 #include "rank_group/constants.h"
 #include "rank_group/group_base.h"
 #include "rank_group/net_messages.h"
@@ -99,7 +100,7 @@ Status send_blob(net::Channel& ch, Kind kind, std::uint64_t seq, std::string_vie
     const std::size_t n = std::min(chunk, data.size() - at);
     const std::vector<std::byte> m =
         net_msg::encode_blob_chunk(kind, seq, data.size(), data.substr(at, n));
-    if (Status s = ch.send(m, dl.left()); !s.ok()) return s;
+    FERRY_RETURN_IF_ERROR(ch.send(m, dl.left()));
     at += n;
   } while (at < data.size());
   return ok_status();
@@ -141,7 +142,7 @@ class NetGroup final : public GroupBase {
   }
 
   Status start() {
-    if (Status s = check_membership(); !s.ok()) return s;
+    FERRY_RETURN_IF_ERROR(check_membership());
     auto token = opts_.token.empty()
                      ? net::Token::from_env()
                      : net::Token::from_string(opts_.token, "NetGroupOptions::token");
@@ -333,7 +334,7 @@ class NetGroup final : public GroupBase {
           if (!m.ok()) return m.status().with_context(peer_name(r));
           if (!m->has_value()) break;
           any = true;
-          if (Status s = parts[r].feed(**m, Kind::kPart, seq, peer_name(r)); !s.ok()) return s;
+          FERRY_RETURN_IF_ERROR(parts[r].feed(**m, Kind::kPart, seq, peer_name(r)));
           if (parts[r].complete()) {
             all[r] = std::move(parts[r].data);
             --missing;
@@ -365,13 +366,13 @@ class NetGroup final : public GroupBase {
     // it arrives here before this rank's own timeout.
     const auto grace = std::min<milliseconds>(opts_.collective_timeout, kMemberGrace);
     const Deadline dl(opts_.collective_timeout + grace);
-    if (Status s = send_blob(root_, Kind::kPart, seq, mine, dl); !s.ok()) return s;
+    FERRY_RETURN_IF_ERROR(send_blob(root_, Kind::kPart, seq, mine, dl));
     Blob result;
     while (!result.complete()) {
       auto m = root_.receive(dl.left());
       if (!m.ok()) return m.status();
       if (net_msg::kind_of(*m) == static_cast<std::uint8_t>(Kind::kAbort)) return read_abort(*m);
-      if (Status s = result.feed(*m, Kind::kResult, seq, peer_name(0)); !s.ok()) return s;
+      FERRY_RETURN_IF_ERROR(result.feed(*m, Kind::kResult, seq, peer_name(0)));
     }
     auto all = net_msg::decode_parts(result.data, static_cast<std::uint32_t>(size()));
     if (!all.ok()) return all.status().with_context(peer_name(0));
@@ -410,7 +411,7 @@ class NetGroup final : public GroupBase {
       if (!ch.ok()) return ch.status();
       const std::vector<std::byte> hello =
           net_msg::encode_fetch_hello({kNetVersion, static_cast<std::uint32_t>(rank())});
-      if (Status s = ch->send(hello, dl.left()); !s.ok()) return s;
+      FERRY_RETURN_IF_ERROR(ch->send(hello, dl.left()));
       conn.ch = std::move(*ch);
     }
     bool out_of_step = false;
@@ -435,7 +436,7 @@ class NetGroup final : public GroupBase {
                               std::to_string(net::max_message_bytes()));
     }
     *out_of_step = true;
-    if (Status s = conn.ch.send(m, dl.left()); !s.ok()) return s;
+    FERRY_RETURN_IF_ERROR(conn.ch.send(m, dl.left()));
     auto reply = conn.ch.receive(dl.left());
     if (!reply.ok()) return reply.status();
     auto answer = net_msg::decode_answer(*reply);
@@ -471,7 +472,7 @@ class NetGroup final : public GroupBase {
     if (!region.ok()) return region.status().with_context("fetching from " + peer_name(peer));
     auto t = conn.ch.receive_bulk(id, dst, *region);
     if (!t.ok()) return t.status();
-    if (Status s = conn.ch.wait(*t, dl.left()); !s.ok()) return s;
+    FERRY_RETURN_IF_ERROR(conn.ch.wait(*t, dl.left()));
     if (t->bytes() != bytes) {
       return corruption(peer_name(peer) + " sent " + std::to_string(t->bytes()) + " of the " +
                         std::to_string(bytes) + " bytes it announced");
@@ -570,7 +571,7 @@ class NetGroup final : public GroupBase {
     std::vector<std::byte> head =
         net_msg::encode_answer({id, s.code(), s.ok() ? out.reply.bytes().size() : 0, s.message()});
     if (head.size() > net::max_message_bytes()) head.resize(net::max_message_bytes());
-    if (Status sent = c.ch.send(head, opts_.timeout); !sent.ok()) return sent;
+    FERRY_RETURN_IF_ERROR(c.ch.send(head, opts_.timeout));
     if (!s.ok() || out.reply.bytes().empty()) return ok_status();
 
     // Straight from the handler's memory (a mapped shard) when UCX can register it; UCX
@@ -616,7 +617,7 @@ namespace ferry::checkpoint {
 
 Result<std::unique_ptr<RankGroup>> connect_net_group(const NetGroupOptions& options) {
   auto g = std::make_unique<rank_group::NetGroup>(options);
-  if (Status s = g->start(); !s.ok()) return s;
+  FERRY_RETURN_IF_ERROR(g->start());
   return std::unique_ptr<RankGroup>(std::move(g));
 }
 

@@ -46,8 +46,7 @@ class BucketHash {
   // Copies the piece at `bucket_offset` of the slot (src or dst is the slot) and hashes
   // it, after the alignment padding between the previous piece and this one.
   // REQUIRES: pieces come in bucket order and do not overlap.
-  void copy_piece(std::byte* dst, const std::byte* src, std::size_t n,
-                  std::uint64_t bucket_offset);
+  void copy_piece(std::byte* dst, const std::byte* src, std::size_t n, std::uint64_t bucket_offset);
   // Hashes the slot from the last piece's end to `used` (the segment's end) and returns
   // the digest.
   std::uint64_t finish(std::uint64_t used);

@@ -193,8 +193,8 @@ Status Fanout::wait_until(const std::function<bool(const Peer&)>& peer_done,
     add_poll_fds(peer_done, &fds);
     bool net_waiting = false;
     for (const Peer& p : peers_) net_waiting |= p.link.needs_progress() && !peer_done(p);
-    const auto left = std::max(
-        std::chrono::duration_cast<milliseconds>(deadline - Clock::now()), milliseconds(0));
+    const auto left = std::max(std::chrono::duration_cast<milliseconds>(deadline - Clock::now()),
+                               milliseconds(0));
     auto ready = poller_.wait(fds, wait_slice(options_, left), net_waiting);
     if (!ready.ok()) return ready.status();
     if (*ready == 0) {

@@ -9,15 +9,15 @@
 #include "ferry/sync.h"
 #include "profiler/span.h"
 #include "sync/bucket_planner.h"
-#include "sync/round_stats.h"
 #include "sync/copy.h"
+#include "sync/fanout.h"
+#include "sync/link.h"
 #include "sync/round_checksum.h"
+#include "sync/round_stats.h"
 #include "sync/segment.h"
 #include "sync/sync_options.h"
 #include "transport/shm/memfd_ring.h"
 #include "transport/shm/seqpacket_channel.h"
-#include "sync/fanout.h"
-#include "sync/link.h"
 #include "wire/conversation.h"
 #include "wire/message.h"
 
@@ -84,11 +84,12 @@ struct Receiver::Impl {
     // In slices while the sender is silent, so options.interrupt is heard (Ctrl-C).
     const auto deadline = Clock::now() + timeout;
     while (true) {
-      auto left = timeout.count() < 0
-                      ? timeout
-                      : std::max(std::chrono::milliseconds(0),
-                                 std::chrono::duration_cast<std::chrono::milliseconds>(
-                                     deadline - Clock::now()));
+      auto left =
+          timeout.count() < 0
+              ? timeout
+              : std::max(
+                    std::chrono::milliseconds(0),
+                    std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()));
       const auto slice = wait_slice(options, left);
       auto got = channel.receive(slice);
       if (!got.ok() && got.status().code() == Code::kTimeout && options.interrupt) {

@@ -104,8 +104,9 @@ struct Relay::Impl {
       }
       for (; released_upstream < all_released; ++released_upstream) {
         const std::uint32_t slot = released_upstream % local->ring().slots();
-        s = upstream.send(wire::encode(upstream_message(round, wire::Release{slot, released_upstream})),
-                          options.timeout);
+        s = upstream.send(
+            wire::encode(upstream_message(round, wire::Release{slot, released_upstream})),
+            options.timeout);
         if (!s.ok()) return s;
       }
       if (ended && all_acked) {
@@ -127,9 +128,10 @@ struct Relay::Impl {
           const auto& e = std::get<wire::End>(m->body);
           digest = round_sum.digest();
           if (e.round_checksum != digest) {
-            return corruption(fmt::format("round {}: round checksum {:016x} from {}, the relay "
-                                          "computed {:016x}",
-                                          round, e.round_checksum, upstream.peer(), digest));
+            return corruption(
+                fmt::format("round {}: round checksum {:016x} from {}, the relay "
+                            "computed {:016x}",
+                            round, e.round_checksum, upstream.peer(), digest));
           }
           ended = true;
         } else {
@@ -138,8 +140,8 @@ struct Relay::Impl {
             profiler::Span span("sync.net_receive", profiler::Detail::kBucket);
             s = receive_segment(f);
             if (!s.ok()) {
-              return Status(s.code(), fmt::format("round {} bucket {}: {}", round, f.bucket,
-                                                  s.message()));
+              return Status(s.code(),
+                            fmt::format("round {} bucket {}: {}", round, f.bucket, s.message()));
             }
           }
           round_sum.add_bucket(f.bucket, f.used_bytes, f.checksum);
@@ -152,8 +154,8 @@ struct Relay::Impl {
       // Then whatever local receivers say.
       fds.clear();
       local->add_poll_fds([](const Peer& p) { return p.acked; }, &fds);
-      const auto left = std::max(
-          std::chrono::duration_cast<milliseconds>(deadline - Clock::now()), milliseconds(0));
+      const auto left = std::max(std::chrono::duration_cast<milliseconds>(deadline - Clock::now()),
+                                 milliseconds(0));
       auto ready = poller.wait(fds, left);
       if (!ready.ok()) return ready.status();
       auto handled = local->handle_ready(fds, 0, digest);
@@ -164,9 +166,10 @@ struct Relay::Impl {
         deadline = Clock::now() + options.timeout;
       } else if (Clock::now() >= deadline) {
         std::string waiting = ended ? "local acknowledgements" : "the sender or local releases";
-        return timeout_error(fmt::format("round {}: nothing from {} or the local receivers for "
-                                         "{} ms while waiting for {}",
-                                         round, upstream.peer(), options.timeout.count(), waiting));
+        return timeout_error(
+            fmt::format("round {}: nothing from {} or the local receivers for "
+                        "{} ms while waiting for {}",
+                        round, upstream.peer(), options.timeout.count(), waiting));
       }
     }
   }
@@ -177,8 +180,7 @@ struct Relay::Impl {
     }
     auto r = relay_round();
     if (!r.ok()) {
-      return fail(Status(r.status().code(),
-                         fmt::format("relay {}: {}", id, r.status().message())));
+      return fail(Status(r.status().code(), fmt::format("relay {}: {}", id, r.status().message())));
     }
     return r;
   }
@@ -192,13 +194,14 @@ Result<std::unique_ptr<Relay>> Relay::connect(const std::string& upstream, std::
                                               const SyncOptions& options) {
   if (options.timeout.count() <= 0) return invalid_argument("timeout must be positive");
   if (!transport::is_net_address(upstream)) {
-    return invalid_argument(fmt::format("relay upstream '{}' is not a host:port address",
-                                        upstream));
+    return invalid_argument(
+        fmt::format("relay upstream '{}' is not a host:port address", upstream));
   }
   if (transport::is_net_address(local_address)) {
-    return invalid_argument(fmt::format("relay local address '{}' must be a shm address "
-                                        "(\"@name\" or a path)",
-                                        local_address));
+    return invalid_argument(
+        fmt::format("relay local address '{}' must be a shm address "
+                    "(\"@name\" or a path)",
+                    local_address));
   }
   auto impl = std::make_unique<Impl>();
   impl->options = options;
@@ -216,9 +219,9 @@ Result<std::unique_ptr<Relay>> Relay::connect(const std::string& upstream, std::
   if (!got.ok()) return got.status().with_context("waiting for WELCOME");
   auto m = impl->decode_upstream(*got);
   if (!m.ok()) {
-    return Status(m.status().code(), fmt::format("{} turned relay {} away: {}",
-                                                 impl->upstream.peer(), relay_id,
-                                                 m.status().message()));
+    return Status(m.status().code(),
+                  fmt::format("{} turned relay {} away: {}", impl->upstream.peer(), relay_id,
+                              m.status().message()));
   }
   const auto& w = std::get<wire::Welcome>(m->body);
   s = check_ring_size(options, impl->upstream.peer(), fmt::format("relay {}", relay_id), w.slots,

@@ -17,8 +17,7 @@ inline RoundStats finished_round(std::uint64_t round, std::size_t tensors, const
   stats.tensors = static_cast<std::uint32_t>(tensors);
   stats.buckets = plan.bucket_count();
   stats.bytes = plan.total_bytes;
-  stats.seconds =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  stats.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   stats.checksum = checksum;
   return stats;
 }

@@ -7,18 +7,18 @@
 #include <unordered_set>
 
 #include "base/clock.h"
+#include "base/log.h"
+#include "base/random.h"
 #include "ferry/sync.h"
 #include "profiler/span.h"
 #include "sync/bucket_planner.h"
-#include "sync/round_stats.h"
 #include "sync/copy.h"
+#include "sync/fanout.h"
 #include "sync/round_checksum.h"
+#include "sync/round_stats.h"
 #include "sync/segment.h"
 #include "sync/sync_options.h"
 #include "sync/testing.h"
-#include "base/log.h"
-#include "base/random.h"
-#include "sync/fanout.h"
 #include "wire/conversation.h"
 #include "wire/message.h"
 
@@ -74,8 +74,9 @@ struct GatheredSource {
   void for_each_run(std::size_t i, std::uint64_t offset, std::uint64_t n, F&& f) const {
     const std::vector<std::uint64_t>& at = starts[i];
     // The last part that starts at or before `offset`.
-    std::size_t j = static_cast<std::size_t>(std::upper_bound(at.begin(), at.end() - 1, offset) -
-                                             at.begin()) - 1;
+    std::size_t j =
+        static_cast<std::size_t>(std::upper_bound(at.begin(), at.end() - 1, offset) - at.begin()) -
+        1;
     while (n > 0) {
       const auto& part = tensors[i].parts[j];
       const std::uint64_t in_part = offset - at[j];
@@ -124,16 +125,15 @@ struct Sender::Impl {
             begin, end, last,
             [&](const Piece& p, std::uint64_t at, std::uint64_t n) {
               std::uint64_t bucket_offset = p.bucket_offset + at;
-              weights.for_each_run(p.tensor, p.tensor_offset + at, n,
-                                   [&](const std::byte* src, std::uint64_t len) {
-                                     if (options.checksums) {
-                                       hash.copy_piece(slot + bucket_offset, src, len,
-                                                       bucket_offset);
-                                     } else {
-                                       copy_bytes(slot + bucket_offset, src, len);
-                                     }
-                                     bucket_offset += len;
-                                   });
+              weights.for_each_run(
+                  p.tensor, p.tensor_offset + at, n, [&](const std::byte* src, std::uint64_t len) {
+                    if (options.checksums) {
+                      hash.copy_piece(slot + bucket_offset, src, len, bucket_offset);
+                    } else {
+                      copy_bytes(slot + bucket_offset, src, len);
+                    }
+                    bucket_offset += len;
+                  });
             },
             [](const Piece&) {});
         if (options.checksums) sum = hash.finish(end);
@@ -141,8 +141,8 @@ struct Sender::Impl {
       round_sum.add_bucket(b, end, sum);
       if (corrupt_slot_hook() && begin == 0) corrupt_slot_hook()(b, slot);
       profiler::Span span("sync.publish", profiler::Detail::kBucket);
-      Status s = fanout->send_all(message(wire::Filled{slot_index, b, end, sum, begin,
-                                                       static_cast<std::uint8_t>(last)}));
+      Status s = fanout->send_all(
+          message(wire::Filled{slot_index, b, end, sum, begin, static_cast<std::uint8_t>(last)}));
       if (!s.ok() || last) return s;
       begin = end;
     }
@@ -196,8 +196,8 @@ struct Sender::Impl {
         // Slot b % k still holds bucket b - k until every receiver released it.
         const std::uint32_t need = b - k + 1;
         profiler::Span span("sync.wait_slot", profiler::Detail::kBucket);
-        Status s = fanout->wait_until([&](const Peer& p) { return p.released >= need; }, 0,
-                                      "a free slot");
+        Status s =
+            fanout->wait_until([&](const Peer& p) { return p.released >= need; }, 0, "a free slot");
         if (!s.ok()) return fail(s);
       }
       Status s = send_bucket(b, weights, round_sum);
@@ -249,8 +249,10 @@ Status Sender::accept(std::uint32_t receivers) {
 Result<RoundStats> Sender::send_round(std::span<const TensorView> weights,
                                       const RoundOptions& round_options) {
   if (!impl_->broken.ok()) {
-    return failed_precondition("the session failed earlier (accept() receivers again to start "
-                               "a new one): " + impl_->broken.to_string());
+    return failed_precondition(
+        "the session failed earlier (accept() receivers again to start "
+        "a new one): " +
+        impl_->broken.to_string());
   }
   if (impl_->fanout->peers().empty()) {
     return failed_precondition("send_round: no receiver has joined");

@@ -22,10 +22,10 @@ inline Status check_ring_size(const SyncOptions& o, const std::string& sender,
                               std::uint64_t slot_bytes) {
   // slots * slot_bytes <= limit, without the product overflowing.
   if (slots == 0 || slot_bytes <= o.max_ring_bytes / slots) return ok_status();
-  return resource_exhausted(fmt::format(
-      "{} asks {} for a ring of {} slots x {} bytes, more than its limit of {} bytes "
-      "(SyncOptions::max_ring_bytes)",
-      sender, who, slots, slot_bytes, o.max_ring_bytes));
+  return resource_exhausted(
+      fmt::format("{} asks {} for a ring of {} slots x {} bytes, more than its limit of {} bytes "
+                  "(SyncOptions::max_ring_bytes)",
+                  sender, who, slots, slot_bytes, o.max_ring_bytes));
 }
 
 // Waits are cut into slices of at most this when SyncOptions::interrupt is set.

@@ -1,13 +1,13 @@
 // Hugging Face model folders: model.safetensors, or shards listed in
 // model.safetensors.index.json ({"metadata": {...}, "weight_map": {name: file}}).
-#include <nlohmann/json.hpp>
-
 #include <algorithm>
 #include <filesystem>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <set>
 #include <string>
 
+#include "base/atomic_file.h"
 #include "base/file_util.h"
 #include "ferry/safetensors.h"
 
@@ -38,7 +38,8 @@ Result<ModelIndex> read_sharded(const std::string& folder) {
   auto text = read_file(index_path);
   if (!text.ok()) return text.status();
   // ordered_json keeps the weight_map in file order, which is the order tensors are reported in.
-  nlohmann::ordered_json doc = nlohmann::ordered_json::parse(*text, nullptr, /*allow_exceptions=*/false);
+  nlohmann::ordered_json doc =
+      nlohmann::ordered_json::parse(*text, nullptr, /*allow_exceptions=*/false);
   if (doc.is_discarded() || !doc.is_object()) return corruption(index_path + ": not a JSON object");
   if (!doc.contains("weight_map") || !doc["weight_map"].is_object()) {
     return corruption(index_path + ": missing 'weight_map' object");
@@ -49,7 +50,7 @@ Result<ModelIndex> read_sharded(const std::string& folder) {
       index.config_metadata[k] = v.is_string() ? v.get<std::string>() : v.dump();
     }
   }
-  std::vector<std::string> order;            // tensor names in weight_map order
+  std::vector<std::string> order;             // tensor names in weight_map order
   std::map<std::string, std::string> wanted;  // tensor -> shard
   for (const auto& [name, file] : doc["weight_map"].items()) {
     if (!file.is_string() || !safe_file_name(file.get<std::string>())) {

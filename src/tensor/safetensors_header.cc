@@ -1,8 +1,7 @@
 // Validation of a safetensors header. Every rule of docs/safetensors.md is
 // checked here, before any offset from the file is used.
-#include <nlohmann/json.hpp>
-
 #include <algorithm>
+#include <nlohmann/json.hpp>
 #include <set>
 #include <string>
 
@@ -47,7 +46,8 @@ Result<SafetensorsEntry> parse_entry(std::string_view source, const std::string&
       return bad(source, where + ": shape holds " + d.dump() + ", not a non-negative integer");
     }
     const std::uint64_t v = d.get<std::uint64_t>();
-    if (v > static_cast<std::uint64_t>(INT64_MAX)) return bad(source, where + ": dimension too large");
+    if (v > static_cast<std::uint64_t>(INT64_MAX))
+      return bad(source, where + ": dimension too large");
     shape.push_back(static_cast<std::int64_t>(v));
   }
   const json* offsets = info.contains("data_offsets") ? &info["data_offsets"] : nullptr;
@@ -65,8 +65,9 @@ Result<SafetensorsEntry> parse_entry(std::string_view source, const std::string&
   auto spec = TensorSpec::make(name, *dtype, std::move(shape));
   if (!spec.ok()) return bad(source, spec.status().message());
   if (spec->bytes() != e.end - e.begin) {
-    return bad(source, where + ": shape " + spec->shape_string() + " of " + std::string(dtype_name(*dtype)) +
-                           " needs " + std::to_string(spec->bytes()) + " bytes but data_offsets span " +
+    return bad(source, where + ": shape " + spec->shape_string() + " of " +
+                           std::string(dtype_name(*dtype)) + " needs " +
+                           std::to_string(spec->bytes()) + " bytes but data_offsets span " +
                            std::to_string(e.end - e.begin));
   }
   e.spec = std::move(*spec);
@@ -98,7 +99,8 @@ Result<SafetensorsHeader> parse_safetensors_header(std::span<const std::byte> pr
     return bad(source, "header length " + std::to_string(n) + " runs past the end of the " +
                            std::to_string(file_size) + "-byte file (truncated?)");
   }
-  if (prefix.size() < 8 + n) return internal_error(std::string(source) + ": header prefix not read");
+  if (prefix.size() < 8 + n)
+    return internal_error(std::string(source) + ": header prefix not read");
   const char* text = reinterpret_cast<const char*>(prefix.data() + 8);
   if (n == 0 || text[0] != '{') return bad(source, "header does not start with '{'");
 
@@ -144,7 +146,8 @@ Result<SafetensorsHeader> parse_safetensors_header(std::span<const std::byte> pr
   for (const SafetensorsEntry& e : h.tensors) {
     if (e.begin < expected) {
       return bad(source, "tensor '" + e.spec.name + "' at [" + std::to_string(e.begin) + ", " +
-                             std::to_string(e.end) + ") overlaps tensor '" + previous->spec.name + "'");
+                             std::to_string(e.end) + ") overlaps tensor '" + previous->spec.name +
+                             "'");
     }
     if (e.begin > expected) {
       return bad(source, "hole in the data section: bytes [" + std::to_string(expected) + ", " +
@@ -152,9 +155,9 @@ Result<SafetensorsHeader> parse_safetensors_header(std::span<const std::byte> pr
                              "' belong to no tensor");
     }
     if (e.end > h.data_bytes) {
-      return bad(source, "tensor '" + e.spec.name + "' ends at data offset " + std::to_string(e.end) +
-                             " but the data section has only " + std::to_string(h.data_bytes) +
-                             " bytes (truncated?)");
+      return bad(source, "tensor '" + e.spec.name + "' ends at data offset " +
+                             std::to_string(e.end) + " but the data section has only " +
+                             std::to_string(h.data_bytes) + " bytes (truncated?)");
     }
     expected = e.end;
     previous = &e;

@@ -8,6 +8,7 @@
 
 #include "base/coding.h"
 #include "base/file_util.h"
+#include "base/status_macros.h"
 #include "ferry/safetensors.h"
 
 namespace ferry {
@@ -19,13 +20,13 @@ Result<SafetensorsHeader> read_safetensors_header(const std::string& path) {
   if (::fstat(fd.get(), &st) != 0) return errno_status("fstat", path, errno);
   const auto file_size = static_cast<std::uint64_t>(st.st_size);
   std::vector<std::byte> prefix(file_size < 8 ? file_size : 8);
-  if (Status s = read_exact(fd.get(), prefix, path); !s.ok()) return s;
+  FERRY_RETURN_IF_ERROR(read_exact(fd.get(), prefix, path));
   if (file_size >= 8) {
     const std::uint64_t n = coding::Reader(prefix).u64();
     // Read the JSON only once its length is known to be sane; the parser reports the rest.
     if (n <= kSafetensorsMaxHeaderBytes && n <= file_size - 8) {
       prefix.resize(8 + n);
-      if (Status s = read_exact(fd.get(), std::span(prefix).subspan(8), path); !s.ok()) return s;
+      FERRY_RETURN_IF_ERROR(read_exact(fd.get(), std::span(prefix).subspan(8), path));
     }
   }
   return parse_safetensors_header(prefix, file_size, path);

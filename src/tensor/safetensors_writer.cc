@@ -1,10 +1,11 @@
 #include <nlohmann/json.hpp>
-
 #include <string>
 #include <vector>
 
+#include "base/atomic_file.h"
 #include "base/coding.h"
 #include "base/file_util.h"
+#include "base/status_macros.h"
 #include "ferry/safetensors.h"
 
 namespace ferry {
@@ -43,7 +44,7 @@ struct SafetensorsWriter::Impl {
   std::vector<TensorSpec> tensors;
   std::uint64_t total = 0;
   std::uint64_t written = 0;
-  std::size_t next_tensor = 0;      // for write_tensor's order check
+  std::size_t next_tensor = 0;       // for write_tensor's order check
   std::uint64_t next_tensor_at = 0;  // data offset where tensors[next_tensor] starts
 };
 
@@ -59,7 +60,7 @@ Result<SafetensorsWriter> SafetensorsWriter::create(const std::string& path,
   if (!header.ok()) return header.status().with_context(path);
   auto file = AtomicFile::create(path);
   if (!file.ok()) return file.status();
-  if (Status s = file->write(as_bytes(*header)); !s.ok()) return s;
+  FERRY_RETURN_IF_ERROR(file->write(as_bytes(*header)));
   std::uint64_t total = 0;
   for (const TensorSpec& t : tensors) total += t.bytes();
   auto impl = std::make_unique<Impl>(Impl{std::move(*file), std::move(tensors), total, 0, 0, 0});
@@ -72,7 +73,7 @@ Status SafetensorsWriter::write(std::span<const std::byte> data) {
                             " more bytes than the tensors hold (" +
                             std::to_string(impl_->total - impl_->written) + " left)");
   }
-  if (Status s = impl_->file.write(data); !s.ok()) return s;
+  FERRY_RETURN_IF_ERROR(impl_->file.write(data));
   impl_->written += data.size();
   return Status();
 }
@@ -85,10 +86,11 @@ Status SafetensorsWriter::write_tensor(const TensorView& tensor) {
   }
   if (m.next_tensor >= m.tensors.size() || m.next_tensor_at != m.written ||
       m.tensors[m.next_tensor] != tensor.spec || tensor.data.size() != tensor.spec.bytes()) {
-    return invalid_argument(m.file.path() + ": tensor '" + tensor.spec.name +
-                            "' is not the next tensor of the header, or its bytes do not match its spec");
+    return invalid_argument(
+        m.file.path() + ": tensor '" + tensor.spec.name +
+        "' is not the next tensor of the header, or its bytes do not match its spec");
   }
-  if (Status s = write(tensor.data); !s.ok()) return s;
+  FERRY_RETURN_IF_ERROR(write(tensor.data));
   m.next_tensor_at += m.tensors[m.next_tensor++].bytes();
   return Status();
 }

@@ -48,9 +48,9 @@ class Conversation {
   bool in_round_ = false;
   bool end_seen_ = false;  // END sent (sender) or received (receiver)
   std::uint32_t bucket_count_ = 0;
-  std::uint32_t filled_ = 0;    // buckets completely filled so far this round
+  std::uint32_t filled_ = 0;      // buckets completely filled so far this round
   std::uint64_t filled_end_ = 0;  // bytes of bucket filled_ announced so far
-  std::uint32_t released_ = 0;  // RELEASE messages so far this round
+  std::uint32_t released_ = 0;    // RELEASE messages so far this round
 };
 
 }  // namespace ferry::wire

@@ -277,7 +277,8 @@ Result<Message> decode(std::span<const std::byte> bytes, std::string_view peer) 
       b.checksum = r.u64();
       b.offset = r.u64();
       b.last = r.u8();
-      if (b.last > 1) return corruption(fmt::format("{}: last flag is {}, not 0 or 1", what, b.last));
+      if (b.last > 1)
+        return corruption(fmt::format("{}: last flag is {}, not 0 or 1", what, b.last));
       if (b.offset > b.used_bytes) {
         return corruption(fmt::format("{}: segment starts at {}, after its end {}", what, b.offset,
                                       b.used_bytes));

@@ -1,6 +1,8 @@
 // AtomicFile under a failing disk: whatever fails (a write, the fsync, the rename), the file
 // it replaces keeps its old contents, no temp file is left behind, and the error names the
 // file and the failed call.
+#include "base/atomic_file.h"
+
 #include <gtest/gtest.h>
 
 #include <filesystem>

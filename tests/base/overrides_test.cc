@@ -2,12 +2,14 @@
 
 #include <gtest/gtest.h>
 
+#include "support/status_matchers.h"
+
 namespace ferry {
 namespace {
 
 TEST(Overrides, ParsesDottedKeysAndHydraPrefixes) {
   auto o = parse_override("++actor_rollout_ref.actor.profiler.tool_config.npu.level=1");
-  ASSERT_TRUE(o.ok());
+  ASSERT_OK(o);
   EXPECT_EQ(o->key, "actor_rollout_ref.actor.profiler.tool_config.npu.level");
   EXPECT_EQ(o->path.size(), 6u);
   EXPECT_EQ(o->value, "1");

@@ -4,12 +4,14 @@
 
 #include <cerrno>
 
+#include "support/status_matchers.h"
+
 namespace ferry {
 namespace {
 
 TEST(Status, DefaultIsOkAndCheap) {
   Status s;
-  EXPECT_TRUE(s.ok());
+  EXPECT_OK(s);
   EXPECT_EQ(s.code(), Code::kOk);
   EXPECT_EQ(s.message(), "");
   EXPECT_EQ(s.to_string(), "ok");
@@ -25,7 +27,7 @@ TEST(Status, CarriesCodeAndMessage) {
 }
 
 TEST(Status, WithContextPrefixesMessageAndKeepsOk) {
-  EXPECT_TRUE(Status().with_context("ignored").ok());
+  EXPECT_OK(Status().with_context("ignored"));
   Status s = not_found("no such tensor").with_context("shard-1.safetensors");
   EXPECT_EQ(s.code(), Code::kNotFound);
   EXPECT_EQ(s.message(), "shard-1.safetensors: no such tensor");
@@ -41,7 +43,7 @@ TEST(Status, ErrnoStatusNamesCallAndTargetAndMapsCodes) {
 
 TEST(Result, HoldsValueOrError) {
   Result<int> good = 7;
-  ASSERT_TRUE(good.ok());
+  ASSERT_OK(good);
   EXPECT_EQ(*good, 7);
   Result<int> bad = invalid_argument("bad --layers: -1");
   ASSERT_FALSE(bad.ok());

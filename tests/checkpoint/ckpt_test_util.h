@@ -14,8 +14,8 @@
 #include <vector>
 
 #include "checkpoint/slice.h"
-#include "rank_group/group_test_util.h"
 #include "ferry/checkpoint.h"
+#include "rank_group/group_test_util.h"
 #include "support/test_support.h"
 
 namespace ferry::checkpoint::test {
@@ -60,7 +60,8 @@ inline OwnedSlice cut(const GlobalTensor& t, int rank, int size, int dim) {
   Box whole{std::vector<std::int64_t>(t.spec.shape.size(), 0), t.spec.shape};
   Box mine{s.spec.offset, s.spec.extent};
   if (mine.volume() > 0) {
-    copy_region(mine, t.data, whole, s.data, mine, static_cast<std::size_t>(dtype_bits(t.spec.dtype) / 8));
+    copy_region(mine, t.data, whole, s.data, mine,
+                static_cast<std::size_t>(dtype_bits(t.spec.dtype) / 8));
   }
   return s;
 }
@@ -88,17 +89,19 @@ using rank_group::test::run_group;
 using rank_group::test::unique_address;
 
 // Saves `state` from `ranks` ranks over `nodes` nodes (roots <dir>/n<i>), split along dim 0.
-inline void save_state(const std::string& dir, const std::vector<GlobalTensor>& state, int ranks, int nodes,
-                std::int64_t step, const std::string& common = R"({"lr":0.001})",
-                const Connect& connect = {}) {
-  run_group(ranks, [&](int r) { return "n" + std::to_string(r * nodes / ranks); },
-            [&](RankGroup& g) {
-              Checkpointer ckpt(g, {.root = dir + "/" + g.node()});
-              auto slices = cut_all(state, g.rank(), g.size(), 0);
-              auto v = test::views(slices);
-              Status s = ckpt.save(step, v, common);
-              EXPECT_TRUE(s.ok()) << s.to_string();
-            }, connect);
+inline void save_state(const std::string& dir, const std::vector<GlobalTensor>& state, int ranks,
+                       int nodes, std::int64_t step, const std::string& common = R"({"lr":0.001})",
+                       const Connect& connect = {}) {
+  run_group(
+      ranks, [&](int r) { return "n" + std::to_string(r * nodes / ranks); },
+      [&](RankGroup& g) {
+        Checkpointer ckpt(g, {.root = dir + "/" + g.node()});
+        auto slices = cut_all(state, g.rank(), g.size(), 0);
+        auto v = test::views(slices);
+        Status s = ckpt.save(step, v, common);
+        EXPECT_TRUE(s.ok()) << s.to_string();
+      },
+      connect);
 }
 
 struct LoadOutcome {
@@ -109,32 +112,35 @@ struct LoadOutcome {
 
 // Loads with `ranks` ranks on `nodes` nodes, each rank its slices along `dim`,
 // and checks every byte against `state`.
-inline LoadOutcome load_and_check(const std::string& dir, const std::vector<GlobalTensor>& state, int ranks,
-                           int nodes, int dim, std::optional<std::int64_t> step = std::nullopt,
-                           const Connect& connect = {}) {
+inline LoadOutcome load_and_check(const std::string& dir, const std::vector<GlobalTensor>& state,
+                                  int ranks, int nodes, int dim,
+                                  std::optional<std::int64_t> step = std::nullopt,
+                                  const Connect& connect = {}) {
   LoadOutcome out;
   std::mutex mu;
-  run_group(ranks, [&](int r) { return "n" + std::to_string(r * nodes / ranks); },
-            [&](RankGroup& g) {
-              Checkpointer ckpt(g, {.root = dir + "/" + g.node()});
-              auto info = ckpt.prepare_load(step);
-              ASSERT_TRUE(info.ok()) << info.status().to_string();
-              std::vector<OwnedSlice> want = cut_all(state, g.rank(), g.size(), dim);
-              std::vector<OwnedSlice> got = want;
-              for (OwnedSlice& o : got) std::fill(o.data.begin(), o.data.end(), std::byte{0});
-              auto dst = test::mutable_views(got);
-              auto stats = ckpt.load(dst);
-              ASSERT_TRUE(stats.ok()) << stats.status().to_string();
-              for (std::size_t i = 0; i < want.size(); ++i) {
-                EXPECT_EQ(testing::hash_bytes(got[i].data), testing::hash_bytes(want[i].data))
-                    << want[i].spec.to_string() << " on rank " << g.rank();
-              }
-              std::lock_guard<std::mutex> lock(mu);
-              out.step = info->step;
-              out.local += stats->local_bytes;
-              out.remote += stats->remote_bytes;
-              out.notes.insert(out.notes.end(), info->notes.begin(), info->notes.end());
-            }, connect);
+  run_group(
+      ranks, [&](int r) { return "n" + std::to_string(r * nodes / ranks); },
+      [&](RankGroup& g) {
+        Checkpointer ckpt(g, {.root = dir + "/" + g.node()});
+        auto info = ckpt.prepare_load(step);
+        ASSERT_TRUE(info.ok()) << info.status().to_string();
+        std::vector<OwnedSlice> want = cut_all(state, g.rank(), g.size(), dim);
+        std::vector<OwnedSlice> got = want;
+        for (OwnedSlice& o : got) std::fill(o.data.begin(), o.data.end(), std::byte{0});
+        auto dst = test::mutable_views(got);
+        auto stats = ckpt.load(dst);
+        ASSERT_TRUE(stats.ok()) << stats.status().to_string();
+        for (std::size_t i = 0; i < want.size(); ++i) {
+          EXPECT_EQ(testing::hash_bytes(got[i].data), testing::hash_bytes(want[i].data))
+              << want[i].spec.to_string() << " on rank " << g.rank();
+        }
+        std::lock_guard<std::mutex> lock(mu);
+        out.step = info->step;
+        out.local += stats->local_bytes;
+        out.remote += stats->remote_bytes;
+        out.notes.insert(out.notes.end(), info->notes.begin(), info->notes.end());
+      },
+      connect);
   return out;
 }
 

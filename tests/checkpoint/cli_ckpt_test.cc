@@ -1,16 +1,16 @@
 // `ferry ckpt save|load|ls|verify|gc` end to end on a small Hugging Face folder.
 #include <gtest/gtest.h>
-#include <nlohmann/json.hpp>
-
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 
 #include "base/file_util.h"
 #include "ferry/checkpoint.h"
 #include "ferry/safetensors.h"
+#include "support/status_matchers.h"
 #include "support/test_support.h"
 
 namespace ferry::checkpoint {
@@ -28,15 +28,26 @@ void write_hf(const std::string& dir) {
                                    {"tiny", DType::kI32, {3, 2}},
                                    {"scalar", DType::kF32, {}}};
   auto w = SafetensorsWriter::create(dir + "/model.safetensors", specs);
-  ASSERT_TRUE(w.ok());
+  ASSERT_OK(w);
   std::uint8_t x = 1;
   for (const TensorSpec& s : specs) {
     std::vector<std::byte> b(s.bytes());
     for (auto& c : b) c = static_cast<std::byte>(x = static_cast<std::uint8_t>(x * 37 + 11));
-    ASSERT_TRUE(w->write(b).ok());
+    ASSERT_OK(w->write(b));
   }
-  ASSERT_TRUE(w->finish().ok());
+  ASSERT_OK(w->finish());
   testing::write_bytes(dir + "/config.json", R"({"model_type": "qwen2", "hidden_size": 16})");
+}
+
+// write_hf's model saved by `ferry ckpt save` as 2 ranks on 2 nodes under dir/ckpt; "" if
+// the save failed (the caller asserts).
+std::string save_two_node_checkpoint(const testing::TempDir& dir) {
+  write_hf(dir.file("hf"));
+  const std::string ckpt = dir.file("ckpt");
+  const auto r =
+      run_ferry({"ckpt", "save", "--from", dir.file("hf"), "--ranks", "2", "--nodes", "2", ckpt});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  return r.exit_code == 0 ? ckpt : "";
 }
 
 void expect_same_tensors(const std::string& a, const std::string& b) {
@@ -46,7 +57,7 @@ void expect_same_tensors(const std::string& a, const std::string& b) {
   ASSERT_EQ(fa->index().tensors.size(), fb->index().tensors.size());
   for (const TensorView& v : fa->views()) {
     auto o = fb->view(v.spec.name);
-    ASSERT_TRUE(o.ok()) << v.spec.name;
+    ASSERT_OK(o) << v.spec.name;
     EXPECT_EQ(o->spec, v.spec);
     EXPECT_EQ(testing::hash_bytes(o->data), testing::hash_bytes(v.data)) << v.spec.name;
   }
@@ -56,7 +67,8 @@ TEST(CkptCli, SaveShardedThenListVerifyAndLoadBackBitExact) {
   testing::TempDir dir;
   write_hf(dir.file("hf"));
   const std::string ckpt = dir.file("ckpt");
-  auto save = run_ferry({"ckpt", "save", "--from", dir.file("hf"), "--ranks", "4", "--nodes", "2", ckpt});
+  auto save =
+      run_ferry({"ckpt", "save", "--from", dir.file("hf"), "--ranks", "4", "--nodes", "2", ckpt});
   ASSERT_EQ(save.exit_code, 0) << save.err;
   EXPECT_TRUE(fs::exists(ckpt + "/node1/step_1/rank_00003.safetensors"));
   EXPECT_FALSE(fs::exists(ckpt + "/node0/step_1/rank_00003.safetensors"));
@@ -77,11 +89,14 @@ TEST(CkptCli, SaveShardedThenListVerifyAndLoadBackBitExact) {
   ASSERT_EQ(load.exit_code, 0) << load.err;
   expect_same_tensors(dir.file("hf"), dir.file("out"));
   auto cfg = read_file(dir.file("out/config.json"));
-  ASSERT_TRUE(cfg.ok());
+  ASSERT_OK(cfg);
   EXPECT_EQ(nlohmann::json::parse(*cfg)["hidden_size"], 16);
 
   // A second save is step 2; loading step 1 explicitly still works.
-  ASSERT_EQ(run_ferry({"ckpt", "save", "--from", dir.file("hf"), "--ranks", "2", "--nodes", "2", ckpt}).exit_code, 0);
+  ASSERT_EQ(
+      run_ferry({"ckpt", "save", "--from", dir.file("hf"), "--ranks", "2", "--nodes", "2", ckpt})
+          .exit_code,
+      0);
   auto old = run_ferry({"ckpt", "load", "--json", "--step", "1", ckpt, "--to", dir.file("out1")});
   ASSERT_EQ(old.exit_code, 0) << old.err;
   EXPECT_EQ(nlohmann::json::parse(old.out)["step"], 1);
@@ -91,10 +106,13 @@ TEST(CkptCli, VerifyAndLoadNameTheDamagedFileAndTensor) {
   testing::TempDir dir;
   write_hf(dir.file("hf"));
   const std::string ckpt = dir.file("ckpt");
-  ASSERT_EQ(run_ferry({"ckpt", "save", "--from", dir.file("hf"), "--ranks", "4", "--nodes", "2", ckpt}).exit_code, 0);
+  ASSERT_EQ(
+      run_ferry({"ckpt", "save", "--from", dir.file("hf"), "--ranks", "4", "--nodes", "2", ckpt})
+          .exit_code,
+      0);
   const std::string file = ckpt + "/node1/step_1/rank_00003.safetensors";
   auto header = read_safetensors_header(file);
-  ASSERT_TRUE(header.ok());
+  ASSERT_OK(header);
   const SafetensorsEntry* e = header->find("model.layers.0.mlp.up_proj.weight");
   ASSERT_NE(e, nullptr);
   {
@@ -104,8 +122,10 @@ TEST(CkptCli, VerifyAndLoadNameTheDamagedFileAndTensor) {
   }
   auto verify = run_ferry({"ckpt", "verify", ckpt});
   EXPECT_EQ(verify.exit_code, 1);
-  EXPECT_NE(verify.out.find("PROBLEM node node1: " + file + " tensor model.layers.0.mlp.up_proj.weight"),
-            std::string::npos) << verify.out;
+  EXPECT_NE(
+      verify.out.find("PROBLEM node node1: " + file + " tensor model.layers.0.mlp.up_proj.weight"),
+      std::string::npos)
+      << verify.out;
   auto load = run_ferry({"ckpt", "load", ckpt, "--to", dir.file("out")});
   EXPECT_EQ(load.exit_code, 1);
   EXPECT_NE(load.err.find(file), std::string::npos) << load.err;
@@ -124,12 +144,12 @@ TEST(CkptCli, VerifyAndLoadNameTheDamagedFileAndTensor) {
 
 TEST(CkptCli, GcRemovesPartialStepsButNotTheCommittedOne) {
   testing::TempDir dir;
-  write_hf(dir.file("hf"));
-  const std::string ckpt = dir.file("ckpt");
-  ASSERT_EQ(run_ferry({"ckpt", "save", "--from", dir.file("hf"), "--ranks", "2", "--nodes", "2", ckpt}).exit_code, 0);
+  const std::string ckpt = save_two_node_checkpoint(dir);
+  ASSERT_FALSE(ckpt.empty());
   // A save that died after writing one shard.
   fs::create_directories(ckpt + "/node0/step_2");
-  fs::copy_file(ckpt + "/node0/step_1/rank_00000.safetensors", ckpt + "/node0/step_2/rank_00000.safetensors");
+  fs::copy_file(ckpt + "/node0/step_1/rank_00000.safetensors",
+                ckpt + "/node0/step_2/rank_00000.safetensors");
   auto ls = run_ferry({"ckpt", "ls", ckpt});
   ASSERT_EQ(ls.exit_code, 0);
   EXPECT_NE(ls.out.find("step 2  partial"), std::string::npos) << ls.out;
@@ -149,14 +169,14 @@ TEST(CkptCli, GcRemovesPartialStepsButNotTheCommittedOne) {
 
 TEST(CkptCli, LoadFetchesAMissingManifestFromTheOtherNodeAndSaysSo) {
   testing::TempDir dir;
-  write_hf(dir.file("hf"));
-  const std::string ckpt = dir.file("ckpt");
-  ASSERT_EQ(run_ferry({"ckpt", "save", "--from", dir.file("hf"), "--ranks", "2", "--nodes", "2", ckpt}).exit_code, 0);
+  const std::string ckpt = save_two_node_checkpoint(dir);
+  ASSERT_FALSE(ckpt.empty());
   fs::remove(ckpt + "/node1/step_1/manifest.json");
   auto load = run_ferry({"ckpt", "load", ckpt, "--to", dir.file("out")});
   ASSERT_EQ(load.exit_code, 0) << load.err;
   EXPECT_NE(load.out.find("note: node node1 has no manifest for step 1; fetched it from rank 0"),
-            std::string::npos) << load.out;
+            std::string::npos)
+      << load.out;
   expect_same_tensors(dir.file("hf"), dir.file("out"));
 }
 
@@ -173,15 +193,15 @@ long dead_pid() {
 // still read first), silently.
 TEST(CkptCli, LoadRefusesANonEmptyFolderAndForceReplacesItWhole) {
   testing::TempDir dir;
-  write_hf(dir.file("hf"));
-  const std::string ckpt = dir.file("ckpt");
-  ASSERT_EQ(run_ferry({"ckpt", "save", "--from", dir.file("hf"), "--ranks", "2", "--nodes", "2", ckpt}).exit_code, 0);
+  const std::string ckpt = save_two_node_checkpoint(dir);
+  ASSERT_FALSE(ckpt.empty());
   const std::string out = dir.file("out");
   fs::create_directories(out);
   testing::write_bytes(out + "/model.safetensors.index.json", R"({"weight_map":{}})");
   auto refused = run_ferry({"ckpt", "load", ckpt, "--to", out});
   EXPECT_EQ(refused.exit_code, 1) << refused.err;
-  EXPECT_NE(refused.err.find("--to " + out + " exists and is not empty"), std::string::npos) << refused.err;
+  EXPECT_NE(refused.err.find("--to " + out + " exists and is not empty"), std::string::npos)
+      << refused.err;
   EXPECT_NE(refused.err.find("--force"), std::string::npos) << refused.err;
   EXPECT_TRUE(fs::exists(out + "/model.safetensors.index.json"));
   EXPECT_FALSE(fs::exists(out + "/model.safetensors"));
@@ -200,9 +220,8 @@ TEST(CkptCli, LoadRefusesANonEmptyFolderAndForceReplacesItWhole) {
 // next load removes temps of processes that are gone, and keeps a live one's.
 TEST(CkptCli, LoadRemovesTempsLeftByKilledLoadsOnly) {
   testing::TempDir dir;
-  write_hf(dir.file("hf"));
-  const std::string ckpt = dir.file("ckpt");
-  ASSERT_EQ(run_ferry({"ckpt", "save", "--from", dir.file("hf"), "--ranks", "2", "--nodes", "2", ckpt}).exit_code, 0);
+  const std::string ckpt = save_two_node_checkpoint(dir);
+  ASSERT_FALSE(ckpt.empty());
   const std::string dead = std::to_string(dead_pid()), live = std::to_string(::getpid());
   fs::create_directories(dir.file(".out.tmp." + dead));
   testing::write_bytes(dir.file(".out.tmp." + dead + "/model.safetensors"), "partial");
@@ -230,9 +249,11 @@ TEST(CkptCli, SaveRefusesAnInvalidConfigJsonAndANegativeStep) {
   EXPECT_FALSE(fs::exists(dir.file("ckpt/node0/step_1")));
 
   write_hf(dir.file("hf"));
-  auto negative = run_ferry({"ckpt", "save", "--from", dir.file("hf"), "--step", "-1", dir.file("ckpt")});
+  auto negative =
+      run_ferry({"ckpt", "save", "--from", dir.file("hf"), "--step", "-1", dir.file("ckpt")});
   EXPECT_EQ(negative.exit_code, 2) << negative.err;
-  EXPECT_NE(negative.err.find("--step must be 0 or more, got -1"), std::string::npos) << negative.err;
+  EXPECT_NE(negative.err.find("--step must be 0 or more, got -1"), std::string::npos)
+      << negative.err;
   EXPECT_FALSE(fs::exists(dir.file("ckpt/node0/step_1")));
 }
 

@@ -86,11 +86,11 @@ TEST(CkptReplicateCli, VerifyOnEachNodeAloneNamesWhatANonRankZeroNodeLacksAndThe
 
   v = run_ferry({"ckpt", "verify", t.n1});  // any other node: the FAQ failure
   EXPECT_EQ(v.exit_code, 1) << v.out << v.err;
-  for (const std::string& f : {dist_path(4) + "/common.pt", dist_path(4) + "/.metadata",
-                              dist_path(4) + "/metadata.json",
-                              std::string("latest_checkpointed_iteration.txt")}) {
-    EXPECT_NE(v.out.find("MISSING node node1 (" + t.n1 + "): " + f), std::string::npos)
-        << f << "\n" << v.out;
+  for (const std::string& f :
+       {dist_path(4) + "/common.pt", dist_path(4) + "/.metadata", dist_path(4) + "/metadata.json",
+        std::string("latest_checkpointed_iteration.txt")}) {
+    EXPECT_NE(v.out.find("MISSING node node1 (" + t.n1 + "): " + f), std::string::npos) << f << "\n"
+                                                                                        << v.out;
   }
   EXPECT_NE(v.out.find("ferry ckpt replicate " + t.n1 + " --from NODE0:PORT"), std::string::npos)
       << v.out;
@@ -107,9 +107,9 @@ TEST(CkptReplicateCli, VerifyOnEachNodeAloneNamesWhatANonRankZeroNodeLacksAndThe
   EXPECT_EQ(v.out.find("MISSING node node0"), std::string::npos) << v.out;
 
   // The whole checkpoint once node1 has its copies: OK.
-  for (const std::string& f : {dist_path(4) + "/common.pt", dist_path(4) + "/.metadata",
-                              dist_path(4) + "/metadata.json",
-                              std::string("latest_checkpointed_iteration.txt")}) {
+  for (const std::string& f :
+       {dist_path(4) + "/common.pt", dist_path(4) + "/.metadata", dist_path(4) + "/metadata.json",
+        std::string("latest_checkpointed_iteration.txt")}) {
     fs::copy_file(t.n0 + "/" + f, t.n1 + "/" + f);
   }
   v = run_ferry({"ckpt", "verify", t.ckpt});

@@ -16,6 +16,7 @@
 #include "checkpoint/testing.h"
 #include "ckpt_test_util.h"
 #include "support/fault_env.h"
+#include "support/status_matchers.h"
 
 namespace ferry::checkpoint {
 namespace {
@@ -44,7 +45,8 @@ std::vector<int> save_with_kill(const std::string& dir, const std::vector<Global
   for (int r = 0; r < ranks; ++r) {
     pid_t pid = ::fork();
     if (pid == 0) {
-      LocalGroupOptions o{address, r, ranks, "n" + std::to_string(r / 2), std::chrono::milliseconds(10'000)};
+      LocalGroupOptions o{address, r, ranks, "n" + std::to_string(r / 2),
+                          std::chrono::milliseconds(10'000)};
       auto g = connect_local_group(o);
       if (!g.ok()) ::_exit(10);
       if (r == victim) {
@@ -83,7 +85,7 @@ TEST_P(KilledMidSave, PreviousStepLoadsAndThePartialOneIsListedAndCollected) {
   }
   const auto roots = roots_of(dir, 2);
   auto listing = list_steps(roots);
-  ASSERT_TRUE(listing.ok());
+  ASSERT_OK(listing);
   ASSERT_EQ(listing->size(), 2u);
   EXPECT_EQ((*listing)[0].state, StepState::kCommitted);
   EXPECT_EQ((*listing)[1].step, 2);
@@ -95,13 +97,13 @@ TEST_P(KilledMidSave, PreviousStepLoadsAndThePartialOneIsListedAndCollected) {
   if (std::string(GetParam()) == "node_marker") {
     // With node markers written, a root alone cannot tell: n1 might hold COMMITTED.
     auto kept = gc({roots[0]});
-    ASSERT_TRUE(kept.ok());
+    ASSERT_OK(kept);
     ASSERT_EQ(kept->size(), 1u);
     EXPECT_FALSE((*kept)[0].removed);
     EXPECT_NE((*kept)[0].reason.find("n1"), std::string::npos) << (*kept)[0].reason;
   }
   auto actions = gc(roots);
-  ASSERT_TRUE(actions.ok()) << actions.status().to_string();
+  ASSERT_OK(actions);
   int removed = 0;
   for (const GcAction& a : *actions) {
     EXPECT_EQ(a.step, 2);
@@ -128,7 +130,7 @@ TEST(KilledMidSave, AfterCommittedTheNewStepCountsThoughLatestIsOld) {
   EXPECT_EQ(format::read_latest(dir.path() + "/n1"), 1);
   EXPECT_EQ(load_and_check(dir.path(), new_state, 4, 2, 0).step, 2);
   auto actions = gc(roots_of(dir, 2));
-  ASSERT_TRUE(actions.ok());
+  ASSERT_OK(actions);
   EXPECT_TRUE(actions->empty());
 }
 
@@ -199,13 +201,13 @@ TEST_P(DiskFailsMidSave, ClearErrorNamingTheFileAndThePreviousStepIsIntact) {
     }
   }
   auto listing = list_steps(roots);
-  ASSERT_TRUE(listing.ok()) << listing.status().to_string();
+  ASSERT_OK(listing);
   ASSERT_EQ(listing->size(), 2u);
   EXPECT_EQ((*listing)[1].step, 2);
   EXPECT_EQ((*listing)[1].state, StepState::kPartial);
   EXPECT_EQ(load_and_check(dir.path(), old_state, 2, 2, 0).step, 1);
   auto actions = gc(roots);
-  ASSERT_TRUE(actions.ok()) << actions.status().to_string();
+  ASSERT_OK(actions);
   for (const std::string& root : roots) EXPECT_FALSE(fs::exists(root + "/step_2")) << root;
 }
 
@@ -226,7 +228,7 @@ INSTANTIATE_TEST_SUITE_P(
 // Step 1 from 2 ranks on 2 nodes; returns the manifest entry of `tensor` on rank 1.
 SavedSlice saved_slice(const std::string& root, const std::string& tensor, int rank) {
   auto m = format::read_manifest(root, 1);
-  EXPECT_TRUE(m.ok());
+  EXPECT_OK(m);
   for (const SavedSlice& s : m->find(tensor)->slices)
     if (s.rank == rank) return s;
   ADD_FAILURE() << "no slice";
@@ -238,18 +240,20 @@ std::vector<Status> load_statuses(const std::string& dir, const std::vector<Glob
                                   int ranks = 2) {
   std::mutex mu;
   std::vector<Status> out;
-  run_group(ranks, [](int r) { return "n" + std::to_string(r); }, [&](RankGroup& g) {
-    Checkpointer ckpt(g, {.root = dir + "/" + g.node()});
-    auto info = ckpt.prepare_load();
-    Status s = info.status();
-    if (s.ok()) {
-      auto want = cut_all(state, g.rank(), g.size(), 0);
-      auto d = test::mutable_views(want);
-      s = ckpt.load(d).status();
-    }
-    std::lock_guard<std::mutex> lock(mu);
-    out.push_back(s);
-  });
+  run_group(
+      ranks, [](int r) { return "n" + std::to_string(r); },
+      [&](RankGroup& g) {
+        Checkpointer ckpt(g, {.root = dir + "/" + g.node()});
+        auto info = ckpt.prepare_load();
+        Status s = info.status();
+        if (s.ok()) {
+          auto want = cut_all(state, g.rank(), g.size(), 0);
+          auto d = test::mutable_views(want);
+          s = ckpt.load(d).status();
+        }
+        std::lock_guard<std::mutex> lock(mu);
+        out.push_back(s);
+      });
   return out;
 }
 
@@ -275,13 +279,14 @@ TEST(DamagedShard, FlippedByteIsNamedByVerifyAndLoad) {
   const std::string tensor = "model.layers.0.mlp.down_proj.weight";
   const std::string file = damage_slice(dir, tensor);
   auto report = verify(roots_of(dir, 2));
-  ASSERT_TRUE(report.ok()) << report.status().to_string();
+  ASSERT_OK(report);
   ASSERT_EQ(report->problems.size(), 1u);
   EXPECT_EQ(report->problems[0].file, file);
   EXPECT_EQ(report->problems[0].tensor, tensor);
   EXPECT_EQ(report->problems[0].node, "n1");
   for (const Status& st : load_statuses(dir.path(), state)) {
-    EXPECT_EQ(st.code() == Code::kCorruption || st.code() == Code::kAborted, true) << st.to_string();
+    EXPECT_EQ(st.code() == Code::kCorruption || st.code() == Code::kAborted, true)
+        << st.to_string();
     EXPECT_NE(st.message().find(file), std::string::npos) << st.to_string();
     EXPECT_NE(st.message().find(tensor), std::string::npos) << st.to_string();
   }
@@ -319,7 +324,7 @@ TEST(MalformedFetch, BadSliceRequestsGetClearErrorsAndTheLoadStillCompletes) {
       [&](RankGroup& g) {
         Checkpointer ckpt(g, {.root = dir.path() + "/" + g.node()});
         auto info = ckpt.prepare_load();
-        ASSERT_TRUE(info.ok()) << info.status().to_string();
+        ASSERT_OK(info);
         if (g.rank() == 1) {  // rank 0 serves from prepare_load on
           auto field = g.fetch(0, R"({"op":"slice","step":1,"tensor":"odd.rows","slice":"first",)"
                                   R"("offset":[0,0],"extent":[1,5]})");
@@ -337,14 +342,15 @@ TEST(MalformedFetch, BadSliceRequestsGetClearErrorsAndTheLoadStillCompletes) {
         loads.push_back(stats.status());
       });
   EXPECT_EQ(bad_field.code(), Code::kCorruption) << bad_field.to_string();
-  EXPECT_NE(bad_field.message().find("fetch request from rank 1: 'slice' must be"), std::string::npos)
+  EXPECT_NE(bad_field.message().find("fetch request from rank 1: 'slice' must be"),
+            std::string::npos)
       << bad_field.to_string();
   EXPECT_EQ(bad_region.code(), Code::kCorruption) << bad_region.to_string();
   EXPECT_NE(bad_region.message().find("rank 1 asked for a region outside slice 0 of odd.rows"),
             std::string::npos)
       << bad_region.to_string();
   ASSERT_EQ(loads.size(), 2u);
-  for (const Status& st : loads) EXPECT_TRUE(st.ok()) << st.to_string();
+  for (const Status& st : loads) EXPECT_OK(st);
 }
 
 // A rank group whose all_gather number `call` hands this rank `text` as rank
@@ -406,19 +412,21 @@ TEST(MalformedCollective, FieldsOfTheWrongTypeAreNamedErrorsNotCrashes) {
   };
   for (const Case& c : cases) {
     Status at_rank0;
-    run_group(2, [](int r) { return "n" + std::to_string(r); }, [&](RankGroup& g) {
-      TamperedGroup tg(g, g.rank() == 0 ? c.call : -1, 1, c.text);
-      Checkpointer ckpt(tg, {.root = dir.path() + "/" + g.node()});
-      Status s;
-      if (c.save) {
-        auto slices = cut_all(state, g.rank(), g.size(), 0);
-        auto v = test::views(slices);
-        s = ckpt.save(2, v);
-      } else {
-        s = ckpt.prepare_load().status();
-      }
-      if (g.rank() == 0) at_rank0 = s;
-    });
+    run_group(
+        2, [](int r) { return "n" + std::to_string(r); },
+        [&](RankGroup& g) {
+          TamperedGroup tg(g, g.rank() == 0 ? c.call : -1, 1, c.text);
+          Checkpointer ckpt(tg, {.root = dir.path() + "/" + g.node()});
+          Status s;
+          if (c.save) {
+            auto slices = cut_all(state, g.rank(), g.size(), 0);
+            auto v = test::views(slices);
+            s = ckpt.save(2, v);
+          } else {
+            s = ckpt.prepare_load().status();
+          }
+          if (g.rank() == 0) at_rank0 = s;
+        });
     EXPECT_EQ(at_rank0.code(), Code::kCorruption) << c.text << ": " << at_rank0.to_string();
     EXPECT_NE(at_rank0.message().find(c.want), std::string::npos) << at_rank0.to_string();
   }
@@ -433,7 +441,7 @@ TEST(DamagedShard, TruncatedFileIsNamedWithItsTensorsByVerifyAndLoad) {
   const std::string file = dir.path() + "/n1/step_1/" + s.file;
   fs::resize_file(file, s.data_offset + 3);
   auto report = verify(roots_of(dir, 2));
-  ASSERT_TRUE(report.ok());
+  ASSERT_OK(report);
   bool named = false;
   for (const VerifyProblem& p : report->problems) named |= p.file == file && p.tensor == tensor;
   EXPECT_TRUE(named);
@@ -456,7 +464,7 @@ TEST(MissingManifest, LoadFetchesItFromAPeerAndSaysSo) {
     EXPECT_EQ(n, "node n1 has no manifest for step 1; fetched it from rank 0");
   }
   auto report = verify(roots_of(dir, 2));
-  ASSERT_TRUE(report.ok());
+  ASSERT_OK(report);
   ASSERT_EQ(report->problems.size(), 1u);
   EXPECT_NE(report->problems[0].message.find("manifest.json is missing"), std::string::npos);
 }
@@ -469,7 +477,7 @@ TEST(EscapingManifest, PathsLeavingTheCheckpointFolderAreRefused) {
   for (const std::string node : {"n0", "n1"}) {
     const std::string path = dir.path() + "/" + node + "/step_1/manifest.json";
     auto text = read_file(path);
-    ASSERT_TRUE(text.ok());
+    ASSERT_OK(text);
     std::string t = *text;
     for (std::size_t at; (at = t.find("\"rank_00000.safetensors\"")) != std::string::npos;) {
       t.replace(at, 24, "\"../../outside.safetensors\"");
@@ -478,11 +486,13 @@ TEST(EscapingManifest, PathsLeavingTheCheckpointFolderAreRefused) {
   }
   for (const Status& st : load_statuses(dir.path(), state)) {
     EXPECT_FALSE(st.ok());
-    EXPECT_NE(st.message().find("'../../outside.safetensors'"), std::string::npos) << st.to_string();
-    EXPECT_NE(st.message().find("inside the checkpoint folder"), std::string::npos) << st.to_string();
+    EXPECT_NE(st.message().find("'../../outside.safetensors'"), std::string::npos)
+        << st.to_string();
+    EXPECT_NE(st.message().find("inside the checkpoint folder"), std::string::npos)
+        << st.to_string();
   }
   auto report = verify(roots_of(dir, 2));
-  ASSERT_TRUE(report.ok()) << report.status().to_string();
+  ASSERT_OK(report);
   ASSERT_FALSE(report->problems.empty());
   EXPECT_NE(report->problems[0].message.find("../../outside.safetensors"), std::string::npos);
 }

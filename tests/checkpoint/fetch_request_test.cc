@@ -6,6 +6,8 @@
 
 #include <string>
 
+#include "support/status_matchers.h"
+
 namespace ferry::checkpoint {
 namespace {
 
@@ -17,12 +19,12 @@ TEST(FetchRequest, SliceAndManifestRequestsRoundTrip) {
                      .region = {{8, 0}, {4, 72}},
                      .ahead = {{"lm_head.weight", 1}, {"model.norm.weight", 0}}};
   auto back = decode_fetch_request(encode_fetch_request(slice), "rank 1");
-  ASSERT_TRUE(back.ok()) << back.status().to_string();
+  ASSERT_OK(back);
   EXPECT_EQ(*back, slice);
 
   FetchRequest manifest{.op = FetchRequest::Op::kManifest, .step = 7};
   back = decode_fetch_request(encode_fetch_request(manifest), "rank 1");
-  ASSERT_TRUE(back.ok()) << back.status().to_string();
+  ASSERT_OK(back);
   EXPECT_EQ(*back, manifest);
 }
 
@@ -68,7 +70,7 @@ TEST(FetchRequest, MoreReadaheadHintsThanAllowedAreRefused) {
   auto back = decode_fetch_request(encode_fetch_request(r), "rank 0");
   EXPECT_EQ(back.status().code(), Code::kCorruption);
   r.ahead.pop_back();
-  EXPECT_TRUE(decode_fetch_request(encode_fetch_request(r), "rank 0").ok());
+  EXPECT_OK(decode_fetch_request(encode_fetch_request(r), "rank 0"));
 }
 
 }  // namespace

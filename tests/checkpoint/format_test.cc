@@ -1,12 +1,14 @@
 // The format's names and checks: step folders, node names, paths read from a
 // manifest, and the strided copy between boxes.
+#include "checkpoint/format.h"
+
 #include <gtest/gtest.h>
 
 #include <limits>
 #include <numeric>
 
-#include "checkpoint/format.h"
 #include "checkpoint/slice.h"
+#include "support/status_matchers.h"
 
 namespace ferry::checkpoint {
 namespace {
@@ -23,8 +25,8 @@ TEST(Format, StepFoldersHaveOneNamePerStep) {
 }
 
 TEST(Format, PathsFromAManifestMustStayInsideTheCheckpoint) {
-  EXPECT_TRUE(validate_relative_path("rank_00000.safetensors", "file").ok());
-  EXPECT_TRUE(validate_relative_path("sub/rank_00000.safetensors", "file").ok());
+  EXPECT_OK(validate_relative_path("rank_00000.safetensors", "file"));
+  EXPECT_OK(validate_relative_path("sub/rank_00000.safetensors", "file"));
   for (const char* bad : {"../step_1/rank_00000.safetensors", "/etc/passwd", "a/../../b", "a//b",
                           "./a", "a/..", "", "a\\..\\b"}) {
     Status s = validate_relative_path(bad, "file");
@@ -32,7 +34,7 @@ TEST(Format, PathsFromAManifestMustStayInsideTheCheckpoint) {
     EXPECT_NE(s.message().find("inside the checkpoint folder"), std::string::npos) << s.message();
   }
   EXPECT_FALSE(validate_relative_path(std::string_view("a\0b", 3), "file").ok());
-  EXPECT_TRUE(format::validate_node_name("node-1.rack_2").ok());
+  EXPECT_OK(format::validate_node_name("node-1.rack_2"));
   for (const char* bad : {"..", ".", "a/b", "", "a b"}) {
     EXPECT_FALSE(format::validate_node_name(bad).ok()) << bad;
   }
@@ -54,7 +56,7 @@ TEST(Format, ManifestRoundTripsAndRefusesEscapingPaths) {
   Manifest m = small_manifest();
   const std::string text = format::encode_manifest(m);
   auto back = format::decode_manifest(text, "manifest.json");
-  ASSERT_TRUE(back.ok()) << back.status().to_string();
+  ASSERT_OK(back);
   EXPECT_EQ(back->tensors[0].slices[0].xxh3, 0x1234u);
   EXPECT_EQ(back->common_state, R"({"epoch":2})");
   EXPECT_EQ(format::encode_manifest(*back), text);
@@ -74,7 +76,8 @@ TEST(Format, ManifestRoundTripsAndRefusesEscapingPaths) {
   Manifest past_end = small_manifest();
   past_end.tensors[0].slices[0].data_offset = 190;
   EXPECT_FALSE(format::decode_manifest(format::encode_manifest(past_end), "m").ok());
-  EXPECT_FALSE(format::decode_manifest("{\"format\":\"ferry-checkpoint\",\"version\":99}", "m").ok());
+  EXPECT_FALSE(
+      format::decode_manifest("{\"format\":\"ferry-checkpoint\",\"version\":99}", "m").ok());
 }
 
 // copy_region against an element-by-element reference, over 3-D boxes.
@@ -82,7 +85,9 @@ TEST(Slice, CopyRegionMatchesElementwiseCopy) {
   const std::vector<std::int64_t> shape = {5, 6, 7};
   std::vector<std::uint16_t> global(5 * 6 * 7);
   std::iota(global.begin(), global.end(), 1);
-  auto at = [&](std::int64_t i, std::int64_t j, std::int64_t k) { return global[(i * 6 + j) * 7 + k]; };
+  auto at = [&](std::int64_t i, std::int64_t j, std::int64_t k) {
+    return global[(i * 6 + j) * 7 + k];
+  };
   const Box src{{1, 0, 2}, {4, 6, 5}};
   std::vector<std::uint16_t> src_data;
   for (std::int64_t i = 1; i < 5; ++i)
@@ -125,7 +130,7 @@ TEST(Slice, ContainsRefusesWrongRankEmptyNegativeAndOverflowingBoxes) {
 
 TEST(Slice, ContiguousOffsetOnlyForOneRun) {
   const Box box{{0, 0, 0}, {4, 6, 7}};
-  EXPECT_EQ(contiguous_offset(Box{{1, 0, 0}, {2, 6, 7}}, box), 42);   // whole rows
+  EXPECT_EQ(contiguous_offset(Box{{1, 0, 0}, {2, 6, 7}}, box), 42);           // whole rows
   EXPECT_EQ(contiguous_offset(Box{{2, 3, 0}, {1, 2, 7}}, box), 2 * 42 + 21);  // within one row
   EXPECT_EQ(contiguous_offset(Box{{2, 3, 4}, {1, 1, 2}}, box), 2 * 42 + 21 + 4);
   EXPECT_FALSE(contiguous_offset(Box{{0, 0, 0}, {2, 3, 7}}, box).has_value());
@@ -133,12 +138,12 @@ TEST(Slice, ContiguousOffsetOnlyForOneRun) {
 }
 
 TEST(Slice, SpecsAreCheckedAgainstTheirTensor) {
-  EXPECT_TRUE(SliceSpec::along("w", DType::kBF16, {8, 4}, 0, 4, 4).validate().ok());
+  EXPECT_OK(SliceSpec::along("w", DType::kBF16, {8, 4}, 0, 4, 4).validate());
   EXPECT_EQ(SliceSpec::along("w", DType::kBF16, {8, 4}, 0, 6, 4).validate().code(),
             Code::kInvalidArgument);
   EXPECT_EQ(SliceSpec::along("w", DType::kF4, {8, 4}, 0, 0, 4).validate().code(),
             Code::kUnimplemented);
-  EXPECT_TRUE(SliceSpec::whole("w", DType::kF4, {8, 4}).validate().ok());
+  EXPECT_OK(SliceSpec::whole("w", DType::kF4, {8, 4}).validate());
   EXPECT_EQ(SliceSpec::along("w", DType::kBF16, {8, 4}, 1, 1, 2).to_string(), "w[0:8, 1:3]");
 }
 

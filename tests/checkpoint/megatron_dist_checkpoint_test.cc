@@ -10,6 +10,7 @@
 #include "checkpoint/megatron_fixture.h"
 #include "ferry/checkpoint.h"
 #include "ferry/checkpoint_tools.h"
+#include "support/status_matchers.h"
 
 namespace ferry::checkpoint {
 namespace {
@@ -56,7 +57,7 @@ TEST(MegatronFolder, ScanFindsStepsTrackerAndTheMetadataOnlyRankZerosNodeHas) {
   TwoNodes t;
   test::write_verl_save(t.roots(), {.step = 3, .roles = {"actor", "critic"}});
   auto n0 = scan_megatron_folder(t.n0);
-  ASSERT_TRUE(n0.ok()) << n0.status().to_string();
+  ASSERT_OK(n0);
   EXPECT_TRUE(n0->tracker_present);
   ASSERT_TRUE(n0->tracker.has_value());
   EXPECT_EQ(*n0->tracker, 3);
@@ -70,7 +71,7 @@ TEST(MegatronFolder, ScanFindsStepsTrackerAndTheMetadataOnlyRankZerosNodeHas) {
   EXPECT_TRUE(s.complete());
 
   auto n1 = scan_megatron_folder(t.n1);
-  ASSERT_TRUE(n1.ok());
+  ASSERT_OK(n1);
   EXPECT_FALSE(n1->tracker_present);
   ASSERT_EQ(n1->steps.size(), 1u);
   EXPECT_FALSE(n1->steps[0].complete());
@@ -94,7 +95,7 @@ TEST(MegatronFolder, NestedLayoutAndMegatronLmIterFoldersAreFound) {
   test::put(it + "/.metadata", "\x80\x04x");
   test::put(it + "/metadata.json", test::kMegatronConfigJson);
   auto f = scan_megatron_folder(n0);
-  ASSERT_TRUE(f.ok());
+  ASSERT_OK(f);
   ASSERT_EQ(f->steps.size(), 2u);
   EXPECT_EQ(f->steps[0].dist_folders.size(), 2u);
   EXPECT_EQ(f->steps[0].dist_folders[0].path, "global_step_4/actor/model/dist_ckpt");
@@ -142,7 +143,7 @@ TEST(MegatronFolder, OffersCompleteStepsUpToTheTrackerAndTheTrackerLast) {
   test::write_verl_save({n0}, {.step = 1});
   test::write_verl_save({n0}, {.step = 2});
   auto set = replica_set(n0);
-  ASSERT_TRUE(set.ok()) << set.status().to_string();
+  ASSERT_OK(set);
   EXPECT_EQ(paths(*set),
             (std::vector<std::string>{dist_path(1) + "/common.pt", dist_path(1) + "/.metadata",
                                       dist_path(1) + "/metadata.json", dist_path(2) + "/common.pt",
@@ -156,7 +157,7 @@ TEST(MegatronFolder, OffersCompleteStepsUpToTheTrackerAndTheTrackerLast) {
   // Step 3 being saved: shards, common.pt and .metadata written, no metadata.json, tracker at 2.
   test::write_verl_save({n0}, {.step = 3, .finished = false});
   set = replica_set(n0);
-  ASSERT_TRUE(set.ok());
+  ASSERT_OK(set);
   EXPECT_EQ(set->files.size(), 7u);
   EXPECT_FALSE(contains(paths(*set), dist_path(3) + "/common.pt"));
   ASSERT_FALSE(set->notes.empty());
@@ -166,7 +167,7 @@ TEST(MegatronFolder, OffersCompleteStepsUpToTheTrackerAndTheTrackerLast) {
   // metadata.json written but the tracker not moved yet: still held back.
   test::put(n0 + "/" + dist_path(3) + "/metadata.json", test::kMegatronConfigJson);
   set = replica_set(n0);
-  ASSERT_TRUE(set.ok());
+  ASSERT_OK(set);
   EXPECT_EQ(set->files.size(), 7u);
 
   // The tracker names 3 but a second role's folder is still being written: step 3 and the
@@ -174,7 +175,7 @@ TEST(MegatronFolder, OffersCompleteStepsUpToTheTrackerAndTheTrackerLast) {
   test::put(n0 + "/" + dist_path(3, "critic") + "/common.pt", "PK\x03\x04");
   testing::write_bytes(n0 + "/latest_checkpointed_iteration.txt", "3");
   set = replica_set(n0);
-  ASSERT_TRUE(set.ok());
+  ASSERT_OK(set);
   EXPECT_EQ(set->files.size(), 6u);
   EXPECT_FALSE(set->tracker.has_value());
   EXPECT_FALSE(contains(paths(*set), "latest_checkpointed_iteration.txt"));
@@ -182,7 +183,7 @@ TEST(MegatronFolder, OffersCompleteStepsUpToTheTrackerAndTheTrackerLast) {
   test::put(n0 + "/" + dist_path(3, "critic") + "/.metadata", "\x80\x04");
   test::put(n0 + "/" + dist_path(3, "critic") + "/metadata.json", test::kMegatronConfigJson);
   set = replica_set(n0);
-  ASSERT_TRUE(set.ok());
+  ASSERT_OK(set);
   EXPECT_EQ(set->files.size(), 13u);
   EXPECT_EQ(set->files.back().path, "latest_checkpointed_iteration.txt");
   EXPECT_EQ(set->tracker, 3);
@@ -194,13 +195,13 @@ TEST(MegatronFolder, NothingIsOfferedWithoutAReadableTracker) {
   test::write_verl_save({n0}, {.step = 1});
   testing::write_bytes(n0 + "/latest_checkpointed_iteration.txt", "");  // verl's open("w") just ran
   auto set = replica_set(n0);
-  ASSERT_TRUE(set.ok());
+  ASSERT_OK(set);
   EXPECT_TRUE(set->files.empty());
   ASSERT_EQ(set->notes.size(), 1u);
   EXPECT_NE(set->notes[0].find("empty"), std::string::npos);
   fs::remove(n0 + "/latest_checkpointed_iteration.txt");
   set = replica_set(n0);
-  ASSERT_TRUE(set.ok());
+  ASSERT_OK(set);
   EXPECT_TRUE(set->files.empty());
 }
 
@@ -208,7 +209,7 @@ TEST(MegatronVerify, NamesTheNodeAndEachMetadataFileItLacks) {
   TwoNodes t;
   test::write_verl_save(t.roots(), {.step = 5});
   auto r = verify_megatron(t.roots());
-  ASSERT_TRUE(r.ok()) << r.status().to_string();
+  ASSERT_OK(r);
   EXPECT_FALSE(r->ok());
   EXPECT_EQ(r->tracker, 5);
   EXPECT_EQ(r->steps, std::vector<std::int64_t>{5});
@@ -224,7 +225,7 @@ TEST(MegatronVerify, NamesTheNodeAndEachMetadataFileItLacks) {
 
   t.copy_metadata(5);
   r = verify_megatron(t.roots());
-  ASSERT_TRUE(r.ok());
+  ASSERT_OK(r);
   EXPECT_TRUE(r->ok()) << (r->nodes[1].missing.empty() ? "" : r->nodes[1].missing[0]);
 }
 
@@ -233,12 +234,12 @@ TEST(MegatronVerify, ANonRankZeroNodeVerifiedAloneLacksTheMetadataAndSaysHowToFi
   TwoNodes t;
   test::write_verl_save(t.roots(), {.step = 5});
   auto r = verify_megatron({t.n0});  // rank 0's node alone: complete
-  ASSERT_TRUE(r.ok()) << r.status().to_string();
+  ASSERT_OK(r);
   EXPECT_TRUE(r->ok());
   EXPECT_TRUE(r->nodes[0].fix.empty());
 
   r = verify_megatron({t.n1});
-  ASSERT_TRUE(r.ok()) << r.status().to_string();
+  ASSERT_OK(r);
   EXPECT_FALSE(r->ok());
   EXPECT_EQ(r->steps, std::vector<std::int64_t>{5});
   EXPECT_EQ(
@@ -254,13 +255,13 @@ TEST(MegatronVerify, ANonRankZeroNodeVerifiedAloneLacksTheMetadataAndSaysHowToFi
   TwoNodes u;
   test::write_verl_save({u.n0}, {.step = 3, .finished = false});
   r = verify_megatron({u.n0});
-  ASSERT_TRUE(r.ok());
+  ASSERT_OK(r);
   EXPECT_TRUE(r->ok());
   EXPECT_TRUE(r->steps.empty());
 
   t.copy_metadata(5);
   r = verify_megatron({t.n1});
-  ASSERT_TRUE(r.ok());
+  ASSERT_OK(r);
   EXPECT_TRUE(r->ok()) << (r->nodes[0].missing.empty() ? "" : r->nodes[0].missing[0]);
 }
 
@@ -269,7 +270,7 @@ TEST(MegatronVerify, ANodeWithoutTheStepFolderLacksAllOfIt) {
   test::write_verl_save({t.n0}, {.step = 2});
   fs::create_directories(t.n1);
   auto r = verify_megatron(t.roots());
-  ASSERT_TRUE(r.ok());
+  ASSERT_OK(r);
   EXPECT_EQ(r->nodes[1].missing.size(), 4u);
   EXPECT_TRUE(contains(r->nodes[1].missing, dist_path(2) + "/metadata.json"));
 }
@@ -280,7 +281,7 @@ TEST(MegatronVerify, CopiesThatDifferFromRankZerosAreInconsistent) {
   t.copy_metadata(1);
   test::put(t.n1 + "/" + dist_path(1) + "/common.pt", "PK\x03\x04 an older save");
   auto r = verify_megatron(t.roots());
-  ASSERT_TRUE(r.ok());
+  ASSERT_OK(r);
   EXPECT_FALSE(r->ok());
   EXPECT_TRUE(r->nodes[0].ok());  // node0 holds rank 0's shards: its copy is the reference
   const auto p = problems_of(r->nodes[1], dist_path(1) + "/common.pt");
@@ -288,7 +289,7 @@ TEST(MegatronVerify, CopiesThatDifferFromRankZerosAreInconsistent) {
   EXPECT_NE(p[0].find("differs from the copy on node0"), std::string::npos) << p[0];
   // The same with the roots in the other order: still node1's copy is the odd one.
   r = verify_megatron({t.n1, t.n0});
-  ASSERT_TRUE(r.ok());
+  ASSERT_OK(r);
   EXPECT_EQ(problems_of(r->nodes[0], dist_path(1) + "/common.pt").size(), 1u);
   EXPECT_TRUE(r->nodes[1].ok());
 }
@@ -300,7 +301,7 @@ TEST(MegatronVerify, UnreadableMetadataJsonAndEmptyFilesAreInconsistent) {
   test::put(t.n1 + "/" + dist_path(1) + "/metadata.json", R"({"sharded_back)");  // torn write
   test::put(t.n1 + "/" + dist_path(1) + "/.metadata", "");
   auto r = verify_megatron(t.roots());
-  ASSERT_TRUE(r.ok());
+  ASSERT_OK(r);
   auto p = problems_of(r->nodes[1], dist_path(1) + "/metadata.json");
   ASSERT_EQ(p.size(), 1u);
   EXPECT_NE(p[0].find("not valid JSON"), std::string::npos) << p[0];
@@ -310,7 +311,7 @@ TEST(MegatronVerify, UnreadableMetadataJsonAndEmptyFilesAreInconsistent) {
 
   test::put(t.n1 + "/" + dist_path(1) + "/metadata.json", R"({"backend": "x"})");
   r = verify_megatron(t.roots());
-  ASSERT_TRUE(r.ok());
+  ASSERT_OK(r);
   p = problems_of(r->nodes[1], dist_path(1) + "/metadata.json");
   ASSERT_EQ(p.size(), 1u);
   EXPECT_NE(p[0].find("sharded_backend"), std::string::npos) << p[0];
@@ -323,7 +324,7 @@ TEST(MegatronVerify, TrackerNamingAnIncompleteOrAbsentStepOrLaggingIsInconsisten
   test::write_verl_save(t.roots(), {.step = 2, .finished = false});
   testing::write_bytes(t.n0 + "/latest_checkpointed_iteration.txt", "2");  // moved too early
   auto r = verify_megatron(t.roots());
-  ASSERT_TRUE(r.ok());
+  ASSERT_OK(r);
   EXPECT_EQ(r->steps, std::vector<std::int64_t>{1});  // step 2 is complete nowhere
   auto p = problems_of(r->nodes[0], "latest_checkpointed_iteration.txt");
   ASSERT_EQ(p.size(), 1u);
@@ -336,14 +337,14 @@ TEST(MegatronVerify, TrackerNamingAnIncompleteOrAbsentStepOrLaggingIsInconsisten
 
   testing::write_bytes(t.n0 + "/latest_checkpointed_iteration.txt", "9");
   r = verify_megatron({t.n0});
-  ASSERT_TRUE(r.ok());
+  ASSERT_OK(r);
   p = problems_of(r->nodes[0], "latest_checkpointed_iteration.txt");
   ASSERT_EQ(p.size(), 1u);
   EXPECT_NE(p[0].find("names step 9, which has no folder here"), std::string::npos) << p[0];
 
   testing::write_bytes(t.n0 + "/latest_checkpointed_iteration.txt", "garbage");
   r = verify_megatron({t.n0});
-  ASSERT_TRUE(r.ok());
+  ASSERT_OK(r);
   EXPECT_EQ(problems_of(r->nodes[0], "latest_checkpointed_iteration.txt").size(), 1u);
 }
 
@@ -353,11 +354,11 @@ TEST(MegatronVerify, OneStepOnlyAndAStepNobodyHas) {
   test::write_verl_save(t.roots(), {.step = 2});
   t.copy_metadata(2);  // step 1's metadata never reached node1
   auto r = verify_megatron(t.roots(), 2);
-  ASSERT_TRUE(r.ok());
+  ASSERT_OK(r);
   EXPECT_TRUE(r->ok());
   EXPECT_EQ(r->steps, std::vector<std::int64_t>{2});
   r = verify_megatron(t.roots());
-  ASSERT_TRUE(r.ok());
+  ASSERT_OK(r);
   EXPECT_FALSE(r->ok());
   EXPECT_EQ(r->nodes[1].missing.size(), 3u);
   EXPECT_EQ(verify_megatron(t.roots(), 7).status().code(), Code::kNotFound);

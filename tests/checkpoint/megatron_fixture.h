@@ -30,7 +30,6 @@
 #include "base/file_util.h"
 #include "support/test_support.h"
 
-
 namespace ferry::checkpoint::test {
 
 namespace fs = std::filesystem;

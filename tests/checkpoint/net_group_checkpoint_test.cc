@@ -21,6 +21,7 @@ namespace ferry::checkpoint {
 namespace {
 
 using rank_group::test::ChildRank;
+using rank_group::test::connect_as_child_rank;
 using rank_group::test::free_root_address;
 using rank_group::test::net_connect;
 using rank_group::test::node_of_layout;
@@ -31,20 +32,14 @@ using std::chrono::milliseconds;
 using test::make_state;
 
 void run_child(const char* role) {
-  const std::string root = std::getenv("FERRY_NET_GROUP_TEST_ROOT");
-  const int rank = std::atoi(std::getenv("FERRY_NET_GROUP_TEST_RANK"));
-  const int size = std::atoi(std::getenv("FERRY_NET_GROUP_TEST_SIZE"));
-  NetGroupOptions o = options(root, rank, size, std::getenv("FERRY_NET_GROUP_TEST_NODE"));
-  o.collective_timeout = milliseconds(60'000);
-  auto g = connect_net_group(o);
-  if (!g.ok()) std::_Exit(2);
+  const std::unique_ptr<RankGroup> g = connect_as_child_rank();
   if (std::strcmp(role, "die-after-shards") == 0) {
     const std::string root_dir = std::getenv("FERRY_NET_GROUP_TEST_DIR");
     set_save_phase_hook_for_testing([](std::string_view phase) {
       if (phase == "shards") std::raise(SIGKILL);
     });
-    Checkpointer ckpt(**g, {.root = root_dir + "/" + o.node});
-    auto slices = test::cut_all(make_state(41), rank, size, 0);
+    Checkpointer ckpt(*g, {.root = root_dir + "/" + g->node()});
+    auto slices = test::cut_all(make_state(41), g->rank(), g->size(), 0);
     auto v = test::views(slices);
     (void)ckpt.save(2, v);
   }

@@ -16,6 +16,7 @@
 #include "checkpoint/megatron_fixture.h"
 #include "checkpoint/replicate.h"
 #include "ferry/checkpoint_tools.h"
+#include "support/status_matchers.h"
 #include "transport/net/channel.h"
 
 namespace ferry::checkpoint {
@@ -32,9 +33,15 @@ std::vector<std::byte> hostile_frame(std::mt19937& rng, const rp::Kind* kinds) {
   std::uniform_int_distribution<int> pick(0, 5);
   std::vector<std::byte> m;
   switch (pick(rng) % 3) {
-    case 0: m = rp::encode_list(); break;
-    case 1: m = rp::encode_done(); break;
-    default: m = rp::encode_get({"global_step_1/actor/../../../etc/passwd", 12345, 99}); break;
+    case 0:
+      m = rp::encode_list();
+      break;
+    case 1:
+      m = rp::encode_done();
+      break;
+    default:
+      m = rp::encode_get({"global_step_1/actor/../../../etc/passwd", 12345, 99});
+      break;
   }
   const int how = pick(rng);
   if (how == 0) {  // flip a few bits
@@ -70,22 +77,21 @@ TEST(ReplicateHostile, MutatedFramesNeitherCrashNorStopTheServer) {
   ASSERT_FALSE(address.empty());
 
   auto ctx = net::Context::create();
-  ASSERT_TRUE(ctx.ok()) << ctx.status().to_string();
+  ASSERT_OK(ctx);
   const auto tok = net::Token::from_file(token);
-  ASSERT_TRUE(tok.ok());
-  const rp::Kind kinds[7] = {rp::Kind::kList,  rp::Kind::kIndex, rp::Kind::kGet,
-                             rp::Kind::kFile,  rp::Kind::kChunk, rp::Kind::kError,
-                             rp::Kind::kDone};
+  ASSERT_OK(tok);
+  const rp::Kind kinds[7] = {rp::Kind::kList,  rp::Kind::kIndex, rp::Kind::kGet, rp::Kind::kFile,
+                             rp::Kind::kChunk, rp::Kind::kError, rp::Kind::kDone};
   // What a legitimate pull must copy afterwards: the files of an INDEX now.
   std::vector<ReplicaFile> offered;
   {
     auto c = net::connect(*ctx, address, *tok, kTimeout);
-    ASSERT_TRUE(c.ok()) << c.status().to_string();
-    ASSERT_TRUE(c->send(rp::encode_list(), kTimeout).ok());
+    ASSERT_OK(c);
+    ASSERT_OK(c->send(rp::encode_list(), kTimeout));
     auto m = c->receive(kTimeout);
-    ASSERT_TRUE(m.ok()) << m.status().to_string();
+    ASSERT_OK(m);
     auto index = rp::decode_index(*m, "server");
-    ASSERT_TRUE(index.ok()) << index.status().to_string();
+    ASSERT_OK(index);
     offered = index->files;
     ASSERT_FALSE(offered.empty());
     c->close();
@@ -96,8 +102,7 @@ TEST(ReplicateHostile, MutatedFramesNeitherCrashNorStopTheServer) {
   for (int i = 0; i < kFrames; ++i) {
     if (!ch) {
       auto c = net::connect(*ctx, address, *tok, kTimeout);
-      ASSERT_TRUE(c.ok()) << "frame " << i << ": the server stopped accepting: "
-                          << c.status().to_string();
+      ASSERT_OK(c) << "frame " << i << ": the server stopped accepting: " << c.status().to_string();
       ch.emplace(std::move(*c));
       ++connections;
     }
@@ -106,8 +111,8 @@ TEST(ReplicateHostile, MutatedFramesNeitherCrashNorStopTheServer) {
     // frame was answered with) means the server took the frame and still serves this peer;
     // a failure means it dropped the peer, and the next frame goes on a new one.
     const std::string probe = "probe/" + std::to_string(i);
-    bool alive = ch->send(frame, kTimeout).ok() &&
-                 ch->send(rp::encode_get({probe, 0, 0}), kTimeout).ok();
+    bool alive =
+        ch->send(frame, kTimeout).ok() && ch->send(rp::encode_get({probe, 0, 0}), kTimeout).ok();
     while (alive) {
       auto answer = ch->receive(kTimeout);
       if (!answer.ok()) {
@@ -115,10 +120,10 @@ TEST(ReplicateHostile, MutatedFramesNeitherCrashNorStopTheServer) {
         break;
       }
       auto kind = rp::decode_kind(*answer, "server");
-      ASSERT_TRUE(kind.ok()) << kind.status().to_string();
+      ASSERT_OK(kind);
       if (*kind != rp::Kind::kError) continue;
       auto error = rp::decode_error(*answer, "server");
-      ASSERT_TRUE(error.ok()) << error.status().to_string();
+      ASSERT_OK(error);
       if (error->message.find(probe) != std::string::npos) break;
     }
     if (!alive) {
@@ -134,21 +139,21 @@ TEST(ReplicateHostile, MutatedFramesNeitherCrashNorStopTheServer) {
 
   ReplicatePullOptions po{.root = n1, .from = address, .token_file = token, .timeout = kTimeout};
   auto pulled = pull_replicas(po);
-  ASSERT_TRUE(pulled.ok()) << pulled.status().to_string();
+  ASSERT_OK(pulled);
   EXPECT_EQ(pulled->files_copied, offered.size());
   for (const ReplicaFile& f : offered) {
     EXPECT_EQ(test::slurp(n1 + "/" + f.path), test::slurp(n0 + "/" + f.path)) << f.path;
   }
   stop = true;
   server.join();
-  EXPECT_TRUE(served.ok()) << served.to_string();
+  EXPECT_OK(served);
 }
 
 // Seen while writing the test above: LIST and DONE with bytes after the header were taken as LIST
 // and DONE, though every other message refuses trailing bytes.
 TEST(ReplicateHostile, ListAndDoneWithTrailingBytesAreRefused) {
   for (std::vector<std::byte> m : {rp::encode_list(), rp::encode_done()}) {
-    ASSERT_TRUE(rp::decode_kind(m, "puller 1").ok());
+    ASSERT_OK(rp::decode_kind(m, "puller 1"));
     m.push_back(std::byte{0});
     auto kind = rp::decode_kind(m, "puller 1");
     ASSERT_FALSE(kind.ok());

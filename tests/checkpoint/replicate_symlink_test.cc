@@ -5,19 +5,20 @@
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <filesystem>
 #include <future>
 #include <mutex>
 #include <thread>
-#include <algorithm>
 
 #include "base/clock.h"
-#include "checkpoint/megatron_fixture.h"
 #include "checkpoint/megatron_dist_checkpoint.h"
+#include "checkpoint/megatron_fixture.h"
 #include "checkpoint/replicate.h"
 #include "ferry/checkpoint_tools.h"
+#include "support/status_matchers.h"
 #include "transport/net/channel.h"
 
 namespace ferry::checkpoint {
@@ -90,7 +91,7 @@ TEST(ReplicateSymlinkRace, ReadsBelowTheFolderNeverFollowAFileSwappedForALink) {
   const std::string secret = secret_file(dir);
   Swapper swap(root + "/" + rel, secret);
   auto root_fd = megatron::open_root(root);
-  ASSERT_TRUE(root_fd.ok()) << root_fd.status().to_string();
+  ASSERT_OK(root_fd);
   int refused = 0, read = 0;
   const auto until = Clock::now() + kRaceBudget;
   for (int i = 0; i < kRaceRounds && Clock::now() < until; ++i) {
@@ -125,7 +126,7 @@ TEST(ReplicateSymlinkRace, WritesBelowTheFolderNeverGoThroughAPlantedLink) {
   test::put(outside + "/victim", "victim");
   const std::string link_dir = root + "/global_step_1/actor/dist_ckpt";
   auto root_fd = megatron::open_root(root);
-  ASSERT_TRUE(root_fd.ok());
+  ASSERT_OK(root_fd);
   const std::string payload = "replicated bytes";
   int refused = 0;
   const auto until = Clock::now() + kRaceBudget;
@@ -147,7 +148,7 @@ TEST(ReplicateSymlinkRace, WritesBelowTheFolderNeverGoThroughAPlantedLink) {
       ASSERT_EQ(s.code(), Code::kFailedPrecondition) << s.to_string();
       ++refused;
     } else {
-      ASSERT_TRUE(s.ok()) << s.to_string();
+      ASSERT_OK(s);
       ASSERT_EQ(test::slurp(link_dir + "/common.pt"), payload);
       ASSERT_FALSE(fs::is_symlink(link_dir + "/common.pt"));
     }
@@ -183,8 +184,8 @@ TEST(ReplicateSymlinkRace, AServerNeverServesAFileSwappedForALinkOutsideItsFolde
   std::atomic<int> rounds{0};
   std::atomic<bool> leaked{false};
   const auto until = Clock::now() + kRaceBudget;
-  ReplicatePullOptions po{.root = t.n1, .from = address, .token_file = t.token,
-                          .timeout = kTimeout};
+  ReplicatePullOptions po{
+      .root = t.n1, .from = address, .token_file = t.token, .timeout = kTimeout};
   po.watch = true;
   po.watch_interval = milliseconds(10);
   po.on_round = [&](const PullRound&) {
@@ -202,8 +203,8 @@ TEST(ReplicateSymlinkRace, AServerNeverServesAFileSwappedForALinkOutsideItsFolde
   }
   stop = true;
   server.join();
-  ASSERT_TRUE(r.ok()) << r.status().to_string();
-  EXPECT_TRUE(served.ok()) << served.to_string();
+  ASSERT_OK(r);
+  EXPECT_OK(served);
   EXPECT_FALSE(leaked) << "bytes from outside the served folder reached the puller";
   EXPECT_FALSE(holds_secret(pulled));
   for (const std::string& f : test::tree(t.n1)) EXPECT_FALSE(holds_secret(t.n1 + "/" + f)) << f;
@@ -234,28 +235,28 @@ TEST(ReplicateStall, APullerThatStopsReadingDoesNotStallASecondOne) {
 
   // The stalled puller: authenticates, asks for the big file, never reads an answer.
   auto set = replica_set(t.n0);
-  ASSERT_TRUE(set.ok()) << set.status().to_string();
+  ASSERT_OK(set);
   const auto big = std::find_if(set->files.begin(), set->files.end(), [](const ReplicaFile& f) {
     return f.path.find("common.pt") != std::string::npos;
   });
   ASSERT_NE(big, set->files.end());
   auto ctx = net::Context::create();
-  ASSERT_TRUE(ctx.ok());
+  ASSERT_OK(ctx);
   auto token = net::Token::from_file(t.token);
-  ASSERT_TRUE(token.ok());
+  ASSERT_OK(token);
   auto stalled = net::connect(*ctx, address, *token, kTimeout);
-  ASSERT_TRUE(stalled.ok()) << stalled.status().to_string();
-  ASSERT_TRUE(stalled->send(rp::encode_list(), kTimeout).ok());
+  ASSERT_OK(stalled);
+  ASSERT_OK(stalled->send(rp::encode_list(), kTimeout));
   std::this_thread::sleep_for(milliseconds(200));
-  ASSERT_TRUE(stalled->send(rp::encode_get(*big), kTimeout).ok());
+  ASSERT_OK(stalled->send(rp::encode_get(*big), kTimeout));
   std::this_thread::sleep_for(milliseconds(300));  // the server is now writing into it
 
   // A second puller completes, well within the stalled one's send timeout.
   const auto start = Clock::now();
-  auto r = pull_replicas({.root = t.n1, .from = address, .token_file = t.token,
-                          .timeout = milliseconds(1500)});
+  auto r = pull_replicas(
+      {.root = t.n1, .from = address, .token_file = t.token, .timeout = milliseconds(1500)});
   const auto took = Clock::now() - start;
-  ASSERT_TRUE(r.ok()) << r.status().to_string();
+  ASSERT_OK(r);
   EXPECT_EQ(r->tracker, 1);
   EXPECT_LT(took, std::chrono::seconds(10));
 

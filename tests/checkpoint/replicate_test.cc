@@ -1,7 +1,6 @@
 // `ferry ckpt replicate` in the library: a server on 127.0.0.1 with an ephemeral port and
 // pullers on threads (each with its own net context), a hand-crafted malicious server, and a
 // real server process killed mid-file (this binary re-executed as the child).
-#include "base/clock.h"
 #include "checkpoint/replicate.h"
 
 #include <gtest/gtest.h>
@@ -15,8 +14,10 @@
 #include <future>
 #include <thread>
 
+#include "base/clock.h"
 #include "checkpoint/megatron_fixture.h"
 #include "ferry/checkpoint_tools.h"
+#include "support/status_matchers.h"
 #include "transport/net/channel.h"
 
 namespace ferry::checkpoint {
@@ -91,7 +92,7 @@ TEST(Replicate, CopiesMetadataBitExactThenVerifyIsClean) {
   test::write_verl_save(t.roots(),
                         {.step = 2, .roles = {"actor", "critic"}, .dcp_metadata_bytes = 70'000});
   auto before = verify_megatron(t.roots());
-  ASSERT_TRUE(before.ok());
+  ASSERT_OK(before);
   ASSERT_FALSE(before->ok());
 
   auto so = t.serve_options();
@@ -108,7 +109,7 @@ TEST(Replicate, CopiesMetadataBitExactThenVerifyIsClean) {
     progress_total = total;
   };
   auto r = pull_replicas(po);
-  ASSERT_TRUE(r.ok()) << r.status().to_string();
+  ASSERT_OK(r);
   EXPECT_EQ(r->files_copied, 13u);  // 2 steps x 2 roles x 3 files + the tracker
   EXPECT_EQ(progress_done, r->bytes_copied);
   EXPECT_EQ(progress_total, r->bytes_copied);
@@ -131,13 +132,13 @@ TEST(Replicate, CopiesMetadataBitExactThenVerifyIsClean) {
   EXPECT_FALSE(has_temp_file(t.n1));
 
   auto after = verify_megatron(t.roots());
-  ASSERT_TRUE(after.ok());
+  ASSERT_OK(after);
   EXPECT_TRUE(after->ok());
 
   // A second pull finds everything identical and copies nothing.
   rounds.clear();
   r = pull_replicas(po);
-  ASSERT_TRUE(r.ok()) << r.status().to_string();
+  ASSERT_OK(r);
   EXPECT_EQ(r->files_copied, 0u);
   ASSERT_EQ(rounds.size(), 1u);
   EXPECT_EQ(rounds[0].unchanged, 13u);
@@ -145,11 +146,11 @@ TEST(Replicate, CopiesMetadataBitExactThenVerifyIsClean) {
   // A copy that went bad on node1 is replaced by the next pull.
   test::put(t.n1 + "/" + dist_path(2) + "/common.pt", "PK\x03\x04 stale");
   r = pull_replicas(po);
-  ASSERT_TRUE(r.ok());
+  ASSERT_OK(r);
   EXPECT_EQ(r->files_copied, 1u);
   expect_same_file(t.n0 + "/" + dist_path(2) + "/common.pt",
                    t.n1 + "/" + dist_path(2) + "/common.pt");
-  EXPECT_TRUE(server.stop().ok());
+  EXPECT_OK(server.stop());
 }
 
 TEST(Replicate, ServerWithClientsCountReturnsAfterThatManyPulls) {
@@ -162,9 +163,9 @@ TEST(Replicate, ServerWithClientsCountReturnsAfterThatManyPulls) {
   auto served = std::async(std::launch::async, [so] { return serve_replicas(so); });
   const std::string address = bound.get_future().get();
   auto r = pull_replicas(t.pull_options(address));
-  ASSERT_TRUE(r.ok()) << r.status().to_string();
+  ASSERT_OK(r);
   ASSERT_EQ(served.wait_for(std::chrono::seconds(5)), std::future_status::ready);
-  EXPECT_TRUE(served.get().ok());
+  EXPECT_OK(served.get());
 }
 
 TEST(Replicate, WrongTokenIsRefusedAndNothingIsWritten) {
@@ -183,7 +184,7 @@ TEST(Replicate, WrongTokenIsRefusedAndNothingIsWritten) {
 
   // The server goes on serving pullers with the right token.
   r = pull_replicas(t.pull_options(server.address()));
-  EXPECT_TRUE(r.ok()) << r.status().to_string();
+  EXPECT_OK(r);
 }
 
 // A hand-crafted server on its own thread and context: accepts one puller, runs `body`,
@@ -328,7 +329,7 @@ TEST(Replicate, WatchCopiesAStepOnlyOnceTheTrackerNamesItComplete) {
   stop = true;
   ASSERT_EQ(watch.wait_for(std::chrono::seconds(5)), std::future_status::ready);
   auto r = watch.get();
-  ASSERT_TRUE(r.ok()) << r.status().to_string();
+  ASSERT_OK(r);
   EXPECT_EQ(r->stopped, "stop requested");
   EXPECT_EQ(r->files_copied, 8u);  // step 1 and tracker "1", then step 2 and tracker "2"
   EXPECT_TRUE(verify_megatron(t.roots())->ok());
@@ -350,7 +351,7 @@ TEST(Replicate, WatchEndsCleanlyWhenTheServerGoesAway) {
   server.reset();
   ASSERT_EQ(watch.wait_for(std::chrono::seconds(5)), std::future_status::ready);
   auto r = watch.get();
-  ASSERT_TRUE(r.ok()) << r.status().to_string();
+  ASSERT_OK(r);
   EXPECT_NE(r->stopped.find("replicate server"), std::string::npos) << r->stopped;
   EXPECT_EQ(r->tracker, 1);
 }
@@ -362,19 +363,19 @@ TEST(Replicate, ServerSendsOnlyWhatItOffered) {
   testing::write_bytes(t.dir.file("secret"), "not for the network");
   ServerThread server(t.serve_options());
   auto ctx = net::Context::create();
-  ASSERT_TRUE(ctx.ok());
+  ASSERT_OK(ctx);
   auto ch = net::connect(*ctx, server.address(), *net::Token::from_file(t.token), kTimeout);
-  ASSERT_TRUE(ch.ok()) << ch.status().to_string();
-  ASSERT_TRUE(ch->send(rp::encode_list(), kTimeout).ok());
+  ASSERT_OK(ch);
+  ASSERT_OK(ch->send(rp::encode_list(), kTimeout));
   auto m = ch->receive(kTimeout);
-  ASSERT_TRUE(m.ok());
+  ASSERT_OK(m);
   auto index = rp::decode_index(*m, "server");
-  ASSERT_TRUE(index.ok());
+  ASSERT_OK(index);
   EXPECT_EQ(index->files.size(), 4u);  // step 1 and the tracker; not step 2, still being saved
   const auto ask = [&](const ReplicaFile& f) {
-    EXPECT_TRUE(ch->send(rp::encode_get(f), kTimeout).ok());
+    EXPECT_OK(ch->send(rp::encode_get(f), kTimeout));
     auto a = ch->receive(kTimeout);
-    EXPECT_TRUE(a.ok());
+    EXPECT_OK(a);
     return a.ok() ? *a : std::vector<std::byte>{};
   };
   for (const std::string& path :

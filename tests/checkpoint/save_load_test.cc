@@ -9,17 +9,18 @@
 #include "checkpoint/format.h"
 #include "ckpt_test_util.h"
 #include "ferry/safetensors.h"
+#include "support/status_matchers.h"
 
 namespace ferry::checkpoint {
 namespace {
 
 using test::cut_all;
 using test::GlobalTensor;
+using test::load_and_check;
 using test::make_state;
 using test::OwnedSlice;
 using test::run_group;
 using test::save_state;
-using test::load_and_check;
 using test::state_bytes;
 namespace fs = std::filesystem;
 
@@ -35,7 +36,7 @@ TEST(SaveLoad, SameLayoutWritesTheFormatOnEveryNodeAndLoadsBitExact) {
     EXPECT_TRUE(fs::exists(step + "/COMMITTED")) << node;
     EXPECT_EQ(format::read_latest(root), 7) << node;
     auto m = format::read_manifest(root, 7);
-    ASSERT_TRUE(m.ok()) << m.status().to_string();
+    ASSERT_OK(m);
     EXPECT_EQ(m->layout.world_size, 4);
     EXPECT_EQ(m->layout.ranks_per_node, 2);
     EXPECT_EQ(m->layout.nodes, (std::vector<std::string>{"n0", "n1"}));
@@ -51,9 +52,9 @@ TEST(SaveLoad, SameLayoutWritesTheFormatOnEveryNodeAndLoadsBitExact) {
   EXPECT_TRUE(fs::exists(dir.path() + "/n0/step_7/rank_00001.safetensors"));
   EXPECT_FALSE(fs::exists(dir.path() + "/n0/step_7/rank_00002.safetensors"));
   auto shard = SafetensorsFile::open(dir.path() + "/n1/step_7/rank_00003.safetensors");
-  ASSERT_TRUE(shard.ok()) << shard.status().to_string();
+  ASSERT_OK(shard);
   auto v = shard->view("model.embed_tokens.weight");
-  ASSERT_TRUE(v.ok());
+  ASSERT_OK(v);
   EXPECT_EQ(v->spec.shape, (std::vector<std::int64_t>{24, 40}));
 
   auto r = load_and_check(dir.path(), state, 4, 2, 0);
@@ -88,7 +89,8 @@ TEST(SaveLoad, ReshardFourRanksTwoNodesToEightRanksFourNodesFetchesFromPeers) {
   EXPECT_EQ(r.local + r.remote, state_bytes(state));
   bool fetched_manifest = false;
   for (const std::string& n : r.notes) {
-    fetched_manifest |= n.find("node n2 has no manifest for step 5; fetched it from rank") != std::string::npos;
+    fetched_manifest |=
+        n.find("node n2 has no manifest for step 5; fetched it from rank") != std::string::npos;
   }
   EXPECT_TRUE(fetched_manifest);
 }
@@ -123,33 +125,38 @@ TEST(SaveLoad, NewestCommittedStepIsChosenAndOlderOnesStayLoadable) {
 TEST(SaveLoad, AsyncSaveReturnsAfterStagingAndReportsLaterErrors) {
   testing::TempDir dir;
   const auto state = make_state(6);
-  run_group(2, [](int r) { return "n" + std::to_string(r); }, [&](RankGroup& g) {
-    Checkpointer ckpt(g, {.root = dir.path() + "/" + g.node()});
-    auto slices = cut_all(state, g.rank(), g.size(), 0);
-    auto v = test::views(slices);
-    ASSERT_TRUE(ckpt.save_async(1, v).ok());
-    // The caller may reuse its memory at once: what was staged is saved.
-    for (OwnedSlice& s : slices) std::fill(s.data.begin(), s.data.end(), std::byte{0x5a});
-    EXPECT_TRUE(ckpt.wait().ok());
-    // Saving a committed step again fails in the background; the next call says so.
-    ASSERT_TRUE(ckpt.save_async(1, v).ok());
-    Status next = ckpt.save_async(2, v);
-    EXPECT_EQ(next.code(), Code::kAlreadyExists) << next.to_string();
-    EXPECT_TRUE(ckpt.wait().ok());  // the error was reported once
-  });
+  run_group(
+      2, [](int r) { return "n" + std::to_string(r); },
+      [&](RankGroup& g) {
+        Checkpointer ckpt(g, {.root = dir.path() + "/" + g.node()});
+        auto slices = cut_all(state, g.rank(), g.size(), 0);
+        auto v = test::views(slices);
+        ASSERT_OK(ckpt.save_async(1, v));
+        // The caller may reuse its memory at once: what was staged is saved.
+        for (OwnedSlice& s : slices) std::fill(s.data.begin(), s.data.end(), std::byte{0x5a});
+        EXPECT_OK(ckpt.wait());
+        // Saving a committed step again fails in the background; the next call says so.
+        ASSERT_OK(ckpt.save_async(1, v));
+        Status next = ckpt.save_async(2, v);
+        EXPECT_EQ(next.code(), Code::kAlreadyExists) << next.to_string();
+        EXPECT_OK(ckpt.wait());  // the error was reported once
+      });
   EXPECT_EQ(load_and_check(dir.path(), state, 2, 2, 0).step, 1);
 }
 
 TEST(SaveLoad, ReplicatedTensorsAreSavedOnceEachAndLoadFromTheLocalReplica) {
   testing::TempDir dir;
   const auto state = make_state(7);
-  run_group(2, [](int r) { return "n" + std::to_string(r); }, [&](RankGroup& g) {
-    Checkpointer ckpt(g, {.root = dir.path() + "/" + g.node()});
-    std::vector<OwnedSlice> all;
-    for (const GlobalTensor& t : state) all.push_back(test::cut(t, 0, 1, 0));  // whole, on every rank
-    auto v = test::views(all);
-    ASSERT_TRUE(ckpt.save(1, v).ok());
-  });
+  run_group(
+      2, [](int r) { return "n" + std::to_string(r); },
+      [&](RankGroup& g) {
+        Checkpointer ckpt(g, {.root = dir.path() + "/" + g.node()});
+        std::vector<OwnedSlice> all;
+        for (const GlobalTensor& t : state)
+          all.push_back(test::cut(t, 0, 1, 0));  // whole, on every rank
+        auto v = test::views(all);
+        ASSERT_OK(ckpt.save(1, v));
+      });
   auto r = load_and_check(dir.path(), state, 2, 2, 0);
   EXPECT_EQ(r.remote, 0u);
 }
@@ -157,22 +164,26 @@ TEST(SaveLoad, ReplicatedTensorsAreSavedOnceEachAndLoadFromTheLocalReplica) {
 TEST(SaveLoad, OverlappingOrIncompleteSlicesAreRefusedOnEveryRank) {
   testing::TempDir dir;
   const auto state = make_state(8);
-  run_group(2, [](int) { return std::string("n0"); }, [&](RankGroup& g) {
-    Checkpointer ckpt(g, {.root = dir.path() + "/n0"});
-    // Rank 1 sends rows 0..47 too: overlaps rank 0's without being identical.
-    std::vector<OwnedSlice> mine = {test::cut(state[0], 0, 2, 0)};
-    if (g.rank() == 1) mine[0] = test::cut(state[0], 0, 1, 0);
-    auto v = test::views(mine);
-    Status s = ckpt.save(1, v);
-    EXPECT_EQ(s.code(), Code::kInvalidArgument) << s.to_string();
-    EXPECT_NE(s.message().find("model.embed_tokens.weight"), std::string::npos) << s.message();
-    // Only half of the tensor.
-    std::vector<OwnedSlice> half = {test::cut(state[0], 0, 2, 0)};
-    auto hv = test::views(half);
-    s = ckpt.save(2, g.rank() == 0 ? std::span<const SliceView>(hv) : std::span<const SliceView>());
-    EXPECT_EQ(s.code(), Code::kInvalidArgument) << s.to_string();
-    EXPECT_NE(s.message().find("cover 1920 of its 3840 elements"), std::string::npos) << s.message();
-  });
+  run_group(
+      2, [](int) { return std::string("n0"); },
+      [&](RankGroup& g) {
+        Checkpointer ckpt(g, {.root = dir.path() + "/n0"});
+        // Rank 1 sends rows 0..47 too: overlaps rank 0's without being identical.
+        std::vector<OwnedSlice> mine = {test::cut(state[0], 0, 2, 0)};
+        if (g.rank() == 1) mine[0] = test::cut(state[0], 0, 1, 0);
+        auto v = test::views(mine);
+        Status s = ckpt.save(1, v);
+        EXPECT_EQ(s.code(), Code::kInvalidArgument) << s.to_string();
+        EXPECT_NE(s.message().find("model.embed_tokens.weight"), std::string::npos) << s.message();
+        // Only half of the tensor.
+        std::vector<OwnedSlice> half = {test::cut(state[0], 0, 2, 0)};
+        auto hv = test::views(half);
+        s = ckpt.save(
+            2, g.rank() == 0 ? std::span<const SliceView>(hv) : std::span<const SliceView>());
+        EXPECT_EQ(s.code(), Code::kInvalidArgument) << s.to_string();
+        EXPECT_NE(s.message().find("cover 1920 of its 3840 elements"), std::string::npos)
+            << s.message();
+      });
   EXPECT_FALSE(fs::exists(dir.path() + "/n0/step_1/COMMITTED"));
   EXPECT_FALSE(format::read_latest(dir.path() + "/n0").has_value());
 }
@@ -181,15 +192,17 @@ TEST(SaveLoad, LoadAsksForUnknownTensorOrWrongShapeByName) {
   testing::TempDir dir;
   const auto state = make_state(9);
   save_state(dir.path(), state, 1, 1, 1);
-  run_group(1, [](int) { return std::string("n0"); }, [&](RankGroup& g) {
-    Checkpointer ckpt(g, {.root = dir.path() + "/n0"});
-    ASSERT_TRUE(ckpt.prepare_load().ok());
-    std::vector<std::byte> buf(16);
-    MutableSliceView d{SliceSpec::whole("no.such.tensor", DType::kU8, {16}), buf};
-    auto r = ckpt.load({&d, 1});
-    EXPECT_EQ(r.status().code(), Code::kNotFound);
-    EXPECT_NE(r.status().message().find("no.such.tensor"), std::string::npos);
-  });
+  run_group(
+      1, [](int) { return std::string("n0"); },
+      [&](RankGroup& g) {
+        Checkpointer ckpt(g, {.root = dir.path() + "/n0"});
+        ASSERT_OK(ckpt.prepare_load());
+        std::vector<std::byte> buf(16);
+        MutableSliceView d{SliceSpec::whole("no.such.tensor", DType::kU8, {16}), buf};
+        auto r = ckpt.load({&d, 1});
+        EXPECT_EQ(r.status().code(), Code::kNotFound);
+        EXPECT_NE(r.status().message().find("no.such.tensor"), std::string::npos);
+      });
 }
 
 }  // namespace

@@ -1,4 +1,5 @@
 #include <gtest/gtest.h>
+
 #include <nlohmann/json.hpp>
 
 #include "support/test_support.h"
@@ -12,13 +13,15 @@ TEST(AdviseBucketCli, FaqShapePrintsBucketAndOverrideLine) {
   auto r = run_ferry({"advise-bucket", "--shape", "151936x4096", "--dtype", "float32"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_NE(r.out.find("4096 MiB"), std::string::npos) << r.out;
-  EXPECT_NE(r.out.find("actor_rollout_ref.rollout.checkpoint_engine.update_weights_bucket_megabytes=4096"),
+  EXPECT_NE(r.out.find(
+                "actor_rollout_ref.rollout.checkpoint_engine.update_weights_bucket_megabytes=4096"),
             std::string::npos);
   EXPECT_NE(r.out.find("ferry's own engine needs no such setting"), std::string::npos);
 }
 
 TEST(AdviseBucketCli, JsonGivesTheNumbers) {
-  auto r = run_ferry({"advise-bucket", "--shape", "152064x8192", "--dtype", "torch.float32", "--json"});
+  auto r =
+      run_ferry({"advise-bucket", "--shape", "152064x8192", "--dtype", "torch.float32", "--json"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   auto j = nlohmann::json::parse(r.out);
   EXPECT_EQ(j["bucket_mb"], 8192);

@@ -1,9 +1,10 @@
 #include <gtest/gtest.h>
-#include <nlohmann/json.hpp>
 
 #include <filesystem>
+#include <nlohmann/json.hpp>
 
 #include "base/file_util.h"
+#include "support/status_matchers.h"
 #include "support/test_support.h"
 
 namespace ferry {
@@ -30,7 +31,7 @@ TEST(DemoProfileCli, WritesParsableTracesWhoseSummaryShowsSyncStages) {
   int round_files = 0;
   for (const std::string& t : traces) {
     auto text = read_file(t);
-    ASSERT_TRUE(text.ok());
+    ASSERT_OK(text);
     auto j = nlohmann::json::parse(*text, nullptr, false);
     ASSERT_FALSE(j.is_discarded()) << t;
     round_files += t.find("sync_round") != std::string::npos;

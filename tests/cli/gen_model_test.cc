@@ -1,8 +1,10 @@
 #include <gtest/gtest.h>
+
 #include <nlohmann/json.hpp>
 
 #include "ferry/model.h"
 #include "ferry/safetensors.h"
+#include "support/status_matchers.h"
 #include "support/test_support.h"
 
 namespace ferry {
@@ -21,7 +23,7 @@ TEST(GenModelCli, Qwen7bTwoLayersReadsBackBitExact) {
   ASSERT_EQ(gen.exit_code, 0) << gen.err;
 
   auto folder = ModelFolder::open(out);
-  ASSERT_TRUE(folder.ok()) << folder.status().to_string();
+  ASSERT_OK(folder);
   auto config = model::preset("qwen2.5-7b");
   config->num_layers = 2;
   const auto specs = model::hf_tensor_specs(*config, DType::kBF16);
@@ -29,7 +31,7 @@ TEST(GenModelCli, Qwen7bTwoLayersReadsBackBitExact) {
   std::vector<std::byte> expected;
   for (const TensorSpec& spec : specs) {
     auto view = folder->view(spec.name);
-    ASSERT_TRUE(view.ok()) << spec.name;
+    ASSERT_OK(view) << spec.name;
     EXPECT_EQ(view->spec, spec);
     expected.resize(spec.bytes());
     model::fill_synthetic(11, spec.name, 0, expected);
@@ -51,7 +53,10 @@ TEST(GenModelCli, RefusesToOverwriteWithoutForceAndRejectsBadFlags) {
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_NE(r.err.find("--force"), std::string::npos);
   EXPECT_EQ(run_ferry({"gen-model", "--preset", "nope", "--out", dir.file("x")}).exit_code, 2);
-  EXPECT_EQ(run_ferry({"gen-model", "--preset", "qwen3-0.6b", "--dtype", "int8", "--out", dir.file("x")}).exit_code, 2);
+  EXPECT_EQ(
+      run_ferry({"gen-model", "--preset", "qwen3-0.6b", "--dtype", "int8", "--out", dir.file("x")})
+          .exit_code,
+      2);
 }
 
 TEST(GenModelCli, LayersOutsideThePresetAreUsageErrors) {

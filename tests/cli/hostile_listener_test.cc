@@ -86,13 +86,13 @@ TEST(HostileClients, SyncServeSurvivesThemAndServesALegitimateReceiver) {
                   "--bucket-mb", "16", "--timeout", "60", "--json", "--token-file", t.good},
                  {});
   std::vector<int> silent = attack(port);
-  auto wrong = run_ferry({"sync", "recv", "--connect", address, "--timeout", "10", "--token-file",
-                          t.wrong});
+  auto wrong =
+      run_ferry({"sync", "recv", "--connect", address, "--timeout", "10", "--token-file", t.wrong});
   EXPECT_EQ(wrong.exit_code, 1) << wrong.out << wrong.err;
   EXPECT_NE(wrong.err.find("refused our token"), std::string::npos) << wrong.err;
 
-  auto good = run_ferry({"sync", "recv", "--connect", address, "--timeout", "30", "--json",
-                         "--token-file", t.good});
+  auto good = run_ferry(
+      {"sync", "recv", "--connect", address, "--timeout", "30", "--json", "--token-file", t.good});
   EXPECT_EQ(good.exit_code, 0) << good.out << good.err;
   const auto round = nlohmann::json::parse(good.out, nullptr, false);
   ASSERT_FALSE(round.is_discarded()) << good.out;
@@ -119,8 +119,8 @@ TEST(HostileClients, ReplicateServeSurvivesThemAndServesALegitimatePuller) {
   auto wrong = run_ferry({"ckpt", "replicate", n1, "--from", address, "--token-file", t.wrong});
   EXPECT_EQ(wrong.exit_code, 1) << wrong.out << wrong.err;
 
-  auto good = run_ferry({"ckpt", "replicate", n1, "--from", address, "--json", "--token-file",
-                         t.good});
+  auto good =
+      run_ferry({"ckpt", "replicate", n1, "--from", address, "--json", "--token-file", t.good});
   ASSERT_EQ(good.exit_code, 0) << good.out << good.err;
   EXPECT_EQ(nlohmann::json::parse(good.out)["files_copied"], 4);
   EXPECT_EQ(server.wait(milliseconds(10000)), 0);  // --clients 1: done after the one pull

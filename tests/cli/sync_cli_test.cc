@@ -78,9 +78,11 @@ TEST(SyncCli, UnknownWireProtectIsAUsageErrorNamingTheChoices) {
 }
 
 TEST(SyncCli, ZeroRoundsOrReceiversAreUsageErrors) {
-  EXPECT_EQ(run_ferry({"sync", "serve", "--address", "@ferry-cli-zero", "--rounds", "0"}).exit_code, 2);
+  EXPECT_EQ(run_ferry({"sync", "serve", "--address", "@ferry-cli-zero", "--rounds", "0"}).exit_code,
+            2);
   EXPECT_EQ(
-      run_ferry({"sync", "serve", "--address", "@ferry-cli-zero", "--receivers", "0"}).exit_code, 2);
+      run_ferry({"sync", "serve", "--address", "@ferry-cli-zero", "--receivers", "0"}).exit_code,
+      2);
   EXPECT_EQ(run_ferry({"demo", "--rounds", "0"}).exit_code, 2);
   EXPECT_EQ(run_ferry({"demo", "--receivers", "0"}).exit_code, 2);
 }

@@ -5,9 +5,11 @@
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
+#include "base/atomic_file.h"
 #include "base/file_util.h"
 #include "convert/convert_test_util.h"
 #include "ferry/safetensors.h"
+#include "support/status_matchers.h"
 #include "support/test_support.h"
 
 namespace ferry::convert {
@@ -18,13 +20,13 @@ using ferry::testing::TempDir;
 using ::testing::HasSubstr;
 
 void generate(const model::ModelConfig& c, const std::string& folder) {
-  ASSERT_TRUE(model::generate_model_folder(c, folder, {}).ok());
+  ASSERT_OK(model::generate_model_folder(c, folder, {}));
 }
 
 std::map<std::string, std::uint64_t> hashes(const std::string& folder) {
   std::map<std::string, std::uint64_t> out;
   auto f = ModelFolder::open(folder);
-  EXPECT_TRUE(f.ok()) << f.status().to_string();
+  EXPECT_OK(f);
   if (f.ok()) {
     for (const TensorView& v : f->views()) out[v.spec.name] = ferry::testing::hash_bytes(v.data);
   }
@@ -60,9 +62,8 @@ TEST(CliConvert, CheckListsWhatIsMissingWithoutWriting) {
   EXPECT_EQ(ok.exit_code, 0) << ok.err;
   EXPECT_THAT(ok.out, HasSubstr("all names and shapes match"));
 
-  ASSERT_TRUE(write_file_atomic(dir.file("meg/config.json"),
-                                model::hf_config_json(testing::tiny_config("qwen3"), DType::kBF16))
-                  .ok());
+  ASSERT_OK(write_file_atomic(dir.file("meg/config.json"),
+                              model::hf_config_json(testing::tiny_config("qwen3"), DType::kBF16)));
   auto bad = run_ferry({"convert", "--from", "megatron", "--to", "hf", "--check", dir.file("meg")});
   EXPECT_EQ(bad.exit_code, 1);
   EXPECT_THAT(bad.out,

@@ -4,9 +4,11 @@
 
 #include <filesystem>
 
+#include "base/atomic_file.h"
 #include "base/file_util.h"
 #include "convert/convert_test_util.h"
 #include "ferry/safetensors.h"
+#include "support/status_matchers.h"
 #include "support/test_support.h"
 
 namespace ferry::convert {
@@ -21,14 +23,14 @@ void generate(const model::ModelConfig& c, const std::string& folder, std::uint6
   o.dtype = DType::kBF16;
   o.seed = 3;
   o.max_shard_bytes = shard;
-  ASSERT_TRUE(model::generate_model_folder(c, folder, o).ok());
+  ASSERT_OK(model::generate_model_folder(c, folder, o));
 }
 
 // name -> hash of every tensor in a model folder.
 std::map<std::string, std::uint64_t> hashes(const std::string& folder) {
   std::map<std::string, std::uint64_t> out;
   auto f = ModelFolder::open(folder);
-  EXPECT_TRUE(f.ok()) << f.status().to_string();
+  EXPECT_OK(f);
   if (!f.ok()) return out;
   for (const TensorView& v : f->views()) out[v.spec.name] = hash_bytes(v.data);
   return out;
@@ -53,19 +55,19 @@ TEST_P(RoundTrip, HfToMegatronToHfIsBitExact) {
   std::uint64_t last_done = 0, last_total = 0;
   o.progress = [&](std::uint64_t d, std::uint64_t t) { last_done = d, last_total = t; };
   auto to_meg = hf_to_megatron(hf, meg, o);
-  ASSERT_TRUE(to_meg.ok()) << to_meg.status().to_string();
+  ASSERT_OK(to_meg);
   EXPECT_EQ(last_done, last_total);
   EXPECT_EQ(to_meg->files.size(), static_cast<std::size_t>(c.tp));
   EXPECT_TRUE(std::filesystem::exists(meg + "/mp_rank_0" + std::to_string(c.tp - 1) +
                                       "/model.safetensors"));
   EXPECT_TRUE(std::filesystem::exists(meg + "/config.json"));
   auto info = read_megatron_layout(meg);
-  ASSERT_TRUE(info.ok()) << info.status().to_string();
+  ASSERT_OK(info);
   EXPECT_EQ(info->layout.tp, c.tp);
   EXPECT_EQ(info->dtype, DType::kBF16);
 
   auto to_hf = megatron_to_hf(meg, back, {});
-  ASSERT_TRUE(to_hf.ok()) << to_hf.status().to_string();
+  ASSERT_OK(to_hf);
   EXPECT_EQ(hashes(back), hashes(hf));
   EXPECT_TRUE(std::filesystem::exists(back + "/config.json"));
 }
@@ -89,35 +91,35 @@ TEST(FolderConvert, RankFilesHoldTheDocumentedLayout) {
   generate(c, dir.file("hf"));
   ConvertOptions o;
   o.layout = {.tp = 2, .norms = NormLayout::kSeparate, .padded_vocab_size = 128};
-  ASSERT_TRUE(hf_to_megatron(dir.file("hf"), dir.file("meg"), o).ok());
+  ASSERT_OK(hf_to_megatron(dir.file("hf"), dir.file("meg"), o));
   auto m = build_mapping(c, o.layout, DType::kBF16);
-  ASSERT_TRUE(m.ok());
+  ASSERT_OK(m);
   auto hf = ModelFolder::open(dir.file("hf"));
-  ASSERT_TRUE(hf.ok());
+  ASSERT_OK(hf);
   std::map<std::string, testing::Bytes> hf_bytes;
   for (const TensorView& v : hf->views())
     hf_bytes[v.spec.name].assign(v.data.begin(), v.data.end());
   auto rank1 = SafetensorsFile::open(dir.file("meg/mp_rank_01/model.safetensors"));
-  ASSERT_TRUE(rank1.ok());
+  ASSERT_OK(rank1);
   for (const MegatronParam& p : m->params) {
     auto v = rank1->view(p.name);
-    ASSERT_TRUE(v.ok()) << p.name;
+    ASSERT_OK(v) << p.name;
     EXPECT_EQ(v->spec.shape, p.shard_shape) << p.name;
     EXPECT_EQ(hash_bytes(v->data), hash_bytes(testing::build_shard(*m, p, 1, hf_bytes))) << p.name;
   }
   auto back = megatron_to_hf(dir.file("meg"), dir.file("back"), {});
-  ASSERT_TRUE(back.ok()) << back.status().to_string();
+  ASSERT_OK(back);
   EXPECT_EQ(hashes(dir.file("back")), hashes(dir.file("hf")));
 }
 
 TEST(FolderConvert, OutputShardsFollowMaxShardBytes) {
   TempDir dir;
   generate(testing::tiny_config("llama"), dir.file("hf"));
-  ASSERT_TRUE(hf_to_megatron(dir.file("hf"), dir.file("meg"), {}).ok());
+  ASSERT_OK(hf_to_megatron(dir.file("hf"), dir.file("meg"), {}));
   ConvertOptions o;
   o.max_shard_bytes = 30000;
   auto r = megatron_to_hf(dir.file("meg"), dir.file("back"), o);
-  ASSERT_TRUE(r.ok()) << r.status().to_string();
+  ASSERT_OK(r);
   EXPECT_GT(r->files.size(), 1u);
   EXPECT_TRUE(std::filesystem::exists(dir.file("back/model.safetensors.index.json")));
   EXPECT_EQ(hashes(dir.file("back")), hashes(dir.file("hf")));
@@ -130,11 +132,10 @@ TEST(FolderConvert, MissingQkLayernormIsReportedNotKeyError) {
   model::ModelConfig llama = testing::tiny_config("llama");
   llama.head_dim = 8;
   generate(llama, dir.file("hf"));
-  ASSERT_TRUE(hf_to_megatron(dir.file("hf"), dir.file("meg"), {.layout = {.tp = 2}}).ok());
+  ASSERT_OK(hf_to_megatron(dir.file("hf"), dir.file("meg"), {.layout = {.tp = 2}}));
   model::ModelConfig qwen3 = testing::tiny_config("qwen3");
-  ASSERT_TRUE(
-      write_file_atomic(dir.file("meg/config.json"), model::hf_config_json(qwen3, DType::kBF16))
-          .ok());
+  ASSERT_OK(
+      write_file_atomic(dir.file("meg/config.json"), model::hf_config_json(qwen3, DType::kBF16)));
   auto r = megatron_to_hf(dir.file("meg"), dir.file("back"), {});
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.status().code(), Code::kNotFound);
@@ -146,7 +147,7 @@ TEST(FolderConvert, MissingQkLayernormIsReportedNotKeyError) {
   EXPECT_FALSE(std::filesystem::exists(dir.file("back")));
 
   auto check = check_megatron_folder(dir.file("meg"));
-  ASSERT_TRUE(check.ok());
+  ASSERT_OK(check);
   ASSERT_EQ(check->size(), 2u);
   EXPECT_FALSE((*check)[1].ok());
 }
@@ -155,9 +156,8 @@ TEST(FolderConvert, HfSideProblemsStopBeforeWriting) {
   TempDir dir;
   generate(testing::tiny_config("llama"), dir.file("hf"));
   // config.json claims Qwen2 (biases) for a Llama checkpoint.
-  ASSERT_TRUE(write_file_atomic(dir.file("hf/config.json"),
-                                model::hf_config_json(testing::tiny_config("qwen2"), DType::kBF16))
-                  .ok());
+  ASSERT_OK(write_file_atomic(dir.file("hf/config.json"),
+                              model::hf_config_json(testing::tiny_config("qwen2"), DType::kBF16)));
   auto r = hf_to_megatron(dir.file("hf"), dir.file("meg"), {});
   ASSERT_FALSE(r.ok());
   EXPECT_THAT(r.status().message(),
@@ -166,7 +166,7 @@ TEST(FolderConvert, HfSideProblemsStopBeforeWriting) {
               HasSubstr("2 layers lack model.layers.N.self_attn.v_proj.bias"));
   EXPECT_FALSE(std::filesystem::exists(dir.file("meg")));
   auto check = check_hf_folder(dir.file("hf"), {});
-  ASSERT_TRUE(check.ok());
+  ASSERT_OK(check);
   EXPECT_EQ((*check)[0].missing.size(), 3u);
 }
 
@@ -196,16 +196,15 @@ TEST(FolderConvert, RefusesANonEmptyDestination) {
   EXPECT_EQ(r.status().code(), Code::kAlreadyExists);
   ConvertOptions o;
   o.overwrite = true;
-  EXPECT_TRUE(hf_to_megatron(dir.file("hf"), dir.file("meg"), o).ok());
+  EXPECT_OK(hf_to_megatron(dir.file("hf"), dir.file("meg"), o));
 }
 
 TEST(FolderConvert, LayoutFileIsValidated) {
   TempDir dir;
   generate(testing::tiny_config("llama"), dir.file("hf"));
-  ASSERT_TRUE(hf_to_megatron(dir.file("hf"), dir.file("meg"), {}).ok());
-  ASSERT_TRUE(write_file_atomic(dir.file("meg/ferry_megatron.json"),
-                                R"({"format": "ferry-megatron", "version": 1, "tp": 0})")
-                  .ok());
+  ASSERT_OK(hf_to_megatron(dir.file("hf"), dir.file("meg"), {}));
+  ASSERT_OK(write_file_atomic(dir.file("meg/ferry_megatron.json"),
+                              R"({"format": "ferry-megatron", "version": 1, "tp": 0})"));
   auto info = read_megatron_layout(dir.file("meg"));
   ASSERT_FALSE(info.ok());
   EXPECT_THAT(info.status().message(), HasSubstr("'tp'"));

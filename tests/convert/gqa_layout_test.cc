@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "convert/convert_test_util.h"
+#include "support/status_matchers.h"
 
 namespace ferry::convert {
 namespace {
@@ -83,7 +84,7 @@ Bytes shard_of(const Mapping& m, const std::string& name, int rank) {
 
 TEST(GqaLayout, WholeQkvIsGroupedQHeadsThenKThenV) {
   auto m = build_mapping(hand_config(), MegatronLayout{}, DType::kF32);
-  ASSERT_TRUE(m.ok()) << m.status().to_string();
+  ASSERT_OK(m);
   const MegatronParam* p = m->find_param("decoder.layers.0.self_attention.linear_qkv.weight");
   ASSERT_NE(p, nullptr);
   EXPECT_EQ(p->shape, (std::vector<std::int64_t>{16, 2}));
@@ -101,7 +102,7 @@ TEST(GqaLayout, WholeQkvIsGroupedQHeadsThenKThenV) {
 
 TEST(GqaLayout, EachTpRankHoldsItsOwnKvGroups) {
   auto m = build_mapping(hand_config(), MegatronLayout{.tp = 2}, DType::kF32);
-  ASSERT_TRUE(m.ok()) << m.status().to_string();
+  ASSERT_OK(m);
   const std::string name = "decoder.layers.0.self_attention.linear_qkv.weight";
   EXPECT_EQ(m->find_param(name)->shard_shape, (std::vector<std::int64_t>{8, 2}));
   std::vector<float> r0, r1;
@@ -120,7 +121,7 @@ TEST(GqaLayout, EachTpRankHoldsItsOwnKvGroups) {
 
 TEST(GqaLayout, Fc1RankHoldsItsGateThenItsUp) {
   auto m = build_mapping(hand_config(), MegatronLayout{.tp = 2}, DType::kF32);
-  ASSERT_TRUE(m.ok());
+  ASSERT_OK(m);
   const std::string name = "decoder.layers.0.mlp.linear_fc1.weight";
   // Rank 0: gate rows 0-1, up rows 0-1; rank 1: gate rows 2-3, up rows 2-3 — not [gate; up] cut.
   std::vector<float> r0 = rows(5, {0, 1}), r1 = rows(5, {2, 3});
@@ -132,7 +133,7 @@ TEST(GqaLayout, Fc1RankHoldsItsGateThenItsUp) {
 
 TEST(GqaLayout, RowParallelSplitsColumns) {
   auto m = build_mapping(hand_config(), MegatronLayout{.tp = 2}, DType::kF32);
-  ASSERT_TRUE(m.ok());
+  ASSERT_OK(m);
   // o_proj [2, 8]: rank 1 holds columns 4-7 of both rows.
   const auto got = floats(shard_of(*m, "decoder.layers.0.self_attention.linear_proj.weight", 1));
   EXPECT_EQ(got, (std::vector<float>{404, 405, 406, 407, 414, 415, 416, 417}));
@@ -143,7 +144,7 @@ TEST(GqaLayout, RowParallelSplitsColumns) {
 TEST(GqaLayout, PaddedVocabRowsAreZeros) {
   auto m =
       build_mapping(hand_config(), MegatronLayout{.tp = 2, .padded_vocab_size = 8}, DType::kF32);
-  ASSERT_TRUE(m.ok()) << m.status().to_string();
+  ASSERT_OK(m);
   // Rank 1 holds rows 4-7: rows 4-5 of the embedding, then two rows of padding.
   const auto got = floats(shard_of(*m, "embedding.word_embeddings.weight", 1));
   EXPECT_EQ(got, (std::vector<float>{940, 941, 950, 951, 0, 0, 0, 0}));
@@ -153,7 +154,7 @@ TEST(GqaLayout, RunsTileEveryShard) {
   for (const char* family : {"llama", "qwen2", "qwen3"}) {
     for (int tp : {1, 2, 4}) {
       auto m = build_mapping(testing::tiny_config(family), MegatronLayout{.tp = tp}, DType::kBF16);
-      ASSERT_TRUE(m.ok()) << m.status().to_string();
+      ASSERT_OK(m);
       for (const MegatronParam& p : m->params) {
         for (int r = 0; r < tp; ++r) {
           std::uint64_t at = 0;

@@ -5,6 +5,7 @@
 #include <set>
 
 #include "convert/convert_test_util.h"
+#include "support/status_matchers.h"
 
 namespace ferry::convert {
 namespace {
@@ -19,7 +20,7 @@ std::set<std::string> names(const Mapping& m) {
 
 TEST(Mapping, Qwen3HasQkLayernormAndNoBias) {
   auto m = build_mapping(testing::tiny_config("qwen3"), {}, DType::kBF16);
-  ASSERT_TRUE(m.ok()) << m.status().to_string();
+  ASSERT_OK(m);
   const auto n = names(*m);
   EXPECT_TRUE(n.contains("decoder.layers.1.self_attention.q_layernorm.weight"));
   EXPECT_TRUE(n.contains("decoder.layers.1.self_attention.k_layernorm.weight"));
@@ -36,17 +37,17 @@ TEST(Mapping, Qwen3HasQkLayernormAndNoBias) {
 
 TEST(Mapping, Qwen2HasQkvBiasLlamaHasNeither) {
   auto q2 = build_mapping(testing::tiny_config("qwen2"), {}, DType::kBF16);
-  ASSERT_TRUE(q2.ok());
+  ASSERT_OK(q2);
   EXPECT_NE(q2->find_param("decoder.layers.0.self_attention.linear_qkv.bias"), nullptr);
   auto ll = build_mapping(testing::tiny_config("llama"), {}, DType::kBF16);
-  ASSERT_TRUE(ll.ok());
+  ASSERT_OK(ll);
   EXPECT_EQ(ll->find_param("decoder.layers.0.self_attention.linear_qkv.bias"), nullptr);
   EXPECT_EQ(ll->find_param("decoder.layers.0.self_attention.q_layernorm.weight"), nullptr);
 }
 
 TEST(Mapping, FusedNormsByDefaultSeparateOnRequest) {
   auto fused = build_mapping(testing::tiny_config("llama"), {}, DType::kBF16);
-  ASSERT_TRUE(fused.ok());
+  ASSERT_OK(fused);
   EXPECT_EQ(fused->find_param("decoder.layers.0.self_attention.linear_qkv.layer_norm_weight")
                 ->hf_names[0],
             "model.layers.0.input_layernorm.weight");
@@ -54,7 +55,7 @@ TEST(Mapping, FusedNormsByDefaultSeparateOnRequest) {
             "model.layers.0.post_attention_layernorm.weight");
   auto sep =
       build_mapping(testing::tiny_config("llama"), {.norms = NormLayout::kSeparate}, DType::kBF16);
-  ASSERT_TRUE(sep.ok());
+  ASSERT_OK(sep);
   EXPECT_NE(sep->find_param("decoder.layers.0.input_layernorm.weight"), nullptr);
   EXPECT_NE(sep->find_param("decoder.layers.0.pre_mlp_layernorm.weight"), nullptr);
   EXPECT_EQ(sep->find_param("decoder.layers.0.mlp.linear_fc1.layer_norm_weight"), nullptr);
@@ -62,18 +63,18 @@ TEST(Mapping, FusedNormsByDefaultSeparateOnRequest) {
 
 TEST(Mapping, TiedModelHasNoOutputLayer) {
   auto tied = build_mapping(testing::tiny_config("qwen2", /*tied=*/true), {}, DType::kBF16);
-  ASSERT_TRUE(tied.ok());
+  ASSERT_OK(tied);
   EXPECT_EQ(tied->find_param("output_layer.weight"), nullptr);
   EXPECT_EQ(tied->find_hf("lm_head.weight"), -1);
   auto untied = build_mapping(testing::tiny_config("qwen2"), {}, DType::kBF16);
-  ASSERT_TRUE(untied.ok());
+  ASSERT_OK(untied);
   EXPECT_EQ(untied->find_param("output_layer.weight")->hf_names[0], "lm_head.weight");
 }
 
 TEST(Mapping, EveryHfTensorHasExactlyOneHome) {
   for (const char* family : {"llama", "qwen2", "qwen3"}) {
     auto m = build_mapping(testing::tiny_config(family), {.tp = 2}, DType::kBF16);
-    ASSERT_TRUE(m.ok());
+    ASSERT_OK(m);
     std::multiset<std::string> homes;
     for (const MegatronParam& p : m->params) homes.insert(p.hf_names.begin(), p.hf_names.end());
     ASSERT_EQ(homes.size(), m->hf_tensors.size()) << family;

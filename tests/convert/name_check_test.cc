@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "convert/convert_test_util.h"
+#include "support/status_matchers.h"
 
 namespace ferry::convert {
 namespace {
@@ -22,7 +23,7 @@ std::vector<TensorSpec> without(std::vector<TensorSpec> specs, std::string_view 
 
 Mapping mapping_for(model::ModelConfig c, MegatronLayout layout = {}) {
   auto m = build_mapping(c, layout, DType::kBF16);
-  EXPECT_TRUE(m.ok()) << m.status().to_string();
+  EXPECT_OK(m);
   return std::move(*m);
 }
 
@@ -30,8 +31,8 @@ TEST(NameCheck, MatchingTensorsAreOk) {
   const Mapping m = mapping_for(testing::tiny_config("qwen3"), {.tp = 2});
   EXPECT_TRUE(check_tensors(m, Side::kHf, m.hf_tensors).ok());
   const CheckReport r = check_tensors(m, Side::kMegatron, m.shard_specs());
-  EXPECT_TRUE(r.ok()) << r.to_string();
-  EXPECT_TRUE(r.to_status().ok());
+  EXPECT_TRUE(r.ok());
+  EXPECT_OK(r.to_status());
 }
 
 // The FAQ's KeyError, on a 24-layer Qwen3: one line for all 24 layers, and the MindSpeed cause.

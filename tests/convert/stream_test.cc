@@ -6,6 +6,7 @@
 #include <random>
 
 #include "convert/convert_test_util.h"
+#include "support/status_matchers.h"
 
 namespace ferry::convert {
 namespace {
@@ -26,7 +27,7 @@ TEST_P(StreamTest, PiecesRebuildHfTensors) {
   const Case c = GetParam();
   auto m = build_mapping(testing::tiny_config(c.family), {.tp = c.tp, .padded_vocab_size = 104},
                          DType::kBF16);
-  ASSERT_TRUE(m.ok()) << m.status().to_string();
+  ASSERT_OK(m);
   const auto hf = testing::synthetic_hf(*m);
   std::vector<Bytes> rebuilt;
   std::vector<std::vector<int>> seen;
@@ -37,14 +38,14 @@ TEST_P(StreamTest, PiecesRebuildHfTensors) {
   std::mt19937 rng(42);
   for (int r = 0; r < c.tp; ++r) {
     auto stream = MegatronToHfStream::create(*m, r);
-    ASSERT_TRUE(stream.ok());
+    ASSERT_OK(stream);
     for (const MegatronParam& p : m->params) {
       const Bytes shard = testing::build_shard(*m, p, r, hf);
       std::vector<HfPiece> pieces;
       for (std::size_t off = 0; off < shard.size();) {
         std::size_t n = shard.size() - off;
         if (c.piece > 0) n = std::min(n, 1 + rng() % c.piece);
-        ASSERT_TRUE(stream->split(p.name, off, std::span(shard).subspan(off, n), &pieces).ok());
+        ASSERT_OK(stream->split(p.name, off, std::span(shard).subspan(off, n), &pieces));
         off += n;
       }
       for (const HfPiece& piece : pieces) {
@@ -81,9 +82,9 @@ INSTANTIATE_TEST_SUITE_P(Families, StreamTest,
 
 TEST(Stream, RejectsUnknownNamesAndRangesPastTheEnd) {
   auto m = build_mapping(testing::tiny_config("llama"), {}, DType::kBF16);
-  ASSERT_TRUE(m.ok());
+  ASSERT_OK(m);
   auto stream = MegatronToHfStream::create(*m, 0);
-  ASSERT_TRUE(stream.ok());
+  ASSERT_OK(stream);
   std::vector<HfPiece> pieces;
   Bytes b(16);
   Status s = stream->split("decoder.layers.0.self_attention.q_layernorm.weight", 0, b, &pieces);

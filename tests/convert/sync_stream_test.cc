@@ -7,6 +7,7 @@
 
 #include "convert/convert_test_util.h"
 #include "ferry/sync.h"
+#include "support/status_matchers.h"
 
 namespace ferry::convert {
 namespace {
@@ -14,8 +15,8 @@ namespace {
 using testing::Bytes;
 
 struct Shards {
-  std::vector<std::vector<Bytes>> bytes;           // [rank][param]
-  std::vector<std::vector<TensorView>> views;      // [rank][param]
+  std::vector<std::vector<Bytes>> bytes;       // [rank][param]
+  std::vector<std::vector<TensorView>> views;  // [rank][param]
 };
 
 Shards build_all(const Mapping& m, const std::map<std::string, Bytes>& hf) {
@@ -41,11 +42,11 @@ TEST_P(SyncStreamTest, ReceiverGetsHfTensorsFromMegatronShards) {
   const auto [family, tp] = GetParam();
   auto m = build_mapping(testing::tiny_config(family), {.tp = tp, .padded_vocab_size = 104},
                          DType::kBF16);
-  ASSERT_TRUE(m.ok()) << m.status().to_string();
+  ASSERT_OK(m);
   const auto hf = testing::synthetic_hf(*m);
   const Shards shards = build_all(*m, hf);
   auto gathered = gather_hf_tensors(*m, shards.views);
-  ASSERT_TRUE(gathered.ok()) << gathered.status().to_string();
+  ASSERT_OK(gathered);
   // Views into the shards, not copies.
   for (const auto& g : *gathered) {
     for (const auto& part : g.parts) {
@@ -64,21 +65,21 @@ TEST_P(SyncStreamTest, ReceiverGetsHfTensorsFromMegatronShards) {
   o.timeout = std::chrono::milliseconds(10'000);
   const std::string address = "@ferry-convert-test-" + std::to_string(::getpid()) + family;
   auto sender = sync::Sender::create(address, o);
-  ASSERT_TRUE(sender.ok()) << sender.status().to_string();
+  ASSERT_OK(sender);
   std::map<std::string, Bytes> got;
   std::thread rx([&] {
     auto r = sync::Receiver::connect(address, 0, o);
-    ASSERT_TRUE(r.ok()) << r.status().to_string();
+    ASSERT_OK(r);
     auto s = (*r)->receive_round([&](const TensorView& t) {
       got[t.spec.name].assign(t.data.begin(), t.data.end());
       return ok_status();
     });
-    ASSERT_TRUE(s.ok()) << s.status().to_string();
+    ASSERT_OK(s);
   });
-  ASSERT_TRUE((*sender)->accept(1).ok());
+  ASSERT_OK((*sender)->accept(1));
   auto stats = (*sender)->send_round_gathered(*gathered);
   rx.join();
-  ASSERT_TRUE(stats.ok()) << stats.status().to_string();
+  ASSERT_OK(stats);
   ASSERT_EQ(got.size(), hf.size());
   for (const auto& [name, bytes] : hf) EXPECT_TRUE(got[name] == bytes) << name;
 }
@@ -94,7 +95,7 @@ INSTANTIATE_TEST_SUITE_P(Families, SyncStreamTest,
 TEST(GatherHfTensors, MissingRankOrShardIsNamed) {
   auto m = build_mapping(testing::tiny_config("qwen2"), {.tp = 2, .padded_vocab_size = 104},
                          DType::kBF16);
-  ASSERT_TRUE(m.ok());
+  ASSERT_OK(m);
   const auto hf = testing::synthetic_hf(*m);
   Shards shards = build_all(*m, hf);
   auto one_rank = gather_hf_tensors(*m, std::span(shards.views).first(1));

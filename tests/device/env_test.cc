@@ -6,6 +6,7 @@
 #include <map>
 
 #include "ferry/device.h"
+#include "support/status_matchers.h"
 #include "support/test_support.h"
 
 namespace ferry::device {
@@ -70,7 +71,7 @@ TEST(SyncChecks, LowMemlockSmallShmAndShortHugepagesWarn) {
       "100\nHugepagesize:       2048 kB\n";
   env.shm = {1ull << 30, 512ull << 20};
   auto report = run_doctor(env, DoctorOptions{});
-  ASSERT_TRUE(report.ok()) << report.status().to_string();
+  ASSERT_OK(report);
   EXPECT_EQ(find(*report, "sync.memlock").severity, Severity::kWarn);
   EXPECT_EQ(find(*report, "sync.memlock").fix.front(), "ulimit -l unlimited");
   EXPECT_EQ(find(*report, "sync.shm").severity, Severity::kWarn);
@@ -91,7 +92,7 @@ TEST(SyncChecks, BucketSizeDrivesTheLimits) {
   DoctorOptions small;
   small.bucket_mb = 32;
   auto ok = run_doctor(env, small);
-  ASSERT_TRUE(ok.ok());
+  ASSERT_OK(ok);
   EXPECT_EQ(find(*ok, "sync.memlock").severity, Severity::kOk);
   DoctorOptions big;
   big.bucket_mb = 4096;
@@ -113,7 +114,7 @@ TEST(Platform, HungNpuSmiIsReportedNotWaitedFor) {
   env.files["/usr/local/Ascend/driver/version.info"] = "Version=25.5.0\n";
   env.tools["npu-smi"] = ToolResult{137, true, "", ""};
   auto report = run_doctor(env, DoctorOptions{});
-  ASSERT_TRUE(report.ok());
+  ASSERT_OK(report);
   EXPECT_EQ(report->platform.platform, Platform::kAscend);
   EXPECT_EQ(find(*report, "ascend.npu_smi").severity, Severity::kFail);
   EXPECT_NE(find(*report, "ascend.npu_smi").seen.find("did not answer"), std::string::npos);
@@ -126,7 +127,7 @@ TEST(PosixEnv, ToolTimeoutKillsTheTool) {
   auto env = posix_env("");
   const auto start = std::chrono::steady_clock::now();
   auto r = env->run({dir.file("slow")}, 300);
-  ASSERT_TRUE(r.ok()) << r.status().to_string();
+  ASSERT_OK(r);
   EXPECT_TRUE(r->timed_out);
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(10));
 }
@@ -144,7 +145,7 @@ TEST(PosixEnv, SysrootPrefixesEveryRead) {
   auto env = posix_env(dir.path() + "/");
   EXPECT_EQ(env->root(), dir.path());
   auto text = env->read_file("/proc/meminfo");
-  ASSERT_TRUE(text.ok());
+  ASSERT_OK(text);
   EXPECT_EQ(*text, "MemAvailable: 1 kB\n");
   EXPECT_FALSE(env->exists("/dev/davinci0"));
 }
@@ -164,7 +165,7 @@ TEST(Versions, Matching) {
 
 TEST(Versions, BuiltInMatrixLoadsAndPicksTheNearestSet) {
   auto matrix = load_version_matrix("");
-  ASSERT_TRUE(matrix.ok()) << matrix.status().to_string();
+  ASSERT_OK(matrix);
   ASSERT_GE(matrix->size(), 4u);
   const VersionVerdict exact = check_versions(
       *matrix, {{"cann", "9.1.0"}, {"torch", "2.10.0"}, {"torch_npu", "2.10.0.post4"}});

@@ -6,6 +6,7 @@
 
 #include "base/file_util.h"
 #include "ferry/device.h"
+#include "support/status_matchers.h"
 #include "support/test_support.h"
 
 namespace ferry::testing {
@@ -145,7 +146,7 @@ TEST(Explain, BucketMessageWithShapeButNoBucketSize) {
 // {name} or the <name> marker of a value the pattern should have supplied.
 TEST(Explain, NoPatternPrintsAnUnfilledPlaceholder) {
   auto text = read_file(std::string(FERRY_SOURCE_DIR) + "/data/device/explain_patterns.json");
-  ASSERT_TRUE(text.ok());
+  ASSERT_OK(text);
   const auto doc = nlohmann::json::parse(*text);
   const std::regex brace(R"(\{[a-z_]+\})");
   int explained = 0;
@@ -159,7 +160,7 @@ TEST(Explain, NoPatternPrintsAnUnfilledPlaceholder) {
       const std::string bare = c.get<std::string>();
       for (const std::string& line : {bare, "Error: " + bare + " ...", "Weight ... " + bare}) {
         auto found = device::explain(line, "");
-        ASSERT_TRUE(found.ok()) << found.status().to_string();
+        ASSERT_OK(found);
         for (const device::Explanation& x : *found) {
           ++explained;
           std::string all = x.title + "\n" + x.cause + "\n";
@@ -268,7 +269,7 @@ TEST(Explain, VeryLongLinesAreSafe) {
   const std::string line(1 << 20, 'a');
   auto r = device::explain(
       line + "\nKeyError: decoder.layers.3.self_attention.k_layernorm.weight\n", "");
-  ASSERT_TRUE(r.ok()) << r.status().to_string();
+  ASSERT_OK(r);
   ASSERT_EQ(r->size(), 1u);
   EXPECT_EQ((*r)[0].id, "mindspeed.q_layernorm_keyerror");
 }

@@ -4,6 +4,7 @@
 
 #include "base/file_util.h"
 #include "ferry/safetensors.h"
+#include "support/status_matchers.h"
 #include "support/test_support.h"
 
 namespace ferry::model {
@@ -20,9 +21,9 @@ class FaqBucketTable : public ::testing::TestWithParam<FaqRow> {};
 TEST_P(FaqBucketTable, ReproducesRecommendation) {
   const FaqRow row = GetParam();
   auto spec = TensorSpec::make("model.embed_tokens.weight", DType::kF32, {row.rows, row.cols});
-  ASSERT_TRUE(spec.ok());
+  ASSERT_OK(spec);
   auto advice = advise_bucket(spec->bytes());
-  ASSERT_TRUE(advice.ok());
+  ASSERT_OK(advice);
   EXPECT_EQ(advice->bucket_mb, row.bucket_mb);
   EXPECT_EQ(advice->override_line,
             "actor_rollout_ref.rollout.checkpoint_engine.update_weights_bucket_megabytes=" +
@@ -34,8 +35,8 @@ INSTANTIATE_TEST_SUITE_P(Faq, FaqBucketTable,
                                            FaqRow{152064, 8192, 8192}));
 
 TEST(AdviseBucket, RoundsUpToPowerOfTwoWithMargin) {
-  EXPECT_EQ(advise_bucket(100ULL << 20)->bucket_mb, 128u);   // 120 MB -> 128
-  EXPECT_EQ(advise_bucket(110ULL << 20)->bucket_mb, 256u);   // 132 MB -> 256
+  EXPECT_EQ(advise_bucket(100ULL << 20)->bucket_mb, 128u);  // 120 MB -> 128
+  EXPECT_EQ(advise_bucket(110ULL << 20)->bucket_mb, 256u);  // 132 MB -> 256
   EXPECT_EQ(advise_bucket(100ULL << 20, 1.5)->bucket_mb, 256u);
   EXPECT_EQ(advise_bucket(1ULL << 20, 1.0)->bucket_mb, 1u);
   EXPECT_FALSE(advise_bucket(1, 0.5).ok());
@@ -43,7 +44,7 @@ TEST(AdviseBucket, RoundsUpToPowerOfTwoWithMargin) {
 
 TEST(Presets, HaveTheRealShapes) {
   auto q7 = preset("qwen2.5-7b");
-  ASSERT_TRUE(q7.ok());
+  ASSERT_OK(q7);
   EXPECT_EQ(q7->vocab_size, 152064);
   EXPECT_EQ(q7->hidden_size, 3584);
   EXPECT_EQ(q7->num_kv_heads, 4);
@@ -51,19 +52,19 @@ TEST(Presets, HaveTheRealShapes) {
   EXPECT_TRUE(q7->qkv_bias);
   EXPECT_FALSE(q7->tie_word_embeddings);
   auto q3 = preset("Qwen/Qwen3-8B");
-  ASSERT_TRUE(q3.ok());
+  ASSERT_OK(q3);
   EXPECT_TRUE(q3->qk_norm);
   EXPECT_EQ(q3->vocab_size, 151936);
   EXPECT_EQ(q3->hidden_size, 4096);
   auto llama = preset("meta-llama-3-8b");
-  ASSERT_TRUE(llama.ok());
+  ASSERT_OK(llama);
   EXPECT_EQ(llama->vocab_size, 128256);
   EXPECT_FALSE(preset("gpt2").ok());
 }
 
 TEST(HfTensorSpecs, ListsEveryTensorOfTheFamily) {
   auto q = preset("qwen2.5-0.5b");
-  ASSERT_TRUE(q.ok());
+  ASSERT_OK(q);
   auto specs = hf_tensor_specs(*q, DType::kBF16);
   // 24 layers x 12 tensors (q,k,v weight+bias, o, gate, up, down, 2 norms) + embed + norm; tied.
   EXPECT_EQ(specs.size(), 24u * 12 + 2);
@@ -80,7 +81,7 @@ TEST(HfTensorSpecs, ListsEveryTensorOfTheFamily) {
 TEST(HfConfig, RoundTripsAndNamesBadFields) {
   auto q = preset("qwen3-8b");
   auto parsed = parse_hf_config(hf_config_json(*q, DType::kBF16), "config.json");
-  ASSERT_TRUE(parsed.ok()) << parsed.status().to_string();
+  ASSERT_OK(parsed);
   EXPECT_EQ(parsed->head_dim, 128);
   EXPECT_EQ(parsed->num_kv_heads, 8);
   EXPECT_TRUE(parsed->qk_norm);
@@ -112,9 +113,9 @@ TEST(Generate, WritesShardedFolderWhoseBytesMatchTheGenerator) {
   o.dtype = DType::kF16;
   o.seed = 3;
   o.max_shard_bytes = 100'000'000;  // forces several shards
-  ASSERT_TRUE(generate_model_folder(*q, dir.path(), o).ok());
+  ASSERT_OK(generate_model_folder(*q, dir.path(), o));
   auto folder = ModelFolder::open(dir.path());
-  ASSERT_TRUE(folder.ok()) << folder.status().to_string();
+  ASSERT_OK(folder);
   EXPECT_GT(folder->index().files.size(), 1u);
   EXPECT_EQ(folder->index().tensors.size(), hf_tensor_specs(*q, DType::kF16).size());
   for (const TensorView& v : folder->views()) {
@@ -123,9 +124,9 @@ TEST(Generate, WritesShardedFolderWhoseBytesMatchTheGenerator) {
     ASSERT_TRUE(std::equal(v.data.begin(), v.data.end(), expected.begin())) << v.spec.name;
   }
   auto config = read_file(dir.file("config.json"));
-  ASSERT_TRUE(config.ok());
+  ASSERT_OK(config);
   auto parsed = parse_hf_config(*config, "config.json");
-  ASSERT_TRUE(parsed.ok());
+  ASSERT_OK(parsed);
   EXPECT_EQ(parsed->num_layers, 2);
 }
 

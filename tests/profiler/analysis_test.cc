@@ -6,6 +6,7 @@
 
 #include "base/file_util.h"
 #include "ferry/profiler.h"
+#include "support/status_matchers.h"
 #include "support/test_support.h"
 
 namespace ferry::profiler {
@@ -56,7 +57,7 @@ const SpanStats* find(const Summary& s, const std::string& name) {
 
 TEST(ProfilerAnalysis, KnownDurations) {
   auto s = summarize_text(synthetic_trace(0, 0), "t.json");
-  ASSERT_TRUE(s.ok()) << s.status().to_string();
+  ASSERT_OK(s);
   EXPECT_DOUBLE_EQ(s->step_us, 1000);
   const SpanStats* pack = find(*s, "sync.pack");
   ASSERT_NE(pack, nullptr);
@@ -82,7 +83,7 @@ TEST(ProfilerAnalysis, MergesRanksAndReportsClockOffsets) {
   testing::write_bytes(dir.file("r0.json"), synthetic_trace(0, 1'000'000));
   testing::write_bytes(dir.file("r1.json"), synthetic_trace(1, 1'000'000 - 2'500'000));
   auto s = summarize_files({dir.file("r0.json"), dir.file("r1.json")});
-  ASSERT_TRUE(s.ok()) << s.status().to_string();
+  ASSERT_OK(s);
   ASSERT_EQ(s->files.size(), 2u);
   EXPECT_EQ(s->files[1].rank, 1);
   EXPECT_DOUBLE_EQ(s->files[0].clock_offset_us, 0);
@@ -97,7 +98,7 @@ TEST(ProfilerAnalysis, MergesRanksAndReportsClockOffsets) {
 
 TEST(ProfilerAnalysis, MarkdownCsvJson) {
   auto s = summarize_text(synthetic_trace(0, 0), "t.json");
-  ASSERT_TRUE(s.ok());
+  ASSERT_OK(s);
   const std::string md = summary_markdown(*s);
   EXPECT_THAT(md, HasSubstr("| sync.pack | 100 | 5.050 | 50.500 | 50.000 | 99.000 | 100.000 |"));
   const std::string csv = summary_csv(*s);
@@ -133,11 +134,10 @@ TEST(ProfilerMerge, ShiftsOtherNodesOntoTheFirstClock) {
   testing::write_bytes(dir.file("a.json"), trace("n0", 5'000'000, 100));
   testing::write_bytes(dir.file("b.json"), trace("n0", 5'000'700, 100));  // same node: no shift
   testing::write_bytes(dir.file("c.json"), trace("n1", 3'000'000, 100));  // 2 ms behind
-  ASSERT_TRUE(
-      merge_traces({dir.file("a.json"), dir.file("b.json"), dir.file("c.json")}, dir.file("m.json"))
-          .ok());
+  ASSERT_OK(merge_traces({dir.file("a.json"), dir.file("b.json"), dir.file("c.json")},
+                         dir.file("m.json")));
   auto text = read_file(dir.file("m.json"));
-  ASSERT_TRUE(text.ok());
+  ASSERT_OK(text);
   auto m = nlohmann::json::parse(*text);
   ASSERT_EQ(m["traceEvents"].size(), 3u);
   EXPECT_DOUBLE_EQ(m["traceEvents"][0]["ts"].get<double>(), 100);

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "ferry/profiler.h"
+#include "support/status_matchers.h"
 #include "support/test_support.h"
 
 namespace ferry::profiler {
@@ -25,9 +26,8 @@ TEST(ProfilerConfig, DefaultsMatchVerlDataclass) {
 
 TEST(ProfilerConfig, FaqOverrideLinesWorkAsWritten) {
   Config c;
-  ASSERT_TRUE(apply_overrides(&c, {key("discrete=true"), key("contents=npu,cpu"), key("level=1"),
-                                   key("analysis=true")})
-                  .ok());
+  ASSERT_OK(apply_overrides(
+      &c, {key("discrete=true"), key("contents=npu,cpu"), key("level=1"), key("analysis=true")}));
   EXPECT_TRUE(c.discrete);
   EXPECT_THAT(c.contents, ElementsAre(Content::kNpu, Content::kCpu));
   EXPECT_EQ(c.level, Level::kLevel1);
@@ -36,21 +36,20 @@ TEST(ProfilerConfig, FaqOverrideLinesWorkAsWritten) {
 
 TEST(ProfilerConfig, VerlSpellingsWorkToo) {
   Config c;
-  ASSERT_TRUE(
-      apply_overrides(&c, {key("contents=[memory,shapes,stack]"), key("level=level2")}).ok());
+  ASSERT_OK(apply_overrides(&c, {key("contents=[memory,shapes,stack]"), key("level=level2")}));
   EXPECT_THAT(c.contents, ElementsAre(Content::kMemory, Content::kShapes, Content::kStack));
   EXPECT_EQ(c.level, Level::kLevel2);
-  ASSERT_TRUE(apply_override(&c, key("contents=[]")).ok());
+  ASSERT_OK(apply_override(&c, key("contents=[]")));
   EXPECT_TRUE(c.contents.empty());
-  ASSERT_TRUE(apply_override(&c, key("level=level_none")).ok());
+  ASSERT_OK(apply_override(&c, key("level=level_none")));
   EXPECT_EQ(c.level, Level::kLevelNone);
-  ASSERT_TRUE(apply_override(&c, "npu.level=0").ok());
+  ASSERT_OK(apply_override(&c, "npu.level=0"));
   EXPECT_EQ(c.level, Level::kLevel0);
 }
 
 TEST(ProfilerConfig, PrintsTheSpellingVerlAccepts) {
   Config c;
-  ASSERT_TRUE(apply_overrides(&c, {key("contents=npu,cpu"), key("level=1")}).ok());
+  ASSERT_OK(apply_overrides(&c, {key("contents=npu,cpu"), key("level=1")}));
   EXPECT_THAT(to_verl_overrides(c, kPrefix),
               ElementsAre(key("contents=[npu,cpu]"), key("level=level1"), key("analysis=false"),
                           key("discrete=false")));
@@ -59,10 +58,10 @@ TEST(ProfilerConfig, PrintsTheSpellingVerlAccepts) {
 TEST(ProfilerConfig, SectionFieldsAndForeignKeys) {
   Config c;
   auto r = apply_override(&c, "actor_rollout_ref.actor.profiler.enable=True");
-  ASSERT_TRUE(r.ok());
+  ASSERT_OK(r);
   EXPECT_TRUE(*r);
-  ASSERT_TRUE(apply_override(&c, "actor_rollout_ref.actor.profiler.ranks=[0,2]").ok());
-  ASSERT_TRUE(apply_override(&c, "actor_rollout_ref.actor.profiler.save_path=/tmp/p").ok());
+  ASSERT_OK(apply_override(&c, "actor_rollout_ref.actor.profiler.ranks=[0,2]"));
+  ASSERT_OK(apply_override(&c, "actor_rollout_ref.actor.profiler.save_path=/tmp/p"));
   EXPECT_TRUE(c.enable);
   EXPECT_THAT(c.ranks, ElementsAre(0, 2));
   EXPECT_EQ(c.save_path, "/tmp/p");
@@ -70,10 +69,10 @@ TEST(ProfilerConfig, SectionFieldsAndForeignKeys) {
   EXPECT_FALSE(c.profiles_rank(1));
   // Not a profiler key: not ours, not an error.
   auto other = apply_override(&c, "actor_rollout_ref.rollout.name=vllm");
-  ASSERT_TRUE(other.ok());
+  ASSERT_OK(other);
   EXPECT_FALSE(*other);
   auto torch = apply_override(&c, "actor_rollout_ref.actor.profiler.tool_config.torch.discrete=1");
-  ASSERT_TRUE(torch.ok());
+  ASSERT_OK(torch);
   EXPECT_FALSE(*torch);
 }
 
@@ -120,7 +119,7 @@ actor_rollout_ref:
           discrete: False
 )";
   auto c = config_from_yaml(yaml, "actor.yaml");
-  ASSERT_TRUE(c.ok()) << c.status().to_string();
+  ASSERT_OK(c);
   EXPECT_TRUE(c->enable);
   EXPECT_THAT(c->ranks, ElementsAre(1));
   EXPECT_EQ(c->save_path, "outputs/profile");  // interpolation: unset

@@ -11,6 +11,7 @@
 #include "base/file_util.h"
 #include "ferry/profiler.h"
 #include "profiler/span.h"
+#include "support/status_matchers.h"
 #include "support/test_support.h"
 
 namespace ferry::profiler {
@@ -21,7 +22,7 @@ using ::testing::UnorderedElementsAre;
 
 nlohmann::json load(const std::string& path) {
   auto text = read_file(path);
-  EXPECT_TRUE(text.ok()) << path;
+  EXPECT_OK(text) << path;
   return nlohmann::json::parse(*text);  // throws (and fails the test) if invalid
 }
 
@@ -65,21 +66,21 @@ TEST(ProfilerTrace, DisabledSpansRecordNothing) {
 TEST(ProfilerTrace, ContinuousWritesOneTracePerStep) {
   testing::TempDir dir;
   auto session = Session::start(config_in(dir), {2, "sender"});
-  ASSERT_TRUE(session.ok()) << session.status().to_string();
+  ASSERT_OK(session);
   for (int step = 0; step < 2; ++step) {
     (*session)->begin_step(step);
     for (int t = 0; t < 2; ++t) {
       (*session)->begin_task("sync_round");
       one_round();
       auto none = (*session)->end_task();
-      ASSERT_TRUE(none.ok());
+      ASSERT_OK(none);
       EXPECT_TRUE(none->empty());
     }
     auto files = (*session)->end_step();
-    ASSERT_TRUE(files.ok()) << files.status().to_string();
+    ASSERT_OK(files);
     ASSERT_EQ(files->size(), 1u);
   }
-  ASSERT_TRUE((*session)->stop().ok());
+  ASSERT_OK((*session)->stop());
   EXPECT_THAT(names_in(dir.file("prof")),
               UnorderedElementsAre("ferry_trace_rank2_sender_step0.json",
                                    "ferry_trace_rank2_sender_step1.json"));
@@ -108,7 +109,7 @@ TEST(ProfilerTrace, DiscreteWritesOneTracePerTaskWithSummaries) {
   c.discrete = true;
   c.analysis = true;
   auto session = Session::start(c, {0, "actor"});
-  ASSERT_TRUE(session.ok());
+  ASSERT_OK(session);
   (*session)->begin_step(5);
   (*session)->begin_task("sync_round");
   one_round();
@@ -119,8 +120,8 @@ TEST(ProfilerTrace, DiscreteWritesOneTracePerTaskWithSummaries) {
   ASSERT_TRUE(f1.ok() && f2.ok());
   EXPECT_EQ(f1->size(), 3u);  // trace, .summary.md, .summary.csv
   auto f3 = (*session)->end_step();
-  ASSERT_TRUE(f3.ok());
-  ASSERT_TRUE((*session)->stop().ok());
+  ASSERT_OK(f3);
+  ASSERT_OK((*session)->stop());
   std::set<std::string> names = names_in(dir.file("prof"));
   EXPECT_TRUE(names.count("ferry_trace_rank0_actor_step5_task000_sync_round.json"));
   EXPECT_TRUE(names.count("ferry_trace_rank0_actor_step5_task000_sync_round.summary.md"));
@@ -141,16 +142,16 @@ TEST(ProfilerTrace, BudgetDropsOldestAndSaysSo) {
   Config c = config_in(dir);
   c.trace_budget_bytes = 16 * 1024;
   auto session = Session::start(c, {0, "actor"});
-  ASSERT_TRUE(session.ok());
+  ASSERT_OK(session);
   (*session)->begin_step(0);
   for (int i = 0; i < 2000; ++i) {
     Span s("sync.copy_out");
     s.arg("i", i);
   }
   auto files = (*session)->end_step();
-  ASSERT_TRUE(files.ok());
+  ASSERT_OK(files);
   ASSERT_EQ(files->size(), 1u);
-  ASSERT_TRUE((*session)->stop().ok());
+  ASSERT_OK((*session)->stop());
   const std::string path = (*files)[0];
   EXPECT_LE(std::filesystem::file_size(path), c.trace_budget_bytes);
   nlohmann::json doc = load(path);
@@ -173,7 +174,7 @@ TEST(ProfilerTrace, ContentsAndLevels) {
   c.contents = {Content::kMemory, Content::kShapes, Content::kStack, Content::kModule};
   c.level = Level::kLevel1;
   auto session = Session::start(c, {0, "actor"});
-  ASSERT_TRUE(session.ok());
+  ASSERT_OK(session);
   (*session)->begin_step(0);
   {
     Span bucket("sync.bucket", Detail::kBucket);
@@ -183,8 +184,8 @@ TEST(ProfilerTrace, ContentsAndLevels) {
     EXPECT_FALSE(tensor.active());
   }
   auto files = (*session)->end_step();
-  ASSERT_TRUE(files.ok());
-  ASSERT_TRUE((*session)->stop().ok());
+  ASSERT_OK(files);
+  ASSERT_OK((*session)->stop());
   nlohmann::json doc = load((*files)[0]);
   EXPECT_EQ(count_named(doc, "sync.tensor", "X"), 0);
   ASSERT_EQ(count_named(doc, "sync.bucket", "X"), 1);
@@ -201,7 +202,7 @@ TEST(ProfilerTrace, ContentsAndLevels) {
 TEST(ProfilerTrace, TextThatIsNotUtf8StillYieldsStrictJson) {
   testing::TempDir dir;
   auto session = Session::start(config_in(dir), {0, "actor"});
-  ASSERT_TRUE(session.ok());
+  ASSERT_OK(session);
   (*session)->begin_step(0);
   // A name from a tensor or file, cut mid-character or in Latin-1, reaches the trace as-is.
   const char* bad_name = intern("sync.\xff\xfe tensor \xc3");
@@ -212,8 +213,8 @@ TEST(ProfilerTrace, TextThatIsNotUtf8StillYieldsStrictJson) {
   }
   mark(bad_name);
   auto files = (*session)->end_step();
-  ASSERT_TRUE(files.ok());
-  ASSERT_TRUE((*session)->stop().ok());
+  ASSERT_OK(files);
+  ASSERT_OK((*session)->stop());
   nlohmann::json doc = load((*files)[0]);  // nlohmann's parser rejects invalid UTF-8
   const std::string replaced = "sync.\xef\xbf\xbd\xef\xbf\xbd tensor \xef\xbf\xbd";  // U+FFFD
   EXPECT_EQ(count_named(doc, replaced, "X"), 1);
@@ -228,7 +229,7 @@ TEST(ProfilerTrace, TextThatIsNotUtf8StillYieldsStrictJson) {
 TEST(ProfilerTrace, OneSessionAtATime) {
   testing::TempDir dir;
   auto a = Session::start(config_in(dir), {0, "actor"});
-  ASSERT_TRUE(a.ok());
+  ASSERT_OK(a);
   auto b = Session::start(config_in(dir), {0, "actor"});
   EXPECT_EQ(b.status().code(), Code::kFailedPrecondition);
 }
@@ -236,7 +237,7 @@ TEST(ProfilerTrace, OneSessionAtATime) {
 TEST(ProfilerTrace, ManyThreadsRecordConcurrently) {
   testing::TempDir dir;
   auto session = Session::start(config_in(dir), {0, "actor"});
-  ASSERT_TRUE(session.ok());
+  ASSERT_OK(session);
   (*session)->begin_step(0);
   constexpr int kThreads = 4, kSpans = 3000;
   std::vector<std::thread> threads;
@@ -250,8 +251,8 @@ TEST(ProfilerTrace, ManyThreadsRecordConcurrently) {
   }
   for (auto& th : threads) th.join();
   auto files = (*session)->end_step();
-  ASSERT_TRUE(files.ok());
-  ASSERT_TRUE((*session)->stop().ok());
+  ASSERT_OK(files);
+  ASSERT_OK((*session)->stop());
   nlohmann::json doc = load((*files)[0]);
   const int dropped = doc["otherData"]["ferry"]["dropped_events"].get<int>();
   EXPECT_EQ(count_named(doc, "worker.span", "X") + count_named(doc, "worker.mark", "i") + dropped,

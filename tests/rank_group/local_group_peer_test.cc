@@ -16,6 +16,7 @@
 #include "base/file_util.h"
 #include "ferry/checkpoint.h"
 #include "rank_group/group_test_util.h"
+#include "support/status_matchers.h"
 #include "support/test_support.h"
 
 namespace ferry::rank_group::test {
@@ -58,8 +59,8 @@ TEST(LocalGroupPeers, SilentAndForeignConnectionsDoNotStopRanksFromJoining) {
   }
   Status rank1 = join_and_gather(address, 1);
   r0.join();
-  EXPECT_TRUE(rank0.ok()) << rank0.to_string();
-  EXPECT_TRUE(rank1.ok()) << rank1.to_string();
+  EXPECT_OK(rank0);
+  EXPECT_OK(rank1);
   if (intruder > 0) {
     ::kill(intruder, SIGKILL);
     ::waitpid(intruder, nullptr, 0);
@@ -84,8 +85,8 @@ TEST(LocalGroupPeers, AHalfSentHelloDoesNotStallOtherRanks) {
   Status rank1 = join_and_gather(address, 1);
   r0.join();
   const auto took = std::chrono::steady_clock::now() - start;
-  EXPECT_TRUE(rank0.ok()) << rank0.to_string();
-  EXPECT_TRUE(rank1.ok()) << rank1.to_string();
+  EXPECT_OK(rank0);
+  EXPECT_OK(rank1);
   // The group's deadline is 10 s; the join and collective take milliseconds.
   EXPECT_LT(took, std::chrono::seconds(5));
 }
@@ -104,8 +105,8 @@ TEST(LocalGroupPeers, AnOversizedHelloDoesNotStallOtherRanks) {
   std::this_thread::sleep_for(milliseconds(200));
   Status rank1 = join_and_gather(address, 1);
   r0.join();
-  EXPECT_TRUE(rank0.ok()) << rank0.to_string();
-  EXPECT_TRUE(rank1.ok()) << rank1.to_string();
+  EXPECT_OK(rank0);
+  EXPECT_OK(rank1);
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5));
 }
 

@@ -17,6 +17,7 @@
 
 #include "base/clock.h"
 #include "rank_group/net_group_test_util.h"
+#include "support/status_matchers.h"
 
 namespace ferry::rank_group::test {
 namespace {
@@ -26,25 +27,19 @@ using checkpoint::connect_net_group;
 // ---- ranks in child processes ----
 
 void run_child(const char* role) {
-  const std::string root = std::getenv("FERRY_NET_GROUP_TEST_ROOT");
-  const int rank = std::atoi(std::getenv("FERRY_NET_GROUP_TEST_RANK"));
-  const int size = std::atoi(std::getenv("FERRY_NET_GROUP_TEST_SIZE"));
-  NetGroupOptions o = options(root, rank, size, std::getenv("FERRY_NET_GROUP_TEST_NODE"));
-  o.collective_timeout = milliseconds(60'000);
-  auto g = connect_net_group(o);
-  if (!g.ok()) std::_Exit(2);
+  const std::unique_ptr<RankGroup> g = connect_as_child_rank();
   if (std::strcmp(role, "die-in-collective") == 0) {
     // The others are in the all_gather after this barrier when this rank dies.
-    if (!(*g)->barrier().ok()) std::_Exit(3);
+    if (!g->barrier().ok()) std::_Exit(3);
     std::this_thread::sleep_for(milliseconds(300));
     std::raise(SIGKILL);
   }
   if (std::strcmp(role, "die-in-fetch") == 0) {
-    (*g)->set_fetch_handler([](int, std::string_view) -> Result<RankGroup::FetchReply> {
+    g->set_fetch_handler([](int, std::string_view) -> Result<RankGroup::FetchReply> {
       std::raise(SIGKILL);
       return internal_error("unreachable");
     });
-    if (!(*g)->barrier().ok()) std::_Exit(3);
+    if (!g->barrier().ok()) std::_Exit(3);
     while (true) std::this_thread::sleep_for(milliseconds(100));  // until a fetch kills it
   }
   std::_Exit(4);
@@ -69,18 +64,18 @@ TEST(NetGroup, CollectivesAcrossNodes) {
         std::string mine = "part of rank " + std::to_string(g.rank());
         if (g.rank() == 1) mine += big;
         auto all = g.all_gather(mine);
-        ASSERT_TRUE(all.ok()) << all.status().to_string();
+        ASSERT_OK(all);
         ASSERT_EQ(all->size(), 3u);
         EXPECT_EQ((*all)[0], "part of rank 0");
         EXPECT_EQ((*all)[1], "part of rank 1" + big);
         EXPECT_EQ((*all)[2], "part of rank 2");
         auto b = g.broadcast(g.rank() == 2 ? "from two" : "ignored", 2);
-        ASSERT_TRUE(b.ok()) << b.status().to_string();
+        ASSERT_OK(b);
         EXPECT_EQ(*b, "from two");
         auto empty = g.all_gather("");
-        ASSERT_TRUE(empty.ok());
+        ASSERT_OK(empty);
         EXPECT_EQ(*empty, std::vector<std::string>(3));
-        for (int i = 0; i < 20; ++i) ASSERT_TRUE(g.barrier().ok());
+        for (int i = 0; i < 20; ++i) ASSERT_OK(g.barrier());
         EXPECT_EQ(g.broadcast("", 3).status().code(), Code::kInvalidArgument);
         ++done;
       });
@@ -100,7 +95,7 @@ TEST(NetGroup, FetchesAnswerFromHandlersAndCarryTheirErrors) {
         const int me = g.rank();
         const int peer = (me + 1) % 3;
         ASSERT_EQ(g.fetch(peer, "before").status().code(), Code::kFailedPrecondition);
-        ASSERT_TRUE(g.barrier().ok());  // nobody asks before every rank had its no-handler answer
+        ASSERT_OK(g.barrier());  // nobody asks before every rank had its no-handler answer
         g.set_fetch_handler(
             [&, me](int from, std::string_view req) -> Result<RankGroup::FetchReply> {
               if (req == "lent") return RankGroup::FetchReply{{}, lent, keep};
@@ -112,18 +107,18 @@ TEST(NetGroup, FetchesAnswerFromHandlersAndCarryTheirErrors) {
                                            {},
                                            nullptr};
             });
-        ASSERT_TRUE(g.barrier().ok());
+        ASSERT_OK(g.barrier());
         auto text = g.fetch(peer, "hello");
-        ASSERT_TRUE(text.ok()) << text.status().to_string();
+        ASSERT_OK(text);
         EXPECT_EQ(*text, "rank " + std::to_string(peer) + " answers rank " + std::to_string(me) +
                              ": hello");
         auto self = g.fetch(me, "x");
-        ASSERT_TRUE(self.ok()) << self.status().to_string();
+        ASSERT_OK(self);
         EXPECT_EQ(*self,
                   "rank " + std::to_string(me) + " answers rank " + std::to_string(me) + ": x");
 
         std::vector<std::byte> into(lent.size());
-        ASSERT_TRUE(g.fetch_into(peer, "lent", into).ok());
+        ASSERT_OK(g.fetch_into(peer, "lent", into));
         EXPECT_EQ(testing::hash_bytes(into), testing::hash_bytes(lent));
 
         std::vector<std::byte> wrong(100);
@@ -137,10 +132,10 @@ TEST(NetGroup, FetchesAnswerFromHandlersAndCarryTheirErrors) {
         EXPECT_EQ(s.message(), "rank " + std::to_string(peer) + " has no such thing");
         // The channel is still in step after both errors.
         auto again = g.fetch(peer, "again");
-        ASSERT_TRUE(again.ok()) << again.status().to_string();
+        ASSERT_OK(again);
         EXPECT_NE(again->find(": again"), std::string::npos);
         EXPECT_EQ(g.fetch(3, "x").status().code(), Code::kInvalidArgument);
-        ASSERT_TRUE(g.barrier().ok());
+        ASSERT_OK(g.barrier());
         g.set_fetch_handler({});
       },
       everywhere);
@@ -210,7 +205,7 @@ TEST(NetGroup, HungFetchServerHitsTheFetchTimeoutAndTheNextFetchWorks) {
             return RankGroup::FetchReply{std::string(req), {}, nullptr};
           });
         }
-        ASSERT_TRUE(g.barrier().ok());
+        ASSERT_OK(g.barrier());
         if (g.rank() == 0) {
           const auto t = Clock::now();
           Status s = g.fetch(1, "slow").status();
@@ -218,10 +213,10 @@ TEST(NetGroup, HungFetchServerHitsTheFetchTimeoutAndTheNextFetchWorks) {
           EXPECT_NE(s.message().find("rank 1 (node n1)"), std::string::npos) << s.to_string();
           EXPECT_LT(seconds_since(t), 1.9);
           auto fast = g.fetch(1, "fast");  // on a fresh channel, once the handler is free
-          ASSERT_TRUE(fast.ok()) << fast.status().to_string();
+          ASSERT_OK(fast);
           EXPECT_EQ(*fast, "fast");
         }
-        ASSERT_TRUE(g.barrier().ok());
+        ASSERT_OK(g.barrier());
         g.set_fetch_handler({});
       },
       [](NetGroupOptions& o) { o.timeout = milliseconds(1500); });
@@ -238,7 +233,7 @@ TEST_P(KilledRank, MidCollectiveTheOthersFailAtOnceNamingIt) {
   run_all_but(
       root, 3, victim, [](int r) { return "n" + std::to_string(r); },
       [&](RankGroup& g) {
-        ASSERT_TRUE(g.barrier().ok());
+        ASSERT_OK(g.barrier());
         const auto t = Clock::now();
         Status s = g.all_gather("x").status();  // the victim dies in this one
         std::lock_guard<std::mutex> lock(mu);
@@ -265,8 +260,8 @@ TEST(KilledFetchServer, TheFetcherFailsAtOnceNamingIt) {
   NetGroupOptions o = options(root, 0, 2, "n0");
   o.collective_timeout = milliseconds(60'000);
   auto g = connect_net_group(o);
-  ASSERT_TRUE(g.ok()) << g.status().to_string();
-  ASSERT_TRUE((*g)->barrier().ok());
+  ASSERT_OK(g);
+  ASSERT_OK((*g)->barrier());
   const auto t = Clock::now();
   std::vector<std::byte> out(1 << 20);
   Status s = (*g)->fetch_into(1, "anything", out);

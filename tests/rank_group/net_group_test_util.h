@@ -10,8 +10,10 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
+#include <memory>
 #include <string>
 #include <thread>
 #include <vector>
@@ -69,6 +71,19 @@ inline std::string node_of_layout(int rank, int ranks, int nodes) {
 
 inline double seconds_since(Clock::time_point t) {
   return std::chrono::duration<double>(Clock::now() - t).count();
+}
+
+// In a ChildRank: joins the group its environment names, collectives waiting long (the
+// parent decides when the test fails); exits with 2 if it cannot join.
+inline std::unique_ptr<RankGroup> connect_as_child_rank() {
+  const std::string root = std::getenv("FERRY_NET_GROUP_TEST_ROOT");
+  const int rank = std::atoi(std::getenv("FERRY_NET_GROUP_TEST_RANK"));
+  const int size = std::atoi(std::getenv("FERRY_NET_GROUP_TEST_SIZE"));
+  NetGroupOptions o = options(root, rank, size, std::getenv("FERRY_NET_GROUP_TEST_NODE"));
+  o.collective_timeout = milliseconds(60'000);
+  auto g = connect_net_group(o);
+  if (!g.ok()) std::_Exit(2);
+  return std::move(*g);
 }
 
 // This binary re-executed as rank `rank` of a group at `root`, playing `role`. Killed and

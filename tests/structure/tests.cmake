@@ -22,3 +22,11 @@ if(FERRY_CLANGXX)
   set_tests_properties(structure.thread_safety_locked structure.thread_safety_unlocked_read_rejected
                        PROPERTIES LABELS structure TIMEOUT 120)
 endif()
+
+# The tree stays clang-formatted (.clang-format), so diffs carry only real changes.
+find_program(FERRY_CLANG_FORMAT NAMES clang-format clang-format-14)
+if(FERRY_CLANG_FORMAT)
+  add_test(NAME structure.clang_format
+           COMMAND ${PROJECT_SOURCE_DIR}/scripts/check_format.sh ${FERRY_CLANG_FORMAT})
+  set_tests_properties(structure.clang_format PROPERTIES LABELS structure TIMEOUT 120)
+endif()

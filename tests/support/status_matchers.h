@@ -23,5 +23,7 @@ inline ::testing::AssertionResult IsOk(const char* expr, const Status& s) {
 
 }  // namespace ferry::testing
 
-#define ASSERT_OK(expr) ASSERT_TRUE(::ferry::testing::IsOk(#expr, ::ferry::testing::status_of(expr)))
-#define EXPECT_OK(expr) EXPECT_TRUE(::ferry::testing::IsOk(#expr, ::ferry::testing::status_of(expr)))
+#define ASSERT_OK(expr) \
+  ASSERT_TRUE(::ferry::testing::IsOk(#expr, ::ferry::testing::status_of(expr)))
+#define EXPECT_OK(expr) \
+  EXPECT_TRUE(::ferry::testing::IsOk(#expr, ::ferry::testing::status_of(expr)))

@@ -13,8 +13,8 @@
 #include <xxhash.h>
 
 #include <chrono>
-#include <cstdlib>
 #include <cstddef>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -49,10 +49,11 @@ CommandResult run_ferry_in(const std::vector<std::string>& args, char** envp);
 
 }  // namespace
 
-CommandResult run_ferry(const std::vector<std::string>& args) { return run_ferry_in(args, environ); }
+CommandResult run_ferry(const std::vector<std::string>& args) {
+  return run_ferry_in(args, environ);
+}
 
-CommandResult run_ferry(const std::vector<std::string>& args,
-                        const std::vector<std::string>& env) {
+CommandResult run_ferry(const std::vector<std::string>& args, const std::vector<std::string>& env) {
   std::vector<std::string> copy = env;
   std::vector<char*> envp;
   for (std::string& e : copy) envp.push_back(e.data());
@@ -69,8 +70,10 @@ CommandResult run_ferry_in(const std::vector<std::string>& args, char** envp) {
   posix_spawn_file_actions_t actions;
   posix_spawn_file_actions_init(&actions);
   posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0);
-  posix_spawn_file_actions_addopen(&actions, 1, out_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
-  posix_spawn_file_actions_addopen(&actions, 2, err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+  posix_spawn_file_actions_addopen(&actions, 1, out_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC,
+                                   0600);
+  posix_spawn_file_actions_addopen(&actions, 2, err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC,
+                                   0600);
   std::vector<std::string> argv_s = {FERRY_BINARY};
   argv_s.insert(argv_s.end(), args.begin(), args.end());
   std::vector<char*> argv;

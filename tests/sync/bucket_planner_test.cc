@@ -4,12 +4,14 @@
 
 #include <map>
 
+#include "support/status_matchers.h"
+
 namespace ferry::sync {
 namespace {
 
 TensorSpec spec(const std::string& name, DType dtype, std::vector<std::int64_t> shape) {
   auto s = TensorSpec::make(name, dtype, std::move(shape));
-  EXPECT_TRUE(s.ok()) << s.status().to_string();
+  EXPECT_OK(s);
   return *s;
 }
 
@@ -55,7 +57,7 @@ TEST(BucketPlanner, SmallTensorsShareABucketAligned) {
   std::vector<TensorSpec> m = {spec("a", DType::kU8, {3}), spec("b", DType::kF32, {5}),
                                spec("c", DType::kBF16, {1})};
   auto plan = plan_buckets(m, 64);
-  ASSERT_TRUE(plan.ok());
+  ASSERT_OK(plan);
   ASSERT_EQ(plan->bucket_count(), 1u);
   ASSERT_EQ(plan->pieces.size(), 3u);
   EXPECT_EQ(plan->pieces[0], (Piece{0, 0, 0, 0, 3}));
@@ -70,7 +72,7 @@ TEST(BucketPlanner, ATensorLargerThanTheBucketSpansMany) {
   std::vector<TensorSpec> m = {spec("embed", DType::kF32, {10, 100}),
                                spec("norm", DType::kF32, {4})};
   auto plan = plan_buckets(m, 64);
-  ASSERT_TRUE(plan.ok());
+  ASSERT_OK(plan);
   EXPECT_EQ(plan->piece_count[0], 63u);  // 4000 bytes: 62 full buckets and 32 bytes
   EXPECT_EQ(plan->bucket_count(), 63u);  // norm fits after the last 32 bytes
   check_plan(m, *plan);
@@ -86,7 +88,7 @@ TEST(BucketPlanner, EveryBucketSizeAndDtypeMix) {
   };
   for (std::uint64_t bucket = 16; bucket <= 1024; bucket += 16) {
     auto plan = plan_buckets(m, bucket);
-    ASSERT_TRUE(plan.ok()) << bucket;
+    ASSERT_OK(plan) << bucket;
     check_plan(m, *plan);
     // Deterministic: the same input gives the same plan.
     auto again = plan_buckets(m, bucket);
@@ -102,7 +104,7 @@ TEST(BucketPlanner, SubByteDtypesSplitOnWholeElements) {
   // 40 F6 values = 30 bytes through 16-byte buckets: pieces of 15 bytes (5 groups of 4).
   std::vector<TensorSpec> m = {spec("f6", DType::kF6_E2M3, {40})};
   auto plan = plan_buckets(m, 16);
-  ASSERT_TRUE(plan.ok());
+  ASSERT_OK(plan);
   ASSERT_EQ(plan->pieces.size(), 2u);
   EXPECT_EQ(plan->pieces[0].length, 15u);
   EXPECT_EQ(plan->pieces[1].tensor_offset, 15u);
@@ -111,14 +113,14 @@ TEST(BucketPlanner, SubByteDtypesSplitOnWholeElements) {
 
 TEST(BucketPlanner, EmptyManifestsAndBadBucketSizes) {
   auto plan = plan_buckets({}, 64);
-  ASSERT_TRUE(plan.ok());
+  ASSERT_OK(plan);
   EXPECT_EQ(plan->bucket_count(), 0u);
   EXPECT_EQ(plan_buckets({}, 0).status().code(), Code::kInvalidArgument);
   EXPECT_EQ(plan_buckets({}, 24).status().code(), Code::kInvalidArgument);
   // Only empty tensors: one bucket holding zero-length pieces.
   std::vector<TensorSpec> m = {spec("e1", DType::kF32, {0}), spec("e2", DType::kU8, {0, 5})};
   plan = plan_buckets(m, 64);
-  ASSERT_TRUE(plan.ok());
+  ASSERT_OK(plan);
   EXPECT_EQ(plan->bucket_count(), 1u);
   check_plan(m, *plan);
 }
@@ -128,7 +130,7 @@ TEST(BucketPlanner, QwenEmbeddingThrough512MiBBucket) {
   std::vector<TensorSpec> m = {spec("model.embed_tokens.weight", DType::kF32, {151936, 4096}),
                                spec("model.norm.weight", DType::kF32, {4096})};
   auto plan = plan_buckets(m, 512ull << 20);
-  ASSERT_TRUE(plan.ok());
+  ASSERT_OK(plan);
   EXPECT_EQ(plan->piece_count[0], 5u);
   EXPECT_EQ(plan->bucket_count(), 5u);
   check_plan(m, *plan);

@@ -36,9 +36,16 @@ std::vector<PieceAt> layout(const std::vector<std::size_t>& lengths, std::size_t
 }
 
 TEST(BucketHash, PackingHashEqualsTheSlotHashAndCopiesExactly) {
-  const std::vector<std::size_t> lengths = {
-      0, 1, 15, 1000, kStreamingCopyBytes - 1, kStreamingCopyBytes,
-      kStreamingCopyBytes + 77, (3u << 20) + 5, 128u << 10, (128u << 10) + 1};
+  const std::vector<std::size_t> lengths = {0,
+                                            1,
+                                            15,
+                                            1000,
+                                            kStreamingCopyBytes - 1,
+                                            kStreamingCopyBytes,
+                                            kStreamingCopyBytes + 77,
+                                            (3u << 20) + 5,
+                                            128u << 10,
+                                            (128u << 10) + 1};
   for (std::size_t gap : {0u, 16u, 48u}) {
     const auto pieces = layout(lengths, gap);
     const std::size_t used = pieces.back().offset + pieces.back().length + 9;

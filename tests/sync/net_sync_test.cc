@@ -6,6 +6,7 @@
 #include <map>
 #include <thread>
 
+#include "support/status_matchers.h"
 #include "support/test_support.h"
 #include "sync/sync_test_util.h"
 
@@ -42,7 +43,7 @@ TEST(NetSync, TwoReceiversGetThreeRoundsBitExact) {
   ferry::testing::TempDir dir;
   const SyncOptions o = net_options(write_token(dir, "s3cret-0123456789abcdefghij"));
   auto sender = Sender::create("127.0.0.1:0", o);
-  ASSERT_TRUE(sender.ok()) << sender.status().to_string();
+  ASSERT_OK(sender);
   const std::string address = (*sender)->address();
   ASSERT_NE(address.find("127.0.0.1:"), std::string::npos) << address;
   std::vector<std::map<std::string, std::vector<std::byte>>> got(2);
@@ -50,30 +51,30 @@ TEST(NetSync, TwoReceiversGetThreeRoundsBitExact) {
   for (std::uint32_t id = 0; id < 2; ++id) {
     rx.emplace_back([&, id] {
       auto r = Receiver::connect(address, id, o);
-      ASSERT_TRUE(r.ok()) << r.status().to_string();
+      ASSERT_OK(r);
       for (int round = 0; round < 3; ++round) {
         auto s = (*r)->receive_round([&](const TensorView& t) {
           got[id][t.spec.name].assign(t.data.begin(), t.data.end());
           return ok_status();
         });
-        ASSERT_TRUE(s.ok()) << s.status().to_string();
+        ASSERT_OK(s);
       }
     });
   }
-  ASSERT_TRUE((*sender)->accept(2).ok());
+  ASSERT_OK((*sender)->accept(2));
   Weights w;
   for (std::uint64_t round = 1; round <= 3; ++round) {
     w = make_weights(net_model(), round);
     auto views = w.views();
     auto stats = (*sender)->send_round(views);
-    ASSERT_TRUE(stats.ok()) << stats.status().to_string();
+    ASSERT_OK(stats);
     EXPECT_GT(stats->buckets, 4u);
   }
   for (auto& t : rx) t.join();
   for (std::uint32_t id = 0; id < 2; ++id) {
     for (std::size_t i = 0; i < w.specs.size(); ++i) {
-      EXPECT_TRUE(got[id][w.specs[i].name] == w.data[i]) << "receiver " << id << " "
-                                                          << w.specs[i].name;
+      EXPECT_TRUE(got[id][w.specs[i].name] == w.data[i])
+          << "receiver " << id << " " << w.specs[i].name;
     }
   }
 }
@@ -83,7 +84,7 @@ TEST(NetSync, BucketLargerThanASegmentIntoDestinations) {
   SyncOptions o = net_options(write_token(dir, "s3cret-0123456789abcdefghij"));
   o.bucket_bytes = 20ull << 20;  // segments of 16 + 4 MiB
   auto sender = Sender::create("127.0.0.1:0", o);
-  ASSERT_TRUE(sender.ok()) << sender.status().to_string();
+  ASSERT_OK(sender);
   const Weights w = make_weights({*TensorSpec::make("big", DType::kU8, {30u << 20}),
                                   *TensorSpec::make("small", DType::kF32, {1000})},
                                  3);
@@ -91,18 +92,18 @@ TEST(NetSync, BucketLargerThanASegmentIntoDestinations) {
                                              std::vector<std::byte>(w.data[1].size())};
   std::thread rx([&] {
     auto r = Receiver::connect((*sender)->address(), 0, o);
-    ASSERT_TRUE(r.ok()) << r.status().to_string();
+    ASSERT_OK(r);
     for (std::size_t i = 0; i < dst.size(); ++i) {
-      ASSERT_TRUE((*r)->set_destination({w.specs[i], dst[i]}).ok());
+      ASSERT_OK((*r)->set_destination({w.specs[i], dst[i]}));
     }
     auto s = (*r)->receive_round_into();
-    ASSERT_TRUE(s.ok()) << s.status().to_string();
+    ASSERT_OK(s);
   });
-  ASSERT_TRUE((*sender)->accept(1).ok());
+  ASSERT_OK((*sender)->accept(1));
   auto views = w.views();
   auto stats = (*sender)->send_round(views);
   rx.join();
-  ASSERT_TRUE(stats.ok()) << stats.status().to_string();
+  ASSERT_OK(stats);
   EXPECT_TRUE(dst[0] == w.data[0]);
   EXPECT_TRUE(dst[1] == w.data[1]);
 }
@@ -114,7 +115,7 @@ TEST(NetSync, ReceiverRefusesARingLargerThanItsLimit) {
   SyncOptions o = net_options(write_token(dir, "s3cret-0123456789abcdefghij"));
   o.bucket_bytes = 1 << 20;  // 2 slots: a 2 MiB ring
   auto sender = Sender::create("127.0.0.1:0", o);
-  ASSERT_TRUE(sender.ok()) << sender.status().to_string();
+  ASSERT_OK(sender);
   SyncOptions small = o;
   small.max_ring_bytes = 1 << 20;
   Status refused;
@@ -132,7 +133,7 @@ TEST(NetSync, WrongTokenIsRefusedAndTheSenderKeepsServing) {
   SyncOptions o = net_options(write_token(dir, "right-0123456789abcdefghij"));
   o.timeout = std::chrono::milliseconds(5'000);
   auto sender = Sender::create("127.0.0.1:0", o);
-  ASSERT_TRUE(sender.ok()) << sender.status().to_string();
+  ASSERT_OK(sender);
   Status wrong, right;
   std::thread rx([&] {
     SyncOptions bad = o;
@@ -142,14 +143,14 @@ TEST(NetSync, WrongTokenIsRefusedAndTheSenderKeepsServing) {
     right = r.status();
     if (r.ok()) right = (*r)->receive_round([](const TensorView&) { return ok_status(); }).status();
   });
-  ASSERT_TRUE((*sender)->accept(1).ok());
+  ASSERT_OK((*sender)->accept(1));
   const Weights w = make_weights(net_model(), 1);
   auto views = w.views();
   auto stats = (*sender)->send_round(views);
   rx.join();
   EXPECT_EQ(wrong.code(), Code::kUnauthenticated) << wrong.to_string();
-  EXPECT_TRUE(right.ok()) << right.to_string();
-  ASSERT_TRUE(stats.ok()) << stats.status().to_string();
+  EXPECT_OK(right);
+  ASSERT_OK(stats);
   EXPECT_EQ((*sender)->receivers(), 1u);
 }
 
@@ -158,7 +159,7 @@ TEST(NetSync, RelaysFanOutToLocalReceivers) {
   ferry::testing::TempDir dir;
   const SyncOptions o = net_options(write_token(dir, "s3cret-0123456789abcdefghij"));
   auto sender = Sender::create("127.0.0.1:0", o);
-  ASSERT_TRUE(sender.ok()) << sender.status().to_string();
+  ASSERT_OK(sender);
   constexpr int kNodes = 2, kLocal = 2, kRounds = 3;
   std::vector<std::map<std::string, std::vector<std::byte>>> got(kNodes * kLocal);
   std::vector<std::thread> threads;
@@ -166,41 +167,41 @@ TEST(NetSync, RelaysFanOutToLocalReceivers) {
     const std::string local = testing::unique_address();
     threads.emplace_back([&, node, local] {
       auto relay = Relay::connect((*sender)->address(), static_cast<std::uint32_t>(node), local, o);
-      ASSERT_TRUE(relay.ok()) << relay.status().to_string();
-      ASSERT_TRUE((*relay)->accept(kLocal).ok());
+      ASSERT_OK(relay);
+      ASSERT_OK((*relay)->accept(kLocal));
       for (int r = 0; r < kRounds; ++r) {
         auto stats = (*relay)->relay_round();
-        ASSERT_TRUE(stats.ok()) << stats.status().to_string();
+        ASSERT_OK(stats);
       }
     });
     for (int i = 0; i < kLocal; ++i) {
       threads.emplace_back([&, node, i, local] {
         auto r = Receiver::connect(local, static_cast<std::uint32_t>(i), o);
-        ASSERT_TRUE(r.ok()) << r.status().to_string();
+        ASSERT_OK(r);
         EXPECT_EQ((*r)->session_id(), (*sender)->session_id());
         for (int round = 0; round < kRounds; ++round) {
           auto s = (*r)->receive_round([&](const TensorView& t) {
             got[node * kLocal + i][t.spec.name].assign(t.data.begin(), t.data.end());
             return ok_status();
           });
-          ASSERT_TRUE(s.ok()) << s.status().to_string();
+          ASSERT_OK(s);
         }
       });
     }
   }
-  ASSERT_TRUE((*sender)->accept(kNodes).ok());
+  ASSERT_OK((*sender)->accept(kNodes));
   Weights w;
   for (std::uint64_t round = 1; round <= kRounds; ++round) {
     w = make_weights(net_model(), round);
     auto views = w.views();
     auto stats = (*sender)->send_round(views);
-    ASSERT_TRUE(stats.ok()) << stats.status().to_string();
+    ASSERT_OK(stats);
   }
   for (auto& t : threads) t.join();
   for (std::size_t r = 0; r < got.size(); ++r) {
     for (std::size_t i = 0; i < w.specs.size(); ++i) {
-      EXPECT_TRUE(got[r][w.specs[i].name] == w.data[i]) << "receiver " << r << " "
-                                                        << w.specs[i].name;
+      EXPECT_TRUE(got[r][w.specs[i].name] == w.data[i])
+          << "receiver " << r << " " << w.specs[i].name;
     }
   }
 }

@@ -7,6 +7,7 @@
 #include <map>
 #include <thread>
 
+#include "support/status_matchers.h"
 #include "support/test_support.h"
 #include "sync/sync_test_util.h"
 #include "transport/net/testing.h"
@@ -46,7 +47,7 @@ class NetWireProtectSync : public ::testing::Test {
   Status run(const SyncOptions& send, const SyncOptions& receive, int rounds,
              Status* sender_status) {
     auto sender = Sender::create("127.0.0.1:0", send);
-    EXPECT_TRUE(sender.ok()) << sender.status().to_string();
+    EXPECT_OK(sender);
     if (!sender.ok()) return sender.status();
     Status rx_status;
     std::map<std::string, std::vector<std::byte>> got;
@@ -91,44 +92,44 @@ TEST_F(NetWireProtectSync, RoundsAreBitExactInEveryMode) {
   for (auto mode : {WireProtect::kNone, WireProtect::kMac, WireProtect::kEncrypt}) {
     Status sender;
     Status rx = run(options(mode), options(mode), 2, &sender);
-    EXPECT_TRUE(rx.ok()) << wire_protect_name(mode) << ": " << rx.to_string();
-    EXPECT_TRUE(sender.ok()) << wire_protect_name(mode) << ": " << sender.to_string();
+    EXPECT_OK(rx) << wire_protect_name(mode) << ": " << rx.to_string();
+    EXPECT_OK(sender) << wire_protect_name(mode) << ": " << sender.to_string();
   }
 }
 
 TEST_F(NetWireProtectSync, RelayedRoundsAreBitExactUnderEncrypt) {
   const SyncOptions o = options(WireProtect::kEncrypt);
   auto sender = Sender::create("127.0.0.1:0", o);
-  ASSERT_TRUE(sender.ok()) << sender.status().to_string();
+  ASSERT_OK(sender);
   const std::string local = testing::unique_address();
   std::map<std::string, std::vector<std::byte>> got;
   std::thread relay_thread([&] {
     auto relay = Relay::connect((*sender)->address(), 1, local, o);
-    ASSERT_TRUE(relay.ok()) << relay.status().to_string();
-    ASSERT_TRUE((*relay)->accept(1).ok());
+    ASSERT_OK(relay);
+    ASSERT_OK((*relay)->accept(1));
     for (int r = 0; r < 2; ++r) {
       auto stats = (*relay)->relay_round();
-      ASSERT_TRUE(stats.ok()) << stats.status().to_string();
+      ASSERT_OK(stats);
     }
   });
   std::thread rx([&] {
     auto r = Receiver::connect(local, 0, o);
-    ASSERT_TRUE(r.ok()) << r.status().to_string();
+    ASSERT_OK(r);
     for (int round = 0; round < 2; ++round) {
       auto s = (*r)->receive_round([&](const TensorView& t) {
         got[t.spec.name].assign(t.data.begin(), t.data.end());
         return ok_status();
       });
-      ASSERT_TRUE(s.ok()) << s.status().to_string();
+      ASSERT_OK(s);
     }
   });
-  ASSERT_TRUE((*sender)->accept(1).ok());
+  ASSERT_OK((*sender)->accept(1));
   Weights w;
   for (std::uint64_t round = 1; round <= 2; ++round) {
     w = make_weights(model(), round);
     auto views = w.views();
     auto stats = (*sender)->send_round(views);
-    ASSERT_TRUE(stats.ok()) << stats.status().to_string();
+    ASSERT_OK(stats);
   }
   relay_thread.join();
   rx.join();

@@ -14,6 +14,7 @@
 #include <cstring>
 #include <thread>
 
+#include "support/status_matchers.h"
 #include "support/test_support.h"
 #include "sync/sync_test_util.h"
 #include "transport/shm/seqpacket_channel.h"
@@ -31,13 +32,13 @@ using testing::unique_address;
 // A hand-written receiver: says HELLO, returns the ring descriptor WELCOME carried.
 ScopedFd join_and_take_ring(const std::string& address) {
   auto ch = shm::connect(address, milliseconds(5000));
-  EXPECT_TRUE(ch.ok()) << ch.status().to_string();
+  EXPECT_OK(ch);
   if (!ch.ok()) return {};
   wire::Message hello;
   hello.body = wire::Hello{3, static_cast<std::uint32_t>(::getpid())};
-  EXPECT_TRUE(ch->send(wire::encode(hello), milliseconds(1000)).ok());
+  EXPECT_OK(ch->send(wire::encode(hello), milliseconds(1000)));
   auto got = ch->receive(milliseconds(5000));
-  EXPECT_TRUE(got.ok()) << got.status().to_string();
+  EXPECT_OK(got);
   if (!got.ok()) return {};
   auto m = wire::decode(got->bytes, "sender");
   EXPECT_TRUE(m.ok() && m->type() == wire::MessageType::kWelcome);
@@ -48,10 +49,10 @@ TEST(ShmRing, ReceiverCannotWriteOrMapWritableTheRingItIsGiven) {
   const std::string address = unique_address();
   SyncOptions o = tiny_options();
   auto sender = Sender::create(address, o);
-  ASSERT_TRUE(sender.ok()) << sender.status().to_string();
+  ASSERT_OK(sender);
   ScopedFd ring;
   std::thread rx([&] { ring = join_and_take_ring(address); });
-  ASSERT_TRUE((*sender)->accept(1).ok());
+  ASSERT_OK((*sender)->accept(1));
   rx.join();
   ASSERT_TRUE(ring.valid());
   const std::size_t bytes = std::size_t{o.slots} * o.bucket_bytes;
@@ -106,21 +107,21 @@ TEST(ShmPeers, PeerOfAnotherUserIsDroppedAndTheRoundCompletes) {
   if (::geteuid() != 0) GTEST_SKIP() << "needs root, to run a peer as another uid (65534)";
   const std::string address = unique_address();
   auto sender = Sender::create(address, tiny_options());
-  ASSERT_TRUE(sender.ok()) << sender.status().to_string();
+  ASSERT_OK(sender);
   const pid_t intruder = ferry::testing::connect_as_another_user(address, SOCK_SEQPACKET);
   ASSERT_GT(intruder, 0) << "could not connect as uid 65534";
   Status received;
   std::thread rx([&] { received = receive_and_check(address, 1, 7); });
   Status accepted = (*sender)->accept(1);
-  EXPECT_TRUE(accepted.ok()) << accepted.to_string();
+  EXPECT_OK(accepted);
   if (accepted.ok()) {
     const auto w = make_weights(small_model(), 7);
     auto views = w.views();
     auto stats = (*sender)->send_round(views);
-    EXPECT_TRUE(stats.ok()) << stats.status().to_string();
+    EXPECT_OK(stats);
   }
   rx.join();
-  EXPECT_TRUE(received.ok()) << received.to_string();
+  EXPECT_OK(received);
   ::kill(intruder, SIGKILL);
   ::waitpid(intruder, nullptr, 0);
 }
@@ -128,23 +129,23 @@ TEST(ShmPeers, PeerOfAnotherUserIsDroppedAndTheRoundCompletes) {
 TEST(ShmPeers, SilentPeerDoesNotBlockAReceiverThatJoinsAfterIt) {
   const std::string address = unique_address();
   auto sender = Sender::create(address, tiny_options());
-  ASSERT_TRUE(sender.ok()) << sender.status().to_string();
+  ASSERT_OK(sender);
   // Connected first, never says HELLO; held open for the whole test.
   auto silent = shm::connect(address, milliseconds(5000));
-  ASSERT_TRUE(silent.ok()) << silent.status().to_string();
+  ASSERT_OK(silent);
   Status received;
   std::thread rx([&] { received = receive_and_check(address, 1, 9); });
   Status accepted = (*sender)->accept(1);
-  EXPECT_TRUE(accepted.ok()) << accepted.to_string();
+  EXPECT_OK(accepted);
   if (accepted.ok()) {
     EXPECT_EQ((*sender)->receivers(), 1u);
     const auto w = make_weights(small_model(), 9);
     auto views = w.views();
     auto stats = (*sender)->send_round(views);
-    EXPECT_TRUE(stats.ok()) << stats.status().to_string();
+    EXPECT_OK(stats);
   }
   rx.join();
-  EXPECT_TRUE(received.ok()) << received.to_string();
+  EXPECT_OK(received);
 }
 
 TEST(ShmPeers, SilentPeerIsDroppedAtItsOwnDeadline) {
@@ -152,9 +153,9 @@ TEST(ShmPeers, SilentPeerIsDroppedAtItsOwnDeadline) {
   SyncOptions o = tiny_options();
   o.timeout = milliseconds(300);
   auto sender = Sender::create(address, o);
-  ASSERT_TRUE(sender.ok()) << sender.status().to_string();
+  ASSERT_OK(sender);
   auto silent = shm::connect(address, milliseconds(5000));
-  ASSERT_TRUE(silent.ok());
+  ASSERT_OK(silent);
   // It has its own 300 ms from when it was accepted; two waits outlast that.
   for (int i = 0; i < 2; ++i) {
     Status accepted = (*sender)->accept(1);

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "support/fake_clock.h"
+#include "support/status_matchers.h"
 
 namespace ferry::sync {
 namespace {
@@ -93,7 +94,7 @@ TEST(RetryInSlices, APeerThatAnswersBeforeTheTimeoutIsReturned) {
   auto got = retry_in_slices(
       with_interrupt(&interrupts), milliseconds(3000), "no sender at @x",
       [&](milliseconds slice) { return peer(slice); }, clock.reader());
-  ASSERT_TRUE(got.ok()) << got.status().to_string();
+  ASSERT_OK(got);
   EXPECT_EQ(*got, 7);
 }
 
@@ -115,19 +116,19 @@ TEST(InterruptCheck, CallsTheHookAtMostOnceASlice) {
   FakeClock clock;
   int calls = 0;
   InterruptCheck check(with_interrupt(&calls), clock.reader());
-  for (int i = 0; i < 50; ++i) EXPECT_TRUE(check().ok());
+  for (int i = 0; i < 50; ++i) EXPECT_OK(check());
   EXPECT_EQ(calls, 1);
   clock.advance(kInterruptSlice - milliseconds(1));
-  EXPECT_TRUE(check().ok());
+  EXPECT_OK(check());
   EXPECT_EQ(calls, 1);
   clock.advance(milliseconds(1));
-  EXPECT_TRUE(check().ok());
+  EXPECT_OK(check());
   EXPECT_EQ(calls, 2);
 }
 
 TEST(InterruptCheck, WithoutAHookNeverInterrupts) {
   InterruptCheck check(SyncOptions{});
-  EXPECT_TRUE(check().ok());
+  EXPECT_OK(check());
 }
 
 }  // namespace

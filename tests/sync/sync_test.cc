@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "base/clock.h"
+#include "support/status_matchers.h"
 #include "support/test_support.h"
 #include "sync/sync_test_util.h"
 #include "sync/testing.h"
@@ -42,7 +43,7 @@ struct Destination {
 };
 
 void collect_bucket(std::span<const TensorView> ts,
-                     std::map<std::string, std::vector<std::byte>>& into) {
+                    std::map<std::string, std::vector<std::byte>>& into) {
   for (const auto& t : ts) {
     EXPECT_EQ(into.count(t.spec.name), 0u) << "delivered twice: " << t.spec.name;
     into[t.spec.name].assign(t.data.begin(), t.data.end());
@@ -51,7 +52,7 @@ void collect_bucket(std::span<const TensorView> ts,
 
 std::unique_ptr<Sender> make_sender(const std::string& address, const SyncOptions& o) {
   auto s = Sender::create(address, o);
-  EXPECT_TRUE(s.ok()) << s.status().to_string();
+  EXPECT_OK(s);
   return s.ok() ? std::move(*s) : nullptr;
 }
 
@@ -62,20 +63,20 @@ TEST(Sync, DestinationModeAcrossRoundsInOneSession) {
   Destination dst(small_model());
   std::thread rx([&] {
     auto r = Receiver::connect(address, 0, tiny_options());
-    ASSERT_TRUE(r.ok()) << r.status().to_string();
-    ASSERT_TRUE(dst.register_all(**r).ok());
+    ASSERT_OK(r);
+    ASSERT_OK(dst.register_all(**r));
     for (int round = 1; round <= 3; ++round) {
       auto stats = (*r)->receive_round_into();
-      ASSERT_TRUE(stats.ok()) << stats.status().to_string();
+      ASSERT_OK(stats);
       EXPECT_EQ(stats->round, static_cast<std::uint64_t>(round));
     }
   });
-  ASSERT_TRUE(sender->accept(1).ok());
+  ASSERT_OK(sender->accept(1));
   for (std::uint64_t round = 1; round <= 3; ++round) {
     Weights w = make_weights(small_model(), round);
     auto views = w.views();
     auto stats = sender->send_round(views);
-    ASSERT_TRUE(stats.ok()) << stats.status().to_string();
+    ASSERT_OK(stats);
     EXPECT_GT(stats->buckets, 30u);
     EXPECT_EQ(stats->round, round);
     if (round == 3) {
@@ -99,24 +100,24 @@ TEST(Sync, PerTensorAndPerBucketCallbacks) {
   int last_flags = 0;
   std::thread rx([&] {
     auto r = Receiver::connect(address, 3, o);
-    ASSERT_TRUE(r.ok()) << r.status().to_string();
+    ASSERT_OK(r);
     auto s = (*r)->receive_round([&](const TensorView& t) {
       EXPECT_EQ(by_tensor.count(t.spec.name), 0u) << "delivered twice: " << t.spec.name;
       by_tensor[t.spec.name].assign(t.data.begin(), t.data.end());
       return ok_status();
     });
-    ASSERT_TRUE(s.ok()) << s.status().to_string();
+    ASSERT_OK(s);
     s = (*r)->receive_round_buckets([&](std::span<const TensorView> ts, bool is_last) {
       for (const auto& t : ts) by_bucket[t.spec.name].assign(t.data.begin(), t.data.end());
       last_flags += is_last ? 1 : 0;
       return ok_status();
     });
-    ASSERT_TRUE(s.ok()) << s.status().to_string();
+    ASSERT_OK(s);
   });
-  ASSERT_TRUE(sender->accept(1).ok());
+  ASSERT_OK(sender->accept(1));
   auto views = w.views();
-  ASSERT_TRUE(sender->send_round(views).ok());
-  ASSERT_TRUE(sender->send_round(views).ok());
+  ASSERT_OK(sender->send_round(views));
+  ASSERT_OK(sender->send_round(views));
   rx.join();
   EXPECT_EQ(last_flags, 1);
   for (std::size_t i = 0; i < w.specs.size(); ++i) {
@@ -133,21 +134,21 @@ TEST(Sync, BucketModeKeepsSplitTensorThatEndsWhereTheNextStarts) {
   auto sender = make_sender(address, o);
   ASSERT_NE(sender, nullptr);
   // a: buckets 0-1; b starts in bucket 1 right after a and runs into bucket 2.
-  const Weights w = make_weights({*TensorSpec::make("a", DType::kU8, {400}),
-                                  *TensorSpec::make("b", DType::kU8, {400})}, 5);
+  const Weights w = make_weights(
+      {*TensorSpec::make("a", DType::kU8, {400}), *TensorSpec::make("b", DType::kU8, {400})}, 5);
   std::map<std::string, std::vector<std::byte>> got;
   std::thread rx([&] {
     auto r = Receiver::connect(address, 0, o);
-    ASSERT_TRUE(r.ok()) << r.status().to_string();
+    ASSERT_OK(r);
     auto s = (*r)->receive_round_buckets([&](std::span<const TensorView> ts, bool) {
       for (const auto& t : ts) got[t.spec.name].assign(t.data.begin(), t.data.end());
       return ok_status();
     });
-    ASSERT_TRUE(s.ok()) << s.status().to_string();
+    ASSERT_OK(s);
   });
-  ASSERT_TRUE(sender->accept(1).ok());
+  ASSERT_OK(sender->accept(1));
   auto views = w.views();
-  ASSERT_TRUE(sender->send_round(views).ok());
+  ASSERT_OK(sender->send_round(views));
   rx.join();
   EXPECT_EQ(got["a"], w.data[0]);
   EXPECT_EQ(got["b"], w.data[1]);
@@ -171,26 +172,28 @@ TEST(Sync, BucketsLargerThanASegmentArriveWholeInEveryMode) {
   std::map<std::string, std::vector<std::byte>> by_tensor, by_bucket;
   std::thread rx([&] {
     auto r = Receiver::connect(address, 0, o);
-    ASSERT_TRUE(r.ok()) << r.status().to_string();
-    ASSERT_TRUE(dst.register_all(**r).ok());
+    ASSERT_OK(r);
+    ASSERT_OK(dst.register_all(**r));
     auto s = (*r)->receive_round_into().status();
-    ASSERT_TRUE(s.ok()) << s.to_string();
+    ASSERT_OK(s);
     s = (*r)->receive_round([&](const TensorView& t) {
-                by_tensor[t.spec.name].assign(t.data.begin(), t.data.end());
-                return ok_status();
-              }).status();
-    ASSERT_TRUE(s.ok()) << s.to_string();
+              by_tensor[t.spec.name].assign(t.data.begin(), t.data.end());
+              return ok_status();
+            })
+            .status();
+    ASSERT_OK(s);
     s = (*r)->receive_round_buckets([&](std::span<const TensorView> ts, bool) {
-                collect_bucket(ts, by_bucket);
-                return ok_status();
-              }).status();
-    ASSERT_TRUE(s.ok()) << s.to_string();
+              collect_bucket(ts, by_bucket);
+              return ok_status();
+            })
+            .status();
+    ASSERT_OK(s);
   });
-  ASSERT_TRUE(sender->accept(1).ok());
+  ASSERT_OK(sender->accept(1));
   auto views = w.views();
   for (int round = 0; round < 3; ++round) {
     auto stats = sender->send_round(views);
-    ASSERT_TRUE(stats.ok()) << stats.status().to_string();
+    ASSERT_OK(stats);
     EXPECT_EQ(stats->buckets, 3u);
   }
   rx.join();
@@ -253,13 +256,13 @@ TEST(Sync, TwoReceiverProcessesGetEveryByte) {
       return 0;
     }));
   }
-  ASSERT_TRUE(sender->accept(2).ok());
+  ASSERT_OK(sender->accept(2));
   EXPECT_EQ(sender->receivers(), 2u);
   for (std::uint64_t round = 1; round <= 3; ++round) {
     const Weights w = make_weights(specs, round * 10);
     auto views = w.views();
     auto stats = sender->send_round(views);
-    ASSERT_TRUE(stats.ok()) << stats.status().to_string();
+    ASSERT_OK(stats);
   }
   for (pid_t k : kids) EXPECT_EQ(wait_exit(k), 0);
 }
@@ -280,7 +283,7 @@ TEST(SyncFailure, ReceiverKilledMidRoundFailsTheSenderNamingIt) {
     });
     return 0;
   });
-  ASSERT_TRUE(sender->accept(1).ok());
+  ASSERT_OK(sender->accept(1));
   const Weights w = make_weights(small_model(), 1);
   auto views = w.views();
   const auto start = Clock::now();
@@ -303,16 +306,16 @@ TEST(SyncFailure, ReceiverKilledMidRoundFailsTheSenderNamingIt) {
   Status again;
   std::thread rx([&] {
     auto r = Receiver::connect(address, 4, o);
-    ASSERT_TRUE(r.ok()) << r.status().to_string();
-    ASSERT_TRUE(dst.register_all(**r).ok());
+    ASSERT_OK(r);
+    ASSERT_OK(dst.register_all(**r));
     again = (*r)->receive_round_into().status();
   });
-  ASSERT_TRUE(sender->accept(1).ok());
+  ASSERT_OK(sender->accept(1));
   EXPECT_NE(sender->session_id(), old_session);
   auto next = sender->send_round(views);
   rx.join();
-  ASSERT_TRUE(next.ok()) << next.status().to_string();
-  EXPECT_TRUE(again.ok()) << again.to_string();
+  ASSERT_OK(next);
+  EXPECT_OK(again);
   for (std::size_t i = 0; i < w.specs.size(); ++i) EXPECT_EQ(dst.data[i], w.data[i]);
 }
 
@@ -333,7 +336,7 @@ TEST(SyncFailure, StoppedReceiverTimesOutNamingIt) {
     });
     return 0;
   });
-  ASSERT_TRUE(sender->accept(1).ok());
+  ASSERT_OK(sender->accept(1));
   const Weights w = make_weights(small_model(), 1);
   auto views = w.views();
   auto stats = sender->send_round(views);
@@ -362,9 +365,9 @@ TEST(SyncFailure, SenderKilledAbortsTheReceiverAtOnce) {
     return 12;
   });
   auto r = Receiver::connect(address, 0, o);
-  ASSERT_TRUE(r.ok()) << r.status().to_string();
+  ASSERT_OK(r);
   Destination dst(small_model());
-  ASSERT_TRUE(dst.register_all(**r).ok());
+  ASSERT_OK(dst.register_all(**r));
   const auto start = Clock::now();
   auto stats = (*r)->receive_round_into();
   const auto took = Clock::now() - start;
@@ -387,9 +390,9 @@ TEST(SyncFailure, ReceiverOfAStaleSessionIsTurnedAway) {
   EXPECT_EQ(stale.status().code(), Code::kFailedPrecondition) << stale.status().to_string();
   EXPECT_NE(stale.status().message().find("stale session"), std::string::npos);
   auto good = Receiver::connect(address, 1, tiny_options(), sender->session_id());
-  ASSERT_TRUE(good.ok()) << good.status().to_string();
+  ASSERT_OK(good);
   tx.join();
-  EXPECT_TRUE(accepted.ok()) << accepted.to_string();
+  EXPECT_OK(accepted);
   EXPECT_EQ(sender->receivers(), 1u);
   EXPECT_EQ((*good)->session_id(), sender->session_id());
 }
@@ -401,26 +404,26 @@ TEST(SyncFailure, ReleaseOfAStaleRoundIsRejected) {
   ASSERT_NE(sender, nullptr);
   std::thread fake([&] {
     auto ch = shm::connect(address, std::chrono::milliseconds(5000));
-    ASSERT_TRUE(ch.ok());
+    ASSERT_OK(ch);
     wire::Message hello;
     hello.body = wire::Hello{9, 1};
-    ASSERT_TRUE(ch->send(wire::encode(hello), std::chrono::milliseconds(1000)).ok());
+    ASSERT_OK(ch->send(wire::encode(hello), std::chrono::milliseconds(1000)));
     std::uint64_t session = 0;
     for (int i = 0; i < 3; ++i) {  // WELCOME, BEGIN, FILLED
       auto got = ch->receive(std::chrono::milliseconds(5000));
-      ASSERT_TRUE(got.ok());
+      ASSERT_OK(got);
       auto m = wire::decode(got->bytes, "sender");
-      ASSERT_TRUE(m.ok());
+      ASSERT_OK(m);
       session = m->session;
     }
     wire::Message stale;
     stale.session = session;
     stale.round = 0;
     stale.body = wire::Release{0, 0};
-    ASSERT_TRUE(ch->send(wire::encode(stale), std::chrono::milliseconds(1000)).ok());
+    ASSERT_OK(ch->send(wire::encode(stale), std::chrono::milliseconds(1000)));
     (void)ch->receive(std::chrono::milliseconds(5000));  // the sender's ERROR, or EOF
   });
-  ASSERT_TRUE(sender->accept(1).ok());
+  ASSERT_OK(sender->accept(1));
   const Weights w = make_weights(small_model(), 1);
   auto views = w.views();
   auto stats = sender->send_round(views);
@@ -443,11 +446,11 @@ TEST(SyncFailure, CorruptedSlotByteIsCaughtByTheChecksum) {
   Destination dst(small_model());
   std::thread rx([&] {
     auto r = Receiver::connect(address, 2, tiny_options());
-    ASSERT_TRUE(r.ok());
-    ASSERT_TRUE(dst.register_all(**r).ok());
+    ASSERT_OK(r);
+    ASSERT_OK(dst.register_all(**r));
     received = (*r)->receive_round_into().status();
   });
-  ASSERT_TRUE(sender->accept(1).ok());
+  ASSERT_OK(sender->accept(1));
   const Weights w = make_weights(small_model(), 1);
   auto views = w.views();
   auto stats = sender->send_round(views);
@@ -466,16 +469,16 @@ TEST(SyncFailure, DestinationMismatchListsEveryMismatch) {
   Status received;
   std::thread rx([&] {
     auto r = Receiver::connect(address, 0, tiny_options());
-    ASSERT_TRUE(r.ok());
+    ASSERT_OK(r);
     std::vector<TensorSpec> specs = small_model();
     specs[1].shape = {38};           // wrong shape
     specs[2].dtype = DType::kBF16;   // wrong dtype
     specs.erase(specs.begin() + 5);  // model.norm.weight missing
     Destination dst(specs);
-    ASSERT_TRUE(dst.register_all(**r).ok());
+    ASSERT_OK(dst.register_all(**r));
     received = (*r)->receive_round_into().status();
   });
-  ASSERT_TRUE(sender->accept(1).ok());
+  ASSERT_OK(sender->accept(1));
   const Weights w = make_weights(small_model(), 1);
   auto views = w.views();
   auto stats = sender->send_round(views);
@@ -507,10 +510,10 @@ TEST(SyncFailure, NoDescriptorLeaksAfterSessionsAndFailures) {
     });
     std::thread rx([&] {
       auto r = Receiver::connect(address, 0, tiny_options());
-      ASSERT_TRUE(r.ok());
+      ASSERT_OK(r);
       (void)(*r)->receive_round([](const TensorView&) { return ok_status(); });
     });
-    ASSERT_TRUE(sender->accept(1).ok());
+    ASSERT_OK(sender->accept(1));
     const Weights w = make_weights(small_model(), 1);
     auto views = w.views();
     EXPECT_EQ(sender->send_round(views).ok(), trial == 0);

@@ -1,6 +1,7 @@
 #include <gtest/gtest.h>
 
 #include "ferry/tensor.h"
+#include "support/status_matchers.h"
 
 namespace ferry {
 namespace {
@@ -9,7 +10,7 @@ TEST(DType, EverySafetensorsNameRoundTrips) {
   for (int i = 0; i < kDTypeCount; ++i) {
     const auto d = static_cast<DType>(i);
     auto parsed = parse_dtype(dtype_name(d));
-    ASSERT_TRUE(parsed.ok()) << dtype_name(d);
+    ASSERT_OK(parsed) << dtype_name(d);
     EXPECT_EQ(*parsed, d);
   }
 }
@@ -45,11 +46,11 @@ TEST(DType, UnknownNameListsAcceptedOnes) {
 
 TEST(TensorSpec, ComputesBytes) {
   auto s = TensorSpec::make("model.embed_tokens.weight", DType::kF32, {151936, 4096});
-  ASSERT_TRUE(s.ok());
+  ASSERT_OK(s);
   EXPECT_EQ(s->bytes(), 2'489'319'424ULL);
   EXPECT_EQ(s->to_string(), "model.embed_tokens.weight [151936, 4096] F32");
   auto scalar = TensorSpec::make("step", DType::kI64, {});
-  ASSERT_TRUE(scalar.ok());
+  ASSERT_OK(scalar);
   EXPECT_EQ(scalar->bytes(), 8u);
 }
 
@@ -61,7 +62,7 @@ TEST(TensorSpec, RejectsOverflowNegativeAndPartialBytes) {
   // Three 4-bit values do not fill whole bytes.
   EXPECT_FALSE(TensorSpec::make("f4", DType::kF4, {3}).ok());
   auto f4 = TensorSpec::make("f4", DType::kF4, {4});
-  ASSERT_TRUE(f4.ok());
+  ASSERT_OK(f4);
   EXPECT_EQ(f4->bytes(), 2u);
 }
 

@@ -3,6 +3,7 @@
 #include <filesystem>
 
 #include "ferry/safetensors.h"
+#include "support/status_matchers.h"
 #include "support/test_support.h"
 
 namespace ferry {
@@ -15,12 +16,12 @@ using testing::write_bytes;
 void make_sharded(const std::string& dir, const std::string& weight_map) {
   auto write = [&](const std::string& file, std::vector<TensorSpec> specs) {
     auto w = SafetensorsWriter::create(dir + "/" + file, specs);
-    ASSERT_TRUE(w.ok());
+    ASSERT_OK(w);
     for (const TensorSpec& s : specs) {
       std::vector<std::byte> d(s.bytes(), std::byte{1});
-      ASSERT_TRUE(w->write(d).ok());
+      ASSERT_OK(w->write(d));
     }
-    ASSERT_TRUE(w->finish().ok());
+    ASSERT_OK(w->finish());
   };
   write("s1.safetensors", {{"a", DType::kF32, {2}}, {"b", DType::kF16, {4}}});
   write("s2.safetensors", {{"c", DType::kBF16, {3}}});
@@ -32,19 +33,21 @@ TEST(ModelFolder, ReadsShardedFolderThroughIndex) {
   TempDir dir;
   make_sharded(dir.path(), R"({"a":"s1.safetensors","b":"s1.safetensors","c":"s2.safetensors"})");
   auto index = read_model_index(dir.path());
-  ASSERT_TRUE(index.ok()) << index.status().to_string();
+  ASSERT_OK(index);
   ASSERT_EQ(index->tensors.size(), 3u);
   EXPECT_EQ(index->files.size(), 2u);
   auto folder = ModelFolder::open(dir.path());
-  ASSERT_TRUE(folder.ok());
+  ASSERT_OK(folder);
   auto c = folder->view("c");
-  ASSERT_TRUE(c.ok());
+  ASSERT_OK(c);
   EXPECT_EQ(c->spec.shape, std::vector<std::int64_t>{3});
 }
 
 TEST(ModelFolder, RejectsTensorMissingFromItsShard) {
   TempDir dir;
-  make_sharded(dir.path(), R"({"a":"s1.safetensors","b":"s1.safetensors","c":"s2.safetensors","d":"s2.safetensors"})");
+  make_sharded(
+      dir.path(),
+      R"({"a":"s1.safetensors","b":"s1.safetensors","c":"s2.safetensors","d":"s2.safetensors"})");
   auto index = read_model_index(dir.path());
   ASSERT_FALSE(index.ok());
   EXPECT_NE(index.status().message().find("'d'"), std::string::npos);
@@ -74,7 +77,8 @@ TEST(ModelFolder, RejectsMissingShardAndEscapingNames) {
   EXPECT_NE(missing.status().message().find("s3.safetensors"), std::string::npos);
 
   TempDir dir2;
-  make_sharded(dir2.path(), R"({"a":"../s1.safetensors","b":"s1.safetensors","c":"s2.safetensors"})");
+  make_sharded(dir2.path(),
+               R"({"a":"../s1.safetensors","b":"s1.safetensors","c":"s2.safetensors"})");
   auto escape = read_model_index(dir2.path());
   ASSERT_FALSE(escape.ok());
   EXPECT_NE(escape.status().message().find("not a file name inside the folder"), std::string::npos);

@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <numeric>
 
+#include "support/status_matchers.h"
 #include "support/test_support.h"
 
 namespace ferry {
@@ -136,14 +137,15 @@ TEST(SafetensorsReader, RejectsMalformedEntries) {
 
 TEST(SafetensorsReader, AcceptsEmptyTensorsAndEmptyFile) {
   EXPECT_EQ(error_of(file_with("{}", 0)), "");
-  EXPECT_EQ(error_of(file_with(R"({"e":{"dtype":"F16","shape":[0,5],"data_offsets":[0,0]}})", 0)), "");
+  EXPECT_EQ(error_of(file_with(R"({"e":{"dtype":"F16","shape":[0,5],"data_offsets":[0,0]}})", 0)),
+            "");
 }
 
 TEST(SafetensorsWriter, RoundTripsTensorsWithMetadataAndAlignment) {
   TempDir dir;
   const std::string path = dir.file("m.safetensors");
-  std::vector<TensorSpec> specs = {{"w", DType::kBF16, {3, 5}}, {"b", DType::kF32, {7}},
-                                   {"i", DType::kI8, {3}}};
+  std::vector<TensorSpec> specs = {
+      {"w", DType::kBF16, {3, 5}}, {"b", DType::kF32, {7}}, {"i", DType::kI8, {3}}};
   std::vector<std::vector<std::byte>> data;
   for (const TensorSpec& s : specs) {
     std::vector<std::byte> d(s.bytes());
@@ -151,22 +153,22 @@ TEST(SafetensorsWriter, RoundTripsTensorsWithMetadataAndAlignment) {
     data.push_back(std::move(d));
   }
   auto w = SafetensorsWriter::create(path, specs, {{"format", "pt"}});
-  ASSERT_TRUE(w.ok()) << w.status().to_string();
-  ASSERT_TRUE(w->write_tensor({specs[0], data[0]}).ok());
+  ASSERT_OK(w);
+  ASSERT_OK(w->write_tensor({specs[0], data[0]}));
   // The second tensor arrives in pieces of odd sizes.
-  ASSERT_TRUE(w->write(std::span(data[1]).first(5)).ok());
-  ASSERT_TRUE(w->write(std::span(data[1]).subspan(5)).ok());
-  ASSERT_TRUE(w->write_tensor({specs[2], data[2]}).ok());
+  ASSERT_OK(w->write(std::span(data[1]).first(5)));
+  ASSERT_OK(w->write(std::span(data[1]).subspan(5)));
+  ASSERT_OK(w->write_tensor({specs[2], data[2]}));
   EXPECT_FALSE(std::filesystem::exists(path)) << "visible before finish()";
-  ASSERT_TRUE(w->finish().ok());
+  ASSERT_OK(w->finish());
 
   auto f = SafetensorsFile::open(path);
-  ASSERT_TRUE(f.ok()) << f.status().to_string();
+  ASSERT_OK(f);
   EXPECT_EQ(f->header().data_offset % 8, 0u);
   EXPECT_EQ(f->header().metadata.at("format"), "pt");
   for (std::size_t i = 0; i < specs.size(); ++i) {
     auto v = f->view(specs[i].name);
-    ASSERT_TRUE(v.ok());
+    ASSERT_OK(v);
     EXPECT_EQ(v->spec, specs[i]);
     EXPECT_TRUE(std::equal(v->data.begin(), v->data.end(), data[i].begin(), data[i].end()));
   }
@@ -178,9 +180,9 @@ TEST(SafetensorsWriter, UnfinishedWriterLeavesNothing) {
   const std::string path = dir.file("partial.safetensors");
   {
     auto w = SafetensorsWriter::create(path, {{"w", DType::kU8, {10}}});
-    ASSERT_TRUE(w.ok());
+    ASSERT_OK(w);
     std::vector<std::byte> five(5);
-    ASSERT_TRUE(w->write(five).ok());
+    ASSERT_OK(w->write(five));
     EXPECT_EQ(w->finish().code(), Code::kFailedPrecondition);
   }
   EXPECT_TRUE(std::filesystem::is_empty(dir.path())) << "temporary file left behind";
@@ -190,11 +192,13 @@ TEST(SafetensorsWriter, RejectsTooManyBytesAndOutOfOrderTensors) {
   TempDir dir;
   auto w = SafetensorsWriter::create(dir.file("x.safetensors"),
                                      {{"a", DType::kU8, {2}}, {"b", DType::kU8, {2}}});
-  ASSERT_TRUE(w.ok());
+  ASSERT_OK(w);
   std::vector<std::byte> two(2), five(5);
   EXPECT_FALSE(w->write_tensor({{"b", DType::kU8, {2}}, two}).ok());
   EXPECT_EQ(w->write(five).code(), Code::kInvalidArgument);
-  EXPECT_FALSE(SafetensorsWriter::create(dir.file("y"), {{"a", DType::kU8, {1}}, {"a", DType::kU8, {1}}}).ok());
+  EXPECT_FALSE(
+      SafetensorsWriter::create(dir.file("y"), {{"a", DType::kU8, {1}}, {"a", DType::kU8, {1}}})
+          .ok());
 }
 
 }  // namespace

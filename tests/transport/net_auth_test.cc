@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <string>
 
+#include "support/status_matchers.h"
 #include "support/test_support.h"
 #include "transport/net/auth.h"
 
@@ -61,7 +62,7 @@ TEST(Token, FileWithMode0600IsReadWithoutTrailingNewline) {
   ferry::testing::write_bytes(path, "s3cret value-0123456789abcdefghij\n");
   ASSERT_EQ(::chmod(path.c_str(), 0600), 0);
   auto t = Token::from_file(path);
-  ASSERT_TRUE(t.ok()) << t.status().to_string();
+  ASSERT_OK(t);
   EXPECT_EQ(std::string(reinterpret_cast<const char*>(t->bytes().data()), t->bytes().size()),
             "s3cret value-0123456789abcdefghij");
   EXPECT_NE(t->source().find(path), std::string::npos);
@@ -80,7 +81,7 @@ TEST(Token, GroupOrWorldReadableFileIsRefusedWithTheFix) {
     EXPECT_NE(t.status().message().find("chmod 600"), std::string::npos) << t.status().message();
   }
   ASSERT_EQ(::chmod(path.c_str(), 0400), 0);
-  EXPECT_TRUE(Token::from_file(path).ok());
+  EXPECT_OK(Token::from_file(path));
 }
 
 TEST(Token, MissingOrEmptyFileIsAnError) {
@@ -120,11 +121,11 @@ TEST_F(TokenEnv, FerryTokenWinsOverTheFile) {
   ASSERT_EQ(::chmod(path.c_str(), 0600), 0);
   ::setenv("FERRY_TOKEN_FILE", path.c_str(), 1);
   auto f = Token::from_env();
-  ASSERT_TRUE(f.ok()) << f.status().to_string();
+  ASSERT_OK(f);
   EXPECT_EQ(f->bytes().size(), 30u);
   ::setenv("FERRY_TOKEN", "from-env-var-0123456789abcdefghij", 1);
   auto e = Token::from_env();
-  ASSERT_TRUE(e.ok());
+  ASSERT_OK(e);
   EXPECT_EQ(e->bytes().size(), 33u);
   EXPECT_EQ(e->source(), "FERRY_TOKEN");
   ::setenv("FERRY_TOKEN", "", 1);
@@ -145,23 +146,23 @@ TEST(Handshake, MessagesRoundTrip) {
   c.nonce[0] = 7;
   c.nonce[31] = 9;
   auto d = handshake::decode_challenge(handshake::encode(c), "peer x");
-  ASSERT_TRUE(d.ok()) << d.status().to_string();
+  ASSERT_OK(d);
   EXPECT_EQ(d->nonce, c.nonce);
   handshake::Verdict v;
   v.status = handshake::kWrongToken;
   v.mac[5] = 42;
   v.bulk_id = 3;
   auto w = handshake::decode_verdict(handshake::encode(v), "peer x");
-  ASSERT_TRUE(w.ok()) << w.status().to_string();
+  ASSERT_OK(w);
   EXPECT_EQ(w->status, handshake::kWrongToken);
   EXPECT_EQ(w->mac, v.mac);
   EXPECT_EQ(w->bulk_id, 3u);
-  EXPECT_TRUE(handshake::decode_confirm(handshake::encode(handshake::Confirm{}), "peer x").ok());
+  EXPECT_OK(handshake::decode_confirm(handshake::encode(handshake::Confirm{}), "peer x"));
   handshake::Proof p;
   p.bulk_id = 0xdeadbeef;
   p.mac[0] = 1;
   auto q = handshake::decode_proof(handshake::encode(p), "peer x");
-  ASSERT_TRUE(q.ok());
+  ASSERT_OK(q);
   EXPECT_EQ(q->bulk_id, 0xdeadbeefu);
   EXPECT_EQ(q->mac, p.mac);
 }
@@ -170,7 +171,7 @@ TEST(Handshake, DecodeRefusesOtherBytesNamingThePeer) {
   handshake::Hello h;
   h.has_token = true;
   auto bytes = handshake::encode(h);
-  EXPECT_TRUE(handshake::decode_hello(bytes, "peer 1.2.3.4:5").ok());
+  EXPECT_OK(handshake::decode_hello(bytes, "peer 1.2.3.4:5"));
   // A HELLO is not a VERDICT, a short message is not a HELLO, nor is another magic.
   EXPECT_EQ(handshake::decode_verdict(bytes, "peer 1.2.3.4:5").status().code(), Code::kCorruption);
   auto shorter = bytes;

@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "base/clock.h"
+#include "support/status_matchers.h"
 #include "support/test_support.h"
 #include "transport/net/address.h"
 #include "transport/net/channel.h"
@@ -35,11 +36,13 @@ using std::chrono::milliseconds;
 
 constexpr milliseconds kTimeout{10000};
 
-Token token(const std::string& s = "test-secret-0123456789abcdefghij") { return *Token::from_string(s); }
+Token token(const std::string& s = "test-secret-0123456789abcdefghij") {
+  return *Token::from_string(s);
+}
 
 std::shared_ptr<Context> make_context() {
   auto c = Context::create();
-  EXPECT_TRUE(c.ok()) << c.status().to_string();
+  EXPECT_OK(c);
   return c.ok() ? *c : nullptr;
 }
 
@@ -109,7 +112,7 @@ class PeerThread {
 Listener bind_listener(const std::shared_ptr<Context>& ctx, Token tok = token(),
                        ListenerOptions options = {}) {
   auto l = Listener::bind(ctx, "127.0.0.1:0", std::move(tok), options);
-  EXPECT_TRUE(l.ok()) << l.status().to_string();
+  EXPECT_OK(l);
   return std::move(*l);
 }
 
@@ -237,20 +240,20 @@ TEST(NetChannel, BulkBucketArrivesBitExactIntoRegisteredMemory) {
     return ch.receive(kTimeout).status();  // stay until the receiver says it is done
   });
   auto ch = l.accept(kTimeout);
-  ASSERT_TRUE(ch.ok()) << ch.status().to_string();
+  ASSERT_OK(ch);
   std::vector<std::byte> ring(3 * kBucket, std::byte{0xee});
   auto region = ctx->register_memory(ring);
-  ASSERT_TRUE(region.ok()) << region.status().to_string();
+  ASSERT_OK(region);
   auto into = std::span<std::byte>(ring).subspan(kBucket, kBucket);
   auto t = ch->receive_bulk(5, into, *region);
-  ASSERT_TRUE(t.ok()) << t.status().to_string();
-  ASSERT_TRUE(ch->wait(*t, kTimeout).ok()) << t->status().to_string();
+  ASSERT_OK(t);
+  ASSERT_OK(ch->wait(*t, kTimeout)) << t->status().to_string();
   EXPECT_EQ(t->bytes(), kBucket);
   EXPECT_EQ(ferry::testing::hash_bytes(into), ferry::testing::hash_bytes(data));
   EXPECT_EQ(ring[kBucket - 1], std::byte{0xee});  // nothing written outside the slot
   EXPECT_EQ(ring[2 * kBucket], std::byte{0xee});
-  ASSERT_TRUE(ch->send(std::vector<std::byte>(1), kTimeout).ok());
-  EXPECT_TRUE(peer.finish(*ctx).ok()) << peer.body_status().to_string();
+  ASSERT_OK(ch->send(std::vector<std::byte>(1), kTimeout));
+  EXPECT_OK(peer.finish(*ctx)) << peer.body_status().to_string();
   // Memory outside the region is refused before anything is sent.
   std::vector<std::byte> outside(16);
   EXPECT_EQ(ch->receive_bulk(6, outside, *region).status().code(), Code::kInvalidArgument);
@@ -287,10 +290,10 @@ TEST(NetChannel, SeveralBucketsInFlightEachArriveWhole) {
     return ch.receive(kTimeout).status();
   });
   auto ch = l.accept(kTimeout);
-  ASSERT_TRUE(ch.ok()) << ch.status().to_string();
+  ASSERT_OK(ch);
   std::vector<std::byte> ring(kBuckets * kSlot);
   auto region = ctx->register_memory(ring);
-  ASSERT_TRUE(region.ok());
+  ASSERT_OK(region);
   std::vector<Transfer> posted;
   // Half are posted before the peer sends them, half after (the first may already be here).
   for (std::uint32_t b = 0; b < kBuckets; b += 2) {
@@ -303,15 +306,15 @@ TEST(NetChannel, SeveralBucketsInFlightEachArriveWhole) {
         ch->receive_bulk(b, std::span<std::byte>(ring).subspan(b * kSlot, kSlot), *region).value());
   }
   for (auto& t : posted) {
-    ASSERT_TRUE(ch->wait(t, kTimeout).ok()) << t.status().to_string();
+    ASSERT_OK(ch->wait(t, kTimeout)) << t.status().to_string();
     const std::uint32_t b = t.key();
     ASSERT_EQ(t.bytes(), kSlot - b);
     EXPECT_EQ(ferry::testing::hash_bytes(std::span<std::byte>(ring).subspan(b * kSlot, kSlot - b)),
               ferry::testing::hash_bytes(pattern(kSlot - b, b)))
         << "bucket " << b;
   }
-  ASSERT_TRUE(ch->send(std::vector<std::byte>(1), kTimeout).ok());
-  EXPECT_TRUE(peer.finish(*ctx).ok()) << peer.body_status().to_string();
+  ASSERT_OK(ch->send(std::vector<std::byte>(1), kTimeout));
+  EXPECT_OK(peer.finish(*ctx)) << peer.body_status().to_string();
 }
 
 TEST(NetChannel, BulkLargerThanThePostedBufferIsCorruption) {
@@ -326,14 +329,14 @@ TEST(NetChannel, BulkLargerThanThePostedBufferIsCorruption) {
     return ch.receive(kTimeout).status();
   });
   auto ch = l.accept(kTimeout);
-  ASSERT_TRUE(ch.ok());
+  ASSERT_OK(ch);
   std::vector<std::byte> small(1024);
   auto region = ctx->register_memory(small);
   auto t = ch->receive_bulk(1, small, *region);
-  ASSERT_TRUE(t.ok());
+  ASSERT_OK(t);
   const Status s = ch->wait(*t, kTimeout);
   EXPECT_EQ(s.code(), Code::kCorruption) << s.to_string();
-  ASSERT_TRUE(ch->send(std::vector<std::byte>(1), kTimeout).ok());
+  ASSERT_OK(ch->send(std::vector<std::byte>(1), kTimeout));
 }
 
 TEST(NetChannel, EventFdWakesThePollLoop) {
@@ -346,7 +349,7 @@ TEST(NetChannel, EventFdWakesThePollLoop) {
     return ch.receive(kTimeout).status();
   });
   auto ch = l.accept(kTimeout);
-  ASSERT_TRUE(ch.ok());
+  ASSERT_OK(ch);
   // The loop a sender runs over many peers: progress, look, arm, poll.
   const auto start = Clock::now();
   std::optional<std::vector<std::byte>> got;
@@ -354,7 +357,7 @@ TEST(NetChannel, EventFdWakesThePollLoop) {
   while (!got && ms_since(start) < 5000) {
     ctx->progress();
     auto m = ch->try_receive();
-    ASSERT_TRUE(m.ok()) << m.status().to_string();
+    ASSERT_OK(m);
     if (*m) {
       got = std::move(*m);
       break;
@@ -368,8 +371,8 @@ TEST(NetChannel, EventFdWakesThePollLoop) {
   ASSERT_TRUE(got.has_value());
   EXPECT_EQ(got->size(), 100u);
   EXPECT_LT(sleeps, 50) << "the loop spun instead of sleeping on the fd";
-  ASSERT_TRUE(ch->send(std::vector<std::byte>(1), kTimeout).ok());
-  EXPECT_TRUE(peer.finish(*ctx).ok()) << peer.body_status().to_string();
+  ASSERT_OK(ch->send(std::vector<std::byte>(1), kTimeout));
+  EXPECT_OK(peer.finish(*ctx)) << peer.body_status().to_string();
 }
 
 TEST(NetChannel, TransportsAreReported) {
@@ -377,11 +380,11 @@ TEST(NetChannel, TransportsAreReported) {
   Listener l = bind_listener(ctx);
   PeerThread peer(l.address(), token(), [&](Channel& ch) { return ch.receive(kTimeout).status(); });
   auto ch = l.accept(kTimeout);
-  ASSERT_TRUE(ch.ok());
+  ASSERT_OK(ch);
   EXPECT_NE(ch->transports(), "unknown");
   EXPECT_NE(ch->transports().find('/'), std::string::npos) << ch->transports();
   EXPECT_FALSE(ctx->resources().empty());
-  ASSERT_TRUE(ch->send(std::vector<std::byte>(1), kTimeout).ok());
+  ASSERT_OK(ch->send(std::vector<std::byte>(1), kTimeout));
 }
 
 // ---- authentication ----
@@ -391,7 +394,8 @@ TEST(NetAuth, WrongTokenIsRefusedOnBothSidesAndTheListenerStaysUsable) {
   RecordingListener rl(ctx, token("right-0123456789abcdefghij"));
   Listener& l = rl.listener;
   {
-    PeerThread bad(l.address(), token("wrong-0123456789abcdefghij"), [](Channel&) { return ok_status(); });
+    PeerThread bad(l.address(), token("wrong-0123456789abcdefghij"),
+                   [](Channel&) { return ok_status(); });
     const Status why = rl.next_refusal();
     EXPECT_EQ(why.code(), Code::kUnauthenticated) << why.to_string();
     EXPECT_NE(why.message().find("peer 127.0.0.1:"), std::string::npos);
@@ -406,9 +410,9 @@ TEST(NetAuth, WrongTokenIsRefusedOnBothSidesAndTheListenerStaysUsable) {
   PeerThread good(l.address(), token("right-0123456789abcdefghij"),
                   [](Channel& ch) { return ch.receive(kTimeout).status(); });
   auto ch = l.accept(kTimeout);
-  ASSERT_TRUE(ch.ok()) << ch.status().to_string();
-  ASSERT_TRUE(ch->send(std::vector<std::byte>(1), kTimeout).ok());
-  EXPECT_TRUE(good.finish(*ctx).ok()) << good.body_status().to_string();
+  ASSERT_OK(ch);
+  ASSERT_OK(ch->send(std::vector<std::byte>(1), kTimeout));
+  EXPECT_OK(good.finish(*ctx)) << good.body_status().to_string();
 }
 
 TEST(NetAuth, MissingTokenIsRefusedOnBothSides) {
@@ -533,11 +537,11 @@ TEST(NetFailure, ListenerThatStartsLateIsReachedByRetrying) {
   PeerThread peer(address, token(), [](Channel& ch) { return ch.receive(kTimeout).status(); });
   std::this_thread::sleep_for(milliseconds(300));
   auto l = Listener::bind(ctx, address, token());
-  ASSERT_TRUE(l.ok()) << l.status().to_string();
+  ASSERT_OK(l);
   auto ch = l->accept(kTimeout);
-  ASSERT_TRUE(ch.ok()) << ch.status().to_string();
-  ASSERT_TRUE(ch->send(std::vector<std::byte>(1), kTimeout).ok());
-  EXPECT_TRUE(peer.finish(*ctx).ok()) << peer.body_status().to_string();
+  ASSERT_OK(ch);
+  ASSERT_OK(ch->send(std::vector<std::byte>(1), kTimeout));
+  EXPECT_OK(peer.finish(*ctx)) << peer.body_status().to_string();
 }
 
 TEST(NetFailure, ListenerThatNeverAnswersHitsTheConnectTimeout) {
@@ -597,17 +601,17 @@ TEST(NetFailure, SenderKilledMidTransferIsAbortedPromptlyNamingThePeer) {
   Listener l = bind_listener(ctx);
   ChildProcess child("bulk-sender", l.address());
   auto ch = l.accept(kTimeout);
-  ASSERT_TRUE(ch.ok()) << ch.status().to_string();
+  ASSERT_OK(ch);
   std::vector<std::byte> buffer(1 << 20);
   auto region = ctx->register_memory(buffer);
-  ASSERT_TRUE(region.ok());
+  ASSERT_OK(region);
   // The child's connect() finishes only once our worker answers its wire-up, so the first
   // receives (which progress the worker) come before waiting for its "connected" line.
   std::uint32_t key = 0;
   for (; key < 3; ++key) {
     auto t = ch->receive_bulk(key, buffer, *region);
-    ASSERT_TRUE(t.ok());
-    ASSERT_TRUE(ch->wait(*t, kTimeout).ok()) << t->status().to_string();
+    ASSERT_OK(t);
+    ASSERT_OK(ch->wait(*t, kTimeout)) << t->status().to_string();
     ASSERT_EQ(ferry::testing::hash_bytes(buffer), ferry::testing::hash_bytes(pattern(1 << 20, 1)));
   }
   ASSERT_EQ(child.read_line(), "connected");
@@ -632,14 +636,14 @@ TEST(NetFailure, ReceiverKilledWithSendsInFlightIsAbortedPromptlyNamingThePeer) 
   ConnectOptions options;
   options.role = "receiver";
   auto ch = connect(ctx, address, token(), kTimeout, options);
-  ASSERT_TRUE(ch.ok()) << ch.status().to_string();
+  ASSERT_OK(ch);
   constexpr std::size_t kSlot = 1 << 20;
   std::vector<std::byte> ring(4 * kSlot);
   auto region = ctx->register_memory(ring);
-  ASSERT_TRUE(region.ok());
+  ASSERT_OK(region);
   auto first = ch->send_bulk(0, std::span<const std::byte>(ring).subspan(0, kSlot), *region);
-  ASSERT_TRUE(first.ok());
-  ASSERT_TRUE(ch->wait(*first, kTimeout).ok()) << first->status().to_string();
+  ASSERT_OK(first);
+  ASSERT_OK(ch->wait(*first, kTimeout)) << first->status().to_string();
   ASSERT_EQ(child.read_line(), "got one");
   std::vector<Transfer> in_flight;
   for (std::uint32_t k = 1; k < 4; ++k) {  // nobody will receive these

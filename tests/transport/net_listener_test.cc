@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "base/clock.h"
+#include "support/status_matchers.h"
 #include "support/test_support.h"
 #include "transport/net/address.h"
 #include "transport/net/channel.h"
@@ -103,22 +104,22 @@ class GoodPeer {
 // Accepts one peer, exchanges a message each way with it.
 void serve_one(Listener& l, GoodPeer& peer) {
   auto ch = l.accept(kTimeout);
-  ASSERT_TRUE(ch.ok()) << ch.status().to_string();
+  ASSERT_OK(ch);
   auto m = ch->receive(kTimeout);
-  ASSERT_TRUE(m.ok()) << m.status().to_string();
+  ASSERT_OK(m);
   EXPECT_EQ(m->size(), 2u);
-  ASSERT_TRUE(ch->send(std::vector<std::byte>(3), kTimeout).ok());
+  ASSERT_OK(ch->send(std::vector<std::byte>(3), kTimeout));
   const auto deadline = Clock::now() + kTimeout;
   while (Clock::now() < deadline && ch->health().ok() &&
          ch->try_receive().ok()) {  // until the peer closes
     ch->context().wait(milliseconds(10));
   }
-  EXPECT_TRUE(peer.status().ok()) << peer.status().to_string();
+  EXPECT_OK(peer.status()) << peer.status().to_string();
 }
 
 Listener listen_here(const std::shared_ptr<Context>& ctx, ListenerOptions o = {}) {
   auto l = Listener::bind(ctx, "127.0.0.1:0", token(), o);
-  EXPECT_TRUE(l.ok()) << l.status().to_string();
+  EXPECT_OK(l);
   return std::move(*l);
 }
 
@@ -224,7 +225,7 @@ TEST(NetListener, PortCanBeBoundAgainRightAfterClose) {
     serve_one(l, peer);  // a real connection, so the port has sockets in TIME-WAIT
   }
   auto again = Listener::bind(ctx, address, token());
-  ASSERT_TRUE(again.ok()) << again.status().to_string();
+  ASSERT_OK(again);
   GoodPeer peer(address);
   serve_one(*again, peer);
 }

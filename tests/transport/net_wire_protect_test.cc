@@ -11,6 +11,7 @@
 #include <thread>
 #include <vector>
 
+#include "support/status_matchers.h"
 #include "support/test_support.h"
 #include "transport/net/channel.h"
 #include "transport/net/seal.h"
@@ -68,7 +69,7 @@ class Pair {
       done_ = true;
     });
     auto ch = listener_->accept(kTimeout);
-    EXPECT_TRUE(ch.ok()) << ch.status().to_string();
+    EXPECT_OK(ch);
     if (ch.ok()) near = std::move(*ch);
   }
   ~Pair() { finish(); }
@@ -133,11 +134,11 @@ TEST(NetWireProtect, ControlMessagesDoNotTravelInClear) {
     return ch.receive(kTimeout).status();
   });
   auto got = pair.near.receive(kTimeout);
-  ASSERT_TRUE(got.ok()) << got.status().to_string();
+  ASSERT_OK(got);
   EXPECT_EQ(std::string(reinterpret_cast<const char*>(got->data()), got->size()), secret);
   EXPECT_FALSE(seen_in_clear);
-  ASSERT_TRUE(pair.near.send(std::vector<std::byte>(1), kTimeout).ok());
-  EXPECT_TRUE(pair.finish().ok());
+  ASSERT_OK(pair.near.send(std::vector<std::byte>(1), kTimeout));
+  EXPECT_OK(pair.finish());
 }
 
 TEST(NetWireProtect, TamperedControlFrameFailsTheChannelNamingThePeer) {
@@ -210,12 +211,12 @@ TEST(Seal, OpensOnlyUnderItsKeyCounterAndAdditionalData) {
   // What reorder, drop and reflection come to: a frame opened at another position (counter)
   // or under the other direction's key.
   auto keys = derive_session_keys(token(), nonce(1), nonce(2), true);
-  ASSERT_TRUE(keys.ok());
+  ASSERT_OK(keys);
   const auto plain = pattern(100, 6);
   const auto aad = pattern(4, 7);
   std::vector<std::byte> sealed(plain.size());
   Tag tag{};
-  ASSERT_TRUE(aead_seal(keys->control_send, 1, aad, plain, sealed, &tag).ok());
+  ASSERT_OK(aead_seal(keys->control_send, 1, aad, plain, sealed, &tag));
   EXPECT_NE(sealed, plain);
   std::vector<std::byte> out(plain.size());
   EXPECT_TRUE(aead_open(keys->control_send, 1, aad, sealed, out, tag));
@@ -253,7 +254,7 @@ Status bulk_round_trip(WireProtect mode, WireProtect minimum, const std::vector<
   Status s = pair.near.wait(*t, kTimeout);
   (void)pair.near.send(std::vector<std::byte>(1), kTimeout);
   Status peer = pair.finish();
-  EXPECT_TRUE(peer.ok()) << peer.to_string();
+  EXPECT_OK(peer);
   if (s.ok() && !peer.ok()) return peer;
   return s;
 }
@@ -268,7 +269,7 @@ TEST(NetWireProtect, BulkArrivesBitExactInEveryMode) {
     });
     std::vector<std::byte> got;
     Status s = bulk_round_trip(mode, WireProtect::kNone, data, &got);
-    ASSERT_TRUE(s.ok()) << wire_protect_name(mode) << ": " << s.to_string();
+    ASSERT_OK(s) << wire_protect_name(mode) << ": " << s.to_string();
     EXPECT_EQ(ferry::testing::hash_bytes(got), ferry::testing::hash_bytes(data))
         << wire_protect_name(mode);
     // What travelled: the bytes themselves, except under encrypt.
@@ -297,7 +298,7 @@ TEST(NetWireProtect, TamperedBulkByteInNoneModeIsNotDetectedByTheTransport) {
   const auto data = pattern(300000, 4);
   testing::set_bulk_tamper([](std::span<std::byte> bytes) { bytes[12345] ^= std::byte{0x20}; });
   std::vector<std::byte> got;
-  ASSERT_TRUE(bulk_round_trip(WireProtect::kNone, WireProtect::kNone, data, &got).ok());
+  ASSERT_OK(bulk_round_trip(WireProtect::kNone, WireProtect::kNone, data, &got));
   EXPECT_NE(got, data);
   EXPECT_EQ(got[12345], data[12345] ^ std::byte{0x20});
 }
@@ -310,14 +311,14 @@ TEST(NetWireProtect, ReceiverRequiringMacRefusesWeakerBulk) {
   EXPECT_NE(s.message().find("'none'"), std::string::npos) << s.message();
   EXPECT_NE(s.message().find("at least 'mac'"), std::string::npos) << s.message();
   // encrypt is stronger than mac: accepted.
-  EXPECT_TRUE(bulk_round_trip(WireProtect::kEncrypt, WireProtect::kMac, data, &got).ok());
+  EXPECT_OK(bulk_round_trip(WireProtect::kEncrypt, WireProtect::kMac, data, &got));
   EXPECT_EQ(got, data);
 }
 
 TEST(WireProtectNames, ParseRoundTripsAndRefusesUnknownNaming) {
   for (auto mode : {WireProtect::kNone, WireProtect::kMac, WireProtect::kEncrypt}) {
     auto p = parse_wire_protect(wire_protect_name(mode));
-    ASSERT_TRUE(p.ok());
+    ASSERT_OK(p);
     EXPECT_EQ(*p, mode);
   }
   auto bad = parse_wire_protect("hmac");

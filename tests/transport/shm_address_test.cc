@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <string>
 
+#include "support/status_matchers.h"
 #include "support/test_support.h"
 #include "transport/shm/local_address.h"
 #include "transport/shm/seqpacket_channel.h"
@@ -49,7 +50,7 @@ std::string unique_name(const char* what) {
 TEST(ShmAddress, BareNameIsASocketInAPrivateDirectory) {
   PrivateRuntimeDir runtime;
   auto l = Listener::bind("job");
-  ASSERT_TRUE(l.ok()) << l.status().to_string();
+  ASSERT_OK(l);
   struct stat st {};
   ASSERT_EQ(::lstat(runtime.ferry_dir().c_str(), &st), 0);
   EXPECT_TRUE(S_ISDIR(st.st_mode));
@@ -60,16 +61,16 @@ TEST(ShmAddress, BareNameIsASocketInAPrivateDirectory) {
   EXPECT_TRUE(S_ISSOCK(st.st_mode));
   EXPECT_EQ(st.st_mode & 0777, 0600u);
   auto c = connect("job", milliseconds(2000));
-  EXPECT_TRUE(c.ok()) << c.status().to_string();
+  EXPECT_OK(c);
   auto a = l->accept(milliseconds(2000));
-  EXPECT_TRUE(a.ok()) << a.status().to_string();
+  EXPECT_OK(a);
 }
 
 TEST(ShmAddress, TakenNameSaysWhichProcessHoldsIt) {
   PrivateRuntimeDir runtime;
   for (const std::string& name : {"@" + unique_name("abstract"), std::string("job")}) {
     auto first = Listener::bind(name);
-    ASSERT_TRUE(first.ok()) << first.status().to_string();
+    ASSERT_OK(first);
     auto second = Listener::bind(name);
     ASSERT_FALSE(second.ok()) << name;
     EXPECT_EQ(second.status().code(), Code::kAlreadyExists) << second.status().to_string();
@@ -78,7 +79,7 @@ TEST(ShmAddress, TakenNameSaysWhichProcessHoldsIt) {
         << second.status().message();
     // The first listener still works: the second bind did not take its socket.
     auto c = connect(name, milliseconds(2000));
-    EXPECT_TRUE(c.ok()) << c.status().to_string();
+    EXPECT_OK(c);
   }
 }
 
@@ -88,12 +89,12 @@ TEST(ShmAddress, StaleSocketFileIsReplaced) {
   {
     // A socket file whose listener is gone, as a killed sender leaves it.
     auto l = Listener::bind(path);
-    ASSERT_TRUE(l.ok());
+    ASSERT_OK(l);
     ASSERT_EQ(::link(path.c_str(), dir.file("keep").c_str()), 0);
   }
   ASSERT_EQ(::rename(dir.file("keep").c_str(), path.c_str()), 0);
   auto l = Listener::bind(path);
-  EXPECT_TRUE(l.ok()) << l.status().to_string();
+  EXPECT_OK(l);
 }
 
 TEST(ShmAddress, PathThatIsNotASocketIsLeftAlone) {

@@ -5,6 +5,7 @@
 #include <set>
 #include <string>
 
+#include "support/status_matchers.h"
 #include "support/test_support.h"
 #include "transport/net/auth.h"
 
@@ -12,8 +13,9 @@ namespace ferry::net {
 namespace {
 
 TEST(TokenStrength, ShortWordsAndRepetitionAreRefusedWithTheFix) {
-  for (const char* weak : {"s3cret", "right", "test-secret", "password123",
-                           "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa", "abababababababababababab"}) {
+  for (const char* weak :
+       {"s3cret", "right", "test-secret", "password123",
+        "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa", "abababababababababababab"}) {
     auto t = Token::from_string(weak, "FERRY_TOKEN");
     ASSERT_FALSE(t.ok()) << weak;
     EXPECT_EQ(t.status().code(), Code::kInvalidArgument);
@@ -31,18 +33,18 @@ TEST(TokenStrength, AtTheLimitAndOnePast) {
   EXPECT_LT(estimated_token_bits("k3j9x0q2m7w1z8v4b6n5c0"), kMinTokenBits);
   EXPECT_FALSE(Token::from_string("k3j9x0q2m7w1z8v4b6n5c0").ok());
   EXPECT_GE(estimated_token_bits("k3j9x0q2m7w1z8v4b6n5c0r4t"), kMinTokenBits);
-  EXPECT_TRUE(Token::from_string("k3j9x0q2m7w1z8v4b6n5c0r4t").ok());
-  EXPECT_TRUE(Token::from_string(ferry::testing::kTestToken).ok());
+  EXPECT_OK(Token::from_string("k3j9x0q2m7w1z8v4b6n5c0r4t"));
+  EXPECT_OK(Token::from_string(ferry::testing::kTestToken));
 }
 
 TEST(TokenStrength, NewTokensAreStrongAndDistinct) {
   std::set<std::string> seen;
   for (int i = 0; i < 20; ++i) {
     auto text = new_token_text();
-    ASSERT_TRUE(text.ok()) << text.status().to_string();
+    ASSERT_OK(text);
     EXPECT_EQ(text->size(), 64u);
     EXPECT_GE(estimated_token_bits(*text), 2 * kMinTokenBits);
-    EXPECT_TRUE(Token::from_string(*text).ok());
+    EXPECT_OK(Token::from_string(*text));
     seen.insert(*text);
   }
   EXPECT_EQ(seen.size(), 20u);

@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include "support/status_matchers.h"
 #include "wire/conversation.h"
 
 namespace ferry::wire {
@@ -40,14 +41,14 @@ TEST(WireMessage, EveryTypeRoundTrips) {
   for (const Message& m : all) {
     auto bytes = encode(m);
     auto back = decode(bytes, "test peer");
-    ASSERT_TRUE(back.ok()) << m.describe() << ": " << back.status().to_string();
+    ASSERT_OK(back) << m.describe() << ": " << back.status().to_string();
     EXPECT_EQ(back->type(), m.type());
     EXPECT_EQ(back->session, m.session);
     EXPECT_EQ(back->round, m.round);
     EXPECT_EQ(encode(*back), bytes) << m.describe();
   }
   auto b = decode(encode(all[2]), "p");
-  ASSERT_TRUE(b.ok());
+  ASSERT_OK(b);
   EXPECT_EQ(std::get<Begin>(b->body).manifest, small_begin().manifest);
 }
 
@@ -126,7 +127,7 @@ TEST(WireDecoder, MoreFollowsRoundTripsAndIsABoolean) {
   b.more_follows = 1;
   auto bytes = encode(make(7, 3, b));
   auto r = decode(bytes, "sender");
-  ASSERT_TRUE(r.ok()) << r.status().message();
+  ASSERT_OK(r);
   EXPECT_EQ(std::get<Begin>(r->body).more_follows, 1);
   bytes[kHeaderBytes + 20] = std::byte{2};  // after bucket_bytes, total_bytes, bucket_count
   r = decode(bytes, "sender");
@@ -167,31 +168,31 @@ struct Pair {
 
 TEST(WireConversation, AWholeRoundIsAccepted) {
   Pair p;
-  ASSERT_TRUE(p.receiver_to_sender(make(0, 0, Hello{1, 1})).ok());
-  ASSERT_TRUE(p.sender_to_receiver(make(0xabc, 0, Welcome{2, 1024, 1})).ok());
+  ASSERT_OK(p.receiver_to_sender(make(0, 0, Hello{1, 1})));
+  ASSERT_OK(p.sender_to_receiver(make(0xabc, 0, Welcome{2, 1024, 1})));
   for (std::uint64_t round = 1; round <= 2; ++round) {
     Begin b = small_begin();
     b.bucket_count = 3;
-    ASSERT_TRUE(p.sender_to_receiver(make(0xabc, round, b)).ok());
+    ASSERT_OK(p.sender_to_receiver(make(0xabc, round, b)));
     for (std::uint32_t i = 0; i < 3; ++i) {
-      ASSERT_TRUE(p.sender_to_receiver(make(0xabc, round, Filled{i % 2, i, 10, 0})).ok());
+      ASSERT_OK(p.sender_to_receiver(make(0xabc, round, Filled{i % 2, i, 10, 0})));
     }
-    ASSERT_TRUE(p.sender_to_receiver(make(0xabc, round, End{3, 5})).ok());
+    ASSERT_OK(p.sender_to_receiver(make(0xabc, round, End{3, 5})));
     for (std::uint32_t i = 0; i < 3; ++i) {
-      ASSERT_TRUE(p.receiver_to_sender(make(0xabc, round, Release{i % 2, i})).ok());
+      ASSERT_OK(p.receiver_to_sender(make(0xabc, round, Release{i % 2, i})));
     }
-    ASSERT_TRUE(p.receiver_to_sender(make(0xabc, round, Ack{3, 5})).ok());
+    ASSERT_OK(p.receiver_to_sender(make(0xabc, round, Ack{3, 5})));
   }
 }
 
 TEST(WireConversation, BucketsArriveInSegments) {
   Pair p;
-  ASSERT_TRUE(p.receiver_to_sender(make(0, 0, Hello{1, 1})).ok());
-  ASSERT_TRUE(p.sender_to_receiver(make(0xabc, 0, Welcome{2, 1024, 1})).ok());
+  ASSERT_OK(p.receiver_to_sender(make(0, 0, Hello{1, 1})));
+  ASSERT_OK(p.sender_to_receiver(make(0xabc, 0, Welcome{2, 1024, 1})));
   Begin b = small_begin();
   b.bucket_count = 2;
-  ASSERT_TRUE(p.sender_to_receiver(make(0xabc, 1, b)).ok());
-  ASSERT_TRUE(p.sender_to_receiver(make(0xabc, 1, Filled{0, 0, 100, 0, 0, 0})).ok());
+  ASSERT_OK(p.sender_to_receiver(make(0xabc, 1, b)));
+  ASSERT_OK(p.sender_to_receiver(make(0xabc, 1, Filled{0, 0, 100, 0, 0, 0})));
   // Not yet complete: no RELEASE of it, no next bucket, no END.
   EXPECT_FALSE(p.sender.received(make(0xabc, 1, Release{0, 0})).ok());
   EXPECT_NE(p.receiver.received(make(0xabc, 1, Filled{1, 1, 10, 0})).message().find("out of order"),
@@ -203,10 +204,10 @@ TEST(WireConversation, BucketsArriveInSegments) {
             std::string::npos);
   EXPECT_FALSE(p.receiver.received(make(0xabc, 1, Filled{0, 0, 300, 0, 50, 1})).ok());
   EXPECT_FALSE(p.receiver.received(make(0xabc, 1, Filled{0, 0, 100, 0, 100, 0})).ok());
-  ASSERT_TRUE(p.sender_to_receiver(make(0xabc, 1, Filled{0, 0, 250, 0, 100, 1})).ok());
-  ASSERT_TRUE(p.receiver_to_sender(make(0xabc, 1, Release{0, 0})).ok());
-  ASSERT_TRUE(p.sender_to_receiver(make(0xabc, 1, Filled{1, 1, 10, 0})).ok());
-  ASSERT_TRUE(p.sender_to_receiver(make(0xabc, 1, End{2, 5})).ok());
+  ASSERT_OK(p.sender_to_receiver(make(0xabc, 1, Filled{0, 0, 250, 0, 100, 1})));
+  ASSERT_OK(p.receiver_to_sender(make(0xabc, 1, Release{0, 0})));
+  ASSERT_OK(p.sender_to_receiver(make(0xabc, 1, Filled{1, 1, 10, 0})));
+  ASSERT_OK(p.sender_to_receiver(make(0xabc, 1, End{2, 5})));
 }
 
 TEST(WireDecoder, RejectsABadSegment) {
@@ -234,14 +235,14 @@ TEST(WireConversation, StaleAndOutOfOrderMessagesAreRejected) {
   EXPECT_NE(s.message().find("from receiver 1"), std::string::npos);
   EXPECT_NE(s.message().find("stale session"), std::string::npos);
 
-  ASSERT_TRUE(p.receiver_to_sender(make(0, 0, Hello{1, 1})).ok());
-  ASSERT_TRUE(p.sender_to_receiver(make(0xabc, 4, Welcome{2, 1024, 1})).ok());
+  ASSERT_OK(p.receiver_to_sender(make(0, 0, Hello{1, 1})));
+  ASSERT_OK(p.sender_to_receiver(make(0xabc, 4, Welcome{2, 1024, 1})));
   // BEGIN of a round that already happened.
   Begin b = small_begin();
   b.bucket_count = 2;
   s = p.receiver.received(make(0xabc, 4, b));
   EXPECT_NE(s.message().find("stale round"), std::string::npos) << s.message();
-  ASSERT_TRUE(p.sender_to_receiver(make(0xabc, 5, b)).ok());
+  ASSERT_OK(p.sender_to_receiver(make(0xabc, 5, b)));
   // FILLED skipping a bucket, in the wrong slot, from another round.
   EXPECT_NE(p.receiver.received(make(0xabc, 5, Filled{1, 1, 1, 0})).message().find("out of order"),
             std::string::npos);
@@ -254,7 +255,7 @@ TEST(WireConversation, StaleAndOutOfOrderMessagesAreRejected) {
   // END before every bucket.
   EXPECT_NE(p.receiver.received(make(0xabc, 5, End{2, 0})).message().find("END after 0 of 2"),
             std::string::npos);
-  ASSERT_TRUE(p.sender_to_receiver(make(0xabc, 5, Filled{0, 0, 1, 0})).ok());
+  ASSERT_OK(p.sender_to_receiver(make(0xabc, 5, Filled{0, 0, 1, 0})));
   // RELEASE of a bucket not yet filled, of a stale round, ACK too early.
   EXPECT_FALSE(p.sender.received(make(0xabc, 5, Release{1, 1})).ok());
   EXPECT_NE(p.sender.received(make(0xabc, 4, Release{0, 0})).message().find("stale round"),

@@ -32,9 +32,7 @@ bool macs_equal(const Mac& a, const Mac& b) {
   return CRYPTO_memcmp(a.data(), b.data(), a.size()) == 0;
 }
 
-Status random_bytes(std::span<std::uint8_t> out) {
-  return ferry::random_bytes(out);
-}
+Status random_bytes(std::span<std::uint8_t> out) { return ferry::random_bytes(out); }
 
 Result<Token> Token::from_env() {
   if (const char* value = std::getenv("FERRY_TOKEN"); value != nullptr) {
@@ -95,16 +93,21 @@ double estimated_token_bits(std::string_view secret) {
   for (const char c : secret) {
     const auto u = static_cast<unsigned char>(c);
     seen.set(u);
-    if (u >= 'a' && u <= 'z') lower = true;
-    else if (u >= 'A' && u <= 'Z') upper = true;
-    else if (u >= '0' && u <= '9') digit = true;
-    else if (u >= 0x20 && u < 0x7f) punct = true;
-    else other = true;
+    if (u >= 'a' && u <= 'z')
+      lower = true;
+    else if (u >= 'A' && u <= 'Z')
+      upper = true;
+    else if (u >= '0' && u <= '9')
+      digit = true;
+    else if (u >= 0x20 && u < 0x7f)
+      punct = true;
+    else
+      other = true;
   }
   // "aaaa..." or "abab..." is long but guessable whatever its length.
   if (seen.count() < 8) return 0;
-  const int alphabet = (lower ? 26 : 0) + (upper ? 26 : 0) + (digit ? 10 : 0) +
-                       (punct ? 33 : 0) + (other ? 128 : 0);
+  const int alphabet =
+      (lower ? 26 : 0) + (upper ? 26 : 0) + (digit ? 10 : 0) + (punct ? 33 : 0) + (other ? 128 : 0);
   return static_cast<double>(secret.size()) * std::log2(static_cast<double>(alphabet));
 }
 
@@ -314,9 +317,9 @@ Result<Address> decode_address(std::span<const std::byte> bytes, const std::stri
   std::size_t length = 0;
   if (bytes.size() >= kPrefixBytes + 4) length = coding::Reader(bytes.subspan(kPrefixBytes)).u32();
   if (length == 0 || length > kMaxWorkerAddressBytes) {
-    return corruption(fmt::format(
-        "{} sent an ADDRESS of {} bytes; a UCX worker address has 1 to {} bytes", peer,
-        length, kMaxWorkerAddressBytes));
+    return corruption(
+        fmt::format("{} sent an ADDRESS of {} bytes; a UCX worker address has 1 to {} bytes", peer,
+                    length, kMaxWorkerAddressBytes));
   }
   Reader r(bytes, Kind::kAddress, 4 + length, peer);
   if (!r.error().ok()) return r.error();

@@ -76,8 +76,9 @@ class Token {
   std::string source_;
 };
 
-// The handshake, in order (then ADDRESS both ways): HELLO (connector: nonce) -> CHALLENGE (listener: nonce) ->
-// PROOF (connector: its MAC) -> VERDICT (listener: accepted or wrong token, and its own MAC)
+// The handshake, in order (then ADDRESS both ways): HELLO (connector: nonce) -> CHALLENGE
+// (listener: nonce) -> PROOF (connector: its MAC) -> VERDICT (listener: accepted or wrong token,
+// and its own MAC)
 // -> CONFIRM (connector: the listener's MAC is right). The connector proves itself first so
 // that a wrong token is reported as such by both; it sends nothing but handshake messages
 // until it has checked the listener's MAC. Each travels as one whole control message.

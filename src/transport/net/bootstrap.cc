@@ -17,6 +17,7 @@
 
 #include "base/clock.h"
 #include "base/log.h"
+#include "base/status_macros.h"
 #include "transport/net/channel.h"
 #include "transport/net/seal.h"
 #include "transport/net/socket.h"
@@ -120,8 +121,8 @@ void Listener::State::take_connections() {
     const std::string peer = "peer " + format_address(a);
     const std::string source = host_of(a);
     if (handshakes.size() >= options.max_handshakes) {
-      log::warn("net: {} refused: {} handshakes in progress already on {}", peer,
-                handshakes.size(), address);
+      log::warn("net: {} refused: {} handshakes in progress already on {}", peer, handshakes.size(),
+                address);
       continue;  // closed
     }
     if (per_source[source] >= options.max_handshakes_per_source) {
@@ -199,7 +200,7 @@ Status Listener::State::advance(Handshake& h, std::vector<std::byte> m, bool* fi
             "there)",
             h.peer));
       }
-      if (Status r = random_bytes(challenge.nonce); !r.ok()) return r;
+      FERRY_RETURN_IF_ERROR(random_bytes(challenge.nonce));
       h.hello = hello->nonce;
       h.challenge = challenge.nonce;
       h.stage = Handshake::Stage::kProof;
@@ -264,11 +265,12 @@ void Listener::State::check_wiring() {
     if (done.ok() && *done) {
       ready.push_back(std::move(it->first));
     } else if (!done.ok() || now >= it->second) {
-      const Status why = done.ok() ? timeout_error(fmt::format(
-                                         "{} authenticated but UCX could not connect to it "
-                                         "within {} ms",
-                                         it->first.peer(), options.handshake_timeout.count()))
-                                   : done.status();
+      const Status why =
+          done.ok()
+              ? timeout_error(fmt::format("{} authenticated but UCX could not connect to it "
+                                          "within {} ms",
+                                          it->first.peer(), options.handshake_timeout.count()))
+              : done.status();
       log::warn("net: {}", why.message());
       if (options.on_refused) options.on_refused(why);
       it->first.abort();
@@ -287,9 +289,9 @@ void Listener::State::expire() {
     if (now >= h->deadline) late.push_back(fd);
   }
   for (int fd : late) {
-    drop(fd, timeout_error(fmt::format(
-                 "{} connected to {} but did not finish the handshake within {} ms",
-                 handshakes[fd]->peer, address, options.handshake_timeout.count())));
+    drop(fd, timeout_error(
+                 fmt::format("{} connected to {} but did not finish the handshake within {} ms",
+                             handshakes[fd]->peer, address, options.handshake_timeout.count())));
   }
 }
 
@@ -312,8 +314,8 @@ Result<Listener> Listener::bind(std::shared_ptr<Context> context, const std::str
   state->socket = std::move(*socket);
   state->epoll = ScopedFd(::epoll_create1(EPOLL_CLOEXEC));
   if (state->epoll.get() < 0) {
-    return io_error(fmt::format("cannot listen on {}: epoll_create1: {}", address,
-                                std::strerror(errno)));
+    return io_error(
+        fmt::format("cannot listen on {}: epoll_create1: {}", address, std::strerror(errno)));
   }
   epoll_event ev{};
   ev.events = EPOLLIN;
@@ -346,7 +348,8 @@ Result<Channel> Listener::accept(milliseconds timeout) {
     epoll_event events[64];
     const int n = ::epoll_wait(s.epoll.get(), events, 64, static_cast<int>(wait));
     if (n < 0 && errno != EINTR) {
-      return io_error(fmt::format("listener on {}: epoll_wait: {}", s.address, std::strerror(errno)));
+      return io_error(
+          fmt::format("listener on {}: epoll_wait: {}", s.address, std::strerror(errno)));
     }
     for (int i = 0; i < n; ++i) {
       if (events[i].data.fd == s.socket.get()) {
@@ -416,18 +419,19 @@ Result<Channel> connect(std::shared_ptr<Context> context, const std::string& add
   };
   const auto unreachable = [&]() {
     return timeout_error(
-        fmt::format("could not connect to {} within {} ms: {} (is a listener running there?)",
-                    peer, timeout.count(), last_failure.message()));
+        fmt::format("could not connect to {} within {} ms: {} (is a listener running there?)", peer,
+                    timeout.count(), last_failure.message()));
   };
   while (true) {
     auto fd = dial(*addr, deadline, peer);
-    Result<std::vector<std::byte>> m = fd.ok() ? Result<std::vector<std::byte>>(std::vector<std::byte>{})
-                                               : Result<std::vector<std::byte>>(fd.status());
+    Result<std::vector<std::byte>> m =
+        fd.ok() ? Result<std::vector<std::byte>>(std::vector<std::byte>{})
+                : Result<std::vector<std::byte>>(fd.status());
     FrameReader in;
     handshake::Hello hello;
     if (fd.ok()) {
       hello.has_token = token.has_value();
-      if (Status r = random_bytes(hello.nonce); !r.ok()) return r;
+      FERRY_RETURN_IF_ERROR(random_bytes(hello.nonce));
       Status st = send_all(fd->get(), frame(handshake::encode(hello)), deadline, peer);
       m = st.ok() ? read_frame(fd->get(), in, kMaxHandshakeBytes, deadline, peer)
                   : Result<std::vector<std::byte>>(st);
@@ -509,8 +513,7 @@ Result<Channel> connect(std::shared_ptr<Context> context, const std::string& add
     auto worker = context->add_worker();
     if (!worker.ok()) return give_up(worker.status());
     std::vector<std::byte> out = frame(handshake::encode(confirm));
-    const auto address_frame =
-        frame(handshake::encode(handshake::Address{(*worker)->address()}));
+    const auto address_frame = frame(handshake::encode(handshake::Address{(*worker)->address()}));
     out.insert(out.end(), address_frame.begin(), address_frame.end());
     st = send_all(s, out, deadline, peer);
     if (!st.ok()) return give_up(handshake_timeout(st));
@@ -532,9 +535,9 @@ Result<Channel> connect(std::shared_ptr<Context> context, const std::string& add
       if (*done) return ch;
       if (Clock::now() >= deadline) {
         ch->abort();
-        return timeout_error(fmt::format(
-            "{} authenticated but UCX could not connect to it within {} ms", peer,
-            timeout.count()));
+        return timeout_error(
+            fmt::format("{} authenticated but UCX could not connect to it within {} ms", peer,
+                        timeout.count()));
       }
       context->wait(milliseconds(1));
     }

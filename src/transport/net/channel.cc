@@ -9,10 +9,10 @@
 #include <map>
 
 #include "base/clock.h"
+#include "base/coding.h"
 #include "base/log.h"
 #include "transport/net/testing.h"
 #include "transport/transport.h"
-#include "base/coding.h"
 
 namespace ferry::net {
 namespace {
@@ -161,8 +161,8 @@ struct Endpoint {
     if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return;
     broken = true;
     if (n > 0) {
-      fail(corruption(fmt::format("{} sent bytes on its bootstrap socket after the handshake",
-                                  peer)));
+      fail(corruption(
+          fmt::format("{} sent bytes on its bootstrap socket after the handshake", peer)));
       return;
     }
     fail(aborted(fmt::format(

@@ -3,17 +3,16 @@
 #include <fmt/format.h>
 #include <poll.h>
 #include <sys/epoll.h>
-#include <unistd.h>
 #include <ucp/api/ucp.h>
-
 #include <ucs/debug/log_def.h>
+#include <unistd.h>
 
 #include <cerrno>
 #include <cstdarg>
 #include <cstdio>
-#include <mutex>
 #include <cstdlib>
 #include <cstring>
+#include <mutex>
 #include <sstream>
 
 #include "base/log.h"

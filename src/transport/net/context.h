@@ -67,6 +67,7 @@ void route_ucx_log();
 
 class Context : public std::enable_shared_from_this<Context> {
   friend class Worker;
+
  public:
   // ucp_init with the tag, stream and wakeup features, and one worker.
   static Result<std::shared_ptr<Context>> create(const ContextOptions& options = {});
@@ -123,8 +124,8 @@ class Context : public std::enable_shared_from_this<Context> {
  private:
   ucp_context_h context_ = nullptr;
   ucp_worker_h worker_ = nullptr;
-  int event_fd_ = -1;         // an epoll fd over every worker's event fd
-  int main_event_fd_ = -1;    // the main worker's
+  int event_fd_ = -1;             // an epoll fd over every worker's event fd
+  int main_event_fd_ = -1;        // the main worker's
   std::vector<Worker*> workers_;  // add_worker()'s, alive
   bool serialized_ = false;
   std::string resources_;
