@@ -72,6 +72,14 @@ wait_for() {
   done
   wait "$pid"
 }
+# Waits at most $2 seconds until the sender logging to $1 says it waits for receivers.
+wait_listening() {
+  local t=0
+  until grep -q "waiting for" "$1" 2>/dev/null; do
+    sleep 0.2; t=$((t + 1))
+    [ $t -lt $(($2 * 5)) ] || return 1
+  done
+}
 hashes() { grep -o '"content_hash":"[0-9a-f]*"' "$1" | cut -d'"' -f4 | tr '\n' ' '; }
 stop_all() { for p in "${PIDS[@]}"; do kill -9 "$p" 2>/dev/null; done; wait 2>/dev/null; PIDS=(); }
 
@@ -95,12 +103,15 @@ pass "3 rounds to 2 relays x 2 receivers, bit-exact"
 stop_all
 
 # 2. A relay with the wrong token: refused by both sides, and no weight byte reaches it.
-start_sender auth --receivers 1 --rounds 1 --preset qwen2.5-0.5b --timeout 3
-start_node "$NS_A" 1 $SENDER_IP "$WRONG" 1 3
-wait_for "$RELAY1" 20; rc=$?
+# The relay starts once the sender listens: under load, building the preset can take longer
+# than the relay's connect timeout, and "connection refused" is not the refusal tested here.
+start_sender auth --receivers 1 --rounds 1 --preset qwen2.5-0.5b --timeout 10
+wait_listening "$WORK/auth.err" 60 || fail "sender of the wrong-token case never listened"
+start_node "$NS_A" 1 $SENDER_IP "$WRONG" 1 10
+wait_for "$RELAY1" 30; rc=$?
 [ $rc -ne 0 ] || fail "relay with a wrong token exited 0"
 grep -q "refused our token" "$WORK/relay1.err" || fail "relay did not say it was refused: $(tail -1 "$WORK/relay1.err")"
-wait_for "$SENDER" 20
+wait_for "$SENDER" 30
 grep -q "failed authentication: wrong token" "$WORK/auth.err" || fail "sender did not log the refusal: $(tail -2 "$WORK/auth.err")"
 [ ! -s "$WORK/auth.out" ] || fail "sender reported a round to an unauthenticated relay"
 for r in 0 1; do ! grep -q '"round"' "$WORK/recv1.$r.out" || fail "receiver $r behind the refused relay got a round"; done
