@@ -12,6 +12,15 @@
 
 namespace ferry::coding {
 
+// Writes v little-endian into dst[0..4) / dst[0..8): for fixed layouts on the stack, where
+// a vector's allocation would cost more than the bytes (the sync path's per-bucket fields).
+inline void encode_u32(std::byte* dst, std::uint32_t v) {
+  for (int i = 0; i < 4; ++i) dst[i] = static_cast<std::byte>(v >> (8 * i));
+}
+inline void encode_u64(std::byte* dst, std::uint64_t v) {
+  for (int i = 0; i < 8; ++i) dst[i] = static_cast<std::byte>(v >> (8 * i));
+}
+
 inline void put_u8(std::vector<std::byte>* out, std::uint8_t v) {
   out->push_back(static_cast<std::byte>(v));
 }

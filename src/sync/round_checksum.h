@@ -9,10 +9,10 @@
 #endif
 #include <xxhash.h>
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <span>
-#include <vector>
 
 #include "base/coding.h"
 
@@ -25,11 +25,10 @@ class RoundChecksum {
     XXH3_64bits_update(&state_, begin_message.data(), begin_message.size());
   }
   void add_bucket(std::uint32_t bucket, std::uint64_t used, std::uint64_t checksum) {
-    std::vector<std::byte> b;
-    b.reserve(20);
-    coding::put_u32(&b, bucket);
-    coding::put_u64(&b, used);
-    coding::put_u64(&b, checksum);
+    std::array<std::byte, 20> b;  // no allocation per bucket
+    coding::encode_u32(b.data(), bucket);
+    coding::encode_u64(b.data() + 4, used);
+    coding::encode_u64(b.data() + 12, checksum);
     XXH3_64bits_update(&state_, b.data(), b.size());
   }
   std::uint64_t digest() const { return XXH3_64bits_digest(&state_); }
