@@ -29,6 +29,14 @@ void make_sharded(const std::string& dir, const std::string& weight_map) {
               R"({"metadata":{"total_size":22},"weight_map":)" + weight_map + "}");
 }
 
+// The error read_model_index gives for the two shards above indexed by `weight_map`
+// (OK when it accepts them).
+Status index_error(const std::string& weight_map) {
+  TempDir dir;
+  make_sharded(dir.path(), weight_map);
+  return read_model_index(dir.path()).status();
+}
+
 TEST(ModelFolder, ReadsShardedFolderThroughIndex) {
   TempDir dir;
   make_sharded(dir.path(), R"({"a":"s1.safetensors","b":"s1.safetensors","c":"s2.safetensors"})");
@@ -44,44 +52,35 @@ TEST(ModelFolder, ReadsShardedFolderThroughIndex) {
 }
 
 TEST(ModelFolder, RejectsTensorMissingFromItsShard) {
-  TempDir dir;
-  make_sharded(
-      dir.path(),
+  const Status missing = index_error(
       R"({"a":"s1.safetensors","b":"s1.safetensors","c":"s2.safetensors","d":"s2.safetensors"})");
-  auto index = read_model_index(dir.path());
-  ASSERT_FALSE(index.ok());
-  EXPECT_NE(index.status().message().find("'d'"), std::string::npos);
+  ASSERT_FALSE(missing.ok());
+  EXPECT_NE(missing.message().find("'d'"), std::string::npos);
 }
 
 TEST(ModelFolder, RejectsTensorInTheWrongShardOrNotIndexed) {
-  TempDir dir;
-  make_sharded(dir.path(), R"({"a":"s2.safetensors","b":"s1.safetensors","c":"s2.safetensors"})");
-  auto wrong = read_model_index(dir.path());
+  const Status wrong =
+      index_error(R"({"a":"s2.safetensors","b":"s1.safetensors","c":"s2.safetensors"})");
   ASSERT_FALSE(wrong.ok());
-  EXPECT_NE(wrong.status().message().find("index.json says 's2.safetensors'"), std::string::npos)
-      << wrong.status().message();
+  EXPECT_NE(wrong.message().find("index.json says 's2.safetensors'"), std::string::npos)
+      << wrong.message();
 
-  TempDir dir2;
-  make_sharded(dir2.path(), R"({"a":"s1.safetensors","c":"s2.safetensors"})");
-  auto extra = read_model_index(dir2.path());
+  const Status extra = index_error(R"({"a":"s1.safetensors","c":"s2.safetensors"})");
   ASSERT_FALSE(extra.ok());
-  EXPECT_NE(extra.status().message().find("'b' is not in"), std::string::npos);
+  EXPECT_NE(extra.message().find("'b' is not in"), std::string::npos);
 }
 
 TEST(ModelFolder, RejectsMissingShardAndEscapingNames) {
-  TempDir dir;
-  make_sharded(dir.path(), R"({"a":"s1.safetensors","b":"s1.safetensors","c":"s3.safetensors"})");
-  auto missing = read_model_index(dir.path());
+  const Status missing =
+      index_error(R"({"a":"s1.safetensors","b":"s1.safetensors","c":"s3.safetensors"})");
   ASSERT_FALSE(missing.ok());
-  EXPECT_EQ(missing.status().code(), Code::kNotFound);
-  EXPECT_NE(missing.status().message().find("s3.safetensors"), std::string::npos);
+  EXPECT_EQ(missing.code(), Code::kNotFound);
+  EXPECT_NE(missing.message().find("s3.safetensors"), std::string::npos);
 
-  TempDir dir2;
-  make_sharded(dir2.path(),
-               R"({"a":"../s1.safetensors","b":"s1.safetensors","c":"s2.safetensors"})");
-  auto escape = read_model_index(dir2.path());
+  const Status escape =
+      index_error(R"({"a":"../s1.safetensors","b":"s1.safetensors","c":"s2.safetensors"})");
   ASSERT_FALSE(escape.ok());
-  EXPECT_NE(escape.status().message().find("not a file name inside the folder"), std::string::npos);
+  EXPECT_NE(escape.message().find("not a file name inside the folder"), std::string::npos);
 }
 
 TEST(ModelFolder, EmptyFolderIsNotFound) {
