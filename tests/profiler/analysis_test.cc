@@ -48,33 +48,33 @@ std::string synthetic_trace(int rank, long long anchor_ns) {
   return doc.dump();
 }
 
-const SpanStats* find(const Summary& s, const std::string& name) {
+// The stats of span `name`; when the summary lacks it, a test failure and empty stats.
+const SpanStats& span(const Summary& s, const std::string& name) {
   for (const SpanStats& st : s.spans) {
-    if (st.name == name) return &st;
+    if (st.name == name) return st;
   }
-  return nullptr;
+  ADD_FAILURE() << "no span '" << name << "' in the summary";
+  static const SpanStats kMissing;
+  return kMissing;
 }
 
 TEST(ProfilerAnalysis, KnownDurations) {
   auto s = summarize_text(synthetic_trace(0, 0), "t.json");
   ASSERT_OK(s);
   EXPECT_DOUBLE_EQ(s->step_us, 1000);
-  const SpanStats* pack = find(*s, "sync.pack");
-  ASSERT_NE(pack, nullptr);
-  EXPECT_EQ(pack->count, 100u);
-  EXPECT_DOUBLE_EQ(pack->total_us, 5050);
-  EXPECT_DOUBLE_EQ(pack->mean_us, 50.5);
-  EXPECT_DOUBLE_EQ(pack->p50_us, 50);
-  EXPECT_DOUBLE_EQ(pack->p99_us, 99);
-  EXPECT_DOUBLE_EQ(pack->max_us, 100);
-  EXPECT_DOUBLE_EQ(pack->share, 5.05);  // spans on many threads may exceed the step
-  const SpanStats* step = find(*s, "ferry.step");
-  ASSERT_NE(step, nullptr);
-  EXPECT_DOUBLE_EQ(step->total_us, 1000);
-  EXPECT_DOUBLE_EQ(step->share, 1.0);
-  const SpanStats* publish = find(*s, "sync.publish");
-  ASSERT_NE(publish, nullptr);
-  EXPECT_DOUBLE_EQ(publish->share, 0.05);
+  const SpanStats& pack = span(*s, "sync.pack");
+  EXPECT_EQ(pack.count, 100u);
+  EXPECT_DOUBLE_EQ(pack.total_us, 5050);
+  EXPECT_DOUBLE_EQ(pack.mean_us, 50.5);
+  EXPECT_DOUBLE_EQ(pack.p50_us, 50);
+  EXPECT_DOUBLE_EQ(pack.p99_us, 99);
+  EXPECT_DOUBLE_EQ(pack.max_us, 100);
+  EXPECT_DOUBLE_EQ(pack.share, 5.05);  // spans on many threads may exceed the step
+  const SpanStats& step = span(*s, "ferry.step");
+  EXPECT_DOUBLE_EQ(step.total_us, 1000);
+  EXPECT_DOUBLE_EQ(step.share, 1.0);
+  const SpanStats& publish = span(*s, "sync.publish");
+  EXPECT_DOUBLE_EQ(publish.share, 0.05);
   EXPECT_EQ(s->spans.front().name, "sync.pack");  // largest total first
 }
 
@@ -89,11 +89,10 @@ TEST(ProfilerAnalysis, MergesRanksAndReportsClockOffsets) {
   EXPECT_DOUBLE_EQ(s->files[0].clock_offset_us, 0);
   EXPECT_DOUBLE_EQ(s->files[1].clock_offset_us, 2500);
   EXPECT_DOUBLE_EQ(s->step_us, 2000);
-  const SpanStats* pack = find(*s, "sync.pack");
-  ASSERT_NE(pack, nullptr);
-  EXPECT_EQ(pack->count, 200u);
-  EXPECT_DOUBLE_EQ(pack->p50_us, 50);
-  EXPECT_DOUBLE_EQ(pack->share, 5.05);
+  const SpanStats& pack = span(*s, "sync.pack");
+  EXPECT_EQ(pack.count, 200u);
+  EXPECT_DOUBLE_EQ(pack.p50_us, 50);
+  EXPECT_DOUBLE_EQ(pack.share, 5.05);
 }
 
 TEST(ProfilerAnalysis, MarkdownCsvJson) {
