@@ -257,8 +257,12 @@ std::vector<Status> load_statuses(const std::string& dir, const std::vector<Glob
   return out;
 }
 
-// Inverts one bit of rank 1's slice of `tensor` in step 1 (saved on n1); returns its file.
-std::string damage_slice(const testing::TempDir& dir, const std::string& tensor) {
+// Saves `state` as step 1 (two ranks on n0, n1), then inverts one bit of rank 1's slice
+// of `tensor` (saved on n1); returns the damaged file.
+std::string save_with_flipped_bit(const testing::TempDir& dir,
+                                  const std::vector<GlobalTensor>& state,
+                                  const std::string& tensor) {
+  save_state(dir.path(), state, 2, 2, 1);
   const SavedSlice s = saved_slice(dir.path() + "/n1", tensor, 1);
   const std::string file = dir.path() + "/n1/step_1/" + s.file;
   const auto at = static_cast<std::streamoff>(s.data_offset + 5);
@@ -272,12 +276,23 @@ std::string damage_slice(const testing::TempDir& dir, const std::string& tensor)
   return file;
 }
 
+// A load error over a damaged shard names its file and the tensor, so the user knows what
+// to restore.
+::testing::AssertionResult names_file_and_tensor(const Status& st, const std::string& file,
+                                                 const std::string& tensor) {
+  for (const std::string& part : {file, tensor}) {
+    if (st.message().find(part) == std::string::npos) {
+      return ::testing::AssertionFailure() << "'" << part << "' not in " << st.to_string();
+    }
+  }
+  return ::testing::AssertionSuccess();
+}
+
 TEST(DamagedShard, FlippedByteIsNamedByVerifyAndLoad) {
   testing::TempDir dir;
   const auto state = make_state(16);
-  save_state(dir.path(), state, 2, 2, 1);
   const std::string tensor = "model.layers.0.mlp.down_proj.weight";
-  const std::string file = damage_slice(dir, tensor);
+  const std::string file = save_with_flipped_bit(dir, state, tensor);
   auto report = verify(roots_of(dir, 2));
   ASSERT_OK(report);
   ASSERT_EQ(report->problems.size(), 1u);
@@ -287,17 +302,15 @@ TEST(DamagedShard, FlippedByteIsNamedByVerifyAndLoad) {
   for (const Status& st : load_statuses(dir.path(), state)) {
     EXPECT_EQ(st.code() == Code::kCorruption || st.code() == Code::kAborted, true)
         << st.to_string();
-    EXPECT_NE(st.message().find(file), std::string::npos) << st.to_string();
-    EXPECT_NE(st.message().find(tensor), std::string::npos) << st.to_string();
+    EXPECT_TRUE(names_file_and_tensor(st, file, tensor));
   }
 }
 
 TEST(DamagedShard, FlippedByteInAFetchedShardIsNamedToTheRanksThatFetchIt) {
   testing::TempDir dir;
   const auto state = make_state(18);
-  save_state(dir.path(), state, 2, 2, 1);
   const std::string tensor = "model.layers.0.mlp.down_proj.weight";
-  const std::string file = damage_slice(dir, tensor);
+  const std::string file = save_with_flipped_bit(dir, state, tensor);
   // Four ranks on four nodes: n2 and n3 have no shards and fetch n1's from rank 1,
   // whose readahead reads the damaged slice first and must not hide the damage.
   const auto statuses = load_statuses(dir.path(), state, 4);
@@ -305,8 +318,7 @@ TEST(DamagedShard, FlippedByteInAFetchedShardIsNamedToTheRanksThatFetchIt) {
   int fetchers_told = 0;
   for (const Status& st : statuses) {
     ASSERT_FALSE(st.ok());
-    EXPECT_NE(st.message().find(file), std::string::npos) << st.to_string();
-    EXPECT_NE(st.message().find(tensor), std::string::npos) << st.to_string();
+    EXPECT_TRUE(names_file_and_tensor(st, file, tensor));
     fetchers_told += st.message().find("fetching " + tensor + " from rank 1") != std::string::npos;
   }
   EXPECT_GE(fetchers_told, 1);
