@@ -1,6 +1,7 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <optional>
 
 #include "ferry/safetensors.h"
 #include "support/status_matchers.h"
@@ -29,14 +30,6 @@ void make_sharded(const std::string& dir, const std::string& weight_map) {
               R"({"metadata":{"total_size":22},"weight_map":)" + weight_map + "}");
 }
 
-// The error read_model_index gives for the two shards above indexed by `weight_map`
-// (OK when it accepts them).
-Status index_error(const std::string& weight_map) {
-  TempDir dir;
-  make_sharded(dir.path(), weight_map);
-  return read_model_index(dir.path()).status();
-}
-
 TEST(ModelFolder, ReadsShardedFolderThroughIndex) {
   TempDir dir;
   make_sharded(dir.path(), R"({"a":"s1.safetensors","b":"s1.safetensors","c":"s2.safetensors"})");
@@ -51,37 +44,43 @@ TEST(ModelFolder, ReadsShardedFolderThroughIndex) {
   EXPECT_EQ(c->spec.shape, std::vector<std::int64_t>{3});
 }
 
-TEST(ModelFolder, RejectsTensorMissingFromItsShard) {
-  const Status missing = index_error(
-      R"({"a":"s1.safetensors","b":"s1.safetensors","c":"s2.safetensors","d":"s2.safetensors"})");
-  ASSERT_FALSE(missing.ok());
-  EXPECT_NE(missing.message().find("'d'"), std::string::npos);
+// An index over the two shards above that read_model_index must refuse, and what its
+// error must say.
+struct BadIndex {
+  const char* name;  // the case in ModelFolder/RejectedIndex.NamesWhatIsWrong/<name>
+  const char* weight_map;
+  const char* error;
+  std::optional<Code> code = std::nullopt;
+};
+
+const BadIndex kBadIndexes[] = {
+    {"TensorMissingFromItsShard",
+     R"({"a":"s1.safetensors","b":"s1.safetensors","c":"s2.safetensors","d":"s2.safetensors"})",
+     "'d'"},
+    {"TensorInTheWrongShard", R"({"a":"s2.safetensors","b":"s1.safetensors","c":"s2.safetensors"})",
+     "index.json says 's2.safetensors'"},
+    {"TensorNotIndexed", R"({"a":"s1.safetensors","c":"s2.safetensors"})", "'b' is not in"},
+    {"MissingShard", R"({"a":"s1.safetensors","b":"s1.safetensors","c":"s3.safetensors"})",
+     "s3.safetensors", Code::kNotFound},
+    {"EscapingName", R"({"a":"../s1.safetensors","b":"s1.safetensors","c":"s2.safetensors"})",
+     "not a file name inside the folder"},
+};
+
+class RejectedIndex : public ::testing::TestWithParam<BadIndex> {};
+
+TEST_P(RejectedIndex, NamesWhatIsWrong) {
+  TempDir dir;
+  make_sharded(dir.path(), GetParam().weight_map);
+  const Status s = read_model_index(dir.path()).status();
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find(GetParam().error), std::string::npos) << s.message();
+  if (GetParam().code) {
+    EXPECT_EQ(s.code(), *GetParam().code) << s.to_string();
+  }
 }
 
-TEST(ModelFolder, RejectsTensorInTheWrongShardOrNotIndexed) {
-  const Status wrong =
-      index_error(R"({"a":"s2.safetensors","b":"s1.safetensors","c":"s2.safetensors"})");
-  ASSERT_FALSE(wrong.ok());
-  EXPECT_NE(wrong.message().find("index.json says 's2.safetensors'"), std::string::npos)
-      << wrong.message();
-
-  const Status extra = index_error(R"({"a":"s1.safetensors","c":"s2.safetensors"})");
-  ASSERT_FALSE(extra.ok());
-  EXPECT_NE(extra.message().find("'b' is not in"), std::string::npos);
-}
-
-TEST(ModelFolder, RejectsMissingShardAndEscapingNames) {
-  const Status missing =
-      index_error(R"({"a":"s1.safetensors","b":"s1.safetensors","c":"s3.safetensors"})");
-  ASSERT_FALSE(missing.ok());
-  EXPECT_EQ(missing.code(), Code::kNotFound);
-  EXPECT_NE(missing.message().find("s3.safetensors"), std::string::npos);
-
-  const Status escape =
-      index_error(R"({"a":"../s1.safetensors","b":"s1.safetensors","c":"s2.safetensors"})");
-  ASSERT_FALSE(escape.ok());
-  EXPECT_NE(escape.message().find("not a file name inside the folder"), std::string::npos);
-}
+INSTANTIATE_TEST_SUITE_P(ModelFolder, RejectedIndex, ::testing::ValuesIn(kBadIndexes),
+                         [](const auto& c) { return std::string(c.param.name); });
 
 TEST(ModelFolder, EmptyFolderIsNotFound) {
   TempDir dir;

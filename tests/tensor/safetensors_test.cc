@@ -45,7 +45,7 @@ TEST(SafetensorsReader, AcceptsAValidFile) { EXPECT_EQ(error_of(file_with(kOne, 
 
 // A file the reader must refuse, and what its error must say.
 struct Rejected {
-  const char* name;  // the case in the test name SafetensorsReader/Rejects.NamingWhatIsWrong/<name>
+  const char* name;  // the case in SafetensorsReader/RejectedFile.NamesWhatIsWrong/<name>
   std::string file;
   const char* error;
 };
@@ -96,14 +96,14 @@ const Rejected kRejected[] = {
      "unknown field 'x'"},
 };
 
-class Rejects : public ::testing::TestWithParam<Rejected> {};
+class RejectedFile : public ::testing::TestWithParam<Rejected> {};
 
-TEST_P(Rejects, NamingWhatIsWrong) {
+TEST_P(RejectedFile, NamesWhatIsWrong) {
   const std::string e = error_of(GetParam().file);
   EXPECT_NE(e.find(GetParam().error), std::string::npos) << e;
 }
 
-INSTANTIATE_TEST_SUITE_P(SafetensorsReader, Rejects, ::testing::ValuesIn(kRejected),
+INSTANTIATE_TEST_SUITE_P(SafetensorsReader, RejectedFile, ::testing::ValuesIn(kRejected),
                          [](const auto& c) { return std::string(c.param.name); });
 
 TEST(SafetensorsReader, RejectsUnknownDtype) {
