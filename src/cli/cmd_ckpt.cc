@@ -2,6 +2,7 @@
 // and a single-process save/load that simulates a sharded job).
 #include <cstdio>
 #include <iostream>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
 
@@ -211,43 +212,50 @@ int run_load(const CkptArgs& a) {
   return kExitOk;
 }
 
+// Adds `ckpt <name>` running `run` on `args`, with the two arguments it shares with the other
+// subcommands that read node roots: ROOT... and --json. The caller adds the rest.
+CLI::App* add_roots_command(CLI::App& ckpt, Dispatch& dispatch, const std::string& name,
+                            const std::string& description, const std::string& example,
+                            const std::shared_ptr<CkptArgs>& args, int (*run)(const CkptArgs&)) {
+  CLI::App* c =
+      add_command(ckpt, dispatch, name, description, example, [args, run] { return run(*args); });
+  c->add_option("ROOT", args->roots,
+                "Node roots, or a folder holding them (e.g. ckpt/ for ckpt/node0, ckpt/node1)")
+      ->required();
+  c->add_flag("--json", args->json, "Print JSON");
+  return c;
+}
+
 }  // namespace
 
 void add_ckpt_command(CLI::App& app, Dispatch& dispatch) {
   CLI::App* ckpt = app.add_subcommand(
       "ckpt", "ferry's sharded checkpoints on node-local storage (docs/checkpoint.md)");
   ckpt->require_subcommand(1);
-  auto roots_help = "Node roots, or a folder holding them (e.g. ckpt/ for ckpt/node0, ckpt/node1)";
 
-  auto ls = std::make_shared<CkptArgs>();
-  CLI::App* c = add_command(*ckpt, dispatch, "ls",
-                            "List checkpoint steps and their state (committed / partial) per node",
-                            "ferry ckpt ls /tmp/ckpt", [ls] { return run_ls(*ls); });
-  c->add_option("ROOT", ls->roots, roots_help)->required();
-  c->add_flag("--json", ls->json, "Print JSON");
+  add_roots_command(*ckpt, dispatch, "ls",
+                    "List checkpoint steps and their state (committed / partial) per node",
+                    "ferry ckpt ls /tmp/ckpt", std::make_shared<CkptArgs>(), run_ls);
 
   auto ver = std::make_shared<CkptArgs>();
-  c = add_command(*ckpt, dispatch, "verify",
-                  "Re-hash every slice of a step; name file and tensor on a mismatch and list "
-                  "expected files missing per node (exit 1 on any problem). On verl/Megatron "
-                  "folders: per node, the metadata files missing or inconsistent",
-                  "ferry ckpt verify /tmp/ckpt --step 3", [ver] { return run_verify(*ver); });
-  c->add_option("ROOT", ver->roots, roots_help)->required();
+  CLI::App* c = add_roots_command(
+      *ckpt, dispatch, "verify",
+      "Re-hash every slice of a step; name file and tensor on a mismatch and list expected files "
+      "missing per node (exit 1 on any problem). On verl/Megatron folders: per node, the "
+      "metadata files missing or inconsistent",
+      "ferry ckpt verify /tmp/ckpt --step 3", ver, run_verify);
   c->add_option("--step", ver->step,
                 "Step to verify (default: newest committed; verl/Megatron: every complete step)");
-  c->add_flag("--json", ver->json, "Print JSON");
 
   auto g = std::make_shared<CkptArgs>();
-  c = add_command(*ckpt, dispatch, "gc",
-                  "Remove partial checkpoints (never a committed one); give every node's root so "
-                  "a step committed elsewhere is recognised",
-                  "ferry ckpt gc /tmp/ckpt --dry-run", [g] { return run_gc(*g); });
-  c->add_option("ROOT", g->roots, roots_help)->required();
+  c = add_roots_command(*ckpt, dispatch, "gc",
+                        "Remove partial checkpoints (never a committed one); give every node's "
+                        "root so a step committed elsewhere is recognised",
+                        "ferry ckpt gc /tmp/ckpt --dry-run", g, run_gc);
   c->add_flag("--dry-run", g->dry_run, "Report what would be removed");
   c->add_flag(
       "--force", g->force,
       "Also remove partial steps whose other nodes were not given (they may be committed there)");
-  c->add_flag("--json", g->json, "Print JSON");
 
   auto sv = std::make_shared<CkptArgs>();
   c = add_command(*ckpt, dispatch, "save",
@@ -264,12 +272,10 @@ void add_ckpt_command(CLI::App& app, Dispatch& dispatch) {
   c->add_flag("--json", sv->json, "Print JSON");
 
   auto ld = std::make_shared<CkptArgs>();
-  c = add_command(*ckpt, dispatch, "load",
-                  "Reassemble a checkpoint (one rank per node root) into a Hugging Face folder: "
-                  "model.safetensors and config.json",
-                  "ferry ckpt load /tmp/ckpt --to /tmp/qwen-restored",
-                  [ld] { return run_load(*ld); });
-  c->add_option("ROOT", ld->roots, roots_help)->required();
+  c = add_roots_command(*ckpt, dispatch, "load",
+                        "Reassemble a checkpoint (one rank per node root) into a Hugging Face "
+                        "folder: model.safetensors and config.json",
+                        "ferry ckpt load /tmp/ckpt --to /tmp/qwen-restored", ld, run_load);
   c->add_option("--to", ld->to,
                 "Output folder, built beside it and renamed into place (must be absent or empty "
                 "unless --force)")
@@ -278,7 +284,6 @@ void add_ckpt_command(CLI::App& app, Dispatch& dispatch) {
   c->add_flag(
       "--force", ld->force,
       "Replace a non-empty --to folder as a whole (its other files, e.g. tokenizer, go too)");
-  c->add_flag("--json", ld->json, "Print JSON");
 
   add_ckpt_verl_commands(*ckpt, dispatch);
 }
