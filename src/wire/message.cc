@@ -80,11 +80,7 @@ struct BodyEncoder {
     put_u32(out, m.slot);
     put_u32(out, m.bucket);
   }
-  void operator()(const End& m) const {
-    put_u32(out, m.bucket_count);
-    put_u64(out, m.round_checksum);
-  }
-  void operator()(const Ack& m) const {
+  void operator()(const RoundTotals& m) const {  // END and ACK
     put_u32(out, m.bucket_count);
     put_u64(out, m.round_checksum);
   }
@@ -153,6 +149,13 @@ Result<TensorSpec> decode_spec(Reader* r, std::uint32_t index, const std::string
   auto spec = TensorSpec::make(std::move(name), static_cast<DType>(dtype), std::move(shape));
   if (!spec.ok()) return corruption(where + ": " + spec.status().message());
   return spec;
+}
+
+RoundTotals read_round_totals(Reader* r) {
+  RoundTotals t;
+  t.bucket_count = r->u32();
+  t.round_checksum = r->u64();
+  return t;
 }
 
 }  // namespace
@@ -293,20 +296,12 @@ Result<Message> decode(std::span<const std::byte> bytes, std::string_view peer) 
       m.body = b;
       break;
     }
-    case MessageType::kEnd: {
-      End b;
-      b.bucket_count = r.u32();
-      b.round_checksum = r.u64();
-      m.body = b;
+    case MessageType::kEnd:
+      m.body = End{read_round_totals(&r)};
       break;
-    }
-    case MessageType::kAck: {
-      Ack b;
-      b.bucket_count = r.u32();
-      b.round_checksum = r.u64();
-      m.body = b;
+    case MessageType::kAck:
+      m.body = Ack{read_round_totals(&r)};
       break;
-    }
     case MessageType::kError: {
       Error b;
       const std::uint8_t code = r.u8();

@@ -75,14 +75,14 @@ struct Release {
   std::uint32_t slot = 0;
   std::uint32_t bucket = 0;
 };
-struct End {
+// What END states and ACK echoes back: the receiver acknowledges the round only when its own
+// count and checksum over the round match the sender's.
+struct RoundTotals {
   std::uint32_t bucket_count = 0;
   std::uint64_t round_checksum = 0;
 };
-struct Ack {
-  std::uint32_t bucket_count = 0;
-  std::uint64_t round_checksum = 0;
-};
+struct End : RoundTotals {};
+struct Ack : RoundTotals {};
 struct Error {
   Code code = Code::kAborted;
   std::string message;
