@@ -24,7 +24,11 @@ struct ExplainArgs {
 Result<std::string> read_log(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) return errno_status("open", path, errno);
-  std::string text{std::istreambuf_iterator<char>(in), {}};
+  // istream::read turns a read error (a folder: EISDIR) into badbit; istreambuf_iterator
+  // would let the exception escape.
+  std::string text;
+  char chunk[1 << 16];
+  while (in.read(chunk, sizeof chunk) || in.gcount() > 0) text.append(chunk, in.gcount());
   if (in.bad()) return errno_status("read", path, errno);
   return text;
 }
