@@ -14,6 +14,10 @@ module may drop the dependency at any time and the include would then break with
 the file that has it. A cycle, in the declared or the included graph, is also a violation.
 Public headers ("ferry/...", include/ferry/) are the API of libferry and not counted.
 
+One folder has a stricter rule: the CLI (src/cli) links only libferry's public API and the tools
+library, so it includes only "ferry/", "cli/" and "tools/" headers; an include of any other
+module's header (an internal of libferry) is a violation naming the file and line.
+
 Usage: module_graph.py [--root DIR] [--mermaid] [--check]
   (no flag)  prints each module with what it declares and what it includes
   --mermaid  prints the declared graph as a mermaid block, for docs/architecture.md
@@ -65,6 +69,25 @@ def included_modules(folder, modules):
             if target in modules and target != folder.name:
                 used.setdefault(target, path)
     return used
+
+
+# src/cli's only allowed include folders: libferry's public API, its own, the tools library.
+CLI_INCLUDE_FOLDERS = {"ferry", "cli", "tools"}
+
+
+def cli_internal_includes(root):
+    """'src/cli/x.cc:12 includes base/y.h' for each include of an internal header in src/cli."""
+    found = []
+    cli = root / "src" / "cli"
+    for path in sorted(cli.rglob("*")) if cli.is_dir() else []:
+        if path.suffix not in SOURCE_SUFFIXES or not path.is_file():
+            continue
+        for number, line in enumerate(path.read_text(errors="replace").splitlines(), 1):
+            m = INCLUDE_RE.match(line)
+            if m and m.group(1) not in CLI_INCLUDE_FOLDERS:
+                header = line.split('"')[1]
+                found.append(f"{path.relative_to(root)}:{number} includes {header}")
+    return found
 
 
 def load(root):
@@ -136,6 +159,9 @@ def violations(graph, root):
                         ("included", {m: set(u) for m, (_, u) in graph.items()})):
         for cycle in find_cycles(edges):
             found.append(f"{kind} dependency cycle: {' -> '.join(cycle)}")
+    for include in cli_internal_includes(root):
+        found.append(f"cli: {include}, an internal header; the CLI uses only libferry's public "
+                     "API (ferry/) and the tools library (tools/)")
     return found
 
 

@@ -4,7 +4,6 @@
 #include <algorithm>
 #include <cstring>
 #include <filesystem>
-#include <mutex>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <thread>
@@ -13,6 +12,7 @@
 #include "base/env.h"
 #include "base/file_util.h"
 #include "base/log.h"
+#include "base/mutex.h"
 #include "base/parse_number.h"
 #include "base/status_macros.h"
 #include "checkpoint/checkpointer_impl.h"
@@ -35,8 +35,8 @@ namespace {
 Status mkdirs(const std::string& path) { return Env::current().create_dirs(path); }
 
 // The process-wide save phase hook (checkpoint/testing.h).
-std::mutex save_phase_hook_mu;
-SavePhaseHook& save_phase_hook() {
+Mutex save_phase_hook_mu;
+SavePhaseHook& save_phase_hook() FERRY_REQUIRES(save_phase_hook_mu) {
   static SavePhaseHook hook;
   return hook;
 }
@@ -44,14 +44,14 @@ SavePhaseHook& save_phase_hook() {
 }  // namespace
 
 void set_save_phase_hook_for_testing(SavePhaseHook hook) {
-  std::lock_guard<std::mutex> lock(save_phase_hook_mu);
+  MutexLock lock(save_phase_hook_mu);
   save_phase_hook() = std::move(hook);
 }
 
 void run_save_phase_hook(std::string_view phase) {
   SavePhaseHook hook;
   {
-    std::lock_guard<std::mutex> lock(save_phase_hook_mu);
+    MutexLock lock(save_phase_hook_mu);
     hook = save_phase_hook();
   }
   if (hook) hook(phase);

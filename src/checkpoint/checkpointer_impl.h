@@ -3,17 +3,17 @@
 
 #include <sys/mman.h>
 
-#include <condition_variable>
 #include <functional>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <set>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "base/file_util.h"
+#include "base/mutex.h"
+#include "base/thread_annotations.h"
 #include "checkpoint/format.h"
 #include "checkpoint/readahead.h"
 #include "checkpoint/slice.h"
@@ -49,11 +49,13 @@ Status agree(RankGroup& group, const Status& mine, std::string_view phase);
 
 // The shard files a load has opened, and which of their slices matched their XXH3.
 struct ShardFileCache {
-  std::mutex mu;
-  std::condition_variable done;  // a slice left `verifying`
-  std::map<std::string, std::shared_ptr<SafetensorsFile>> files;
-  std::set<std::string> verified;   // "file\0tensor" of slices whose XXH3 matched
-  std::set<std::string> verifying;  // being hashed now: others wait rather than hash again
+  Mutex mu;
+  CondVar done;  // a slice left `verifying`
+  std::map<std::string, std::shared_ptr<SafetensorsFile>> files FERRY_GUARDED_BY(mu);
+  // "file\0tensor" of slices whose XXH3 matched
+  std::set<std::string> verified FERRY_GUARDED_BY(mu);
+  // Being hashed now: others wait rather than hash again.
+  std::set<std::string> verifying FERRY_GUARDED_BY(mu);
 };
 
 // What one load knows, shared with the fetch handler's server threads.
@@ -69,14 +71,14 @@ struct LoadState {
   // One worker per shard file, so each file is read as one sequential stream and a
   // rank that both reads a file and serves another reads both at once.
   // Declared last: destroyed (workers stopped) before what they read.
-  std::mutex readahead_mu;
-  std::map<std::string, std::unique_ptr<SliceReadahead>> readahead;
+  Mutex readahead_mu;
+  std::map<std::string, std::unique_ptr<SliceReadahead>> readahead FERRY_GUARDED_BY(readahead_mu);
 
   // Has slice `i` of `t` (a tensor of `manifest`) verified ahead if its file is on
   // this node.
   void read_ahead(const SavedTensor& t, std::size_t i) {
     if (!verify_ahead || i >= t.slices.size() || !local_files.count(t.slices[i].file)) return;
-    std::lock_guard<std::mutex> lock(readahead_mu);
+    MutexLock lock(readahead_mu);
     auto& worker = readahead[t.slices[i].file];
     if (!worker) worker = std::make_unique<SliceReadahead>(verify_ahead);
     worker->hint({static_cast<std::size_t>(&t - manifest.tensors.data()), i});

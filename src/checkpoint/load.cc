@@ -27,7 +27,7 @@ Result<std::shared_ptr<SafetensorsFile>> Checkpointer::Impl::open_checked(LoadSt
   const std::string path = step_dir(st.step) + "/" + s.file;
   std::shared_ptr<SafetensorsFile> file;
   {
-    std::lock_guard<std::mutex> lock(st.cache.mu);
+    MutexLock lock(st.cache.mu);
     auto it = st.cache.files.find(s.file);
     if (it != st.cache.files.end()) file = it->second;
   }
@@ -35,7 +35,7 @@ Result<std::shared_ptr<SafetensorsFile>> Checkpointer::Impl::open_checked(LoadSt
     auto opened = SafetensorsFile::open(path);
     if (!opened.ok()) return opened.status().with_context("shard of tensor " + t.name);
     file = std::make_shared<SafetensorsFile>(std::move(*opened));
-    std::lock_guard<std::mutex> lock(st.cache.mu);
+    MutexLock lock(st.cache.mu);
     st.cache.files.emplace(s.file, file);
   }
   const SafetensorsEntry* e = file->header().find(s.tensor_in_file);
@@ -48,15 +48,15 @@ Result<std::shared_ptr<SafetensorsFile>> Checkpointer::Impl::open_checked(LoadSt
   // the loader itself) waits for the first rather than reading the slice again.
   const std::string key = s.file + '\0' + s.tensor_in_file;
   {
-    std::unique_lock<std::mutex> lock(st.cache.mu);
-    st.cache.done.wait(lock, [&] { return !st.cache.verifying.count(key); });
+    MutexLock lock(st.cache.mu);
+    while (st.cache.verifying.count(key)) st.cache.done.wait(st.cache.mu);
     if (st.cache.verified.count(key)) return file;
     st.cache.verifying.insert(key);
   }
   const TensorView v = file->view(*e);
   const std::uint64_t got = xxh3(v.data);
   {
-    std::lock_guard<std::mutex> lock(st.cache.mu);
+    MutexLock lock(st.cache.mu);
     st.cache.verifying.erase(key);
     if (got == s.xxh3) st.cache.verified.insert(key);
   }

@@ -11,7 +11,6 @@
 #include <csignal>
 #include <cstdio>
 #include <filesystem>
-#include <mutex>
 #include <nlohmann/json.hpp>
 #include <thread>
 
@@ -19,6 +18,7 @@
 #include "base/env.h"
 #include "base/file_util.h"
 #include "base/log.h"
+#include "base/mutex.h"
 #include "base/parse_number.h"
 #include "base/random.h"
 #include "base/status_macros.h"
@@ -42,12 +42,32 @@ std::string group_address() {
   return "@ferry-ckpt-cli-" + std::to_string(::getpid()) + "-" + std::to_string(random_u64());
 }
 
+// The error the ranks' threads report: the first, unless a rank's own error comes after
+// the "rank N failed" the others report.
+class FirstError {
+ public:
+  void offer(const Status& s) {
+    MutexLock lock(mu_);
+    if (!s.ok() &&
+        (first_.ok() || (first_.code() == Code::kAborted && s.code() != Code::kAborted))) {
+      first_ = s;
+    }
+  }
+  Status get() {
+    MutexLock lock(mu_);
+    return first_;
+  }
+
+ private:
+  Mutex mu_;
+  Status first_ FERRY_GUARDED_BY(mu_);
+};
+
 // Runs fn(group) on `size` threads; the first error wins.
 Status run_local_ranks(int size, const std::function<std::string(int)>& node_of,
                        const std::function<Status(RankGroup&)>& fn) {
   const std::string address = group_address();
-  std::mutex mu;
-  Status first;
+  FirstError first;
   std::vector<std::thread> threads;
   for (int r = 0; r < size; ++r) {
     threads.emplace_back([&, r] {
@@ -57,17 +77,11 @@ Status run_local_ranks(int size, const std::function<std::string(int)>& node_of,
       o.size = size;
       o.node = node_of(r);
       auto g = connect_local_group(o);
-      Status s = g.ok() ? fn(**g) : g.status();
-      std::lock_guard<std::mutex> lock(mu);
-      // A rank's own error beats the "rank N failed" the others report.
-      if (!s.ok() &&
-          (first.ok() || (first.code() == Code::kAborted && s.code() != Code::kAborted))) {
-        first = s;
-      }
+      first.offer(g.ok() ? fn(**g) : g.status());
     });
   }
   for (std::thread& t : threads) t.join();
-  return first;
+  return first.get();
 }
 
 // Sums the bytes the ranks report and hands (done, total) to one callback, one call
@@ -80,24 +94,24 @@ class SharedProgress {
   }
 
   void set_total(std::uint64_t total) {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     total_ = total;
   }
 
   std::function<void(std::uint64_t)> sink() {
     if (!out_) return {};
     return [this](std::uint64_t n) {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(mu_);
       done_ += n;
       out_(done_, total_);
     };
   }
 
  private:
-  FolderProgress out_;
-  std::uint64_t total_ = 0;
-  std::mutex mu_;
-  std::uint64_t done_ = 0;
+  Mutex mu_;
+  FolderProgress out_;  // called under mu_: one call at a time
+  std::uint64_t total_ FERRY_GUARDED_BY(mu_) = 0;
+  std::uint64_t done_ FERRY_GUARDED_BY(mu_) = 0;
 };
 
 // True unless process `pid` is certainly gone (kill() can also fail with EPERM for a

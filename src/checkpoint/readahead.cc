@@ -19,7 +19,7 @@ std::pair<std::size_t, std::size_t> AheadWindow::advance(std::size_t i) {
 
 SliceReadahead::~SliceReadahead() {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     stop_ = true;
     queue_.clear();
   }
@@ -29,7 +29,7 @@ SliceReadahead::~SliceReadahead() {
 
 void SliceReadahead::hint(Key key) {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     if (stop_ || !seen_.insert(key).second) return;
     queue_.push_back(key);
     if (!worker_.joinable()) worker_ = std::thread([this] { run(); });
@@ -38,15 +38,16 @@ void SliceReadahead::hint(Key key) {
 }
 
 void SliceReadahead::run() {
-  std::unique_lock<std::mutex> lock(mu_);
   while (true) {
-    cv_.wait(lock, [this] { return stop_ || !queue_.empty(); });
-    if (stop_) return;
-    const Key key = queue_.front();
-    queue_.pop_front();
-    lock.unlock();
-    verify_(key);
-    lock.lock();
+    Key key;
+    {
+      MutexLock lock(mu_);
+      while (!stop_ && queue_.empty()) cv_.wait(mu_);
+      if (stop_) return;
+      key = queue_.front();
+      queue_.pop_front();
+    }
+    verify_(key);  // unlocked: hint() queues more meanwhile
   }
 }
 

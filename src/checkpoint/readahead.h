@@ -10,17 +10,17 @@
 // hash it once.
 #pragma once
 
-#include <condition_variable>
 #include <cstddef>
 #include <cstdint>
 #include <deque>
 #include <functional>
-#include <mutex>
 #include <set>
 #include <thread>
 #include <utility>
 #include <vector>
 
+#include "base/mutex.h"
+#include "base/thread_annotations.h"
 #include "checkpoint/fetch_request.h"
 
 namespace ferry::checkpoint {
@@ -71,12 +71,12 @@ class SliceReadahead {
   void run();
 
   std::function<void(Key)> verify_;
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::deque<Key> queue_;
-  std::set<Key> seen_;  // every key ever queued: each is read ahead at most once
-  bool stop_ = false;
-  std::thread worker_;
+  Mutex mu_;
+  CondVar cv_;  // a key was queued, or stop_ was set
+  std::deque<Key> queue_ FERRY_GUARDED_BY(mu_);
+  std::set<Key> seen_ FERRY_GUARDED_BY(mu_);  // every key ever queued: each is read ahead once
+  bool stop_ FERRY_GUARDED_BY(mu_) = false;
+  std::thread worker_ FERRY_GUARDED_BY(mu_);  // started by the first hint
 };
 
 }  // namespace ferry::checkpoint

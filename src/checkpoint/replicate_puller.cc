@@ -25,7 +25,6 @@ namespace {
 using std::chrono::milliseconds;
 namespace fs = std::filesystem;
 namespace rp = replicate;
-using rp::load_token;
 
 // How long the puller waits for the server to take a message.
 constexpr milliseconds kSendTimeout{60'000};
@@ -244,7 +243,7 @@ Result<PullResult> pull_replicas(const ReplicatePullOptions& o) {
   if (fs::exists(o.root, ec) && !fs::is_directory(o.root, ec)) {
     return failed_precondition(o.root + " exists and is not a folder");
   }
-  auto token = load_token(o.token_file);
+  auto token = rp::load_token(o.token_file);
   if (!token.ok()) return token.status();
   auto ctx = net::Context::create();
   if (!ctx.ok()) return ctx.status();

@@ -22,9 +22,7 @@ namespace ferry::checkpoint {
 namespace {
 
 using std::chrono::milliseconds;
-namespace fs = std::filesystem;
 namespace rp = replicate;
-using rp::load_token;
 
 // Messages per peer handed to UCX and not yet sent: beyond it, the rest wait in `outbox`.
 constexpr std::size_t kSendWindow = 4;
@@ -190,14 +188,14 @@ class Server {
 
 Status serve_replicas(const ReplicateServeOptions& o) {
   std::error_code ec;
-  if (!fs::is_directory(o.root, ec))
+  if (!std::filesystem::is_directory(o.root, ec))
     return not_found("checkpoint folder " + o.root + " is not a folder");
   if (o.clients < 0) return invalid_argument("clients must be 0 (serve until stopped) or more");
   if (o.send_timeout < milliseconds(1)) {
     return invalid_argument(
         fmt::format("send timeout {} ms: must be at least 1 ms", o.send_timeout.count()));
   }
-  auto token = load_token(o.token_file);
+  auto token = rp::load_token(o.token_file);
   if (!token.ok()) return token.status();
   auto ctx = net::Context::create();
   if (!ctx.ok()) return ctx.status();

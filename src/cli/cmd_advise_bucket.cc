@@ -1,10 +1,10 @@
 // ferry advise-bucket: verl's update_weights_bucket_megabytes, computed as the FAQ says.
+#include <charconv>
 #include <cstdio>
 #include <iostream>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
-#include "base/parse_number.h"
 #include "cli/commands.h"
 #include "ferry/model.h"
 #include "ferry/safetensors.h"
@@ -25,9 +25,12 @@ Result<std::vector<std::int64_t>> parse_shape(const std::string& text) {
   std::stringstream in(text);
   std::string part;
   while (std::getline(in, part, 'x')) {
-    const auto v = parse_uint(part);
-    if (!v) return invalid_argument("--shape '" + text + "': write dimensions as 151936x4096");
-    dims.push_back(*v);
+    std::int64_t v = -1;  // stays -1 when `part` is empty, not a number or out of range
+    const char* end = part.data() + part.size();
+    if (std::from_chars(part.data(), end, v).ptr != end || v < 0) {
+      return invalid_argument("--shape '" + text + "': write dimensions as 151936x4096");
+    }
+    dims.push_back(v);
   }
   if (dims.empty()) return invalid_argument("--shape is empty: write dimensions as 151936x4096");
   return dims;

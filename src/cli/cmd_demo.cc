@@ -4,7 +4,6 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 
-#include "base/status_macros.h"
 #include "cli/commands.h"
 #include "cli/progress.h"
 #include "ferry/profiler.h"
@@ -46,7 +45,7 @@ Status check_args(const DemoArgs& a) {
   if (c.receivers < 1) return invalid_argument("--receivers 0: give 1 or more");
   if (c.rounds < 1)
     return invalid_argument("--rounds " + std::to_string(c.rounds) + ": give 1 or more");
-  FERRY_RETURN_IF_ERROR(check_bucket_mb("--bucket-mb", c.bucket_mb));
+  if (Status st = check_bucket_mb("--bucket-mb", c.bucket_mb); !st.ok()) return st;
   profiler::Config scratch;
   for (const std::string& o : a.overrides) {
     auto applied = profiler::apply_override(&scratch, o);

@@ -1,12 +1,13 @@
 // ferry explain: cause and fix for the errors verl's FAQ lists.
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdio>
+#include <fstream>
 #include <iostream>
 #include <iterator>
 #include <nlohmann/json.hpp>
 
-#include "base/file_util.h"
 #include "cli/commands.h"
 #include "ferry/device.h"
 
@@ -20,8 +21,20 @@ struct ExplainArgs {
   bool json = false;
 };
 
+Result<std::string> read_log(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return errno_status("open", path, errno);
+  // istream::read turns a read error (a folder: EISDIR) into badbit; istreambuf_iterator
+  // would let the exception escape.
+  std::string text;
+  char chunk[1 << 16];
+  while (in.read(chunk, sizeof chunk) || in.gcount() > 0) text.append(chunk, in.gcount());
+  if (in.bad()) return errno_status("read", path, errno);
+  return text;
+}
+
 Result<std::string> input_text(const ExplainArgs& a) {
-  if (!a.file.empty()) return read_file(a.file);
+  if (!a.file.empty()) return read_log(a.file);
   if (!a.text.empty() && !(a.text.size() == 1 && a.text[0] == "-")) {
     std::string joined;
     for (const std::string& t : a.text) joined += (joined.empty() ? "" : " ") + t;

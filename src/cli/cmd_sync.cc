@@ -11,7 +11,6 @@
 #define XXH_INLINE_ALL
 #include <xxhash.h>
 
-#include "base/status_macros.h"
 #include "cli/commands.h"
 #include "cli/progress.h"
 #include "ferry/model.h"
@@ -78,10 +77,10 @@ Status check_args(const SyncArgs& a, const std::string& role, const std::string&
     return invalid_argument("--wire-protect: " + p.status().message());
   }
   if (!a.net_address.empty()) {
-    FERRY_RETURN_IF_ERROR(check_host_port(net_flag, a.net_address));
+    if (Status st = check_host_port(net_flag, a.net_address); !st.ok()) return st;
   }
   if (role == "serve") {
-    FERRY_RETURN_IF_ERROR(check_bucket_mb("--bucket-mb", a.bucket_mb));
+    if (Status st = check_bucket_mb("--bucket-mb", a.bucket_mb); !st.ok()) return st;
     if (a.slots < 1 || a.slots > 64) {
       return invalid_argument("--slots " + std::to_string(a.slots) + ": give 1..64");
     }

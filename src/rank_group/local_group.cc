@@ -18,13 +18,13 @@
 #include <chrono>
 #include <cstring>
 #include <map>
-#include <mutex>
 #include <thread>
 
 #include "base/clock.h"
 #include "base/coding.h"
 #include "base/file_util.h"
 #include "base/log.h"
+#include "base/mutex.h"
 #include "base/random.h"
 #include "base/status_macros.h"
 #include "rank_group/constants.h"
@@ -311,7 +311,7 @@ class LocalGroup final : public GroupBase {
     stop_.store(true);
     if (server_.joinable()) server_.join();
     {
-      std::lock_guard<std::mutex> lock(conn_mu_);
+      MutexLock lock(conn_mu_);
       for (int fd : open_server_fds_) ::shutdown(fd, SHUT_RDWR);
     }
     for (std::thread& t : conn_threads_) t.join();
@@ -391,8 +391,8 @@ class LocalGroup final : public GroupBase {
 
  private:
   struct Conn {
-    std::mutex mu;
-    ScopedFd fd;
+    Mutex mu;  // one fetch at a time on the stream
+    ScopedFd fd FERRY_GUARDED_BY(mu);
   };
 
   Status fetch_impl(int peer, std::string_view request, std::span<std::byte>* into,
@@ -400,12 +400,12 @@ class LocalGroup final : public GroupBase {
     const auto deadline = Clock::now() + opts_.timeout;
     std::shared_ptr<Conn> conn;
     {
-      std::lock_guard<std::mutex> lock(conn_mu_);
+      MutexLock lock(conn_mu_);
       auto& c = fetch_conns_[peer];
       if (!c) c = std::make_shared<Conn>();
       conn = c;
     }
-    std::lock_guard<std::mutex> lock(conn->mu);
+    MutexLock lock(conn->mu);
     const std::string what = peer_name(peer) + " (fetch)";
     if (!conn->fd.valid()) {
       auto fd = connect_to(addresses_[peer], deadline);
@@ -492,7 +492,7 @@ class LocalGroup final : public GroupBase {
         log::warn("checkpoint group: refused a fetch connection: {}", s.to_string());
         continue;
       }
-      std::lock_guard<std::mutex> lock(conn_mu_);
+      MutexLock lock(conn_mu_);
       const int raw = fd.get();
       open_server_fds_.push_back(raw);
       conn_threads_.emplace_back([this, f = std::move(fd)]() mutable { serve_conn(std::move(f)); });
@@ -511,7 +511,7 @@ class LocalGroup final : public GroupBase {
         if (!send_response(fd.get(), resp, "fetch client").ok()) break;
       }
     }
-    std::lock_guard<std::mutex> lock(conn_mu_);
+    MutexLock lock(conn_mu_);
     std::erase(open_server_fds_, fd.get());
   }
 
@@ -525,10 +525,10 @@ class LocalGroup final : public GroupBase {
   ScopedFd fetch_listener_;
   std::thread server_;
   std::atomic<bool> stop_{false};
-  std::mutex conn_mu_;
-  std::vector<int> open_server_fds_;
-  std::vector<std::thread> conn_threads_;
-  std::map<int, std::shared_ptr<Conn>> fetch_conns_;
+  Mutex conn_mu_;
+  std::vector<int> open_server_fds_ FERRY_GUARDED_BY(conn_mu_);
+  std::vector<std::thread> conn_threads_ FERRY_GUARDED_BY(conn_mu_);
+  std::map<int, std::shared_ptr<Conn>> fetch_conns_ FERRY_GUARDED_BY(conn_mu_);
 };
 
 }  // namespace

@@ -17,12 +17,12 @@
 #include <chrono>
 #include <list>
 #include <map>
-#include <mutex>
 #include <optional>
 #include <thread>
 
 #include "base/clock.h"
 #include "base/log.h"
+#include "base/mutex.h"
 #include "base/status_macros.h"
 #include "rank_group/constants.h"
 #include "rank_group/group_base.h"
@@ -133,7 +133,7 @@ class NetGroup final : public GroupBase {
   ~NetGroup() override {
     stop_.store(true);
     if (server_.joinable()) server_.join();
-    std::lock_guard<std::mutex> lock(call_mu_);
+    MutexLock lock(call_mu_);
     // No fetch is in flight (they hold call_mu_): nothing to flush.
     for (auto& [peer, conn] : fetch_conns_) conn.ch.abort();
     // Closed, not aborted: the last collective's result may still be on its way.
@@ -142,6 +142,9 @@ class NetGroup final : public GroupBase {
   }
 
   Status start() {
+    // Nothing else runs yet: held so that the joining, which uses the calling side, is
+    // checked like every later call.
+    MutexLock lock(call_mu_);
     FERRY_RETURN_IF_ERROR(check_membership());
     auto token = opts_.token.empty()
                      ? net::Token::from_env()
@@ -183,7 +186,7 @@ class NetGroup final : public GroupBase {
   }
 
   Result<std::vector<std::string>> all_gather(std::string_view mine) override {
-    std::lock_guard<std::mutex> lock(call_mu_);
+    MutexLock lock(call_mu_);
     if (!broken_.ok()) return broken_;
     const std::uint64_t seq = ++seq_;
     auto r = rank() == 0 ? gather_at_root(mine, seq) : gather_at_member(mine, seq);
@@ -198,7 +201,7 @@ class NetGroup final : public GroupBase {
   // ---- joining ----
 
   // Rank 0: accepts every other rank on the root address, then sends every rank the member table.
-  Status gather_members(const std::string& serving, const Deadline& dl) {
+  Status gather_members(const std::string& serving, const Deadline& dl) FERRY_REQUIRES(call_mu_) {
     addresses_[0] = wildcard_host(host_of(serving))
                         ? host_of(opts_.root_address) + ":" + port_of(serving)
                         : serving;
@@ -280,7 +283,7 @@ class NetGroup final : public GroupBase {
     return ok_status();
   }
 
-  Status join_timeout(const std::vector<std::string>& refused) const {
+  Status join_timeout(const std::vector<std::string>& refused) const FERRY_REQUIRES(call_mu_) {
     std::string missing;
     for (int r = 1; r < size(); ++r) {
       if (!peers_[r].valid()) missing += (missing.empty() ? "" : ", ") + std::to_string(r);
@@ -294,7 +297,7 @@ class NetGroup final : public GroupBase {
   }
 
   // Ranks > 0: connects to rank 0, says who it is, and gets the member table.
-  Status join(const std::string& serving, const Deadline& dl) {
+  Status join(const std::string& serving, const Deadline& dl) FERRY_REQUIRES(call_mu_) {
     const std::string what =
         "rank " + std::to_string(rank()) + " joining the group at " + opts_.root_address;
     auto ch = net::connect(calls_, opts_.root_address, *token_, dl.left(),
@@ -319,7 +322,8 @@ class NetGroup final : public GroupBase {
 
   // ---- collectives ----
 
-  Result<std::vector<std::string>> gather_at_root(std::string_view mine, std::uint64_t seq) {
+  Result<std::vector<std::string>> gather_at_root(std::string_view mine, std::uint64_t seq)
+      FERRY_REQUIRES(call_mu_) {
     const Deadline dl(opts_.collective_timeout);
     std::vector<std::string> all(size());
     all[0] = std::string(mine);
@@ -361,7 +365,8 @@ class NetGroup final : public GroupBase {
     return all;
   }
 
-  Result<std::vector<std::string>> gather_at_member(std::string_view mine, std::uint64_t seq) {
+  Result<std::vector<std::string>> gather_at_member(std::string_view mine, std::uint64_t seq)
+      FERRY_REQUIRES(call_mu_) {
     // Longer than rank 0's wait, so that when another rank is late, rank 0's error naming
     // it arrives here before this rank's own timeout.
     const auto grace = std::min<milliseconds>(opts_.collective_timeout, kMemberGrace);
@@ -392,7 +397,7 @@ class NetGroup final : public GroupBase {
 
   // Rank 0: tells every member that the group failed and why, so that none of them waits
   // for its own timeout. A member reads it in its current or next collective.
-  void tell_members(const Status& why) {
+  void tell_members(const Status& why) FERRY_REQUIRES(call_mu_) {
     for (net::Channel& p : peers_) {
       if (p.valid() && p.health().ok()) send_abort(p, why);
     }
@@ -402,7 +407,7 @@ class NetGroup final : public GroupBase {
 
   Status fetch_impl(int peer, std::string_view request, std::span<std::byte>* into,
                     std::string* text) override {
-    std::lock_guard<std::mutex> lock(call_mu_);
+    MutexLock lock(call_mu_);
     const Deadline dl(opts_.timeout);
     FetchConn& conn = fetch_conns_[peer];
     if (!conn.ch.valid()) {
@@ -426,7 +431,8 @@ class NetGroup final : public GroupBase {
   // One request and its answer on `conn`. *out_of_step: the channel failed or may hold
   // the rest of an answer, so it must not be used again.
   Status exchange(FetchConn& conn, int peer, std::string_view request, std::span<std::byte>* into,
-                  std::string* text, const Deadline& dl, bool* out_of_step) {
+                  std::string* text, const Deadline& dl, bool* out_of_step)
+      FERRY_REQUIRES(call_mu_) {
     const std::uint32_t id = ++conn.next_id;
     const std::vector<std::byte> m = net_msg::encode_fetch(
         {id, into != nullptr ? into->size() : kAnySize, std::string(request)});
@@ -595,13 +601,13 @@ class NetGroup final : public GroupBase {
   std::optional<net::Token> token_;
   std::vector<std::string> addresses_;  // where each rank serves fetches
 
-  std::mutex call_mu_;  // the calling side: calls_ and everything made from it
-  std::shared_ptr<net::Context> calls_;
-  net::Channel root_;                // ranks > 0: to rank 0
-  std::vector<net::Channel> peers_;  // rank 0: to each rank
-  std::map<int, FetchConn> fetch_conns_;
-  std::uint64_t seq_ = 0;
-  Status broken_;
+  Mutex call_mu_;  // the calling side: calls_ and everything made from it
+  std::shared_ptr<net::Context> calls_ FERRY_GUARDED_BY(call_mu_);
+  net::Channel root_ FERRY_GUARDED_BY(call_mu_);                // ranks > 0: to rank 0
+  std::vector<net::Channel> peers_ FERRY_GUARDED_BY(call_mu_);  // rank 0: to each rank
+  std::map<int, FetchConn> fetch_conns_ FERRY_GUARDED_BY(call_mu_);
+  std::uint64_t seq_ FERRY_GUARDED_BY(call_mu_) = 0;
+  Status broken_ FERRY_GUARDED_BY(call_mu_);
 
   std::shared_ptr<net::Context> serve_;  // the serving side: server_ alone uses it
   net::Listener listener_;

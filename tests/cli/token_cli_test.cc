@@ -55,5 +55,30 @@ TEST(TokenCli, CheckRefusesAWeakToken) {
   EXPECT_NE(r.err.find("ferry token new"), std::string::npos);
 }
 
+TEST(TokenCli, CheckOfAFileReadsThatFileNotTheEnvironment) {
+  testing::TempDir dir;
+  const std::string path = dir.file("token");
+  ASSERT_EQ(run_ferry({"token", "new", path}).exit_code, 0);
+  auto r = run_ferry({"token", "check", path}, {"FERRY_TOKEN=s3cret"});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("token file " + path), std::string::npos) << r.out;
+}
+
+TEST(TokenCli, CheckRefusesATokenFileOthersCanRead) {
+  testing::TempDir dir;
+  const std::string path = dir.file("token");
+  ASSERT_EQ(run_ferry({"token", "new", path}).exit_code, 0);
+  ASSERT_EQ(::chmod(path.c_str(), 0644), 0);
+  auto r = run_ferry({"token", "check", path});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find("chmod 600 " + path), std::string::npos) << r.err;
+}
+
+TEST(TokenCli, CheckWithoutAnyTokenNamesTheVariablesToSet) {
+  auto r = run_ferry({"token", "check"}, {"PATH=/usr/bin:/bin"});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find("FERRY_TOKEN_FILE"), std::string::npos) << r.err;
+}
+
 }  // namespace
 }  // namespace ferry

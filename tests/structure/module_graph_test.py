@@ -96,6 +96,26 @@ class ModuleGraphCheck(unittest.TestCase):
             self.assertIn("declared dependency cycle: a -> b -> a", result.stdout)
             self.assertIn("included dependency cycle: a -> b -> a", result.stdout)
 
+    def test_cli_including_an_internal_header_fails_naming_file_and_line(self):
+        with tempfile.TemporaryDirectory() as d:
+            root = pathlib.Path(d)
+            make_tree(root, {
+                "base": ("ferry_module(base SOURCES a.cc)\n", {}),
+                "tools": ("add_library(ferry_tools a.cc)\n"
+                          "target_link_libraries(ferry_tools PUBLIC ferry ferry_base)\n",
+                          {"t.h": '#include "base/a.h"\n'}),  # tools may use internals
+                "cli": ("add_executable(ferry_cli main.cc)\n"
+                        "target_link_libraries(ferry_cli PRIVATE ferry ferry_tools)\n",
+                        {"main.cc": '#include "ferry/token.h"\n#include "cli/c.h"\n'
+                                    '#include "tools/t.h"\n',
+                         "cmd.cc": '#include "cli/c.h"\n\n#include "base/a.h"\n'}),
+            })
+            result = check(root)
+            self.assertEqual(result.returncode, 1)
+            self.assertIn("cli: src/cli/cmd.cc:3 includes base/a.h", result.stdout)
+            self.assertNotIn("main.cc", result.stdout)
+            self.assertNotIn("tools/t.h", result.stdout)
+
     def test_unknown_dependency_fails(self):
         with tempfile.TemporaryDirectory() as d:
             root = pathlib.Path(d)

@@ -157,11 +157,19 @@ class Writer {
     u8(kVersion);
     u8(static_cast<std::uint8_t>(kind));
   }
-  void u8(std::uint8_t v) { coding::put_u8(&out_, v); }
-  void u32(std::uint32_t v) { coding::put_u32(&out_, v); }
+  // Each returns the writer, so that a message is written in one expression.
+  Writer& u8(std::uint8_t v) {
+    coding::put_u8(&out_, v);
+    return *this;
+  }
+  Writer& u32(std::uint32_t v) {
+    coding::put_u32(&out_, v);
+    return *this;
+  }
   template <std::size_t N>
-  void bytes(const std::array<std::uint8_t, N>& a) {
+  Writer& bytes(const std::array<std::uint8_t, N>& a) {
     for (auto b : a) u8(b);
+    return *this;
   }
   std::vector<std::byte> take() { return std::move(out_); }
 
@@ -222,44 +230,28 @@ Mac proof(const Token& token, std::string_view label, const Nonce& connector,
 }  // namespace
 
 std::vector<std::byte> encode(const Hello& m) {
-  Writer w(Kind::kHello);
-  w.u8(m.has_token ? 1 : 0);
-  w.bytes(m.nonce);
-  return w.take();
+  return Writer(Kind::kHello).u8(m.has_token ? 1 : 0).bytes(m.nonce).take();
 }
 
 std::vector<std::byte> encode(const Challenge& m) {
-  Writer w(Kind::kChallenge);
-  w.u8(m.status);
-  w.bytes(m.nonce);
-  return w.take();
+  return Writer(Kind::kChallenge).u8(m.status).bytes(m.nonce).take();
 }
 
 std::vector<std::byte> encode(const Proof& m) {
-  Writer w(Kind::kProof);
-  w.bytes(m.mac);
-  w.u32(m.bulk_id);
-  return w.take();
+  return Writer(Kind::kProof).bytes(m.mac).u32(m.bulk_id).take();
 }
 
 std::vector<std::byte> encode(const Verdict& m) {
-  Writer w(Kind::kVerdict);
-  w.u8(m.status);
-  w.bytes(m.mac);
-  w.u32(m.bulk_id);
-  return w.take();
+  return Writer(Kind::kVerdict).u8(m.status).bytes(m.mac).u32(m.bulk_id).take();
 }
 
 std::vector<std::byte> encode(const Confirm& m) {
-  Writer w(Kind::kConfirm);
-  w.u8(m.status);
-  return w.take();
+  return Writer(Kind::kConfirm).u8(m.status).take();
 }
 
 std::vector<std::byte> encode(const Address& m) {
-  Writer w(Kind::kAddress);
-  w.u32(static_cast<std::uint32_t>(m.worker.size()));
-  std::vector<std::byte> out = w.take();
+  std::vector<std::byte> out =
+      Writer(Kind::kAddress).u32(static_cast<std::uint32_t>(m.worker.size())).take();
   out.insert(out.end(), m.worker.begin(), m.worker.end());
   return out;
 }

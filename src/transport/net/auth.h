@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "ferry/status.h"
+#include "ferry/token.h"
 
 namespace ferry::net {
 
@@ -31,13 +32,10 @@ bool macs_equal(const Mac& a, const Mac& b);
 Status random_bytes(std::span<std::uint8_t> out);
 
 // The least strength a session token may have, in bits (docs/security.md).
-inline constexpr double kMinTokenBits = 128;
+inline constexpr double kMinTokenBits = token::kMinBits;
 
-// An estimate of a secret's strength in bits: its length times log2 of the alphabet that its
-// character classes span (lowercase 26, uppercase 26, digits 10, other printable ASCII 33,
-// other bytes 128), or 0 when it uses fewer than 8 distinct characters. Generous to words
-// and phrases, so it only keeps out the short and the repetitive; `ferry token new` makes
-// tokens that pass with room to spare.
+// An estimate of a secret's strength in bits, as ferry/token.h's token::estimated_bits says;
+// `ferry token new` makes tokens that pass with room to spare.
 double estimated_token_bits(std::string_view secret);
 
 // A fresh token of `bytes` random bytes, hex-encoded (`ferry token new`).
