@@ -25,7 +25,8 @@ Ranges sample_ranges(std::size_t n) {
   if (n <= kSamplePieces * kSamplePieceBytes) return {{0, n}};
   Ranges ranges;
   const std::size_t stride = n / kSamplePieces;
-  for (std::size_t i = 0; i < kSamplePieces; ++i) ranges.emplace_back(i * stride, kSamplePieceBytes);
+  for (std::size_t i = 0; i < kSamplePieces; ++i)
+    ranges.emplace_back(i * stride, kSamplePieceBytes);
   return ranges;
 }
 
@@ -82,8 +83,8 @@ Encoding encode_auto(std::span<const std::byte> previous, std::span<const std::b
   *count = 0;
   if (differing == 0) return Encoding::kRuns;  // no runs at all
   const Ranges ranges = sample_ranges(n);
-  const std::size_t xor_estimate = scale(xor_zstd_sample_size(previous, current, ranges, level),
-                                         ranges, n);
+  const std::size_t xor_estimate =
+      scale(xor_zstd_sample_size(previous, current, ranges, level), ranges, n);
   if (differing * kExactRunsWordShare <= words) {
     // Sparse: exact runs cost little more than the scan; zstd only if its estimate is smaller.
     const bool runs_fit = encode_runs(previous, current, n, out, count);
@@ -143,7 +144,7 @@ Result<std::vector<std::byte>> encode(std::span<const std::byte> previous,
   std::vector<std::byte> out(kHeaderBytes);
   Header header;
   header.segment_bytes = current.size();
-  const std::size_t unbounded = std::numeric_limits<std::size_t>::max() / 2;
+  const std::size_t unbounded = std::numeric_limits<std::size_t>::max();
   switch (options.choice) {
     case Choice::kAuto:
       header.encoding = encode_auto(previous, current, options.zstd_level, &out, &header.count);
@@ -160,9 +161,8 @@ Result<std::vector<std::byte>> encode(std::span<const std::byte> previous,
   }
   if (options.choice != Choice::kAuto) {
     // A forced zstd frame may exceed dense by zstd's bound, never more.
-    const std::size_t cap = options.choice == Choice::kXorZstd
-                                ? xor_zstd_bound(current.size())
-                                : unbounded;
+    const std::size_t cap =
+        options.choice == Choice::kXorZstd ? xor_zstd_bound(current.size()) : unbounded;
     if (!encode_body(header.encoding, previous, current, options.zstd_level, cap, &out,
                      &header.count)) {
       return internal_error("delta encode: " + std::string(encoding_name(header.encoding)) +

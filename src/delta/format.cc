@@ -74,7 +74,8 @@ Result<Header> read_header(std::span<const std::byte> encoded, std::uint64_t seg
     return bad("body size " + std::to_string(h.body_bytes) + " but " +
                std::to_string(encoded.size() - kHeaderBytes) + " bytes follow the header");
   }
-  if (h.encoding != Encoding::kRuns && h.count != 0) return bad("run count set for a non-runs encoding");
+  if (h.encoding != Encoding::kRuns && h.count != 0)
+    return bad("run count set for a non-runs encoding");
   if (checksum(encoded.first(kChecksumOffset), encoded.subspan(kHeaderBytes)) != sum) {
     return bad("checksum mismatch");
   }

@@ -1,5 +1,6 @@
 #include "delta/runs.h"
 
+#include <cstdint>
 #include <cstring>
 #include <string>
 
@@ -54,7 +55,8 @@ bool encode_runs(std::span<const std::byte> previous, std::span<const std::byte>
   const std::byte* a = previous.data();
   const std::byte* b = current.data();
   const std::size_t n = current.size();
-  const std::size_t limit = out->size() + cap;
+  const std::size_t base = out->size();
+  const std::size_t limit = cap > SIZE_MAX - base ? SIZE_MAX : base + cap;
   std::size_t last_end = 0;
   *runs = 0;
   for (std::size_t start = next_difference(a, b, 0, n); start < n;
@@ -77,8 +79,8 @@ bool encode_runs(std::span<const std::byte> previous, std::span<const std::byte>
   return true;
 }
 
-Status check_runs(std::span<const std::byte> body, std::uint64_t runs,
-                  std::uint64_t segment_bytes, std::string_view what) {
+Status check_runs(std::span<const std::byte> body, std::uint64_t runs, std::uint64_t segment_bytes,
+                  std::string_view what) {
   auto bad = [&](std::uint64_t run, const std::string& why) {
     return corruption("delta for " + std::string(what) + ": run " + std::to_string(run) + " of " +
                       std::to_string(runs) + ": " + why);

@@ -24,8 +24,8 @@ bool encode_runs(std::span<const std::byte> previous, std::span<const std::byte>
 
 // Checks that `body` holds exactly `runs` runs, each in range of a `segment_bytes`
 // destination, increasing and not touching, with nothing after them.
-Status check_runs(std::span<const std::byte> body, std::uint64_t runs,
-                  std::uint64_t segment_bytes, std::string_view what);
+Status check_runs(std::span<const std::byte> body, std::uint64_t runs, std::uint64_t segment_bytes,
+                  std::string_view what);
 
 // Writes the runs into `destination`. REQUIRES: check_runs() accepted `body`.
 void apply_runs(std::span<const std::byte> body, std::uint64_t runs,
