@@ -76,7 +76,9 @@ bool encode_body(Encoding encoding, std::span<const std::byte> previous,
 
 // auto: the smallest by estimate, encoded with dense's size as the cap.
 Encoding encode_auto(std::span<const std::byte> previous, std::span<const std::byte> current,
-                     int level, std::vector<std::byte>* out, std::uint64_t* count) {
+                     const EncodeOptions& options, std::vector<std::byte>* out,
+                     std::uint64_t* count) {
+  const int level = options.zstd_level;
   const std::size_t n = current.size();
   const std::uint64_t words = (n + 7) / 8;
   const std::uint64_t differing = count_differing_words(previous, current);
@@ -93,10 +95,13 @@ Encoding encode_auto(std::span<const std::byte> previous, std::span<const std::b
       *count = 0;
     }
     const std::size_t best = runs_fit ? out->size() - kHeaderBytes : n;
-    if (xor_estimate < best) {
-      std::vector<std::byte> xor_out(kHeaderBytes);
-      if (encode_xor_zstd(previous, current, level, best, &xor_out)) {
-        *out = std::move(xor_out);
+    if (static_cast<double>(xor_estimate) <=
+        options.xor_zstd_advantage * static_cast<double>(best)) {
+      // A second buffer kept per thread (swapped with the caller's), so neither is new.
+      thread_local std::vector<std::byte> spare;
+      spare.resize(kHeaderBytes);
+      if (encode_xor_zstd(previous, current, level, best, &spare)) {
+        out->swap(spare);
         *count = 0;
         return Encoding::kXorZstd;
       }
@@ -106,9 +111,12 @@ Encoding encode_auto(std::span<const std::byte> previous, std::span<const std::b
     return Encoding::kDense;
   }
   const std::size_t runs_estimate = scale(runs_sample_size(previous, current, ranges), ranges, n);
-  Encoding best = Encoding::kDense;
-  if (runs_estimate < n && runs_estimate <= xor_estimate) best = Encoding::kRuns;
-  if (xor_estimate < n && xor_estimate < runs_estimate) best = Encoding::kXorZstd;
+  Encoding best = runs_estimate < n ? Encoding::kRuns : Encoding::kDense;
+  const std::size_t best_other = std::min(runs_estimate, n);
+  if (static_cast<double>(xor_estimate) <=
+      options.xor_zstd_advantage * static_cast<double>(best_other)) {
+    best = Encoding::kXorZstd;
+  }
   if (best != Encoding::kDense && encode_body(best, previous, current, level, n, out, count)) {
     return best;
   }
@@ -137,17 +145,25 @@ std::uint64_t count_differing_words(std::span<const std::byte> previous,
 Result<std::vector<std::byte>> encode(std::span<const std::byte> previous,
                                       std::span<const std::byte> current,
                                       const EncodeOptions& options) {
+  std::vector<std::byte> out;
+  FERRY_RETURN_IF_ERROR(encode_into(previous, current, options, &out));
+  return out;
+}
+
+Status encode_into(std::span<const std::byte> previous, std::span<const std::byte> current,
+                   const EncodeOptions& options, std::vector<std::byte>* out_buffer) {
   if (previous.size() != current.size()) {
     return invalid_argument("delta encode: previous holds " + std::to_string(previous.size()) +
                             " bytes, current " + std::to_string(current.size()));
   }
-  std::vector<std::byte> out(kHeaderBytes);
+  std::vector<std::byte>& out = *out_buffer;
+  out.resize(kHeaderBytes);
   Header header;
   header.segment_bytes = current.size();
   const std::size_t unbounded = std::numeric_limits<std::size_t>::max();
   switch (options.choice) {
     case Choice::kAuto:
-      header.encoding = encode_auto(previous, current, options.zstd_level, &out, &header.count);
+      header.encoding = encode_auto(previous, current, options, &out, &header.count);
       break;
     case Choice::kDense:
       header.encoding = Encoding::kDense;
@@ -171,7 +187,7 @@ Result<std::vector<std::byte>> encode(std::span<const std::byte> previous,
   }
   header.body_bytes = out.size() - kHeaderBytes;
   write_header(header, std::span(out).subspan(kHeaderBytes), out.data());
-  return out;
+  return Status();
 }
 
 Status apply(std::span<const std::byte> encoded, std::span<std::byte> destination,

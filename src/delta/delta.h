@@ -30,6 +30,11 @@ struct EncodeOptions {
   // zstd level for kXorZstd. 1 (the default) compresses sparse XORs as well as level 3 at
   // a fraction of the time; negative levels are faster still and larger (docs/delta.md).
   int zstd_level = 1;
+  // kAuto takes kXorZstd only when its estimate is at most this fraction of the best other
+  // encoding: it encodes and applies several times slower than runs and dense
+  // (docs/benchmarks.md), so it must save bytes to pay. Raise it toward 1 where bytes cost
+  // more than CPU (a slow network), lower it to 0 to never pick it.
+  double xor_zstd_advantage = 0.5;
 };
 
 // Encodes `current` against `previous` (same length; kInvalidArgument otherwise). A forced
@@ -38,6 +43,10 @@ struct EncodeOptions {
 Result<std::vector<std::byte>> encode(std::span<const std::byte> previous,
                                       std::span<const std::byte> current,
                                       const EncodeOptions& options = {});
+// The same into `out`, replacing its contents but keeping its capacity: a caller that
+// encodes round after round reuses one buffer and skips faulting in fresh pages.
+Status encode_into(std::span<const std::byte> previous, std::span<const std::byte> current,
+                   const EncodeOptions& options, std::vector<std::byte>* out);
 
 // Applies `encoded` (untrusted: from a peer) onto `destination`, which holds the previous
 // bytes. Everything is validated first (header, checksum, every run, the zstd frame), so

@@ -32,14 +32,31 @@ void xor_into(const std::byte* a, const std::byte* b, std::size_t n, std::byte* 
   for (; i < n; ++i) out[i] = a[i] ^ b[i];
 }
 
-std::unique_ptr<ZSTD_CCtx, CCtxFree> make_cctx(int level, std::uint64_t content_bytes) {
-  std::unique_ptr<ZSTD_CCtx, CCtxFree> cctx(ZSTD_createCCtx());
-  ZSTD_CCtx_setParameter(cctx.get(), ZSTD_c_compressionLevel, level);
-  ZSTD_CCtx_setParameter(cctx.get(), ZSTD_c_contentSizeFlag, 1);
+// One context per thread, kept: creating one allocates (and faults in) its workspace,
+// which cost more than compressing a sparse segment.
+ZSTD_CCtx* thread_cctx(int level, std::uint64_t content_bytes) {
+  thread_local std::unique_ptr<ZSTD_CCtx, CCtxFree> owned(ZSTD_createCCtx());
+  ZSTD_CCtx* cctx = owned.get();
+  ZSTD_CCtx_reset(cctx, ZSTD_reset_session_and_parameters);
+  ZSTD_CCtx_setParameter(cctx, ZSTD_c_compressionLevel, level);
+  ZSTD_CCtx_setParameter(cctx, ZSTD_c_contentSizeFlag, 1);
   // The delta header's checksum already covers the frame.
-  ZSTD_CCtx_setParameter(cctx.get(), ZSTD_c_checksumFlag, 0);
-  ZSTD_CCtx_setPledgedSrcSize(cctx.get(), content_bytes);
+  ZSTD_CCtx_setParameter(cctx, ZSTD_c_checksumFlag, 0);
+  ZSTD_CCtx_setPledgedSrcSize(cctx, content_bytes);
   return cctx;
+}
+
+ZSTD_DCtx* thread_dctx() {
+  thread_local std::unique_ptr<ZSTD_DCtx, DCtxFree> owned(ZSTD_createDCtx());
+  ZSTD_DCtx* dctx = owned.get();
+  ZSTD_DCtx_reset(dctx, ZSTD_reset_session_and_parameters);
+  return dctx;
+}
+
+// Scratch for XOR input and decoded output, kept per thread for the same reason.
+std::span<std::byte> thread_scratch() {
+  thread_local std::vector<std::byte> scratch(kChunkBytes);
+  return scratch;
 }
 
 // Feeds `ranges` of previous XOR current through one frame into out[old size, + cap).
@@ -48,11 +65,11 @@ bool compress_ranges(std::span<const std::byte> previous, std::span<const std::b
                      std::size_t cap, std::vector<std::byte>* out) {
   std::uint64_t total = 0;
   for (const auto& [offset, length] : ranges) total += length;
-  auto cctx = make_cctx(level, total);
+  ZSTD_CCtx* cctx = thread_cctx(level, total);
   const std::size_t start = out->size();
   out->resize(start + cap);
   ZSTD_outBuffer dst{out->data() + start, cap, 0};
-  std::vector<std::byte> scratch(std::min<std::size_t>(kChunkBytes, total));
+  const std::span<std::byte> scratch = thread_scratch();
   std::uint64_t fed = 0;
   auto fail = [&] {
     out->resize(start);
@@ -67,7 +84,7 @@ bool compress_ranges(std::span<const std::byte> previous, std::span<const std::b
       ZSTD_inBuffer src{scratch.data(), n, 0};
       const ZSTD_EndDirective mode = fed == total ? ZSTD_e_end : ZSTD_e_continue;
       for (;;) {
-        const std::size_t left = ZSTD_compressStream2(cctx.get(), &dst, &src, mode);
+        const std::size_t left = ZSTD_compressStream2(cctx, &dst, &src, mode);
         if (ZSTD_isError(left)) return fail();
         const bool finished = mode == ZSTD_e_end ? left == 0 : src.pos == src.size;
         if (finished) break;
@@ -77,7 +94,7 @@ bool compress_ranges(std::span<const std::byte> previous, std::span<const std::b
   }
   if (total == 0) {  // still one (empty) frame
     ZSTD_inBuffer src{nullptr, 0, 0};
-    const std::size_t left = ZSTD_compressStream2(cctx.get(), &dst, &src, ZSTD_e_end);
+    const std::size_t left = ZSTD_compressStream2(cctx, &dst, &src, ZSTD_e_end);
     if (ZSTD_isError(left) || left != 0) return fail();
   }
   out->resize(start + dst.pos);
@@ -124,13 +141,13 @@ Status check_xor_zstd(std::span<const std::byte> body, std::uint64_t segment_byt
   if (frame != body.size()) {
     return bad("is followed by " + std::to_string(body.size() - frame) + " trailing bytes");
   }
-  std::unique_ptr<ZSTD_DCtx, DCtxFree> dctx(ZSTD_createDCtx());
-  std::vector<std::byte> scratch(std::min<std::uint64_t>(kChunkBytes, segment_bytes) + 1);
+  ZSTD_DCtx* dctx = thread_dctx();
+  const std::span<std::byte> scratch = thread_scratch();
   ZSTD_inBuffer src{body.data(), body.size(), 0};
   std::uint64_t decoded = 0;
   for (;;) {
     ZSTD_outBuffer dst{scratch.data(), scratch.size(), 0};
-    const std::size_t left = ZSTD_decompressStream(dctx.get(), &dst, &src);
+    const std::size_t left = ZSTD_decompressStream(dctx, &dst, &src);
     if (ZSTD_isError(left)) return bad(std::string("does not decode: ") + ZSTD_getErrorName(left));
     decoded += dst.pos;
     if (decoded > segment_bytes) return bad("decodes to more than the segment's bytes");
@@ -146,13 +163,13 @@ Status check_xor_zstd(std::span<const std::byte> body, std::uint64_t segment_byt
 }
 
 void apply_xor_zstd(std::span<const std::byte> body, std::span<std::byte> destination) {
-  std::unique_ptr<ZSTD_DCtx, DCtxFree> dctx(ZSTD_createDCtx());
-  std::vector<std::byte> scratch(std::min<std::size_t>(kChunkBytes, destination.size()) + 1);
+  ZSTD_DCtx* dctx = thread_dctx();
+  const std::span<std::byte> scratch = thread_scratch();
   ZSTD_inBuffer src{body.data(), body.size(), 0};
   std::size_t offset = 0;
   for (;;) {
     ZSTD_outBuffer dst{scratch.data(), scratch.size(), 0};
-    const std::size_t left = ZSTD_decompressStream(dctx.get(), &dst, &src);
+    const std::size_t left = ZSTD_decompressStream(dctx, &dst, &src);
     xor_into(destination.data() + offset, scratch.data(), dst.pos, destination.data() + offset);
     offset += dst.pos;
     if (left == 0 || ZSTD_isError(left)) break;
