@@ -55,8 +55,8 @@ Status encode_into(std::span<const std::byte> previous, std::span<const std::byt
 Status apply(std::span<const std::byte> encoded, std::span<std::byte> destination,
              std::string_view what);
 
-// The number of 8-byte words that differ (a trailing partial word counts as one): the
-// scan kAuto starts with, exposed for tests and benchmarks.
+// The number of 8-byte words that differ (a trailing partial word counts as one): what
+// kAuto counts over its sample first to tell sparse updates from dense ones.
 std::uint64_t count_differing_words(std::span<const std::byte> previous,
                                     std::span<const std::byte> current);
 
