@@ -6,7 +6,7 @@ set -euo pipefail
 packages=(
   cmake ninja-build g++ pkg-config git
   libgtest-dev libgmock-dev libbenchmark-dev
-  libcli11-dev nlohmann-json3-dev libfmt-dev libspdlog-dev libxxhash-dev libyaml-cpp-dev
+  libcli11-dev nlohmann-json3-dev libfmt-dev libspdlog-dev libxxhash-dev libyaml-cpp-dev libzstd-dev
   libucx-dev ucx-utils libssl-dev
   pybind11-dev python3-pybind11 python3-numpy python3-pytest python3-torch
   clang clang-format libclang-rt-14-dev iproute2 procps
