@@ -408,3 +408,14 @@ def test_non_master_actor_rank_iterates_its_generator_and_sends_nothing():
 
     assert asyncio.run(engine.send_weights(weights(), global_steps=1)) == {}
     assert taken == [name for name, _ in _weights(1)]
+
+
+def test_small_rounds_reuse_the_staging_buffer_bit_exact():
+    """round_bytes of 1 MiB: the update goes as several rounds through one reused staging
+    buffer, and the 3 MiB embedding, larger than a round, is copied on its own."""
+    manager = _Manager([_Rank(is_master=True, round_bytes=1 << 20)], [_Rank()])
+    try:
+        for step in (1, 2):
+            _assert_bit_exact(manager.update(step), step)
+    finally:
+        manager.stop()

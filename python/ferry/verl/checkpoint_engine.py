@@ -135,6 +135,7 @@ class FerryCheckpointEngine(CheckpointEngineWithCache):
         self._receiver: Receiver | None = None
         self._relay: _RelayThread | None = None  # on the rank hosting its node's relay
         self._cached: dict[str, torch.Tensor] | None = None  # engine_kwargs cache: the last update
+        self._staging = _Staging()  # master: where yielded tensors are copied, every update
         self._plan: dict | None = None      # the topology the sessions were built for
         self._role = "idle"
         self._broken = False                # the last update failed: rebuild next time
@@ -243,6 +244,7 @@ class FerryCheckpointEngine(CheckpointEngineWithCache):
         slowest: dict[str, float] = {}
         sent = {kind: 0 for kind in self._senders}  # tensor bytes over each session's links
         args, names, held = list(version), set(), 0  # args: (arg, owner of its memory)
+        staging = self._staging
 
         async def send(more_follows: bool) -> None:
             nonlocal args, names, held
@@ -253,14 +255,20 @@ class FerryCheckpointEngine(CheckpointEngineWithCache):
                 # The sender writes each segment once per joined peer (a relay per node).
                 sent[kind] += held * self._senders[kind].receivers
             args, names, held = list(version), set(), 0
+            staging.used = 0  # the round was acknowledged: its copies may be overwritten
 
         try:
             async for name, tensor in _items(weights):
-                # A private copy at yield time: verl's generators may refill their buffer.
-                arg, owner = tensor_arg(name, tensor, copy=True)
-                size = arg_bytes(arg)
-                if names and (name in names or held + size > self.round_bytes):
+                if names and (name in names or not staging.fits(tensor, self.round_bytes)):
                     await send(more_follows=True)
+                # A private copy at yield time: verl's generators may refill their buffer.
+                staged = staging.copy(tensor, self.round_bytes)
+                if staged is not None:
+                    arg, owner = tensor_arg(name, staged)
+                else:  # not a torch tensor, or larger than a round
+                    arg, owner = tensor_arg(name, tensor, copy=True)
+                    staging.used += arg_bytes(arg)  # counts towards the round all the same
+                size = arg_bytes(arg)
                 args.append((arg, owner))
                 names.add(name)
                 held += size
@@ -470,6 +478,43 @@ class FerryCheckpointEngine(CheckpointEngineWithCache):
                          f"stale weights: update for global_steps {version}, but this rollout "
                          f"rank has or requires {floor}")
         self._last_version = version
+
+
+class _Staging:
+    """One host buffer of round_bytes that the master copies yielded tensors into, reused by
+    every round and update. A fresh tensor per yield faulted a model's worth of new pages in
+    every update (measured on qwen2.5-0.5b: 5.8 s of 9.2 s per update on a loaded VM)."""
+
+    ALIGN = 64
+
+    def __init__(self) -> None:
+        self.buffer: torch.Tensor | None = None
+        self.used = 0  # bytes of the round being gathered
+
+    def _start(self) -> int:
+        return -(-self.used // self.ALIGN) * self.ALIGN
+
+    @staticmethod
+    def _stageable(tensor: Any) -> bool:
+        return isinstance(tensor, torch.Tensor) and tensor.layout == torch.strided
+
+    def fits(self, tensor: Any, capacity: int) -> bool:
+        if not self._stageable(tensor):
+            return True  # copied on its own (tensor_arg), as before
+        return self._start() + tensor.numel() * tensor.element_size() <= capacity
+
+    def copy(self, tensor: Any, capacity: int) -> torch.Tensor | None:
+        """A copy of `tensor` in the buffer, or None where it is no torch tensor or does not
+        fit (one larger than a whole round)."""
+        if not self._stageable(tensor) or not self.fits(tensor, capacity):
+            return None
+        if self.buffer is None or self.buffer.numel() != capacity:
+            self.buffer = torch.empty(capacity, dtype=torch.uint8)
+        start, size = self._start(), tensor.numel() * tensor.element_size()
+        view = self.buffer[start:start + size].view(tensor.dtype).view(tensor.shape)
+        view.copy_(tensor.detach().resolve_conj().resolve_neg())
+        self.used = start + size
+        return view
 
 
 class _RelayThread:
