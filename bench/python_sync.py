@@ -2,6 +2,7 @@
 """A Qwen2.5-0.5B-shaped bf16 state dict through ferry.verl, beside the C++ engine, same run.
 
     PYTHONPATH=build/python /usr/bin/python3 bench/python_sync.py [--rounds 5] [--bucket-mb 64]
+        [--paths memcpy,cpp,buckets,verl,verl128,backend]
 
 Paths, each trainer process -> a spawned rollout process, one copy on each side:
   cpp     ferry.Sender.send_round -> Receiver.receive_round_into (destinations filled by C++)
@@ -10,6 +11,10 @@ Paths, each trainer process -> a spawned rollout process, one copy on each side:
   verl128 the same with round_bytes = 128 MiB: the update streamed as 8 rounds (the default,
           1 GiB, sends this model in one)
   buckets ferry.Sender -> ferry.Receiver.receive_round_buckets(cb), the same cb as verl's
+  backend the checkpoint engine (ferry.verl.checkpoint_engine), colocated: verl's manager
+          sequence per update (prepare -> build_topology -> init_process_group -> send_weights
+          beside receive_weights, its tensors copied into the model -> finalize); timed whole.
+          The first update (new session: ring, sockets, join) is reported apart
   memcpy  one torch copy of the same bytes in one process (the machine's limit)
 and the C++ engine alone (`ferry bench sync --json`) in both delivery modes: destinations
 (against cpp) and `--bucket-callback` (against buckets and verl, which deliver the same way).
@@ -114,6 +119,64 @@ def run_verl(weights: dict, preset: str, rounds: int, bucket_mb: int,
     return times[1:]
 
 
+def _backend_rollout(conn, preset: str, bucket_bytes: int) -> None:
+    """One rollout rank of the checkpoint engine: runs the manager calls it is sent."""
+    from ferry.verl.checkpoint_engine import FerryCheckpointEngine
+    model = {n: torch.empty(s, dtype=torch.bfloat16)
+             for n, _, s in ferry.hf_tensor_specs(preset, ferry.DType.BF16)}
+    engine = FerryCheckpointEngine(bucket_bytes)
+    conn.send("ready")  # the first update is timed from here: process start-up is no part of it
+
+    async def receive() -> None:
+        async for name, tensor in engine.receive_weights():
+            model[name].copy_(tensor)  # what vLLM's load_weights does
+
+    while True:
+        cmd, *args = conn.recv()
+        if cmd == "prepare":
+            conn.send(engine.prepare())
+        elif cmd == "init":
+            engine.init_process_group(**args[0])
+            conn.send("ok")
+        elif cmd == "receive":
+            asyncio.run(receive())
+            conn.send("ok")
+        else:
+            engine.close()
+            conn.send("ok")
+            return
+
+
+def run_backend(weights: dict, preset: str, rounds: int, bucket_mb: int) -> list[float]:
+    """Seconds of each update through the checkpoint engine, the first (new session) first."""
+    from ferry.verl.checkpoint_engine import FerryCheckpointEngine
+    ctx = mp.get_context("spawn")
+    conn, child = ctx.Pipe()
+    proc = ctx.Process(target=_backend_rollout, args=(child, preset, bucket_mb << 20))
+    proc.start()
+    master = FerryCheckpointEngine(bucket_mb << 20, is_master=True)
+    assert conn.recv() == "ready"
+    times = []
+    for step in range(rounds + 1):
+        t0 = time.perf_counter()
+        conn.send(("prepare",))
+        trainer_kw, rollout_kw = FerryCheckpointEngine.build_topology(
+            1, 1, [master.prepare(), conn.recv()])
+        conn.send(("init", {k: v[0] for k, v in rollout_kw.items()}))
+        master.init_process_group(**{k: v[0] for k, v in trainer_kw.items()})
+        assert conn.recv() == "ok"
+        conn.send(("receive",))
+        asyncio.run(master.send_weights(((n, t) for n, t in weights.items()), global_steps=step))
+        assert conn.recv() == "ok"
+        master.finalize()
+        times.append(time.perf_counter() - t0)
+    conn.send(("exit",))
+    conn.recv()
+    master.close()
+    proc.join(120)
+    return times
+
+
 def run_memcpy(total: int, rounds: int) -> list[float]:
     src = torch.empty(total, dtype=torch.uint8).fill_(1)
     dst = torch.empty_like(src)
@@ -148,13 +211,17 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--bucket-mb", type=int, default=64)
     parser.add_argument("--ferry", default="build/src/cli/ferry", help="the ferry CLI")
+    parser.add_argument("--paths", default="memcpy,cpp,buckets,verl,verl128,backend",
+                        help="comma-separated paths to run (see above)")
     args = parser.parse_args()
+    paths = args.paths.split(",")
 
     weights = state_dict(args.preset)
     total = sum(t.numel() * t.element_size() for t in weights.values())
     print(f"{args.preset}: {len(weights)} tensors, {total / 1e9:.3f} GB bf16, "
           f"bucket {args.bucket_mb} MiB, {args.rounds} timed rounds")
     results = {}
+    first_update = None
     for name, run in (("memcpy", lambda: run_memcpy(total, args.rounds)),
                       ("cpp", lambda: run_cpp(weights, args.preset, args.rounds, args.bucket_mb)),
                       ("buckets", lambda: run_cpp(weights, args.preset, args.rounds,
@@ -163,20 +230,35 @@ def main() -> None:
                                                 args.bucket_mb)),
                       # The update streamed in small rounds: what each round boundary costs.
                       ("verl128", lambda: run_verl(weights, args.preset, args.rounds,
-                                                   args.bucket_mb, round_bytes=128 << 20))):
+                                                   args.bucket_mb, round_bytes=128 << 20)),
+                      ("backend", lambda: run_backend(weights, args.preset, args.rounds,
+                                                      args.bucket_mb))):
+        if name not in paths:
+            continue
         times = run()
+        if name == "backend":  # its first update builds the session: reported apart
+            first_update, times = times[0], times[1:]
         results[name] = total / statistics.median(times) / 1e9
         print(f"  {name:7s} {results[name]:6.2f} GB/s   (median of "
               f"{', '.join(f'{t * 1e3:.0f}' for t in times)} ms)")
-    print(f"  verl / cpp    = {results['verl'] / results['cpp']:.3f}")
-    print(f"  verl / buckets = {results['verl'] / results['buckets']:.3f}")
-    print(f"  verl in 128 MiB rounds / verl = {results['verl128'] / results['verl']:.3f}")
-    print(f"  cpp / memcpy  = {results['cpp'] / results['memcpy']:.3f}")
-    # The C++ engine in each delivery mode: destinations (cpp's) and the per-bucket callback
-    # that verl's API imposes (buckets' and verl's), each compared like for like.
-    for mode, extra, python_paths in (("destinations", (), ("cpp",)),
+    for a, b, label in (("verl", "cpp", "verl / cpp"), ("verl", "buckets", "verl / buckets"),
+                        ("verl128", "verl", "verl in 128 MiB rounds / verl"),
+                        ("cpp", "memcpy", "cpp / memcpy"), ("backend", "cpp", "backend / cpp")):
+        if a in results and b in results:
+            print(f"  {label} = {results[a] / results[b]:.3f}")
+    if first_update is not None:
+        later = total / results["backend"] / 1e9
+        print(f"  backend first update (new session): {first_update:.3f} s; later updates "
+              f"(median): {later:.3f} s; first / later = {first_update / later:.2f}")
+    # The C++ engine in each delivery mode: destinations (cpp's and the backend's, which
+    # copies every tensor into the model) and the per-bucket callback that verl's API
+    # imposes (buckets' and verl's), each compared like for like.
+    for mode, extra, python_paths in (("destinations", (), ("cpp", "backend")),
                                       ("bucket callback", ("--bucket-callback",),
                                        ("buckets", "verl"))):
+        python_paths = tuple(p for p in python_paths if p in results)
+        if not python_paths:
+            continue
         cli = run_cli(args.ferry, args.preset, args.bucket_mb, args.rounds, *extra)
         print(f"  ferry bench sync ({mode}): {cli}")
         try:

@@ -2,6 +2,7 @@
 
     import ferry
     ferry.Sender / ferry.Receiver        # the C++ sync engine (ferry.sync)
+    ferry.Relay                          # one network copy per node, shm fan-out
     ferry.verl.BucketedWeightSender      # drop-in for verl's classes (ferry.verl)
 
 Every C++ error raises a ferry.FerryError subclass named after its code (InvalidArgumentError,
@@ -31,12 +32,12 @@ from ._ferry import (
     tensor_bytes,
 )
 from ._tensors import ferry_dtype, to_numpy, to_torch, torch_dtype
-from .sync import Receiver, RoundStats, Sender, SyncOptions
+from .sync import Receiver, Relay, RoundStats, Sender, SyncOptions
 
 __all__ = [
     "AbortedError", "AlreadyExistsError", "CorruptionError", "DType", "FailedPreconditionError",
     "FerryError", "InternalError", "InvalidArgumentError", "IoError", "NotFoundError",
-    "Receiver", "ResourceExhaustedError", "RoundStats", "Sender", "SyncOptions", "TimeoutError",
+    "Receiver", "Relay", "ResourceExhaustedError", "RoundStats", "Sender", "SyncOptions", "TimeoutError",
     "UnauthenticatedError", "UnimplementedError", "__version__", "ferry_dtype",
     "hf_tensor_specs", "parse_dtype", "preset_names", "tensor_bytes", "to_numpy", "to_torch",
     "torch_dtype",

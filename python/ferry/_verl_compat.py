@@ -3,7 +3,8 @@
 verl (and the Ray it imports) are not Debian packages, so ferry's backend and its tests must
 run without them. The stand-ins have verl's interface (verl/checkpoint_engine/base.py):
 CheckpointEngine with prepare / build_topology / init_process_group / finalize /
-send_weights / receive_weights, and CheckpointEngineRegistry.register / get / new.
+send_weights / receive_weights, CheckpointEngineWithCache with get_weights, and
+CheckpointEngineRegistry.register / get / new.
 """
 
 from __future__ import annotations
@@ -14,6 +15,10 @@ from typing import Any
 try:
     from verl.checkpoint_engine.base import CheckpointEngine, CheckpointEngineRegistry
     HAVE_VERL = True
+    try:
+        from verl.checkpoint_engine.base import CheckpointEngineWithCache
+    except ImportError:  # a verl older than the cache interface
+        CheckpointEngineWithCache = CheckpointEngine
 except ImportError:
     HAVE_VERL = False
 
@@ -61,3 +66,9 @@ except ImportError:
 
         @abstractmethod
         def receive_weights(self) -> Any: ...
+
+    class CheckpointEngineWithCache(CheckpointEngine):  # type: ignore[no-redef]
+        """verl's engine that also serves the last weights from a local cache."""
+
+        @abstractmethod
+        def get_weights(self) -> Any: ...

@@ -1,4 +1,4 @@
-"""Weight sync on one node: ferry::sync::Sender and Receiver (include/ferry/sync.h) for Python.
+"""Weight sync: ferry::sync::Sender, Receiver and Relay (include/ferry/sync.h) for Python.
 
     sender = ferry.Sender("@ferry-job42", bucket_bytes=64 << 20)   # trainer
     sender.accept(1)
@@ -60,15 +60,16 @@ class _Endpoint:
 class Sender(_Endpoint):
     """Streams rounds of tensors to receivers through a shared-memory ring.
 
-    `address` is "@name" (abstract socket) or a socket file path. Keyword arguments are
-    SyncOptions' fields (times in seconds); `options` replaces them all.
+    `address` is "@name" (abstract socket), a socket file path, or "host:port" (net
+    transport; `token_file` names the session secret, else FERRY_TOKEN / FERRY_TOKEN_FILE).
+    Keyword arguments are SyncOptions' fields (times in seconds); `options` replaces them all.
     """
 
     def __init__(self, address: str, *, bucket_bytes: int = 512 << 20, slots: int = 2,
-                 timeout: float = 60.0, checksums: bool = True,
+                 timeout: float = 60.0, checksums: bool = True, token_file: str = "",
                  options: SyncOptions | None = None) -> None:
         opts = _options(options, bucket_bytes=bucket_bytes, slots=slots, timeout=timeout,
-                        checksums=checksums)
+                        checksums=checksums, token_file=str(token_file))
         self._impl = _ferry.Sender.create(address, opts)
 
     def accept(self, receivers: int = 1) -> None:
@@ -132,12 +133,13 @@ class Receiver(_Endpoint):
 
     def __init__(self, address: str, receiver_id: int = 0, *, timeout: float = 60.0,
                  idle_timeout: float | None = None, session: int = 0, output: str = "torch",
-                 options: SyncOptions | None = None) -> None:
+                 token_file: str = "", options: SyncOptions | None = None) -> None:
         if output not in CONVERTERS:
             raise _error(_ferry.InvalidArgumentError,
                          f"output '{output}': expected one of {', '.join(CONVERTERS)}")
         self._convert = CONVERTERS[output]
-        opts = _options(options, timeout=timeout, idle_timeout=idle_timeout)
+        opts = _options(options, timeout=timeout, idle_timeout=idle_timeout,
+                        token_file=str(token_file))
         self._impl = _ferry.Receiver.connect(address, receiver_id, opts, session)
         self._destinations: dict[str, Any] = {}
 
@@ -190,3 +192,42 @@ class Receiver(_Endpoint):
     @property
     def last_round(self) -> int:
         return self._impl.last_round
+
+
+class Relay(_Endpoint):
+    """On a receiving node: one receiver of a net Sender ("host:port") that republishes
+    every round to this node's Receivers, which connect to `local_address` ("@name") as to
+    a Sender. One network copy per node however many local receivers it has.
+
+        relay = ferry.Relay("10.0.0.1:5555", relay_id=0, local_address="@ferry-node")
+        relay.accept(2)                   # this node's receivers
+        while True: relay.relay_round()   # one call per round; raises when the session ends
+
+    Calls run with the GIL released. stop(), from any thread, ends a relay's waits for local
+    receivers and, in a round, for its peers within about 100 ms (the call raises
+    AbortedError); between rounds the relay waits on its sender only and ends when the
+    sender's session does.
+    """
+
+    def __init__(self, upstream: str, relay_id: int, local_address: str, *,
+                 timeout: float = 60.0, idle_timeout: float | None = None,
+                 token_file: str = "", options: SyncOptions | None = None) -> None:
+        opts = _options(options, timeout=timeout, idle_timeout=idle_timeout,
+                        token_file=str(token_file))
+        self._impl = _ferry.Relay.connect(upstream, relay_id, local_address, opts)
+
+    def accept(self, local_receivers: int = 1) -> None:
+        """Waits for `local_receivers` more local receivers (each within the timeout)."""
+        self._impl.accept(local_receivers)
+
+    def relay_round(self) -> RoundStats:
+        """Forwards the next round whole; returns its RoundStats."""
+        return self._impl.relay_round()
+
+    def stop(self) -> None:
+        """Asks a relay running in another thread to end (see the class docstring)."""
+        self._impl.stop()
+
+    @property
+    def local_address(self) -> str:
+        return self._impl.local_address

@@ -1,4 +1,4 @@
-// ferry.sync for Python: Sender and Receiver over include/ferry/sync.h.
+// ferry.sync for Python: Sender, Receiver and Relay over include/ferry/sync.h.
 //
 // Tensors arrive from Python as (name, dtype, shape, address, nbytes) or
 // (name, dtype, shape, buffer) tuples; the Python layer keeps the memory alive
@@ -9,6 +9,7 @@
 #include <fmt/format.h>
 #include <pybind11/stl.h>
 
+#include <atomic>
 #include <chrono>
 #include <functional>
 #include <map>
@@ -135,8 +136,36 @@ SyncOptions with_interrupts(SyncOptions o, Interrupts& interrupts) {
   return o;
 }
 
-class PySender {
+// What Sender, Receiver and Relay share: the C++ object (null once closed), the guard
+// that lets one thread call at a time, and the Ctrl-C hook its session points at.
+template <typename Impl>
+class Endpoint {
  public:
+  bool closed() const { return impl_ == nullptr; }
+  Impl& get() const {
+    if (!impl_) throw StatusError(failed_precondition(fmt::format("the {} is closed", what_)));
+    return *impl_;
+  }
+
+ protected:
+  explicit Endpoint(const char* what) : what_(what) {}
+
+  // Ends the session with the GIL released (peers may be told).
+  void reset() {
+    UseGuard use(mutex_, what_);
+    py::gil_scoped_release nogil;
+    impl_.reset();
+  }
+
+  const char* what_;
+  std::mutex mutex_;
+  Interrupts interrupts_;  // before impl_: the session's hook points at it
+  std::unique_ptr<Impl> impl_;
+};
+
+class PySender : public Endpoint<sync::Sender> {
+ public:
+  PySender() : Endpoint("sender") {}
   static std::unique_ptr<PySender> create(const std::string& address, const SyncOptions& o) {
     auto s = std::make_unique<PySender>();
     Result<std::unique_ptr<sync::Sender>> r = [&] {
@@ -149,7 +178,7 @@ class PySender {
   }
 
   void accept(std::uint32_t receivers) {
-    UseGuard use(mutex_, "sender");
+    UseGuard use(mutex_, what_);
     sync::Sender& s = get();
     Status st = [&] {
       py::gil_scoped_release nogil;
@@ -160,7 +189,7 @@ class PySender {
   }
 
   RoundStats send_round(const py::sequence& weights, bool more_follows) {
-    UseGuard use(mutex_, "sender");
+    UseGuard use(mutex_, what_);
     sync::Sender& s = get();
     std::vector<TensorArg> args;
     args.reserve(weights.size());
@@ -176,21 +205,7 @@ class PySender {
     return check(std::move(r));
   }
 
-  void close() {
-    UseGuard use(mutex_, "sender");
-    py::gil_scoped_release nogil;
-    impl_.reset();
-  }
-  bool closed() const { return impl_ == nullptr; }
-  sync::Sender& get() const {
-    if (!impl_) throw StatusError(failed_precondition("the sender is closed"));
-    return *impl_;
-  }
-
- private:
-  std::mutex mutex_;
-  Interrupts interrupts_;  // before impl_: the session's hook points at it
-  std::unique_ptr<sync::Sender> impl_;
+  void close() { reset(); }
 };
 
 // Runs a receive with the GIL released, re-taking it for each callback. A Python
@@ -221,8 +236,9 @@ class CallbackBridge {
   std::optional<py::error_already_set> saved_;
 };
 
-class PyReceiver {
+class PyReceiver : public Endpoint<sync::Receiver> {
  public:
+  PyReceiver() : Endpoint("receiver") {}
   static std::unique_ptr<PyReceiver> connect(const std::string& address, std::uint32_t id,
                                              const SyncOptions& o, std::uint64_t session) {
     auto r = std::make_unique<PyReceiver>();
@@ -236,7 +252,7 @@ class PyReceiver {
   }
 
   void set_destination(const py::handle& tensor) {
-    UseGuard use(mutex_, "receiver");
+    UseGuard use(mutex_, what_);
     sync::Receiver& r = get();
     TensorArg a = tensor_arg(tensor, /*writable=*/true);
     const std::string name = a.spec.name;
@@ -249,13 +265,13 @@ class PyReceiver {
   }
 
   void clear_destinations() {
-    UseGuard use(mutex_, "receiver");
+    UseGuard use(mutex_, what_);
     get().clear_destinations();
     holds_.clear();
   }
 
   RoundStats receive_round_into() {
-    UseGuard use(mutex_, "receiver");
+    UseGuard use(mutex_, what_);
     sync::Receiver& r = get();
     Result<RoundStats> result = [&] {
       py::gil_scoped_release nogil;
@@ -266,7 +282,7 @@ class PyReceiver {
   }
 
   RoundStats receive_round(const py::function& on_tensor) {
-    UseGuard use(mutex_, "receiver");
+    UseGuard use(mutex_, what_);
     sync::Receiver& r = get();
     CallbackBridge bridge;
     const sync::TensorCallback cb = [&](const TensorView& v) {
@@ -281,7 +297,7 @@ class PyReceiver {
   }
 
   RoundStats receive_round_buckets(const py::function& on_bucket) {
-    UseGuard use(mutex_, "receiver");
+    UseGuard use(mutex_, what_);
     sync::Receiver& r = get();
     CallbackBridge bridge;
     const sync::BucketCallback cb = [&](std::span<const TensorView> views, bool is_last) {
@@ -300,24 +316,81 @@ class PyReceiver {
   }
 
   void close() {
-    UseGuard use(mutex_, "receiver");
-    {
-      py::gil_scoped_release nogil;
-      impl_.reset();
-    }
+    reset();
     holds_.clear();
-  }
-  bool closed() const { return impl_ == nullptr; }
-  sync::Receiver& get() const {
-    if (!impl_) throw StatusError(failed_precondition("the receiver is closed"));
-    return *impl_;
   }
 
  private:
-  std::mutex mutex_;
-  Interrupts interrupts_;  // before impl_: the session's hook points at it
-  std::unique_ptr<sync::Receiver> impl_;
   std::map<std::string, std::unique_ptr<BufferHold>> holds_;
+};
+
+// A node's relay (sync::Relay). Usually run in a background thread: stop() may be called
+// from any thread and ends the relay's waits for local receivers and, in a round, for its
+// peers within about 100 ms (SyncOptions::interrupt). Between rounds the relay waits on
+// its upstream only, so it ends there when the sender's session ends.
+class PyRelay : public Endpoint<sync::Relay> {
+ public:
+  PyRelay() : Endpoint("relay") {}
+  // The session ends before stopping_ (which its hook reads) is destroyed.
+  ~PyRelay() {
+    stop();
+    impl_.reset();
+  }
+  PyRelay(const PyRelay&) = delete;
+  PyRelay& operator=(const PyRelay&) = delete;
+  static std::unique_ptr<PyRelay> connect(const std::string& upstream, std::uint32_t relay_id,
+                                          const std::string& local_address, const SyncOptions& o) {
+    auto r = std::make_unique<PyRelay>();
+    SyncOptions options = o;
+    options.interrupt = r->hook();
+    Result<std::unique_ptr<sync::Relay>> c = [&] {
+      py::gil_scoped_release nogil;
+      return sync::Relay::connect(upstream, relay_id, local_address, options);
+    }();
+    r->interrupts_.raise_pending();
+    r->impl_ = check(std::move(c));
+    return r;
+  }
+
+  void accept(std::uint32_t local_receivers) {
+    UseGuard use(mutex_, what_);
+    sync::Relay& r = get();
+    Status st = [&] {
+      py::gil_scoped_release nogil;
+      return r.accept(local_receivers);
+    }();
+    interrupts_.raise_pending();
+    check(st);
+  }
+
+  RoundStats relay_round() {
+    UseGuard use(mutex_, what_);
+    sync::Relay& r = get();
+    Result<RoundStats> result = [&] {
+      py::gil_scoped_release nogil;
+      return r.relay_round();
+    }();
+    interrupts_.raise_pending();
+    return check(std::move(result));
+  }
+
+  void stop() { stopping_.store(true); }
+
+  void close() {
+    stop();
+    reset();
+  }
+
+ private:
+  // stop() first, without the GIL; then Ctrl-C, which Python hears in its main thread only.
+  std::function<Status()> hook() {
+    return [this, signals = interrupts_.hook()]() -> Status {
+      if (stopping_.load()) return aborted("the relay was stopped");
+      return signals();
+    };
+  }
+
+  std::atomic<bool> stopping_{false};
 };
 
 }  // namespace
@@ -325,7 +398,8 @@ class PyReceiver {
 void bind_sync(py::module_& m) {
   py::class_<SyncOptions>(m, "SyncOptions", "include/ferry/sync.h's SyncOptions; times in seconds.")
       .def(py::init([](std::uint64_t bucket_bytes, std::uint32_t slots, double timeout,
-                       double idle_timeout, bool checksums, const std::string& wire_protect) {
+                       double idle_timeout, bool checksums, const std::string& wire_protect,
+                       const std::string& token_file) {
              SyncOptions o;
              o.wire_protect = check(parse_wire_protect(wire_protect));
              o.bucket_bytes = bucket_bytes;
@@ -333,6 +407,7 @@ void bind_sync(py::module_& m) {
              o.timeout = millis(timeout);
              o.idle_timeout = millis(idle_timeout);
              o.checksums = checksums;
+             o.token_file = token_file;
              return o;
            }),
            py::kw_only(), py::arg("bucket_bytes") = SyncOptions{}.bucket_bytes,
@@ -340,7 +415,8 @@ void bind_sync(py::module_& m) {
            py::arg("timeout") = seconds(SyncOptions{}.timeout),
            py::arg("idle_timeout") = seconds(SyncOptions{}.idle_timeout),
            py::arg("checksums") = SyncOptions{}.checksums,
-           py::arg("wire_protect") = std::string(wire_protect_name(SyncOptions{}.wire_protect)))
+           py::arg("wire_protect") = std::string(wire_protect_name(SyncOptions{}.wire_protect)),
+           py::arg("token_file") = SyncOptions{}.token_file)
       .def_readwrite("bucket_bytes", &SyncOptions::bucket_bytes)
       .def_readwrite("slots", &SyncOptions::slots)
       .def_property(
@@ -350,6 +426,8 @@ void bind_sync(py::module_& m) {
           "idle_timeout", [](const SyncOptions& o) { return seconds(o.idle_timeout); },
           [](SyncOptions& o, double s) { o.idle_timeout = millis(s); })
       .def_readwrite("checksums", &SyncOptions::checksums)
+      // Net sessions' secret: this file, per session; "" reads FERRY_TOKEN / FERRY_TOKEN_FILE.
+      .def_readwrite("token_file", &SyncOptions::token_file)
       // "none", "mac" or "encrypt": net sessions' bulk protection (docs/security.md).
       .def_property(
           "wire_protect",
@@ -360,9 +438,9 @@ void bind_sync(py::module_& m) {
       .def("__repr__", [](const SyncOptions& o) {
         return fmt::format(
             "SyncOptions(bucket_bytes={}, slots={}, timeout={}, idle_timeout={}, checksums={}, "
-            "wire_protect='{}')",
+            "wire_protect='{}', token_file='{}')",
             o.bucket_bytes, o.slots, seconds(o.timeout), seconds(o.idle_timeout),
-            o.checksums ? "True" : "False", wire_protect_name(o.wire_protect));
+            o.checksums ? "True" : "False", wire_protect_name(o.wire_protect), o.token_file);
       });
 
   py::class_<RoundStats>(m, "RoundStats")
@@ -405,6 +483,18 @@ void bind_sync(py::module_& m) {
       .def_property_readonly("session_id", [](const PyReceiver& r) { return r.get().session_id(); })
       .def_property_readonly("last_round",
                              [](const PyReceiver& r) { return r.get().last_round(); });
+
+  py::class_<PyRelay>(m, "Relay")
+      .def_static("connect", &PyRelay::connect, py::arg("upstream"), py::arg("relay_id"),
+                  py::arg("local_address"), py::arg("options"))
+      .def("accept", &PyRelay::accept, py::arg("local_receivers"))
+      .def("relay_round", &PyRelay::relay_round)
+      .def("stop", &PyRelay::stop)
+      .def("close", &PyRelay::close)
+      .def_property_readonly("closed", &PyRelay::closed)
+      .def_property_readonly("session_id", [](const PyRelay& r) { return r.get().session_id(); })
+      .def_property_readonly("local_address",
+                             [](const PyRelay& r) { return r.get().local_address(); });
 }
 
 }  // namespace ferry::python

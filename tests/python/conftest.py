@@ -77,3 +77,13 @@ def run_peers(*targets_and_args: tuple) -> list:
                 p.kill()
                 p.join()
     return results
+
+
+def run_ok_peers(sender, receiver, handle: str | None = None) -> tuple:
+    """run_peers((sender, handle), (receiver, handle)) over `handle` (default: a fresh ipc
+    handle); both must answer ("ok", ...). Returns (sent, received)."""
+    handle = handle or unique_zmq_handle()
+    sent, received = run_peers((sender, handle), (receiver, handle))
+    assert sent[0] == "ok", sent
+    assert received[0] == "ok", received
+    return sent, received

@@ -45,9 +45,14 @@ async def _receive(engine, step: int, die_after: int | None) -> dict[str, str]:
     sums = {}
     async for name, tensor in engine.receive_weights(global_steps=step):
         sums[name] = digest(tensor)
+        tensor.zero_()  # verl's loaders may write into what they were given
         if die_after is not None and len(sums) == die_after:
             os._exit(3)  # killed mid-update
     return sums
+
+
+async def _cached(engine) -> dict[str, str]:
+    return {name: digest(tensor) async for name, tensor in engine.get_weights()}
 
 
 def _rank_main(conn, is_master: bool, engine_kwargs: dict) -> None:
@@ -67,6 +72,8 @@ def _rank_main(conn, is_master: bool, engine_kwargs: dict) -> None:
                 out = asyncio.run(engine.send_weights(_weights(args[0]), global_steps=args[0]))
             elif cmd == "receive":
                 out = asyncio.run(_receive(engine, *args))
+            elif cmd == "cached":
+                out = asyncio.run(_cached(engine))
             elif cmd == "finalize":
                 out = engine.finalize()
             else:  # exit
@@ -211,47 +218,161 @@ def test_colocated_rank_killed_mid_update_fails_both_sides_then_recovers(colocat
     assert result["inits"][0][0] == 2, "membership changed: the master served anew"
 
 
-def test_disaggregated_net_and_shm_ranks_over_loopback(tmp_path):
-    token = tmp_path / "token"
-    token.write_text("test-token-" + os.urandom(8).hex())
-    token.chmod(0o600)
-    net = {"token_file": str(token), "interface": "127.0.0.1"}
+def _token(path) -> str:
+    path.write_text("test-token-" + os.urandom(8).hex())
+    path.chmod(0o600)
+    return str(path)
+
+
+def test_disaggregated_one_relay_per_node_over_loopback(tmp_path):
+    """The master's node (a) and two remote nodes (b, c) of two rollout ranks each: the master
+    sends each byte once per remote node; each node's first rank hosts the relay."""
+    net = {"token_file": _token(tmp_path / "token"), "interface": "127.0.0.1"}
+    nodes = ["node-a", "node-b", "node-b", "node-c", "node-c"]
     manager = _Manager([_Rank(is_master=True, node_id="node-a", **net),
                         _Rank(node_id="node-a", **net)],
-                       [_Rank(node_id="node-a", **net), _Rank(node_id="node-b", **net),
-                        _Rank(node_id="node-b", **net)])
+                       [_Rank(node_id=node, **net) for node in nodes])
     try:
-        for step in (1, 2):
+        for step in (1, 2, 3):
             result = manager.update(step)
             _assert_bit_exact(result, step)
             assert result["sent"][1] == ("ok", {}), "a non-master actor rank sends nothing"
-            assert {"ferry/shm_seconds", "ferry/net_seconds"} <= set(result["sent"][0][1])
-            assert [b for b, _ in result["inits"]] == [1, 0, 1, 1, 1]
-        # A net rollout rank killed mid-update: the actor names it at once; once the rank is
-        # back, the next update reaches everyone.
-        result = manager.update(3, die={2: 3})
+            metrics = result["sent"][0][1]
+            model = sum(t.numel() * t.element_size() for _, t in _weights(step))
+            assert metrics["ferry/bytes"] == model
+            assert metrics["ferry/net_bytes"] == 2 * model, "once per remote node, not per rank"
+            assert metrics["ferry/shm_bytes"] == model
+            assert {"ferry/shm_seconds", "ferry/net_seconds"} <= set(metrics)
+            assert [b for b, _ in result["inits"]] == [1, 0, 1, 1, 1, 1, 1]
+            hosts = [ids for _, ids in result["inits"][2:]]
+            assert ["relay" in ids for ids in hosts] == [False, True, False, True, False]
+        # node-b's relay host killed mid-update: the master names the lost relay (its net
+        # receiver 0); once the rank is back, the next update reaches all.
+        result = manager.update(4, die={1: 3})
         assert result["seconds"] < KILL_BOUND_S, result
-        assert result["received"][2] == ("dead", 3)
+        assert result["received"][1] == ("dead", 3)
         sent = result["sent"][0]
-        assert sent[:2] == ("error", "AbortedError") and "receiver 1" in sent[2], sent
-        manager.rollouts[2] = _Rank(node_id="node-b", **net)
-        _assert_bit_exact(manager.update(4), 4)
+        print("master:", sent, "\nnode-b's other rank:", result["received"][2][:3])
+        assert sent[:2] == ("error", "AbortedError") and "receiver 0" in sent[2], sent
+        # node-b's other rank either had its whole update (it acknowledged to the relay before
+        # the host died) or names the lost relay: never part of an update without an error.
+        orphan = result["received"][2]
+        if orphan[0] == "ok":
+            assert orphan[1] == _expected(4)
+        else:
+            assert orphan[1].endswith("Error") and orphan[2], orphan
+        manager.rollouts[1] = _Rank(node_id="node-b", **net)
+        _assert_bit_exact(manager.update(5), 5)
     finally:
         manager.stop()
 
 
-def test_build_topology_puts_other_nodes_on_net():
+def _one_update(master, rank: _Rank, step: int) -> tuple:
+    """The manager's sequence for a master engine in this process and one rollout rank."""
+    from ferry.verl.checkpoint_engine import FerryCheckpointEngine
+    rank.call("prepare")
+    meta = rank.result()
+    assert meta[0] == "ok", meta
+    trainer_kw, rollout_kw = FerryCheckpointEngine.build_topology(1, 1, [master.prepare(),
+                                                                          meta[1]])
+    rank.call("init", {k: v[0] for k, v in rollout_kw.items()})
+    try:
+        master.init_process_group(**{k: v[0] for k, v in trainer_kw.items()})
+    except ferry.FerryError as e:
+        return ("error", type(e).__name__, str(e)), rank.result()
+    init = rank.result()
+    assert init[0] == "ok", init
+    rank.call("receive", step, None)
+    metrics = asyncio.run(master.send_weights(_weights(step), global_steps=step))
+    return ("ok", metrics), rank.result()
+
+
+def test_engines_in_one_process_use_their_own_token_files(tmp_path, monkeypatch):
+    """Two master engines in one process, each with its token file and a rollout rank on
+    another node that has the same file: neither engine's token reaches the other's session
+    (the file travels in SyncOptions, not in the process environment)."""
+    from ferry.verl.checkpoint_engine import FerryCheckpointEngine
+    monkeypatch.delenv("FERRY_TOKEN", raising=False)
+    monkeypatch.delenv("FERRY_TOKEN_FILE", raising=False)
+    first, second = _token(tmp_path / "first"), _token(tmp_path / "second")
+    net = {"interface": "127.0.0.1", "node_id": "node-a", "timeout_s": 20}
+    masters = [FerryCheckpointEngine(BUCKET, is_master=True, token_file=first, **net),
+               FerryCheckpointEngine(BUCKET, is_master=True, token_file=second, **net)]
+    ranks = [_Rank(node_id="node-b", token_file=first), _Rank(node_id="node-c",
+                                                              token_file=second)]
+    try:
+        assert "FERRY_TOKEN_FILE" not in os.environ
+        for step in (1, 2):
+            for master, rank in zip(masters, ranks):
+                sent, received = _one_update(master, rank, step)
+                assert sent[0] == "ok", sent
+                assert received == ("ok", _expected(step))
+    finally:
+        for master in masters:
+            master.close()
+        for rank in ranks:
+            rank.stop()
+
+
+def test_wrong_token_file_is_named(tmp_path):
+    from ferry.verl.checkpoint_engine import FerryCheckpointEngine
+    master = FerryCheckpointEngine(BUCKET, is_master=True, interface="127.0.0.1",
+                                   node_id="node-a", timeout_s=5,
+                                   token_file=_token(tmp_path / "right"))
+    rank = _Rank(node_id="node-b", timeout_s=5, token_file=_token(tmp_path / "wrong"))
+    try:
+        sent, received = _one_update(master, rank, 1)
+        # The rollout rank hosting the relay says why; the master saw no relay join in time.
+        assert received[:2] == ("error", "UnauthenticatedError"), received
+        assert "refused our token" in received[2], received
+        assert sent[:2] == ("error", "TimeoutError") and "no receiver joined" in sent[2], sent
+    finally:
+        master.close()
+        rank.stop()
+
+
+def test_get_weights_yields_the_last_complete_update(colocated):
+    colocated.rollouts[1].stop()
+    colocated.rollouts[1] = _Rank(cache=True)
+    colocated.rollouts[0].call("cached")
+    result = colocated.rollouts[0].result()
+    assert result[:2] == ("error", "FailedPreconditionError") and "cache" in result[2], result
+    colocated.rollouts[1].call("cached")
+    result = colocated.rollouts[1].result()
+    assert result[:2] == ("error", "FailedPreconditionError") and "no update" in result[2]
+    for step in (1, 2):
+        _assert_bit_exact(colocated.update(step), step)
+    # The caller zeroed every tensor it was given: the cache holds its own copy.
+    for _ in range(2):  # and each get_weights() yields fresh copies
+        colocated.rollouts[1].call("cached")
+        assert colocated.rollouts[1].result() == ("ok", _expected(2))
+    stale = colocated.update(1)  # refused: the cache keeps the last complete update
+    assert stale["received"][1][:2] == ("error", "FailedPreconditionError"), stale
+    colocated.rollouts[1].call("cached")
+    assert colocated.rollouts[1].result() == ("ok", _expected(2))
+
+
+def test_build_topology_gives_each_other_node_one_relay():
     from ferry.verl.checkpoint_engine import FerryCheckpointEngine
     meta = [{"node": "a", "pid": 1, "is_master": False},
             {"node": "a", "pid": 2, "is_master": True, "shm": "@s", "net": "h:1"},
             {"node": "b", "pid": 3}, {"node": "a", "pid": 4}, {"node": "b", "pid": 5}]
-    trainer, rollout = FerryCheckpointEngine.build_topology(2, 3, meta)
+    for i, m in enumerate(meta):
+        m["relay"] = f"@relay-{i}"
+    meta.append({"node": "c", "pid": 6, "relay": "@relay-5"})
+    trainer, rollout = FerryCheckpointEngine.build_topology(2, 4, meta)
     assert trainer["role"] == ["idle", "master"]
-    assert rollout["kind"] == ["net", "shm", "net"] and rollout["receiver_id"] == [0, 0, 1]
-    assert rollout["plan"][0]["shm_receivers"] == 1 and rollout["plan"][0]["net_receivers"] == 2
+    assert rollout["kind"] == ["relay", "shm", "relay", "relay"]
+    assert rollout["relay_id"] == [0, -1, 0, 1]
+    assert rollout["receiver_id"] == [0, 0, 1, 0]
+    assert rollout["hosts_relay"] == [True, False, False, True]
+    plan = rollout["plan"][0]
+    assert plan["shm_receivers"] == 1 and plan["net_receivers"] == 2, "one relay per node"
+    assert plan["relays"] == [{"node": "b", "local": "@relay-2", "receivers": 2},
+                              {"node": "c", "local": "@relay-5", "receivers": 1}]
     meta[1]["net"] = None  # the master's hostname did not resolve and no interface was set
     with pytest.raises(ferry.InvalidArgumentError, match="engine_kwargs.ferry.interface"):
-        FerryCheckpointEngine.build_topology(2, 3, meta)
+        FerryCheckpointEngine.build_topology(2, 4, meta)
 
 
 def test_unknown_engine_kwargs_warn_once_by_name():
@@ -287,3 +408,14 @@ def test_non_master_actor_rank_iterates_its_generator_and_sends_nothing():
 
     assert asyncio.run(engine.send_weights(weights(), global_steps=1)) == {}
     assert taken == [name for name, _ in _weights(1)]
+
+
+def test_small_rounds_reuse_the_staging_buffer_bit_exact():
+    """round_bytes of 1 MiB: the update goes as several rounds through one reused staging
+    buffer, and the 3 MiB embedding, larger than a round, is copied on its own."""
+    manager = _Manager([_Rank(is_master=True, round_bytes=1 << 20)], [_Rank()])
+    try:
+        for step in (1, 2):
+            _assert_bit_exact(manager.update(step), step)
+    finally:
+        manager.stop()

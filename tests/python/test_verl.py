@@ -9,7 +9,7 @@ import asyncio
 import pytest
 import torch
 
-from conftest import digest, run_peers, unique_zmq_handle
+from conftest import digest, run_ok_peers, run_peers, unique_zmq_handle
 from weights import make_weights
 
 ROUNDS = 3
@@ -89,9 +89,7 @@ def test_verl_updates_reuse_one_session(transport, monkeypatch):
         handle = f"tcp://127.0.0.1:{_free_port()}"
     else:
         handle = unique_zmq_handle()
-    sent, received = run_peers((_sender, handle), (_receiver, handle))
-    assert sent[0] == "ok", sent
-    assert received[0] == "ok", received
+    sent, received = run_ok_peers(_sender, _receiver, handle)
     _, sent_sums, sender_sessions = sent
     _, rounds, receiver_sessions = received
     # One session for every update: ring and sockets persist across rounds.
@@ -268,10 +266,7 @@ def _streaming_receiver(handle: str, queue) -> None:
 
 
 def test_update_streams_without_holding_the_model():
-    handle = unique_zmq_handle()
-    sent, received = run_peers((_streaming_sender, handle), (_streaming_receiver, handle))
-    assert sent[0] == "ok", sent
-    assert received[0] == "ok", received
+    sent, received = run_ok_peers(_streaming_sender, _streaming_receiver)
     _, alive_at_yield, rounds = sent
     # 2 MiB rounds of 1 MiB tensors: the sender never holds more than a round's worth.
     assert max(alive_at_yield) <= 2, alive_at_yield

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 import ferry
-from conftest import run_peers, unique_zmq_handle
+from conftest import run_ok_peers, unique_zmq_handle
 
 BUCKET_MB = 1
 REUSED_TENSORS = 96
@@ -61,10 +61,7 @@ def _writing_receiver(handle: str, queue) -> None:
 
 
 def test_generator_reusing_one_buffer_delivers_every_tensor():
-    handle = unique_zmq_handle()
-    sent, received = run_peers((_reused_buffer_sender, handle), (_value_receiver, handle))
-    assert sent[0] == "ok", sent
-    assert received[0] == "ok", received
+    sent, received = run_ok_peers(_reused_buffer_sender, _value_receiver)
     got = received[1]
     assert len(got) == REUSED_TENSORS
     wrong = [name for i, (name, values) in enumerate(got)
@@ -73,11 +70,8 @@ def test_generator_reusing_one_buffer_delivers_every_tensor():
 
 
 def test_callback_writing_a_cpu_tensor_in_place_does_not_crash():
-    handle = unique_zmq_handle()
-    # run_peers fails the test if the receiver dies (SIGSEGV before the fix).
-    sent, received = run_peers((_reused_buffer_sender, handle), (_writing_receiver, handle))
-    assert sent[0] == "ok", sent
-    assert received[0] == "ok", received
+    # run_ok_peers fails the test if the receiver dies (SIGSEGV before the fix).
+    sent, received = run_ok_peers(_reused_buffer_sender, _writing_receiver)
     # Each tensor was read before the callback wrote it: writes do not leak into later ones.
     assert [values for _, values in received[1]] == [[float(i)] for i in range(REUSED_TENSORS)]
 
@@ -99,20 +93,14 @@ def _duplicate_sender(handle: str, queue) -> None:
 
 
 def test_duplicate_names_in_one_update_keep_the_last_as_verl():
-    handle = unique_zmq_handle()
-    sent, received = run_peers((_duplicate_sender, handle), (_value_receiver, handle))
-    assert sent[0] == "ok", sent
-    assert received[0] == "ok", received
+    sent, received = run_ok_peers(_duplicate_sender, _value_receiver)
     # Both arrive in yield order, so a loader applying them in turn keeps the last.
     assert received[1] == [("a", [0.0]), ("b", [5.0]), ("a", [1.0])]
 
 
 def test_buckets_without_a_whole_tensor_are_not_handed_to_the_callback():
     # The 3 MiB tensor spans three 1 MiB buckets: the first two complete nothing.
-    handle = unique_zmq_handle()
-    sent, received = run_peers((_big_tensor_sender, handle), (_value_receiver, handle))
-    assert sent[0] == "ok", sent
-    assert received[0] == "ok", received
+    sent, received = run_ok_peers(_big_tensor_sender, _value_receiver)
     _, got, sizes = received
     assert [name for name, _ in got] == ["big", "small"]
     assert sizes and all(n > 0 for n in sizes), sizes

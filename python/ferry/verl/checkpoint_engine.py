@@ -7,9 +7,12 @@ verl's CheckpointEngineManager runs, per update: prepare() on every rank -> buil
 -> init_process_group() -> send_weights() (actor ranks) beside receive_weights() (rollout
 ranks) -> finalize(). The master actor rank serves one ferry session per kind of peer: an shm
 session (abstract socket) for rollout ranks on its node, a net session (host:port, UCX,
-token-authenticated) for rollout ranks on other nodes. Other actor ranks take part in every
-call and iterate their generator, sending nothing. Sessions persist across updates: they are rebuilt only when the
-rollout membership (node, pid of each rank) changed or the last update failed.
+token-authenticated) for one relay per other node. Each such node's first rollout rank hosts
+the node's relay (ferry.Relay, in a background thread): it receives every byte once from the
+master and republishes it over shm to the node's rollout ranks, itself included. Other actor
+ranks take part in every call and iterate their generator, sending nothing. Sessions persist
+across updates: they are rebuilt only when the rollout membership (node, pid of each rank)
+changed or the last update failed.
 
 global_steps travels as the round's first tensor, VERSION_TENSOR (the Python API has no
 version field); a receiver refuses a version older than its last or than the one it asks
@@ -34,15 +37,15 @@ import torch
 
 from .. import _ferry
 from .._tensors import _error, arg_bytes, tensor_arg, to_torch
-from .._verl_compat import CheckpointEngine, CheckpointEngineRegistry
-from ..sync import Receiver, Sender, SyncOptions
+from .._verl_compat import CheckpointEngineRegistry, CheckpointEngineWithCache
+from ..sync import Receiver, Relay, Sender, SyncOptions
 from . import _items  # a sync or async generator of (name, tensor), as verl gives either
 
 VERSION_TENSOR = "__ferry.global_steps__"
 DEFAULT_TIMEOUT_S = 600.0  # verl's wait for a peer; a dead peer is seen at once anyway
 # engine_kwargs.ferry.* this backend reads; any other is warned about once, by name.
 ENGINE_KWARGS = frozenset({"token_file", "slots", "interface", "port", "timeout_s",
-                           "node_id", "checksums", "round_bytes"})
+                           "node_id", "checksums", "round_bytes", "cache"})
 _warned: set[str] = set()
 _DONE = object()
 
@@ -100,7 +103,7 @@ class _EndOfUpdate:
 
 
 @CheckpointEngineRegistry.register("ferry")
-class FerryCheckpointEngine(CheckpointEngine):
+class FerryCheckpointEngine(CheckpointEngineWithCache):
     """verl checkpoint engine over ferry's sync sessions (see the module docstring).
 
     bucket_size: bytes of one ring slot (verl passes update_weights_bucket_megabytes << 20).
@@ -119,16 +122,20 @@ class FerryCheckpointEngine(CheckpointEngine):
         self.node_id = str(engine_kwargs.get("node_id") or node_identity())
         self.round_bytes = int(engine_kwargs.get("round_bytes",
                                                  max(2 * self.bucket_size, 1 << 30)))
-        token_file = engine_kwargs.get("token_file")
-        if token_file:  # read by ferry's net transport (SyncOptions has no field in Python)
-            os.environ["FERRY_TOKEN_FILE"] = str(token_file)
+        # Per engine, not per process: "" leaves FERRY_TOKEN / FERRY_TOKEN_FILE to the C++ side.
+        self.token_file = str(engine_kwargs.get("token_file") or "")
+        self.cache = bool(engine_kwargs.get("cache", False))
         self._interface = engine_kwargs.get("interface")
         self._port = engine_kwargs.get("port")
         self._shm_address = f"@ferry-verl-{os.getpid()}-{uuid.uuid4().hex[:12]}"
+        self._relay_address = f"@ferry-verl-relay-{os.getpid()}-{uuid.uuid4().hex[:12]}"
         self._net_address: str | None = None
         # Master: one Sender per kind of peer; rollout: one Receiver.
         self._senders: dict[str, Sender] = {}
         self._receiver: Receiver | None = None
+        self._relay: _RelayThread | None = None  # on the rank hosting its node's relay
+        self._cached: dict[str, torch.Tensor] | None = None  # engine_kwargs cache: the last update
+        self._staging = _Staging()  # master: where yielded tensors are copied, every update
         self._plan: dict | None = None      # the topology the sessions were built for
         self._role = "idle"
         self._broken = False                # the last update failed: rebuild next time
@@ -141,7 +148,7 @@ class FerryCheckpointEngine(CheckpointEngine):
         """Metadata for build_topology: where this rank runs and, on the master, where it
         serves (same addresses every update, so sessions can persist)."""
         meta = {"host": socket.gethostname(), "node": self.node_id, "pid": os.getpid(),
-                "is_master": self.is_master}
+                "is_master": self.is_master, "relay": self._relay_address}
         if self.is_master:
             meta["shm"] = self._shm_address
             meta["net"] = self._net()
@@ -151,7 +158,9 @@ class FerryCheckpointEngine(CheckpointEngine):
     def build_topology(cls, trainer_world_size: int, rollout_world_size: int,
                        metadata: list[dict]) -> tuple[dict[str, list], dict[str, list]]:
         """Per-rank init_process_group kwargs: rollout ranks on the master's node join its
-        shm session, the others its net session; receiver ids count within each session."""
+        shm session; on every other node the first rollout rank hosts a relay, one receiver of
+        the master's net session, and the node's rollout ranks (the host too) join the relay's
+        shm session. Receiver ids count within each shm session."""
         if len(metadata) != trainer_world_size + rollout_world_size:
             raise _error(_ferry.InvalidArgumentError,
                          f"build_topology: {len(metadata)} metadata entries for "
@@ -162,30 +171,41 @@ class FerryCheckpointEngine(CheckpointEngine):
             raise _error(_ferry.InvalidArgumentError,
                          f"build_topology: {len(masters)} trainer ranks are master; need one")
         master = masters[0]
-        local = [m["node"] == master["node"] for m in rollout]
-        if not all(local) and not master["net"]:
+        remote_nodes: list[str] = []  # in the order of their first rollout rank
+        for m in rollout:
+            if m["node"] != master["node"] and m["node"] not in remote_nodes:
+                remote_nodes.append(m["node"])
+        if remote_nodes and not master["net"]:
             raise _error(_ferry.InvalidArgumentError,
                          "build_topology: rollout ranks run on other nodes, but the master's "
                          f"hostname '{master.get('host')}' does not resolve to an address to serve "
                          "them on: set engine_kwargs.ferry.interface")
+        relays = []
+        for node in remote_nodes:
+            ranks = [m for m in rollout if m["node"] == node]
+            relays.append({"node": node, "local": ranks[0]["relay"], "receivers": len(ranks)})
         plan = {"shm": master["shm"], "net": master["net"],
-                "shm_receivers": sum(local), "net_receivers": len(local) - sum(local),
+                "shm_receivers": sum(m["node"] == master["node"] for m in rollout),
+                "net_receivers": len(remote_nodes), "relays": relays,
                 "members": [(m["node"], m["pid"]) for m in rollout]}
-        ids = {"shm": 0, "net": 0}
-        kinds, receiver_ids = [], []
-        for is_local in local:
-            kind = "shm" if is_local else "net"
-            kinds.append(kind)
-            receiver_ids.append(ids[kind])
-            ids[kind] += 1
+        kinds, receiver_ids, relay_ids, hosts = [], [], [], []
+        joined: dict[str, int] = {}  # receivers so far per node
+        for m in rollout:
+            local = m["node"] == master["node"]
+            kinds.append("shm" if local else "relay")
+            relay_ids.append(-1 if local else remote_nodes.index(m["node"]))
+            receiver_ids.append(joined.get(m["node"], 0))
+            hosts.append(not local and receiver_ids[-1] == 0)
+            joined[m["node"]] = receiver_ids[-1] + 1
         trainer_kwargs = {"role": ["master" if m is master else "idle" for m in trainer],
                           "plan": [plan] * trainer_world_size}
         rollout_kwargs = {"role": ["receiver"] * rollout_world_size, "kind": kinds,
-                          "receiver_id": receiver_ids, "plan": [plan] * rollout_world_size}
+                          "receiver_id": receiver_ids, "relay_id": relay_ids,
+                          "hosts_relay": hosts, "plan": [plan] * rollout_world_size}
         return trainer_kwargs, rollout_kwargs
 
-    def init_process_group(self, role: str, plan: dict, kind: str = "",
-                           receiver_id: int = 0) -> None:
+    def init_process_group(self, role: str, plan: dict, kind: str = "", receiver_id: int = 0,
+                           relay_id: int = -1, hosts_relay: bool = False) -> None:
         """Joins the topology; keeps the sessions of the last update when it is unchanged."""
         self._role = role
         if role == "idle":
@@ -196,7 +216,11 @@ class FerryCheckpointEngine(CheckpointEngine):
         if role == "master":
             self._serve(plan)
         else:
-            self._join(plan, kind, receiver_id)
+            if hosts_relay:
+                self._relay = _RelayThread(plan["net"], relay_id, plan["relays"][relay_id],
+                                           self._options())
+            address = plan["shm"] if kind == "shm" else plan["relays"][relay_id]["local"]
+            self._join(address, receiver_id)
         self._plan = plan
         self._broken = False
         self.sessions_built += 1
@@ -218,7 +242,9 @@ class FerryCheckpointEngine(CheckpointEngine):
         start = time.monotonic()
         total_bytes = tensors = 0
         slowest: dict[str, float] = {}
+        sent = {kind: 0 for kind in self._senders}  # tensor bytes over each session's links
         args, names, held = list(version), set(), 0  # args: (arg, owner of its memory)
+        staging = self._staging
 
         async def send(more_follows: bool) -> None:
             nonlocal args, names, held
@@ -226,15 +252,23 @@ class FerryCheckpointEngine(CheckpointEngine):
                                                [a for a, _ in args], more_follows)
             for kind, s in stats.items():
                 slowest[kind] = slowest.get(kind, 0.0) + s.seconds
+                # The sender writes each segment once per joined peer (a relay per node).
+                sent[kind] += held * self._senders[kind].receivers
             args, names, held = list(version), set(), 0
+            staging.used = 0  # the round was acknowledged: its copies may be overwritten
 
         try:
             async for name, tensor in _items(weights):
-                # A private copy at yield time: verl's generators may refill their buffer.
-                arg, owner = tensor_arg(name, tensor, copy=True)
-                size = arg_bytes(arg)
-                if names and (name in names or held + size > self.round_bytes):
+                if names and (name in names or not staging.fits(tensor, self.round_bytes)):
                     await send(more_follows=True)
+                # A private copy at yield time: verl's generators may refill their buffer.
+                staged = staging.copy(tensor, self.round_bytes)
+                if staged is not None:
+                    arg, owner = tensor_arg(name, staged)
+                else:  # not a torch tensor, or larger than a round
+                    arg, owner = tensor_arg(name, tensor, copy=True)
+                    staging.used += arg_bytes(arg)  # counts towards the round all the same
+                size = arg_bytes(arg)
                 args.append((arg, owner))
                 names.add(name)
                 held += size
@@ -247,13 +281,15 @@ class FerryCheckpointEngine(CheckpointEngine):
         seconds = time.monotonic() - start
         return {"ferry/bytes": total_bytes, "ferry/tensors": tensors, "ferry/seconds": seconds,
                 "ferry/gbps": total_bytes / seconds / 1e9 if seconds > 0 else 0.0,
-                **{f"ferry/{kind}_seconds": s for kind, s in slowest.items()}}
+                **{f"ferry/{kind}_seconds": s for kind, s in slowest.items()},
+                **{f"ferry/{kind}_bytes": b for kind, b in sent.items()}}
 
     async def receive_weights(self, global_steps: int | None = None) -> AsyncIterator:
         """Yields (name, tensor) of one update, as host tensors this caller owns.
 
         Refuses (the sender's send_weights raises AbortedError naming it) an update whose
-        version is older than the last one received or than global_steps.
+        version is older than the last one received or than global_steps. With
+        engine_kwargs.ferry.cache, a complete update also becomes what get_weights() yields.
         """
         if self._receiver is None:
             raise _error(_ferry.FailedPreconditionError,
@@ -264,10 +300,13 @@ class FerryCheckpointEngine(CheckpointEngine):
         worker = threading.Thread(target=self._receive_update,
                                   args=(global_steps, items, stop), daemon=True)
         worker.start()
+        cache: dict[str, torch.Tensor] | None = {} if self.cache else None
         try:
             while True:
                 item = await loop.run_in_executor(None, items.get)
                 if item is _DONE:
+                    if cache is not None:
+                        self._cached = cache
                     break
                 if isinstance(item, _EndOfUpdate):
                     item.taken.set()
@@ -275,10 +314,29 @@ class FerryCheckpointEngine(CheckpointEngine):
                 if isinstance(item, BaseException):
                     self._broken = True
                     raise item
+                if cache is not None:  # before the caller may write into its tensor
+                    name, tensor = item
+                    cache.pop(name, None)  # a name sent twice: the last one, at the end
+                    cache[name] = tensor.clone()
                 yield item
         finally:
             stop.set()
             await loop.run_in_executor(None, worker.join)
+
+    async def get_weights(self) -> AsyncIterator:
+        """verl's CheckpointEngineWithCache: yields (name, tensor) of the last complete update
+        this rollout rank received, from its own host copy, without the trainer. Needs
+        engine_kwargs.ferry.cache (off by default: it holds one more copy of the model); each
+        tensor is a fresh copy the caller owns."""
+        if not self.cache:
+            raise _error(_ferry.FailedPreconditionError,
+                         "get_weights: set engine_kwargs.ferry.cache=true to keep a copy of the "
+                         "last update on the rollout rank")
+        if self._cached is None:
+            raise _error(_ferry.FailedPreconditionError,
+                         "get_weights: no update was received completely yet")
+        for name, tensor in list(self._cached.items()):
+            yield name, tensor.clone()
 
     # -- sessions ---------------------------------------------------------------------------
 
@@ -290,13 +348,19 @@ class FerryCheckpointEngine(CheckpointEngine):
         if self._receiver is not None:
             self._receiver.close()
             self._receiver = None
+        if self._relay is not None:
+            self._relay.close(self.timeout_s)
+            self._relay = None
         self._plan = None
 
     @property
     def session_ids(self) -> dict[str, int]:
+        ids = {kind: s.session_id for kind, s in self._senders.items()}
         if self._receiver is not None:
-            return {"receiver": self._receiver.session_id}
-        return {kind: s.session_id for kind, s in self._senders.items()}
+            ids["receiver"] = self._receiver.session_id
+        if self._relay is not None:
+            ids["relay"] = self._relay.session_id
+        return ids
 
     def _net(self) -> str | None:
         if self._net_address is None:
@@ -312,9 +376,12 @@ class FerryCheckpointEngine(CheckpointEngine):
 
     def _options(self) -> SyncOptions:
         return SyncOptions(bucket_bytes=self.bucket_size, slots=self.slots,
-                           timeout=self.timeout_s, idle_timeout=-1.0, checksums=self.checksums)
+                           timeout=self.timeout_s, idle_timeout=-1.0, checksums=self.checksums,
+                           token_file=self.token_file)
 
     def _sessions_alive(self) -> bool:
+        if self._relay is not None and not self._relay.alive:
+            return False
         if self._receiver is not None:
             return not self._receiver.closed
         return bool(self._senders) and not any(s.closed for s in self._senders.values())
@@ -332,16 +399,23 @@ class FerryCheckpointEngine(CheckpointEngine):
             self.close()
             raise
 
-    def _join(self, plan: dict, kind: str, receiver_id: int) -> None:
-        # The master closes its old session and serves anew meanwhile: a connect that lands
-        # on the closing one is turned down or cut off, so try again until the timeout.
+    def _join(self, address: str, receiver_id: int) -> None:
+        # The master (or this node's relay) closes its old session and serves anew meanwhile:
+        # a connect that lands on the closing one is turned down or cut off, so try again
+        # until the timeout, or until the relay this rank hosts failed (its error says why).
+        # (The receiver's timeout is its session's too, so it is not cut into short connects.)
         deadline = time.monotonic() + self.timeout_s
         while True:
+            if self._relay is not None:
+                self._relay.raise_error()
             try:
-                self._receiver = Receiver(plan[kind], receiver_id,
+                self._receiver = Receiver(address, receiver_id,
                                           timeout=max(deadline - time.monotonic(), 0.001))
                 return
-            except (_ferry.IoError, _ferry.AbortedError, _ferry.NotFoundError):
+            except (_ferry.IoError, _ferry.AbortedError, _ferry.NotFoundError,
+                    _ferry.TimeoutError):
+                if self._relay is not None:
+                    self._relay.raise_error()
                 if time.monotonic() >= deadline:
                     raise
                 time.sleep(0.05)
@@ -404,6 +478,96 @@ class FerryCheckpointEngine(CheckpointEngine):
                          f"stale weights: update for global_steps {version}, but this rollout "
                          f"rank has or requires {floor}")
         self._last_version = version
+
+
+class _Staging:
+    """One host buffer of round_bytes that the master copies yielded tensors into, reused by
+    every round and update. A fresh tensor per yield faulted a model's worth of new pages in
+    every update (measured on qwen2.5-0.5b: 5.8 s of 9.2 s per update on a loaded VM)."""
+
+    ALIGN = 64
+
+    def __init__(self) -> None:
+        self.buffer: torch.Tensor | None = None
+        self.used = 0  # bytes of the round being gathered
+
+    def _start(self) -> int:
+        return -(-self.used // self.ALIGN) * self.ALIGN
+
+    @staticmethod
+    def _stageable(tensor: Any) -> bool:
+        return isinstance(tensor, torch.Tensor) and tensor.layout == torch.strided
+
+    def fits(self, tensor: Any, capacity: int) -> bool:
+        if not self._stageable(tensor):
+            return True  # copied on its own (tensor_arg), as before
+        return self._start() + tensor.numel() * tensor.element_size() <= capacity
+
+    def copy(self, tensor: Any, capacity: int) -> torch.Tensor | None:
+        """A copy of `tensor` in the buffer, or None where it is no torch tensor or does not
+        fit (one larger than a whole round)."""
+        if not self._stageable(tensor) or not self.fits(tensor, capacity):
+            return None
+        if self.buffer is None or self.buffer.numel() != capacity:
+            self.buffer = torch.empty(capacity, dtype=torch.uint8)
+        start, size = self._start(), tensor.numel() * tensor.element_size()
+        view = self.buffer[start:start + size].view(tensor.dtype).view(tensor.shape)
+        view.copy_(tensor.detach().resolve_conj().resolve_neg())
+        self.used = start + size
+        return view
+
+
+class _RelayThread:
+    """A node's relay, run by the rank that hosts it: connects to the master's net session,
+    waits for the node's rollout ranks, then forwards every round until the session ends
+    (the master closed it, or a round failed: the relay names the failure both upstream and
+    to its local receivers). Its error, if any, is kept for raise_error()."""
+
+    def __init__(self, upstream: str, relay_id: int, spec: dict, options: SyncOptions) -> None:
+        self._relay: Relay | None = None
+        self._error: BaseException | None = None
+        self._stopped = threading.Event()
+        self._thread = threading.Thread(
+            target=self._run, args=(upstream, relay_id, spec, options),
+            name=f"ferry-relay-{relay_id}", daemon=True)
+        self._thread.start()
+
+    def _run(self, upstream: str, relay_id: int, spec: dict, options: SyncOptions) -> None:
+        try:
+            self._relay = Relay(upstream, relay_id, spec["local"], options=options)
+            if self._stopped.is_set():
+                return
+            self._relay.accept(spec["receivers"])
+            while True:
+                self._relay.relay_round()
+        except BaseException as e:  # the session ended; kept for the hosting rank
+            if not self._stopped.is_set():
+                self._error = e
+        finally:
+            if self._relay is not None:
+                self._relay.close()
+
+    @property
+    def alive(self) -> bool:
+        return self._thread.is_alive()
+
+    @property
+    def session_id(self) -> int:
+        relay = self._relay
+        return relay.session_id if relay is not None and not relay.closed else 0
+
+    def raise_error(self) -> None:
+        if self._error is not None:
+            raise self._error
+
+    def close(self, timeout_s: float) -> None:
+        """Stops the relay. Between rounds it waits on the master only, so it ends once the
+        master's session does (it closes it when it serves anew); waits up to timeout_s."""
+        self._stopped.set()
+        relay = self._relay
+        if relay is not None:
+            relay.stop()
+        self._thread.join(timeout_s)
 
 
 __all__ = ["FerryCheckpointEngine", "VERSION_TENSOR", "ENGINE_KWARGS", "node_identity"]

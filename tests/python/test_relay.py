@@ -1,0 +1,62 @@
+"""ferry.Relay: a net sender's receiver that republishes over shm, run from Python."""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+
+import pytest
+
+import ferry
+from conftest import unique_address
+
+STOP_BOUND_S = 5.0  # stop() is heard within about 100 ms; the relay's timeout is 30 s
+
+
+def _token(path) -> str:
+    path.write_text("test-token-" + os.urandom(16).hex())
+    path.chmod(0o600)
+    return str(path)
+
+
+def test_stop_from_another_thread_ends_the_relays_wait(tmp_path):
+    from ferry.verl.checkpoint_engine import _free_port
+
+    token = _token(tmp_path / "token")
+    upstream = f"127.0.0.1:{_free_port('127.0.0.1')}"
+    with ferry.Sender(upstream, bucket_bytes=1 << 20, timeout=30, token_file=token) as sender:
+        joined = threading.Thread(target=sender.accept, args=(1,))
+        joined.start()
+        relay = ferry.Relay(upstream, 0, unique_address(), timeout=30, token_file=token)
+        joined.join(30)
+        assert sender.receivers == 1 and relay.session_id == sender.session_id
+        errors: list[Exception] = []
+
+        def wait_for_local_receivers() -> None:
+            try:
+                relay.accept(1)  # none ever comes
+            except ferry.FerryError as e:
+                errors.append(e)
+
+        waiter = threading.Thread(target=wait_for_local_receivers)
+        waiter.start()
+        time.sleep(0.3)
+        with pytest.raises(ferry.FailedPreconditionError, match="in use by another thread"):
+            relay.relay_round()  # one call at a time
+        start = time.monotonic()
+        relay.stop()
+        waiter.join(STOP_BOUND_S)
+        assert not waiter.is_alive(), "stop() did not end accept()"
+        assert time.monotonic() - start < STOP_BOUND_S
+        assert len(errors) == 1 and isinstance(errors[0], ferry.AbortedError), errors
+        assert "the relay was stopped" in str(errors[0])
+        relay.close()
+        assert relay.closed
+
+
+def test_relay_needs_a_net_upstream_and_a_local_address():
+    with pytest.raises(ferry.InvalidArgumentError, match="not a host:port address"):
+        ferry.Relay("@not-net", 0, unique_address(), timeout=1)
+    with pytest.raises(ferry.InvalidArgumentError, match="must be a shm address"):
+        ferry.Relay("127.0.0.1:1", 0, "127.0.0.1:2", timeout=1)
