@@ -1,7 +1,9 @@
-// What every transport behind transport::Channel promises, one test body per behaviour run
-// over shm and net: whole messages up to the limit and not one byte more, a close the peer
-// sees, a receive deadline kept, a killed peer named. The connecting end always goes
-// through the factory (transport::connect), which picks the transport from the address.
+// What every transport behind transport::Channel and transport::Listener promises, one test
+// body per behaviour run over shm and net: whole messages up to the limit and not one byte
+// more, a close the peer sees, a receive deadline kept, a killed peer named, a listener that
+// refuses a second bind and frees its address on close, segments that arrive bit-exact and a
+// missing one that times out. Both ends go through the factories (transport::listen and
+// transport::connect), which pick the transport from the address.
 //
 // The listening end runs on the test's thread; a peer runs on a thread of its own, or as a
 // child process (this binary re-executed with FERRY_CONFORMANCE_CHILD set) when it is killed.
