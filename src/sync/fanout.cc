@@ -10,6 +10,7 @@
 
 #include "base/clock.h"
 #include "base/log.h"
+#include "base/status_macros.h"
 
 namespace ferry::sync {
 
@@ -21,43 +22,17 @@ Result<std::unique_ptr<Fanout>> Fanout::create(const std::string& address,
   auto f = std::make_unique<Fanout>();
   f->options_ = options;
   f->interrupted_ = InterruptCheck(options);
-  std::optional<net::Token> token;
-  if (transport::is_net_address(address)) {
-    auto t = session_token(options);
-    if (!t.ok()) return t.status();
-    token = std::move(*t);
-  }
-  auto ring = shm::MemfdRing::create(slots, slot_bytes);
-  if (!ring.ok()) return ring.status();
-  f->ring_ = std::move(*ring);
-  if (token) {
-    auto ctx = net::Context::create();
-    if (!ctx.ok()) return ctx.status();
-    f->net_context_ = std::move(*ctx);
-    f->poller_ = net::Poller(f->net_context_.get());
-    auto region = f->net_context_->register_memory(
-        std::span(f->ring_.slot(0), std::size_t{slots} * slot_bytes));
-    if (!region.ok()) return region.status();
-    f->ring_region_ = std::move(*region);
-    auto listener = net::Listener::bind(f->net_context_, address, std::move(*token));
-    if (!listener.ok()) return listener.status();
-    f->net_listener_ = std::make_unique<net::Listener>(std::move(*listener));
-    f->address_ = f->net_listener_->address();
-  } else {
-    auto listener = shm::Listener::bind(address);
-    if (!listener.ok()) return listener.status();
-    f->shm_listener_ = std::move(*listener);
-    f->address_ = f->shm_listener_.address();
-  }
+  FERRY_ASSIGN_OR_RETURN(f->listener_, listen_downstream(address, options));
+  f->address_ = f->listener_->address();
+  f->poller_ = f->listener_->poller();
+  FERRY_ASSIGN_OR_RETURN(f->ring_, shm::MemfdRing::create(slots, slot_bytes));
+  FERRY_ASSIGN_OR_RETURN(f->ring_region_, f->listener_->register_memory(std::span(
+                                              f->ring_.slot(0), std::size_t{slots} * slot_bytes)));
   return f;
 }
 
 wire::Message Fanout::message(wire::Body body) const {
-  wire::Message m;
-  m.session = session_;
-  m.round = round_;
-  m.body = std::move(body);
-  return m;
+  return session_message(session_, round_, std::move(body));
 }
 
 // A peer that gave up sends ERROR and closes; our next send may then fail before we read
@@ -87,10 +62,8 @@ Status Fanout::send_all_bytes(const std::vector<std::byte>& bytes, const wire::M
       // The segment's bytes follow their FILLED, straight from the ring.
       const std::span<const std::byte> bytes_of_segment(ring_.slot(filled->slot) + filled->offset,
                                                         filled->used_bytes - filled->offset);
-      auto t = p.link.net()->send_bulk(++p.bulk_key, bytes_of_segment, ring_region_);
-      if (!t.ok())
-        return Status(t.status().code(), fmt::format("round {}: {}", round_, t.status().message()));
-      p.transfers.push_back(std::move(*t));
+      s = p.link.channel().publish_segment(bytes_of_segment, ring_region_.get());
+      if (!s.ok()) return Status(s.code(), fmt::format("round {}: {}", round_, s.message()));
     }
   }
   return ok_status();
@@ -100,8 +73,7 @@ Status Fanout::fail(Status why) {
   const auto bytes = wire::encode(message(wire::Error{why.code(), why.message()}));
   for (Peer& p : peers_) {
     if (p.link.valid()) (void)p.link.send(bytes, milliseconds(100));
-    p.link.abort();  // first: it cancels the segment sends still in flight
-    p.transfers.clear();
+    p.link.abort();  // also cancels the segment sends still in flight
   }
   return why;
 }
@@ -134,23 +106,17 @@ Status Fanout::handle(Peer& p, const wire::Message& m, std::uint64_t round_check
   }
 }
 
-// Finished segment sends leave the queue; a failed one means the peer is gone.
+// Finished segment sends are forgotten; a failed one means the peer is gone.
 Status Fanout::reap(Peer& p) {
-  while (!p.transfers.empty() && p.transfers.front().done()) {
-    if (!p.transfers.front().status().ok()) {
-      return Status(p.transfers.front().status().code(),
-                    fmt::format("round {}: {}: {}", round_, p.link.peer(),
-                                p.transfers.front().status().message()));
-    }
-    p.transfers.pop_front();
-  }
+  Status s = p.link.channel().check_segments();
+  if (!s.ok()) return Status(s.code(), fmt::format("round {}: {}", round_, s.message()));
   return ok_status();
 }
 
 Result<bool> Fanout::handle_waiting(const std::function<bool(const Peer&)>& done,
                                     std::uint64_t round_checksum) {
-  if (net_context_ == nullptr) return false;
-  poller_.progress();
+  if (!listener_->needs_progress()) return false;
+  poller_->progress();
   bool any = false;
   for (Peer& p : peers_) {
     if (!p.link.needs_progress()) continue;
@@ -183,19 +149,19 @@ Status Fanout::wait_until(const std::function<bool(const Peer&)>& peer_done,
   std::vector<pollfd> fds;
   auto deadline = Clock::now() + options_.timeout;
   while (!done()) {
-    auto net_progress = handle_waiting(peer_done, round_checksum);
-    if (!net_progress.ok()) return net_progress.status();
-    if (*net_progress) {
+    auto progressed = handle_waiting(peer_done, round_checksum);
+    if (!progressed.ok()) return progressed.status();
+    if (*progressed) {
       deadline = Clock::now() + options_.timeout;
       continue;
     }
     fds.clear();
     add_poll_fds(peer_done, &fds);
-    bool net_waiting = false;
-    for (const Peer& p : peers_) net_waiting |= p.link.needs_progress() && !peer_done(p);
+    bool engine_waiting = false;
+    for (const Peer& p : peers_) engine_waiting |= p.link.needs_progress() && !peer_done(p);
     const auto left = std::max(std::chrono::duration_cast<milliseconds>(deadline - Clock::now()),
                                milliseconds(0));
-    auto ready = poller_.wait(fds, wait_slice(options_, left), net_waiting);
+    auto ready = poller_->wait(fds, wait_slice(options_, left), engine_waiting);
     if (!ready.ok()) return ready.status();
     if (*ready == 0) {
       Status s = interrupted_();
@@ -253,11 +219,9 @@ Result<bool> Fanout::handle_ready(const std::vector<pollfd>& fds, std::size_t fi
 
 Status Fanout::drain_transfers() {
   for (Peer& p : peers_) {
-    for (net::Transfer& t : p.transfers) {
-      Status s = p.link.net()->wait(t, options_.timeout);
-      if (!s.ok()) return Status(s.code(), fmt::format("round {}: {}", round_, s.message()));
-    }
-    p.transfers.clear();
+    if (p.link.shares_memory()) continue;
+    Status s = p.link.channel().await_segments(options_.timeout);
+    if (!s.ok()) return Status(s.code(), fmt::format("round {}: {}", round_, s.message()));
   }
   return ok_status();
 }
@@ -279,7 +243,8 @@ Status Fanout::accept_one() {
           fmt::format("no {} joined {} within {} ms", noun_, address_, options_.timeout.count()));
     }
     const milliseconds slice = wait_slice(options_, left);
-    if (net_listener_ == nullptr) {
+    // Peers with sockets of their own wait for their HELLO side by side.
+    if (!listener_->needs_progress()) {
       auto admitted = poll_local_peers(slice);
       if (!admitted.ok()) return admitted.status();
       if (*admitted) return ok_status();
@@ -287,7 +252,7 @@ Status Fanout::accept_one() {
       if (!s.ok()) return s;
       continue;
     }
-    auto ch = net_listener_->accept(slice);
+    auto ch = listener_->accept(slice);
     if (!ch.ok() && ch.status().code() == Code::kTimeout) {
       // The last slice's timeout names the slice: the loop's head names the whole timeout.
       Status s = slice != left ? interrupted_() : ok_status();
@@ -305,7 +270,6 @@ Status Fanout::accept_one() {
       }
       continue;
     }
-    ch->set_bulk_protection(options_.wire_protect, WireProtect::kNone);
     Peer p;
     p.link = Link(std::move(*ch));
     auto got = p.link.receive(options_.timeout);
@@ -314,9 +278,9 @@ Status Fanout::accept_one() {
   }
 }
 
-// shm: peers that connected but have not said HELLO yet wait side by side, each with its
-// own deadline, so a silent one delays nobody; a peer of another user never gets here
-// (shm::Listener drops it).
+// Peers on sockets of their own (shm) that connected but have not said HELLO yet wait side
+// by side, each with its own deadline, so a silent one delays nobody; a peer of another
+// user never gets here (the shm listener drops it).
 Result<bool> Fanout::poll_local_peers(milliseconds wait) {
   const auto now = Clock::now();
   for (auto it = pending_.begin(); it != pending_.end();) {
@@ -328,7 +292,7 @@ Result<bool> Fanout::poll_local_peers(milliseconds wait) {
               options_.timeout.count());
     it = pending_.erase(it);
   }
-  std::vector<pollfd> fds{{shm_listener_.fd(), POLLIN, 0}};
+  std::vector<pollfd> fds{{listener_->fd(), POLLIN, 0}};
   auto until = now + wait;
   for (const PendingPeer& q : pending_) {
     fds.push_back({q.link.fd(), POLLIN, 0});
@@ -353,7 +317,7 @@ Result<bool> Fanout::poll_local_peers(milliseconds wait) {
     if (admit(std::move(p), *got).ok()) return true;
   }
   if ((fds[0].revents & POLLIN) != 0) {
-    auto ch = shm_listener_.accept(milliseconds(0));
+    auto ch = listener_->accept(milliseconds(0));
     if (ch.ok()) {
       if (pending_.size() >= kMaxPendingPeers) {
         log::warn("sync: dropped {}: {} connections already wait to say HELLO",
@@ -378,12 +342,8 @@ Status Fanout::admit(Peer p, const std::vector<std::byte>& hello) {
   if (s.ok()) {
     const auto& h = std::get<wire::Hello>(m->body);
     id = h.receiver_id;
-    std::string where;
-    if (p.link.net() != nullptr) {
-      where = p.link.net()->peer();  // "peer host:port"
-      if (where.rfind("peer ", 0) == 0) where.erase(0, 5);
-      where = " at " + where;
-    }
+    std::string where = p.link.peer_address();
+    if (!where.empty()) where = " at " + where;
     p.link.set_peer(fmt::format("{} {}{} (pid {})", noun_, id, where, h.pid));
     for (const Peer& q : peers_) {
       if (q.id == id) s = already_exists(fmt::format("{} id {} already joined", noun_, id));
@@ -405,9 +365,8 @@ Status Fanout::admit(Peer p, const std::vector<std::byte>& hello) {
           : p.link.send(wire::encode(welcome), options_.timeout);
   if (!s.ok()) return s;
   p.conversation.sent(welcome);
-  if (p.link.net() != nullptr) {
-    log::info("sync: {} joined over {}", p.link.peer(), p.link.net()->transports());
-  }
+  const std::string transports = p.link.transports();
+  if (!transports.empty()) log::info("sync: {} joined over {}", p.link.peer(), transports);
   peers_.push_back(std::move(p));
   return ok_status();
 }

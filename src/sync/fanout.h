@@ -8,7 +8,6 @@
 
 #include <chrono>
 #include <cstdint>
-#include <deque>
 #include <functional>
 #include <memory>
 #include <string>
@@ -18,10 +17,8 @@
 #include "ferry/sync.h"
 #include "sync/link.h"
 #include "sync/sync_options.h"
-#include "transport/net/channel.h"
-#include "transport/net/poller.h"
 #include "transport/shm/memfd_ring.h"
-#include "transport/shm/seqpacket_channel.h"
+#include "transport/transport.h"
 #include "wire/conversation.h"
 #include "wire/message.h"
 
@@ -33,15 +30,13 @@ struct Peer {
   std::uint32_t id = 0;
   std::uint32_t released = 0;  // buckets released this round
   bool acked = false;
-  std::uint32_t bulk_key = 0;  // net: the last segment's bulk message key (both ends count)
-  std::deque<net::Transfer> transfers;  // net: segment sends in flight
 };
 
 class Fanout {
  public:
   // Listens on `address` (shm "@name" or path; net "host:port") for peers of `session`
-  // and creates the ring they share: a memfd that shm peers map, registered with UCX
-  // for net peers.
+  // and creates the ring they share: a memfd that peers sharing memory map, registered
+  // with the transport for the others (their segments are sent from it).
   static Result<std::unique_ptr<Fanout>> create(const std::string& address,
                                                 const SyncOptions& options, std::uint32_t slots,
                                                 std::uint64_t slot_bytes);
@@ -60,14 +55,15 @@ class Fanout {
   Status accept(std::uint32_t n);
 
   wire::Message message(wire::Body body) const;
-  // Sends to every peer; FILLED also starts the segment's bytes towards net peers.
+  // Sends to every peer; FILLED also publishes the segment's bytes to peers that do not
+  // share memory.
   Status send_all(const wire::Message& m);
   Status send_all_bytes(const std::vector<std::byte>& bytes, const wire::Message& m);
   // Reads peers' messages until every peer satisfies `done`, failing if none says
   // anything for a whole timeout. `on_message` (may be empty) sees each accepted one.
   Status wait_until(const std::function<bool(const Peer&)>& done, std::uint64_t round_checksum,
                     const char* waiting_for);
-  // Waits for every net segment send to finish (after the round's ACKs).
+  // Waits for every published segment to be sent (after the round's ACKs).
   Status drain_transfers();
   // Tells every peer the session is over (best effort) and closes them.
   Status fail(Status why);
@@ -77,7 +73,6 @@ class Fanout {
   std::vector<Peer>& peers() { return peers_; }
   shm::MemfdRing& ring() { return ring_; }
   const std::string& address() const { return address_; }
-  net::Context* net_context() const { return net_context_.get(); }
 
   // For a caller's own poll() loop (a Relay also waits on its upstream): appends one
   // pollfd per peer, the socket of each shm peer that owes something, -1 for the rest.
@@ -87,12 +82,14 @@ class Fanout {
   // readable; true if any.
   Result<bool> handle_ready(const std::vector<struct pollfd>& fds, std::size_t first,
                             std::uint64_t round_checksum);
-  // Net peers: handles the messages that already arrived (after progress); true if any.
+  // Peers that need progress: handles the messages that already arrived (after the
+  // transport's progress); true if any.
   Result<bool> handle_waiting(const std::function<bool(const Peer&)>& done,
                               std::uint64_t round_checksum);
 
  private:
-  // shm: a peer that connected and has until `deadline` to say HELLO.
+  // A peer with a socket of its own (the listener does not need progress) that connected
+  // and has until `deadline` to say HELLO.
   struct PendingPeer {
     Link link;
     std::chrono::steady_clock::time_point deadline;
@@ -113,12 +110,12 @@ class Fanout {
   std::uint64_t round_ = 0;
   std::string noun_ = "receiver";
   std::string address_;
-  shm::Listener shm_listener_;
-  std::shared_ptr<net::Context> net_context_;
-  net::Poller poller_{nullptr};  // over net_context_, when there is one
-  std::unique_ptr<net::Listener> net_listener_;
+  std::unique_ptr<transport::Listener> listener_;
+  std::unique_ptr<transport::Poller> poller_;  // the listener's channels' wait loop
   shm::MemfdRing ring_;
-  net::MemoryRegion ring_region_;  // after ring_: deregistered before the ring is unmapped
+  // The ring registered for segments (nullptr: peers share memory); after ring_, so it is
+  // deregistered before the ring is unmapped.
+  std::unique_ptr<transport::Region> ring_region_;
   std::vector<Peer> peers_;
   std::vector<PendingPeer> pending_;
 };

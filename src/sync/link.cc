@@ -5,8 +5,6 @@
 #include "base/status_macros.h"
 #include "sync/sync_options.h"
 #include "transport/connect.h"
-#include "transport/net/message_channel.h"
-#include "transport/shm/message_channel.h"
 
 namespace ferry::sync {
 
@@ -17,11 +15,7 @@ namespace {
 const std::string kNoPeer;
 }  // namespace
 
-Link::Link(std::unique_ptr<transport::Channel> channel) : channel_(std::move(channel)) {
-  if (auto* n = dynamic_cast<net::MessageChannel*>(channel_.get())) net_ = &n->net();
-}
-Link::Link(shm::Channel c) : Link(std::make_unique<shm::MessageChannel>(std::move(c))) {}
-Link::Link(net::Channel c) : Link(std::make_unique<net::MessageChannel>(std::move(c))) {}
+Link::Link(std::unique_ptr<transport::Channel> channel) : channel_(std::move(channel)) {}
 
 Status Link::send(std::span<const std::byte> message, std::chrono::milliseconds timeout) {
   if (!channel_) return failed_precondition("send on a closed link");
@@ -64,6 +58,14 @@ void Link::set_peer(std::string peer) {
   if (channel_) channel_->set_peer(std::move(peer));
 }
 
+wire::Message session_message(std::uint64_t session, std::uint64_t round, wire::Body body) {
+  wire::Message m;
+  m.session = session;
+  m.round = round;
+  m.body = std::move(body);
+  return m;
+}
+
 Result<net::Token> session_token(const SyncOptions& options) {
   auto token = options.token_file.empty() ? net::Token::from_env()
                                           : net::Token::from_file(options.token_file);
@@ -75,8 +77,7 @@ Result<net::Token> session_token(const SyncOptions& options) {
   return token;
 }
 
-Result<Link> connect_upstream(const std::string& address, const SyncOptions& options,
-                              std::shared_ptr<net::Context>* context) {
+Result<Link> connect_upstream(const std::string& address, const SyncOptions& options) {
   if (!transport::is_net_address(address)) {
     // No sender listening yet is retried until the timeout, in slices so Ctrl-C is heard.
     FERRY_ASSIGN_OR_RETURN(
@@ -88,13 +89,20 @@ Result<Link> connect_upstream(const std::string& address, const SyncOptions& opt
   }
   transport::NetConnectOptions net;
   FERRY_ASSIGN_OR_RETURN(net.token, session_token(options));
-  FERRY_ASSIGN_OR_RETURN(net.context, net::Context::create());
-  *context = net.context;
+  // The sender chooses how segments travel; this end only sets the least it takes.
+  net.minimum_segment_protection = options.wire_protect;
   FERRY_ASSIGN_OR_RETURN(auto channel, transport::connect(address, options.timeout, net));
-  Link link(std::move(channel));
-  // The sender chooses how its bulk bytes travel; this end only sets the least it takes.
-  link.net()->set_bulk_protection(WireProtect::kNone, options.wire_protect);
-  return link;
+  return Link(std::move(channel));
+}
+
+Result<std::unique_ptr<transport::Listener>> listen_downstream(const std::string& address,
+                                                               const SyncOptions& options) {
+  transport::NetListenOptions net;
+  if (transport::is_net_address(address)) {
+    FERRY_ASSIGN_OR_RETURN(net.token, session_token(options));
+    net.segment_protection = options.wire_protect;
+  }
+  return transport::listen(address, net);
 }
 
 Result<wire::Message> decode_from_sender(std::span<const std::byte> bytes, const Link& link,
@@ -108,22 +116,6 @@ Result<wire::Message> decode_from_sender(std::span<const std::byte> bytes, const
     return aborted(fmt::format("{} aborted the session: {}", link.peer(), e.message));
   }
   return m;
-}
-
-Status receive_segment(Link& link, std::uint32_t key, std::span<std::byte> into,
-                       const net::MemoryRegion& region, std::chrono::milliseconds timeout) {
-  if (link.net() == nullptr) {
-    return internal_error("receive_segment on a link to " + link.peer() + " that shares memory");
-  }
-  auto t = link.net()->receive_bulk(key, into, region);
-  if (!t.ok()) return t.status();
-  Status s = link.net()->wait(*t, timeout);
-  if (!s.ok()) return s;
-  if (t->bytes() != into.size()) {
-    return corruption(
-        fmt::format("{} sent {} bytes for a segment of {}", link.peer(), t->bytes(), into.size()));
-  }
-  return ok_status();
 }
 
 }  // namespace ferry::sync

@@ -14,8 +14,7 @@
 
 #include "ferry/status.h"
 #include "ferry/sync.h"
-#include "transport/net/channel.h"
-#include "transport/shm/seqpacket_channel.h"
+#include "transport/net/auth.h"
 #include "transport/transport.h"
 #include "wire/conversation.h"
 #include "wire/message.h"
@@ -27,15 +26,11 @@ class Link {
  public:
   Link() = default;
   explicit Link(std::unique_ptr<transport::Channel> channel);
-  explicit Link(shm::Channel c);
-  explicit Link(net::Channel c);
 
   // What the link's transport can do (transport/transport.h).
   bool shares_memory() const { return channel_->shares_memory(); }
   bool passes_fds() const { return channel_->passes_fds(); }
   bool needs_progress() const { return channel_->needs_progress(); }
-  // The net channel for the bulk path, or nullptr on a link that shares memory.
-  net::Channel* net() const { return net_; }
 
   Status send(std::span<const std::byte> message, std::chrono::milliseconds timeout);
   // passes_fds() only: passes `fd` with the message (the ring, with WELCOME).
@@ -58,29 +53,37 @@ class Link {
   void abort();
   const std::string& peer() const;
   void set_peer(std::string peer);
+  // For logs: "host:port" and "tcp/lo" of a peer on another node; empty on this node.
+  std::string peer_address() const { return channel_ ? channel_->peer_address() : ""; }
+  std::string transports() const { return channel_ ? channel_->transports() : ""; }
+
+  // The segment path (transport::Channel's): callers skip it on links that shares_memory().
+  transport::Channel& channel() { return *channel_; }
 
  private:
   std::unique_ptr<transport::Channel> channel_;
-  net::Channel* net_ = nullptr;  // inside channel_, when it is a net one
 };
 
+// A message of `session` in `round`: what every end of a session sends.
+wire::Message session_message(std::uint64_t session, std::uint64_t round, wire::Body body);
+
 // The session secret for net sessions: options.token_file, else FERRY_TOKEN /
-// FERRY_TOKEN_FILE. The error says how to provide one.
+// FERRY_TOKEN_FILE. The error says how to provide one. (net::Token is the auth layer's
+// type: only net addresses use a token, and transport/connect.h takes it as it is.)
 Result<net::Token> session_token(const SyncOptions& options);
 
 // A receiving end's connection to its sender: shm for "@name" or a path, else net (with
-// its own UCX context, returned in *context, authenticated with the session token).
-Result<Link> connect_upstream(const std::string& address, const SyncOptions& options,
-                              std::shared_ptr<net::Context>* context);
+// its own UCX context, authenticated with the session token).
+Result<Link> connect_upstream(const std::string& address, const SyncOptions& options);
+
+// The downstream end's listener at `address`: shm, or net with its own UCX context, the
+// session token, and options.wire_protect on the segments it sends.
+Result<std::unique_ptr<transport::Listener>> listen_downstream(const std::string& address,
+                                                               const SyncOptions& options);
 
 // Decodes a message from the sender, checks that it may come now, and turns an ERROR into
 // kAborted with the sender's reason.
 Result<wire::Message> decode_from_sender(std::span<const std::byte> bytes, const Link& link,
                                          wire::Conversation& conversation);
-
-// A link that does not share memory: receives bulk message `key` (a segment's bytes) into `into`,
-// which lies in `region`.
-Status receive_segment(Link& link, std::uint32_t key, std::span<std::byte> into,
-                       const net::MemoryRegion& region, std::chrono::milliseconds timeout);
 
 }  // namespace ferry::sync

@@ -6,6 +6,7 @@
 #include <unordered_map>
 
 #include "base/clock.h"
+#include "base/status_macros.h"
 #include "ferry/sync.h"
 #include "profiler/span.h"
 #include "sync/bucket_planner.h"
@@ -17,7 +18,7 @@
 #include "sync/segment.h"
 #include "sync/sync_options.h"
 #include "transport/shm/memfd_ring.h"
-#include "transport/shm/seqpacket_channel.h"
+#include "transport/transport.h"
 #include "wire/conversation.h"
 #include "wire/message.h"
 
@@ -38,12 +39,11 @@ struct Receiver::Impl {
   InterruptCheck interrupted;  // set with options in connect()
   std::uint32_t id = 0;
   Link channel;
-  // Net sessions: the ring is this process's own memory, each segment's bytes sent into it.
-  std::shared_ptr<net::Context> net_context;
-  std::uint32_t bulk_key = 0;
   wire::Conversation conversation{wire::Conversation::Role::kReceiver, "", 0};
+  // A sender that shares memory passes its ring to map; for the others the ring is this
+  // process's own memory, registered for the segments sent into it.
   shm::MemfdRing ring;
-  net::MemoryRegion ring_region;  // net; after ring: deregistered before the ring is unmapped
+  std::unique_ptr<transport::Region> ring_region;  // after ring: deregistered before unmapping
   bool checksums = true;
   Status broken;
   std::unordered_map<std::string, MutableTensorView> destinations;
@@ -62,11 +62,7 @@ struct Receiver::Impl {
   SegmentWalker walker{{}};  // the bucket being received
 
   wire::Message message(std::uint64_t round, wire::Body body) const {
-    wire::Message m;
-    m.session = conversation.session();
-    m.round = round;
-    m.body = std::move(body);
-    return m;
+    return session_message(conversation.session(), round, std::move(body));
   }
 
   // Tells the sender why this receiver gives up (best effort) and breaks the session.
@@ -329,10 +325,10 @@ struct Receiver::Impl {
     }
   }
 
-  // Net: the segment's bytes follow its FILLED, straight into this process's ring.
+  // Not sharing memory: the segment's bytes follow its FILLED, straight into this ring.
   Status receive_segment(const wire::Filled& f) {
     std::span<std::byte> into(ring.slot(f.slot) + f.offset, f.used_bytes - f.offset);
-    Status s = sync::receive_segment(channel, ++bulk_key, into, ring_region, options.timeout);
+    Status s = channel.channel().receive_segment(into, ring_region.get(), options.timeout);
     if (s.ok()) return s;
     return Status(s.code(), fmt::format("round {} bucket {}: {}", conversation.round(), f.bucket,
                                         s.message()));
@@ -361,7 +357,7 @@ Result<std::unique_ptr<Receiver>> Receiver::connect(const std::string& address,
   impl->interrupted = InterruptCheck(options);
   impl->id = receiver_id;
   ScopedFd ring_fd;
-  auto link = connect_upstream(address, options, &impl->net_context);
+  auto link = connect_upstream(address, options);
   if (!link.ok()) return link.status();
   impl->channel = std::move(*link);
   impl->conversation =
@@ -397,10 +393,9 @@ Result<std::unique_ptr<Receiver>> Receiver::connect(const std::string& address,
     auto ring = shm::MemfdRing::create(w.slots, w.slot_bytes);
     if (!ring.ok()) return ring.status();
     impl->ring = std::move(*ring);
-    auto region = impl->net_context->register_memory(
-        std::span(impl->ring.slot(0), std::size_t{w.slots} * w.slot_bytes));
-    if (!region.ok()) return region.status();
-    impl->ring_region = std::move(*region);
+    FERRY_ASSIGN_OR_RETURN(impl->ring_region,
+                           impl->channel.channel().register_memory(
+                               std::span(impl->ring.slot(0), std::size_t{w.slots} * w.slot_bytes)));
   } else {
     if (!ring_fd.valid()) {
       return corruption(

@@ -9,13 +9,14 @@
 #include <chrono>
 
 #include "base/clock.h"
+#include "base/status_macros.h"
 #include "ferry/sync.h"
 #include "profiler/span.h"
 #include "sync/fanout.h"
 #include "sync/link.h"
 #include "sync/round_checksum.h"
 #include "sync/sync_options.h"
-#include "transport/net/poller.h"
+#include "transport/transport.h"
 #include "wire/conversation.h"
 #include "wire/message.h"
 
@@ -26,20 +27,17 @@ using std::chrono::milliseconds;
 struct Relay::Impl {
   SyncOptions options;
   std::uint32_t id = 0;
-  std::shared_ptr<net::Context> net_context;
   Link upstream;
+  std::unique_ptr<transport::Poller> poller;  // upstream's wait loop, beside local peers' fds
   wire::Conversation conversation{wire::Conversation::Role::kReceiver, "", 0};
   std::unique_ptr<Fanout> local;
-  net::MemoryRegion ring_region;  // the local ring, registered for upstream's segment sends
-  std::uint32_t bulk_key = 0;
+  // The local ring, registered for upstream's segments; after local, so it is deregistered
+  // before the ring is unmapped.
+  std::unique_ptr<transport::Region> ring_region;
   Status broken;
 
   wire::Message upstream_message(std::uint64_t round, wire::Body body) const {
-    wire::Message m;
-    m.session = conversation.session();
-    m.round = round;
-    m.body = std::move(body);
-    return m;
+    return session_message(conversation.session(), round, std::move(body));
   }
 
   Status fail(Status why) {
@@ -60,7 +58,7 @@ struct Relay::Impl {
 
   Status receive_segment(const wire::Filled& f) {
     std::span<std::byte> into(local->ring().slot(f.slot) + f.offset, f.used_bytes - f.offset);
-    return sync::receive_segment(upstream, ++bulk_key, into, ring_region, options.timeout);
+    return upstream.channel().receive_segment(into, ring_region.get(), options.timeout);
   }
 
   Result<RoundStats> relay_round() {
@@ -91,7 +89,6 @@ struct Relay::Impl {
     std::uint32_t released_upstream = 0;
     bool ended = false;
     std::uint64_t digest = 0;
-    net::Poller poller(net_context.get());
     std::vector<pollfd> fds;
     auto deadline = Clock::now() + options.timeout;
     while (true) {
@@ -118,7 +115,7 @@ struct Relay::Impl {
         return stats;
       }
       // Upstream first: a segment waiting there is what local receivers wait for.
-      poller.progress();
+      poller->progress();
       auto got = upstream.try_receive();
       if (!got.ok()) return got.status();
       if (got->has_value()) {
@@ -156,7 +153,7 @@ struct Relay::Impl {
       local->add_poll_fds([](const Peer& p) { return p.acked; }, &fds);
       const auto left = std::max(std::chrono::duration_cast<milliseconds>(deadline - Clock::now()),
                                  milliseconds(0));
-      auto ready = poller.wait(fds, left);
+      auto ready = poller->wait(fds, left);
       if (!ready.ok()) return ready.status();
       auto handled = local->handle_ready(fds, 0, digest);
       if (!handled.ok()) return handled.status();
@@ -206,9 +203,10 @@ Result<std::unique_ptr<Relay>> Relay::connect(const std::string& upstream, std::
   auto impl = std::make_unique<Impl>();
   impl->options = options;
   impl->id = relay_id;
-  auto link = connect_upstream(upstream, options, &impl->net_context);
+  auto link = connect_upstream(upstream, options);
   if (!link.ok()) return link.status();
   impl->upstream = std::move(*link);
+  impl->poller = impl->upstream.channel().poller();
   impl->conversation =
       wire::Conversation(wire::Conversation::Role::kReceiver, impl->upstream.peer(), 0);
   wire::Message hello;
@@ -235,10 +233,9 @@ Result<std::unique_ptr<Relay>> Relay::connect(const std::string& upstream, std::
   impl->local->set_session(m->session);
   impl->local->set_round(m->round);
   impl->local->set_peer_noun("local receiver");
-  auto region = impl->net_context->register_memory(
-      std::span(impl->local->ring().slot(0), std::size_t{w.slots} * w.slot_bytes));
-  if (!region.ok()) return region.status();
-  impl->ring_region = std::move(*region);
+  FERRY_ASSIGN_OR_RETURN(impl->ring_region,
+                         impl->upstream.channel().register_memory(std::span(
+                             impl->local->ring().slot(0), std::size_t{w.slots} * w.slot_bytes)));
   return std::unique_ptr<Relay>(new Relay(std::move(impl)));
 }
 

@@ -1,4 +1,5 @@
-// The one factory of transport::Channel: the address picks the transport.
+// The factories of transport::Channel and transport::Listener: the address picks the
+// transport.
 #pragma once
 
 #include <chrono>
@@ -7,6 +8,7 @@
 #include <string>
 
 #include "ferry/status.h"
+#include "ferry/wire_protect.h"
 #include "transport/net/auth.h"
 #include "transport/net/channel.h"
 #include "transport/transport.h"
@@ -15,9 +17,12 @@ namespace ferry::transport {
 
 // What a net address needs; unused for shm addresses.
 struct NetConnectOptions {
-  std::shared_ptr<net::Context> context;  // the channel lives on it; required for net
-  std::optional<net::Token> token;        // the session secret (nullopt: the listener refuses)
+  // The UCX context the channel lives on; nullptr: one of its own.
+  std::shared_ptr<net::Context> context;
+  std::optional<net::Token> token;  // the session secret (nullopt: the listener refuses)
   net::ConnectOptions connect;
+  // The least protection this end accepts on the segments it receives (the sender chooses).
+  WireProtect minimum_segment_protection = WireProtect::kNone;
 };
 
 // Connects to the listener at `address` within `timeout`: shm::connect for "@name", a name or
@@ -25,5 +30,21 @@ struct NetConnectOptions {
 Result<std::unique_ptr<Channel>> connect(const std::string& address,
                                          std::chrono::milliseconds timeout,
                                          const NetConnectOptions& net = {});
+
+// What a net address needs to listen; unused for shm addresses.
+struct NetListenOptions {
+  // The UCX context accepted channels live on; nullptr: one of its own.
+  std::shared_ptr<net::Context> context;
+  std::optional<net::Token> token;  // the session secret: required for a net address
+  net::ListenerOptions listener;
+  // How accepted channels protect the segments they publish.
+  WireProtect segment_protection = WireProtect::kNone;
+};
+
+// Binds a listener at `address`: shm::Listener::bind for "@name", a name or a path,
+// net::Listener::bind for "host:port" (port 0: an ephemeral one; see address()). An address
+// in use is an error naming it.
+Result<std::unique_ptr<Listener>> listen(const std::string& address,
+                                         const NetListenOptions& net = {});
 
 }  // namespace ferry::transport

@@ -1,12 +1,16 @@
 // The seam between sync and the transports. A Channel carries whole control messages, in
 // order, to one peer, with a timeout on each call; a dead peer is kAborted naming it, silence
-// is kTimeout. Two transports implement it, in mirrored folders: shm/ (a UNIX socket to a
-// process on this node, which maps the sender's ring) and net/ (UCX to another node, which
-// gets each segment's bytes sent to it). Callers branch on the capability queries, never on
-// which transport they hold. connect() picks the transport from the address.
+// is kTimeout. A Listener is bound to an address and accepts Channels. Two transports
+// implement both, in mirrored folders: shm/ (a UNIX socket to a process on this node, which
+// maps the sender's ring) and net/ (UCX to another node, which gets each segment's bytes sent
+// to it: publish_segment / receive_segment). Callers branch on the capability queries, never
+// on which transport they hold. connect() and listen() (connect.h) pick the transport from
+// the address.
 //
-// Like the transports, a Channel is used by one thread at a time.
+// Like the transports, a Channel, Listener or Poller is used by one thread at a time.
 #pragma once
+
+#include <poll.h>
 
 #include <chrono>
 #include <cstddef>
@@ -29,6 +33,34 @@ inline constexpr std::size_t kMaxMessageBytes = (64u << 20) + 28;
 // "@name", "name" and paths are shm addresses (shm/local_address.h); "host:port" (a colon,
 // no slash) is a net address.
 bool is_net_address(const std::string& address);
+
+// Memory registered with a transport for segments (the ring), so that their bytes travel
+// without a copy. Opaque; deregistered when destroyed, so it must go before the memory does.
+// Transports that share memory register nothing (register_memory answers nullptr).
+class Region {
+ public:
+  virtual ~Region() = default;
+};
+
+// The one wait loop of a thread serving channels beside other fds. Each turn: progress()
+// runs the transport's progress engine (needs_progress() channels), the caller then looks
+// at every channel (try_receive, check_segments), and wait() sleeps until the engine or one
+// of the caller's fds has news. Without an engine, wait() is a plain poll().
+class Poller {
+ public:
+  virtual ~Poller() = default;
+  // Runs the engine until it has nothing left to do; true if it did anything.
+  virtual bool progress() = 0;
+  // Sleeps until one of `fds` is ready (fd < 0 skipped, as by poll()), the engine has events
+  // (unless `watch_engine` is false: no channel that needs progress owes anything), or
+  // `timeout` passes. Returns how many of `fds` are ready; 0 also after a wakeup by the
+  // engine alone or a signal. An error only when poll() itself fails.
+  virtual Result<int> wait(std::vector<pollfd>& fds, std::chrono::milliseconds timeout,
+                           bool watch_engine = true) = 0;
+};
+
+// A Poller with no engine: wait() is poll() over the caller's fds.
+std::unique_ptr<Poller> plain_poller();
 
 class Channel {
  public:
@@ -68,6 +100,58 @@ class Channel {
   // How errors name the peer; set_peer renames it once it has said who it is.
   virtual const std::string& peer() const = 0;
   virtual void set_peer(std::string peer) = 0;
+  // For logs: where the peer is ("host:port"), and how its bytes travel ("tcp/lo",
+  // "rc_mlx5/mlx5_0:1 sysv/memory"); both empty for a peer on this node.
+  virtual std::string peer_address() const { return {}; }
+  virtual std::string transports() const { return {}; }
+  // The wait loop for this channel (and the others of its engine).
+  virtual std::unique_ptr<Poller> poller() const { return plain_poller(); }
+
+  // Segments: the bytes of one bucket, from the sender's ring into the receiver's. A peer
+  // that shares_memory() maps the ring and needs none of these (the calls below then do
+  // nothing and answer OK); the others get each segment's bytes sent, in the order both
+  // ends publish and receive them.
+  //
+  // Registers the memory segments are sent from or received into (the ring), once.
+  virtual Result<std::unique_ptr<Region>> register_memory(std::span<std::byte> memory);
+  // Starts sending `bytes`, which lie in `region`, as the next segment. Never blocks; many
+  // may be in flight, kept by the channel until they finish.
+  virtual Status publish_segment(std::span<const std::byte> bytes, const Region* region);
+  // Forgets the segment sends that finished; the error of one that failed (the peer is gone).
+  // Does not block or progress the engine (the caller's Poller does).
+  virtual Status check_segments();
+  // Waits until every published segment is sent (kTimeout naming the peer past `timeout`).
+  virtual Status await_segments(std::chrono::milliseconds timeout);
+  // Receives the peer's next segment into `into`, which lies in `region`, waiting at most
+  // `timeout` (kTimeout naming the peer). A segment of another size is kCorruption.
+  virtual Status receive_segment(std::span<std::byte> into, const Region* region,
+                                 std::chrono::milliseconds timeout);
+};
+
+// Bound to an address, accepts the Channels that connect() opens to it.
+class Listener {
+ public:
+  virtual ~Listener() = default;
+
+  // Whether the channels it accepts need progress (Channel::needs_progress). Then accept()
+  // also runs their handshake; otherwise a channel is handed over as soon as it connects,
+  // and has its own fd to poll for its first message.
+  virtual bool needs_progress() const = 0;
+  // Waits up to `timeout` (negative: forever; 0: one nonblocking step) for one peer;
+  // kTimeout when none came. A peer refused (another user, a wrong token) is logged and
+  // the wait goes on.
+  virtual Result<std::unique_ptr<Channel>> accept(std::chrono::milliseconds timeout) = 0;
+  // Readable when accept() may have progress to make.
+  virtual int fd() const = 0;
+  // The address it is bound to, as peers connect to it ("127.0.0.1:40123" for a port 0).
+  virtual const std::string& address() const = 0;
+  // Stops listening (an shm socket file is removed); accepted channels live on.
+  virtual void close() = 0;
+  // As Channel::register_memory, for the channels it accepts (nullptr when they share
+  // memory).
+  virtual Result<std::unique_ptr<Region>> register_memory(std::span<std::byte> memory) = 0;
+  // The wait loop for the channels it accepts.
+  virtual std::unique_ptr<Poller> poller() const = 0;
 };
 
 }  // namespace ferry::transport

@@ -1,13 +1,17 @@
-// What every transport behind transport::Channel promises, one test body per behaviour run
-// over shm and net: whole messages up to the limit and not one byte more, a close the peer
-// sees, a receive deadline kept, a killed peer named. The connecting end always goes
-// through the factory (transport::connect), which picks the transport from the address.
+// What every transport behind transport::Channel and transport::Listener promises, one test
+// body per behaviour run over shm and net: whole messages up to the limit and not one byte
+// more, a close the peer sees, a receive deadline kept, a killed peer named, a listener that
+// refuses a second bind and frees its address on close, segments that arrive bit-exact and a
+// missing one that times out. Both ends go through the factories (transport::listen and
+// transport::connect), which pick the transport from the address.
 //
 // The listening end runs on the test's thread; a peer runs on a thread of its own, or as a
 // child process (this binary re-executed with FERRY_CONFORMANCE_CHILD set) when it is killed.
 #include <gtest/gtest.h>
+#include <poll.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdlib>
@@ -23,9 +27,7 @@
 #include "support/status_matchers.h"
 #include "support/test_support.h"
 #include "transport/connect.h"
-#include "transport/net/context.h"
-#include "transport/net/message_channel.h"
-#include "transport/shm/message_channel.h"
+#include "transport/shm/memfd_ring.h"
 #include "transport/transport.h"
 
 namespace ferry::transport {
@@ -45,62 +47,49 @@ double ms_since(Clock::time_point t) {
   return std::chrono::duration<double, std::milli>(Clock::now() - t).count();
 }
 
-// The listening end of one transport: binds, accepts, and keeps its side progressing while
-// the test waits for a peer.
+enum class Kind { kShm, kNet };
+
+// What listen() needs for a net address: the session token.
+NetListenOptions listen_options() {
+  NetListenOptions o;
+  o.token = *net::Token::from_string(testing::kTestToken);
+  return o;
+}
+
+// A fresh address of `kind` nobody listens on yet (net: port 0, bound to a free one).
+std::string fresh_address(Kind kind) {
+  static std::atomic<int> n{0};
+  if (kind == Kind::kNet) return "127.0.0.1:0";
+  return "@ferry-conformance-" + std::to_string(::getpid()) + "-" + std::to_string(n++);
+}
+
+// The listening end: a transport::Listener from the factory, and its wait loop, which keeps
+// its side progressing while the test waits for a peer.
 class Server {
  public:
-  virtual ~Server() = default;
-  virtual const std::string& address() const = 0;
-  virtual Result<std::unique_ptr<Channel>> accept(milliseconds timeout) = 0;
-  // Lets the transport make progress for about `d` (net: UCX answers a peer's close).
-  virtual void idle(milliseconds d) = 0;
-};
-
-class ShmServer final : public Server {
- public:
-  ShmServer() {
-    static std::atomic<int> n{0};
-    auto l = shm::Listener::bind(fmt_address(n++));
+  explicit Server(Kind kind) {
+    auto l = listen(fresh_address(kind), listen_options());
     EXPECT_OK(l);
+    if (!l.ok()) return;
     listener_ = std::move(*l);
+    poller_ = listener_->poller();
   }
-  const std::string& address() const override { return listener_.address(); }
-  Result<std::unique_ptr<Channel>> accept(milliseconds timeout) override {
-    auto ch = listener_.accept(timeout);
-    if (!ch.ok()) return ch.status();
-    return std::unique_ptr<Channel>(std::make_unique<shm::MessageChannel>(std::move(*ch)));
+  bool ok() const { return listener_ != nullptr; }
+  Listener& listener() { return *listener_; }
+  const std::string& address() const { return listener_->address(); }
+  Result<std::unique_ptr<Channel>> accept(milliseconds timeout) {
+    return listener_->accept(timeout);
   }
-  void idle(milliseconds d) override { std::this_thread::sleep_for(d); }
+  // Lets the transport make progress for about `d` (net: UCX answers a peer's close).
+  void idle(milliseconds d) {
+    std::vector<pollfd> none;
+    poller_->progress();
+    (void)poller_->wait(none, d);
+  }
 
  private:
-  static std::string fmt_address(int n) {
-    return "@ferry-conformance-" + std::to_string(::getpid()) + "-" + std::to_string(n);
-  }
-  shm::Listener listener_;
-};
-
-class NetServer final : public Server {
- public:
-  NetServer() {
-    auto ctx = net::Context::create();
-    EXPECT_OK(ctx);
-    ctx_ = *ctx;
-    auto l =
-        net::Listener::bind(ctx_, "127.0.0.1:0", *net::Token::from_string(testing::kTestToken));
-    EXPECT_OK(l);
-    listener_ = std::make_unique<net::Listener>(std::move(*l));
-  }
-  const std::string& address() const override { return listener_->address(); }
-  Result<std::unique_ptr<Channel>> accept(milliseconds timeout) override {
-    auto ch = listener_->accept(timeout);
-    if (!ch.ok()) return ch.status();
-    return std::unique_ptr<Channel>(std::make_unique<net::MessageChannel>(std::move(*ch)));
-  }
-  void idle(milliseconds d) override { ctx_->wait(d); }
-
- private:
-  std::shared_ptr<net::Context> ctx_;
-  std::unique_ptr<net::Listener> listener_;
+  std::unique_ptr<Listener> listener_;
+  std::unique_ptr<Poller> poller_;
 };
 
 // The connecting end's options: its own Context (a peer is another process or node) and the
@@ -147,16 +136,11 @@ class PeerThread {
   std::thread thread_;
 };
 
-enum class Kind { kShm, kNet };
-
 class Conformance : public ::testing::TestWithParam<Kind> {
  protected:
   void SetUp() override {
-    if (GetParam() == Kind::kShm) {
-      server_ = std::make_unique<ShmServer>();
-    } else {
-      server_ = std::make_unique<NetServer>();
-    }
+    server_ = std::make_unique<Server>(GetParam());
+    ASSERT_TRUE(server_->ok()) << "listen() failed";
   }
   std::unique_ptr<Channel> accept() {
     auto ch = server_->accept(kTimeout);
@@ -254,6 +238,128 @@ TEST_P(Conformance, ReceiveDeadlineIsKeptAndNamesThePeer) {
   EXPECT_NE(m.status().message().find(ch->peer()), std::string::npos) << m.status().message();
   EXPECT_GE(ms_since(start), 290);
   EXPECT_LT(ms_since(start), 1500);
+  // A timeout is not a failure of the channel.
+  ASSERT_OK(ch->send(pattern(1, 2), kTimeout));
+  EXPECT_OK(peer.finish(*server_));
+}
+
+// ---- the listener ----
+
+TEST_P(Conformance, ListenerRefusesASecondBindNamingTheAddressAndClosesForGood) {
+  const std::string address = server_->address();
+  PeerThread peer(address, [](Channel& ch) { return ch.send(pattern(2, 4), kTimeout); });
+  auto ch = accept();
+  ASSERT_NE(ch, nullptr);
+  EXPECT_EQ(ch->needs_progress(), server_->listener().needs_progress());
+  EXPECT_OK(ch->receive(kTimeout));
+  EXPECT_OK(peer.finish(*server_));
+
+  // After the accept: shm's refusal probes the holder with a connection of its own.
+  auto second = listen(address, listen_options());
+  ASSERT_FALSE(second.ok()) << "a second listener bound " << address;
+  EXPECT_NE(second.status().message().find(address), std::string::npos)
+      << second.status().message();
+
+  server_->listener().close();
+  EXPECT_EQ(server_->listener().fd(), -1);
+  EXPECT_EQ(server_->listener().address(), address) << "a closed listener still names itself";
+  auto options = peer_options();
+  ASSERT_OK(options);
+  auto late = connect(address, milliseconds(300), *options);
+  EXPECT_FALSE(late.ok()) << "connected to a closed listener at " << address;
+  // Its address is free again (the shm socket file is gone, the port released).
+  EXPECT_OK(listen(address, listen_options()));
+}
+
+// ---- segments ----
+
+// The sending end's ring: one slot with a pattern in it, registered for segments. A peer
+// that shares memory maps it from the descriptor passed with the first message.
+struct Ring {
+  static constexpr std::size_t kBytes = (3u << 20) + 123;
+  shm::MemfdRing ring;
+  std::unique_ptr<Region> region;
+  std::span<std::byte> bytes() const { return {ring.slot(0), kBytes}; }
+};
+
+TEST_P(Conformance, PublishedSegmentsArriveBitExactInOrder) {
+  Ring ring;
+  auto created = shm::MemfdRing::create(1, Ring::kBytes);
+  ASSERT_OK(created);
+  ring.ring = std::move(*created);
+  const std::vector<std::byte> expected = pattern(Ring::kBytes, 7);
+  std::copy(expected.begin(), expected.end(), ring.bytes().begin());
+  auto region = server_->listener().register_memory(ring.bytes());
+  ASSERT_OK(region);
+  ring.region = std::move(*region);
+  EXPECT_EQ(ring.region == nullptr, GetParam() == Kind::kShm) << "only net registers memory";
+  // Two segments of one slot, the second unaligned: each lands where the receiver says.
+  const std::size_t split = 4096 + 17;
+
+  PeerThread peer(server_->address(), [&](Channel& ch) -> Status {
+    ScopedFd fd;
+    auto first = ch.receive_with_fd(kTimeout, &fd);
+    if (!first.ok()) return first.status();
+    shm::MemfdRing mapped;
+    std::vector<std::byte> own;
+    std::span<std::byte> into;
+    std::unique_ptr<Region> own_region;
+    if (ch.shares_memory()) {
+      auto m = shm::MemfdRing::map_readonly(std::move(fd), 1, Ring::kBytes, ch.peer());
+      if (!m.ok()) return m.status();
+      mapped = std::move(*m);
+      into = {mapped.slot(0), Ring::kBytes};
+    } else {
+      own.assign(Ring::kBytes, std::byte{0});
+      into = own;
+      auto r = ch.register_memory(into);
+      if (!r.ok()) return r.status();
+      own_region = std::move(*r);
+    }
+    auto published = ch.receive(kTimeout);  // after the segments were published
+    if (!published.ok()) return published.status();
+    Status s = ch.receive_segment(into.first(split), own_region.get(), kTimeout);
+    if (s.ok()) s = ch.receive_segment(into.subspan(split), own_region.get(), kTimeout);
+    if (!s.ok()) return s;
+    std::vector<std::byte> answer;
+    coding::put_u64(&answer, testing::hash_bytes(std::vector<std::byte>(into.begin(), into.end())));
+    return ch.send(answer, kTimeout);
+  });
+  auto ch = accept();
+  ASSERT_NE(ch, nullptr);
+  ASSERT_OK(ch->passes_fds() ? ch->send_with_fd(pattern(1, 0), kTimeout, ring.ring.reader_fd())
+                             : ch->send(pattern(1, 0), kTimeout));
+  ASSERT_OK(ch->publish_segment(ring.bytes().first(split), ring.region.get()));
+  ASSERT_OK(ch->publish_segment(ring.bytes().subspan(split), ring.region.get()));
+  ASSERT_OK(ch->send(pattern(1, 1), kTimeout));
+  auto answer = ch->receive(kTimeout);
+  ASSERT_OK(answer);
+  EXPECT_OK(ch->await_segments(kTimeout));
+  EXPECT_OK(ch->check_segments());
+  coding::Reader r(*answer);
+  EXPECT_EQ(r.u64(), testing::hash_bytes(expected)) << "the segments arrived changed";
+  EXPECT_OK(peer.finish(*server_));
+}
+
+TEST_P(Conformance, SegmentNotPublishedTimesOutNamingThePeer) {
+  PeerThread peer(server_->address(), [](Channel& ch) { return ch.receive(kTimeout).status(); });
+  auto ch = accept();
+  ASSERT_NE(ch, nullptr);
+  std::vector<std::byte> into(4096);
+  auto region = ch->register_memory(into);
+  ASSERT_OK(region);
+  const auto start = Clock::now();
+  const Status s = ch->receive_segment(into, region->get(), milliseconds(300));
+  if (ch->shares_memory()) {
+    // The peer maps this end's memory: there is nothing to wait for.
+    EXPECT_OK(s);
+    EXPECT_LT(ms_since(start), 100);
+  } else {
+    EXPECT_EQ(s.code(), Code::kTimeout) << s.to_string();
+    EXPECT_NE(s.message().find(ch->peer()), std::string::npos) << s.message();
+    EXPECT_GE(ms_since(start), 290);
+    EXPECT_LT(ms_since(start), 1500);
+  }
   // A timeout is not a failure of the channel.
   ASSERT_OK(ch->send(pattern(1, 2), kTimeout));
   EXPECT_OK(peer.finish(*server_));
