@@ -136,7 +136,7 @@ class FerryCheckpointEngine(CheckpointEngineWithCache):
         self._relay: _RelayThread | None = None  # on the rank hosting its node's relay
         self._cached: dict[str, torch.Tensor] | None = None  # engine_kwargs cache: the last update
         self._staging = _Staging()  # master: where yielded tensors are copied, every update
-        self._receive_buffers = _ReceiveBuffers(self.bucket_size)  # rollout: what it yields views of
+        self._receive_buffers = _ReceiveBuffers(self.bucket_size)  # rollout: yielded views
         self._plan: dict | None = None      # the topology the sessions were built for
         self._role = "idle"
         self._broken = False                # the last update failed: rebuild next time
@@ -290,11 +290,12 @@ class FerryCheckpointEngine(CheckpointEngineWithCache):
         buffers of about bucket size that this rank reuses every update, as verl's nccl
         backend yields views into its double-buffered bucket.
 
-        Lifetime, as verl's nccl backend: a tensor is valid until the caller has moved past
-        every tensor of its bucket and the first one of the next bucket (ferry refills its
-        buffer only then; nccl already when the caller asks for the next bucket's first
-        tensor). A caller that keeps tensors longer copies them (load_weights copies into the
-        model). The last bucket's tensors stay valid until the next receive_weights.
+        Lifetime (at least what verl's nccl backend gives): a tensor is valid until the caller
+        has moved past every tensor of its bucket and past the first tensor of the next bucket;
+        only then is its buffer refilled (nccl refills already when the caller asks for the
+        next bucket's first tensor). Writing into it is allowed; a caller that keeps it longer
+        copies it, as load_weights copies into the model. The last bucket's tensors stay valid
+        until the next receive_weights.
 
         Refuses (the sender's send_weights raises AbortedError naming it) an update whose
         version is older than the last one received or than global_steps. With
@@ -332,8 +333,8 @@ class FerryCheckpointEngine(CheckpointEngineWithCache):
                     cache.pop(name, None)  # a name sent twice: the last one, at the end
                     cache[name] = tensor.clone()
                 yield name, tensor
-                # The caller moved past this tensor, the first of its bucket: it is done with
-                # the bucket before, so that buffer may be refilled.
+                # The caller moved past this tensor: where it was its bucket's first, the caller
+                # is done with the bucket before, whose buffer may be refilled.
                 if previous is not None and previous != buffer:
                     buffers.release(previous)
                 previous = buffer
