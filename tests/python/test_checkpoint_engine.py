@@ -37,8 +37,19 @@ def _weights(step: int) -> list[tuple[str, torch.Tensor]]:
     return out
 
 
-def _expected(step: int) -> dict[str, str]:
-    return {name: digest(t) for name, t in _weights(step)}
+def _bucket_weights(step: int) -> list[tuple[str, torch.Tensor]]:
+    """Ten 384 KiB tensors, distinct per step: five or so 1 MiB buckets, so each of the
+    rollout rank's two receive buffers is refilled more than once per update."""
+    g = torch.Generator().manual_seed(1000 + step)
+    return [(f"model.layers.{i}.mlp.weight", torch.randn(96 * 1024, generator=g))
+            for i in range(10)]
+
+
+WEIGHTS = {"mixed": _weights, "buckets": _bucket_weights}
+
+
+def _expected(step: int, weights: str = "mixed") -> dict[str, str]:
+    return {name: digest(t) for name, t in WEIGHTS[weights](step)}
 
 
 async def _receive(engine, step: int, die_after: int | None) -> dict[str, str]:
@@ -49,6 +60,25 @@ async def _receive(engine, step: int, die_after: int | None) -> dict[str, str]:
         if die_after is not None and len(sums) == die_after:
             os._exit(3)  # killed mid-update
     return sums
+
+
+async def _receive_slowly(engine, step: int) -> dict:
+    """A loader that holds each tensor until the next one arrived: checks its bytes only then
+    (after a pause in which a receiver thread running ahead would refill its buffer), before
+    asking for the one after. Returns the names whose bytes were wrong when checked and the
+    buffers (storages) the tensors were views of."""
+    expected = _expected(step, "buckets")
+    wrong, storages, held = [], set(), None
+    async for name, tensor in engine.receive_weights(global_steps=step):
+        storages.add(tensor.storage().data_ptr())
+        if held is not None:
+            time.sleep(0.05)
+            if digest(held[1]) != expected[held[0]]:
+                wrong.append(held[0])
+        held = (name, tensor)
+    if held is not None and digest(held[1]) != expected[held[0]]:
+        wrong.append(held[0])
+    return {"wrong": wrong, "storages": storages, "names": len(expected)}
 
 
 async def _cached(engine) -> dict[str, str]:
@@ -69,9 +99,12 @@ def _rank_main(conn, is_master: bool, engine_kwargs: dict) -> None:
                 engine.init_process_group(**args[0])
                 out = (engine.sessions_built, engine.session_ids)
             elif cmd == "send":
-                out = asyncio.run(engine.send_weights(_weights(args[0]), global_steps=args[0]))
+                weights = WEIGHTS[args[1] if len(args) > 1 else "mixed"](args[0])
+                out = asyncio.run(engine.send_weights(weights, global_steps=args[0]))
             elif cmd == "receive":
                 out = asyncio.run(_receive(engine, *args))
+            elif cmd == "receive_slowly":
+                out = asyncio.run(_receive_slowly(engine, *args))
             elif cmd == "cached":
                 out = asyncio.run(_cached(engine))
             elif cmd == "finalize":
@@ -126,7 +159,8 @@ class _Manager:
             rank.call(*cmd)
         return [rank.result() for rank in ranks]
 
-    def update(self, step: int, die: dict[int, int] | None = None) -> dict:
+    def update(self, step: int, die: dict[int, int] | None = None,
+               slow: bool = False) -> dict:
         from ferry.verl.checkpoint_engine import FerryCheckpointEngine
         ranks = self.actors + self.rollouts
         metadata = self._all(ranks, *[("prepare",)] * len(ranks))
@@ -140,8 +174,13 @@ class _Manager:
         assert all(r[0] == "ok" for r in inits), inits
         start = time.monotonic()
         die = die or {}
-        moved = self._all(ranks, *[("send", step)] * len(self.actors),
-                          *[("receive", step, die.get(i)) for i in range(len(self.rollouts))])
+        if slow:  # _bucket_weights, received by _receive_slowly
+            moved = self._all(ranks, *[("send", step, "buckets")] * len(self.actors),
+                              *[("receive_slowly", step)] * len(self.rollouts))
+        else:
+            moved = self._all(ranks, *[("send", step)] * len(self.actors),
+                              *[("receive", step, die.get(i))
+                                for i in range(len(self.rollouts))])
         seconds = time.monotonic() - start
         live = [r for r in ranks if r.proc.is_alive()]
         finals = self._all(live, *[("finalize",)] * len(live))
@@ -419,3 +458,17 @@ def test_small_rounds_reuse_the_staging_buffer_bit_exact():
             _assert_bit_exact(manager.update(step), step)
     finally:
         manager.stop()
+
+
+def test_yielded_views_stay_valid_until_the_caller_moved_past_the_next_bucket_start(colocated):
+    """The receive buffers are refilled only once the caller is done with their bucket: a
+    slow loader checking each tensor after the next one arrived sees the bytes sent, and
+    every update yields views into the same two buffers (no fresh memory per update)."""
+    storages = [set(), set()]
+    for step in (1, 2, 3):
+        result = colocated.update(step, slow=True)
+        for rank, status in enumerate(result["received"]):
+            assert status[0] == "ok", status
+            assert not status[1]["wrong"], f"step {step}: overwritten before use: {status[1]}"
+            storages[rank] |= status[1]["storages"]
+    assert [len(s) for s in storages] == [2, 2], "two receive buffers, reused by every update"

@@ -36,7 +36,7 @@ from typing import Any, AsyncIterator, Iterable
 import torch
 
 from .. import _ferry
-from .._tensors import _error, arg_bytes, tensor_arg, to_torch
+from .._tensors import _error, arg_bytes, tensor_arg, to_torch, typed
 from .._verl_compat import CheckpointEngineRegistry, CheckpointEngineWithCache
 from ..sync import Receiver, Relay, Sender, SyncOptions
 from . import _items  # a sync or async generator of (name, tensor), as verl gives either
@@ -136,6 +136,7 @@ class FerryCheckpointEngine(CheckpointEngineWithCache):
         self._relay: _RelayThread | None = None  # on the rank hosting its node's relay
         self._cached: dict[str, torch.Tensor] | None = None  # engine_kwargs cache: the last update
         self._staging = _Staging()  # master: where yielded tensors are copied, every update
+        self._receive_buffers = _ReceiveBuffers(self.bucket_size)  # rollout: yielded views
         self._plan: dict | None = None      # the topology the sessions were built for
         self._role = "idle"
         self._broken = False                # the last update failed: rebuild next time
@@ -285,11 +286,21 @@ class FerryCheckpointEngine(CheckpointEngineWithCache):
                 **{f"ferry/{kind}_bytes": b for kind, b in sent.items()}}
 
     async def receive_weights(self, global_steps: int | None = None) -> AsyncIterator:
-        """Yields (name, tensor) of one update, as host tensors this caller owns.
+        """Yields (name, tensor) of one update: writable CPU views into one of two receive
+        buffers of about bucket size that this rank reuses every update, as verl's nccl
+        backend yields views into its double-buffered bucket.
+
+        Lifetime (at least what verl's nccl backend gives): a tensor is valid until the caller
+        has moved past every tensor of its bucket and past the first tensor of the next bucket;
+        only then is its buffer refilled (nccl refills already when the caller asks for the
+        next bucket's first tensor). Writing into it is allowed; a caller that keeps it longer
+        copies it, as load_weights copies into the model. The last bucket's tensors stay valid
+        until the next receive_weights.
 
         Refuses (the sender's send_weights raises AbortedError naming it) an update whose
         version is older than the last one received or than global_steps. With
-        engine_kwargs.ferry.cache, a complete update also becomes what get_weights() yields.
+        engine_kwargs.ferry.cache, a complete update also becomes what get_weights() yields
+        (its own copy).
         """
         if self._receiver is None:
             raise _error(_ferry.FailedPreconditionError,
@@ -297,10 +308,13 @@ class FerryCheckpointEngine(CheckpointEngineWithCache):
         loop = asyncio.get_running_loop()
         items: queue.Queue = queue.Queue(maxsize=64)  # bounds what waits for the consumer
         stop = threading.Event()
+        buffers = self._receive_buffers
+        buffers.reset()  # the last update's caller is done with both
         worker = threading.Thread(target=self._receive_update,
                                   args=(global_steps, items, stop), daemon=True)
         worker.start()
         cache: dict[str, torch.Tensor] | None = {} if self.cache else None
+        previous = None  # the buffer of the tensor yielded last
         try:
             while True:
                 item = await loop.run_in_executor(None, items.get)
@@ -314,11 +328,16 @@ class FerryCheckpointEngine(CheckpointEngineWithCache):
                 if isinstance(item, BaseException):
                     self._broken = True
                     raise item
+                name, tensor, buffer = item
                 if cache is not None:  # before the caller may write into its tensor
-                    name, tensor = item
                     cache.pop(name, None)  # a name sent twice: the last one, at the end
                     cache[name] = tensor.clone()
-                yield item
+                yield name, tensor
+                # The caller moved past this tensor: where it was its bucket's first, the caller
+                # is done with the bucket before, whose buffer may be refilled.
+                if previous is not None and previous != buffer:
+                    buffers.release(previous)
+                previous = buffer
         finally:
             stop.set()
             await loop.run_in_executor(None, worker.join)
@@ -431,8 +450,11 @@ class FerryCheckpointEngine(CheckpointEngineWithCache):
 
     def _receive_update(self, required: int | None, items: queue.Queue,
                         stop: threading.Event) -> None:
-        """Receiver thread: receives the update's rounds and queues host copies."""
+        """Receiver thread: receives the update's rounds, copies each bucket from the ring
+        (read-only, its slot reused once the callback returns) into the free receive buffer
+        and queues (name, view, buffer) for the consumer."""
         receiver = self._receiver
+        buffers = self._receive_buffers
 
         def put(item: Any) -> None:
             while not stop.is_set():
@@ -444,12 +466,16 @@ class FerryCheckpointEngine(CheckpointEngineWithCache):
             raise _error(_ferry.AbortedError, "receive_weights was abandoned by its caller")
 
         def on_bucket(views: list, is_last: bool) -> None:
+            tensors = []
             for name, dtype, shape, memory in views:
-                tensor = to_torch(dtype, shape, memory)
                 if name == VERSION_TENSOR:
-                    self._check_version(int(tensor[0]), required)
+                    self._check_version(int(to_torch(dtype, shape, memory)[0]), required)
                 else:
-                    put((name, tensor.clone()))
+                    tensors.append((name, dtype, shape, memory))
+            if tensors:
+                buffer, staged = buffers.fill(tensors, stop)
+                for name, tensor in staged:
+                    put((name, tensor, buffer))
             if is_last:
                 # The update is acknowledged only once the caller took every tensor, so a
                 # rank that dies while loading fails the sender's send_weights too.
@@ -515,6 +541,56 @@ class _Staging:
         view.copy_(tensor.detach().resolve_conj().resolve_neg())
         self.used = start + size
         return view
+
+
+class _ReceiveBuffers:
+    """The rollout rank's two receive buffers, reused by every bucket and update (verl's nccl
+    backend: send_buf/recv_buf). The receiver thread fills one while the consumer reads the
+    other; a buffer is refilled only once the consumer released it (moved past its bucket).
+    Fresh memory per tensor faulted a model's worth of pages in every update (qwen2.5-0.5b:
+    about 1.8 s of the rollout side's time per update on a loaded VM)."""
+
+    ALIGN = 64
+
+    def __init__(self, bucket_size: int) -> None:
+        self.bucket_size = bucket_size
+        self._buffers: list[torch.Tensor | None] = [None, None]
+        self._free = [threading.Event(), threading.Event()]
+        self._next = 0
+        self.reset()
+
+    def reset(self) -> None:
+        """A new update: the last update's consumer holds neither buffer any more."""
+        for free in self._free:
+            free.set()
+        self._next = 0
+
+    def release(self, index: int) -> None:
+        self._free[index].set()
+
+    def fill(self, tensors: list, abandoned: threading.Event) -> tuple[int, list]:
+        """Waits for the next buffer to be released, copies `tensors` ((name, dtype, shape,
+        memory) views into the ring) into it: (its index, [(name, writable view)])."""
+        index = self._next
+        while not self._free[index].wait(0.1):
+            if abandoned.is_set():
+                raise _error(_ferry.AbortedError, "receive_weights was abandoned by its caller")
+        self._free[index].clear()
+        self._next = 1 - index
+        starts, end = [], 0
+        for *_, memory in tensors:
+            starts.append(-(-end // self.ALIGN) * self.ALIGN)
+            end = starts[-1] + memory.nbytes
+        buffer = self._buffers[index]
+        if buffer is None or buffer.numel() < end:  # a tensor larger than a bucket: grows
+            buffer = torch.empty(max(end, self.bucket_size), dtype=torch.uint8)
+            self._buffers[index] = buffer
+        staged = []
+        for (name, dtype, shape, memory), start in zip(tensors, starts):
+            view = typed(buffer[start:start + memory.nbytes], dtype, shape)
+            view.copy_(to_torch(dtype, shape, memory))
+            staged.append((name, view))
+        return index, staged
 
 
 class _RelayThread:
