@@ -203,10 +203,9 @@ class Relay(_Endpoint):
         relay.accept(2)                   # this node's receivers
         while True: relay.relay_round()   # one call per round; raises when the session ends
 
-    Calls run with the GIL released. stop(), from any thread, ends a relay's waits for local
-    receivers and, in a round, for its peers within about 100 ms (the call raises
-    AbortedError); between rounds the relay waits on its sender only and ends when the
-    sender's session does.
+    Calls run with the GIL released. stop(), from any thread, ends a relay's waits (for local
+    receivers, for its peers in a round, for the sender's next round) within about 100 ms:
+    the call raises AbortedError.
     """
 
     def __init__(self, upstream: str, relay_id: int, local_address: str, *,

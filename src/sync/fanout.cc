@@ -218,9 +218,11 @@ Result<bool> Fanout::handle_ready(const std::vector<pollfd>& fds, std::size_t fi
 }
 
 Status Fanout::drain_transfers() {
+  // One deadline for all peers: N slow peers must not add up to N timeouts.
+  const Deadline deadline(options_.timeout);
   for (Peer& p : peers_) {
     if (p.link.shares_memory()) continue;
-    Status s = p.link.channel().await_segments(options_.timeout);
+    Status s = p.link.channel().await_segments(deadline.left());
     if (!s.ok()) return Status(s.code(), fmt::format("round {}: {}", round_, s.message()));
   }
   return ok_status();

@@ -2,6 +2,9 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+
+#include "base/clock.h"
 #include "base/status_macros.h"
 #include "sync/sync_options.h"
 #include "transport/connect.h"
@@ -103,6 +106,29 @@ Result<std::unique_ptr<transport::Listener>> listen_downstream(const std::string
     net.segment_protection = options.wire_protect;
   }
   return transport::listen(address, net);
+}
+
+Result<std::vector<std::byte>> receive_heeding_interrupt(Link& link,
+                                                         std::chrono::milliseconds timeout,
+                                                         const SyncOptions& options,
+                                                         InterruptCheck& interrupted) {
+  const auto deadline = Clock::now() + timeout;
+  while (true) {
+    const auto left =
+        timeout.count() < 0
+            ? timeout
+            : std::max(
+                  std::chrono::milliseconds(0),
+                  std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()));
+    const auto slice = wait_slice(options, left);
+    auto got = link.receive(slice);
+    if (got.ok() || got.status().code() != Code::kTimeout || !options.interrupt) return got;
+    if (slice == left) {  // the whole timeout passed: say so, not the last slice
+      return timeout_error(
+          fmt::format("no message from {} within {} ms", link.peer(), timeout.count()));
+    }
+    FERRY_RETURN_IF_ERROR(interrupted());
+  }
 }
 
 Result<wire::Message> decode_from_sender(std::span<const std::byte> bytes, const Link& link,

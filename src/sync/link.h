@@ -14,6 +14,7 @@
 
 #include "ferry/status.h"
 #include "ferry/sync.h"
+#include "sync/sync_options.h"
 #include "transport/net/auth.h"
 #include "transport/transport.h"
 #include "wire/conversation.h"
@@ -80,6 +81,14 @@ Result<Link> connect_upstream(const std::string& address, const SyncOptions& opt
 // session token, and options.wire_protect on the segments it sends.
 Result<std::unique_ptr<transport::Listener>> listen_downstream(const std::string& address,
                                                                const SyncOptions& options);
+
+// Waits for one whole message on `link` in slices, so options.interrupt is heard between
+// them (Ctrl-C, Relay::stop); a negative timeout waits forever. A timeout names the peer and
+// the whole time waited, not the last slice.
+Result<std::vector<std::byte>> receive_heeding_interrupt(Link& link,
+                                                         std::chrono::milliseconds timeout,
+                                                         const SyncOptions& options,
+                                                         InterruptCheck& interrupted);
 
 // Decodes a message from the sender, checks that it may come now, and turns an ERROR into
 // kAborted with the sender's reason.

@@ -77,29 +77,9 @@ struct Receiver::Impl {
   }
 
   Result<wire::Message> next(std::chrono::milliseconds timeout) {
-    // In slices while the sender is silent, so options.interrupt is heard (Ctrl-C).
-    const auto deadline = Clock::now() + timeout;
-    while (true) {
-      auto left =
-          timeout.count() < 0
-              ? timeout
-              : std::max(
-                    std::chrono::milliseconds(0),
-                    std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()));
-      const auto slice = wait_slice(options, left);
-      auto got = channel.receive(slice);
-      if (!got.ok() && got.status().code() == Code::kTimeout && options.interrupt) {
-        if (slice == left) {  // the whole timeout passed: say so, not the last slice
-          return timeout_error(
-              fmt::format("no message from {} within {} ms", channel.peer(), timeout.count()));
-        }
-        Status s = interrupted();
-        if (!s.ok()) return s;
-        continue;
-      }
-      if (!got.ok()) return got.status();
-      return decode_from_sender(*got, channel, conversation);
-    }
+    FERRY_ASSIGN_OR_RETURN(auto got,
+                           receive_heeding_interrupt(channel, timeout, options, interrupted));
+    return decode_from_sender(got, channel, conversation);
   }
 
   // Finds each manifest tensor's destination, once per manifest and registration change:

@@ -26,6 +26,7 @@ using std::chrono::milliseconds;
 
 struct Relay::Impl {
   SyncOptions options;
+  InterruptCheck interrupted;  // set with options in create()
   std::uint32_t id = 0;
   Link upstream;
   std::unique_ptr<transport::Poller> poller;  // upstream's wait loop, beside local peers' fds
@@ -63,7 +64,9 @@ struct Relay::Impl {
 
   Result<RoundStats> relay_round() {
     profiler::Span round_span("sync.relay_round");
-    auto first_bytes = upstream.receive(options.idle_timeout);
+    // Between rounds in slices, so stop() and Ctrl-C are heard while upstream is quiet.
+    auto first_bytes =
+        receive_heeding_interrupt(upstream, options.idle_timeout, options, interrupted);
     if (!first_bytes.ok()) return first_bytes.status();
     const auto start = Clock::now();
     auto begin = decode_upstream(*first_bytes);
@@ -202,6 +205,7 @@ Result<std::unique_ptr<Relay>> Relay::connect(const std::string& upstream, std::
   }
   auto impl = std::make_unique<Impl>();
   impl->options = options;
+  impl->interrupted = InterruptCheck(options);
   impl->id = relay_id;
   auto link = connect_upstream(upstream, options);
   if (!link.ok()) return link.status();

@@ -3,6 +3,8 @@
 #include <gtest/gtest.h>
 #include <stdlib.h>
 
+#include <atomic>
+#include <chrono>
 #include <map>
 #include <thread>
 
@@ -204,6 +206,45 @@ TEST(NetSync, RelaysFanOutToLocalReceivers) {
           << "receiver " << r << " " << w.specs[i].name;
     }
   }
+}
+
+// Relay::stop (Python) and Ctrl-C (CLI) reach a relay through options.interrupt. It must be
+// heard while upstream is quiet between rounds (idle_timeout -1 waits forever), not only
+// inside a round: before, a stopped relay waited until the sender closed its session.
+TEST(NetSync, RelayHearsInterruptWhileWaitingBetweenRounds) {
+  ferry::testing::TempDir dir;
+  const SyncOptions o = net_options(write_token(dir, "s3cret-0123456789abcdefghij"));
+  auto sender = Sender::create("127.0.0.1:0", o);
+  ASSERT_OK(sender);
+  std::atomic<bool> stop{false};
+  SyncOptions relay_options = o;
+  relay_options.idle_timeout = std::chrono::milliseconds(-1);
+  relay_options.interrupt = [&] { return stop ? aborted("the relay was stopped") : ok_status(); };
+  const std::string local = testing::unique_address();
+  Status waited = internal_error("not run");
+  std::thread relay_thread([&] {
+    auto relay = Relay::connect((*sender)->address(), 0, local, relay_options);
+    if (!relay.ok()) {
+      waited = relay.status();
+      return;
+    }
+    waited = (*relay)->accept(1);
+    if (waited.ok()) waited = (*relay)->relay_round().status();
+  });
+  std::thread local_receiver([&] {
+    auto r = Receiver::connect(local, 0, o);
+    if (r.ok()) (void)(*r)->receive_round([](const TensorView&) { return ok_status(); });
+  });
+  ASSERT_OK((*sender)->accept(1));
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));  // the relay waits for a round
+  stop = true;
+  const auto start = std::chrono::steady_clock::now();
+  relay_thread.join();
+  const auto took = std::chrono::steady_clock::now() - start;
+  local_receiver.join();
+  EXPECT_EQ(waited.code(), Code::kAborted) << waited.to_string();
+  EXPECT_NE(waited.message().find("stopped"), std::string::npos) << waited.to_string();
+  EXPECT_LT(took, std::chrono::seconds(5));
 }
 
 TEST(NetSync, NoTokenAnywhereIsAClearError) {

@@ -28,33 +28,17 @@
 #include "support/test_support.h"
 #include "transport/net/address.h"
 #include "transport/net/channel.h"
+#include "transport/net_test_util.h"
 
 namespace ferry::net {
 namespace {
 
 using std::chrono::milliseconds;
 
-constexpr milliseconds kTimeout{10000};
-
-Token token(const std::string& s = "test-secret-0123456789abcdefghij") {
-  return *Token::from_string(s);
-}
-
-std::shared_ptr<Context> make_context() {
-  auto c = Context::create();
-  EXPECT_OK(c);
-  return c.ok() ? *c : nullptr;
-}
-
-std::vector<std::byte> pattern(std::size_t n, unsigned seed) {
-  std::vector<std::byte> v(n);
-  std::mt19937_64 rng(seed);
-  for (std::size_t i = 0; i < n; i += 8) {
-    const std::uint64_t x = rng();
-    std::memcpy(v.data() + i, &x, std::min<std::size_t>(8, n - i));
-  }
-  return v;
-}
+using test_util::kTimeout;
+using test_util::make_context;
+using test_util::pattern;
+using test_util::token;
 
 double ms_since(Clock::time_point t) {
   return std::chrono::duration<double, std::milli>(Clock::now() - t).count();

@@ -16,23 +16,15 @@
 #include "transport/net/channel.h"
 #include "transport/net/seal.h"
 #include "transport/net/testing.h"
+#include "transport/net_test_util.h"
 
 namespace ferry::net {
 namespace {
 
 using std::chrono::milliseconds;
-constexpr milliseconds kTimeout{10000};
-
-Token token(const std::string& s = "test-secret-0123456789abcdefghij") {
-  return *Token::from_string(s);
-}
-
-std::vector<std::byte> pattern(std::size_t n, unsigned seed) {
-  std::vector<std::byte> v(n);
-  std::mt19937 rng(seed);
-  for (auto& b : v) b = static_cast<std::byte>(rng());
-  return v;
-}
+using test_util::kTimeout;
+using test_util::pattern;
+using test_util::token;
 
 Nonce nonce(std::uint8_t fill) {
   Nonce n{};

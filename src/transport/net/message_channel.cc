@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include "base/clock.h"
+
 namespace ferry::net {
 namespace {
 
@@ -60,9 +62,10 @@ Status MessageChannel::check_segments() {
 }
 
 Status MessageChannel::await_segments(std::chrono::milliseconds timeout) {
+  const Deadline deadline(timeout);
   for (Transfer& t : sends_) {
-    Status s = channel_.wait(t, timeout);
-    if (!s.ok()) return s;
+    Status s = channel_.wait(t, deadline.left());
+    if (!s.ok()) return Status(s.code(), fmt::format("{}: {}", name_, s.message()));
   }
   sends_.clear();
   return ok_status();

@@ -1,0 +1,45 @@
+// What the net transport's tests share: a session token, a context, deterministic bytes.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "support/status_matchers.h"
+#include "transport/net/auth.h"
+#include "transport/net/context.h"
+
+namespace ferry::net::test_util {
+
+inline constexpr std::chrono::milliseconds kTimeout{10000};
+
+inline Token token(const std::string& s = "test-secret-0123456789abcdefghij") {
+  return *Token::from_string(s);
+}
+
+inline std::shared_ptr<Context> make_context() {
+  auto c = Context::create();
+  EXPECT_OK(c);
+  return c.ok() ? *c : nullptr;
+}
+
+// n bytes from a generator seeded with `seed`: equal seeds, equal bytes.
+inline std::vector<std::byte> pattern(std::size_t n, unsigned seed) {
+  std::vector<std::byte> v(n);
+  std::mt19937_64 rng(seed);
+  for (std::size_t i = 0; i < n; i += 8) {
+    const std::uint64_t x = rng();
+    std::memcpy(v.data() + i, &x, std::min<std::size_t>(8, n - i));
+  }
+  return v;
+}
+
+}  // namespace ferry::net::test_util
