@@ -101,8 +101,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--steps", type=int, default=60, help="GRPO steps (default 60)")
     p.add_argument("--prompts", type=int, default=16, help="prompts per step (default 16)")
     p.add_argument("--group", type=int, default=8, help="samples per prompt (default 8)")
-    p.add_argument("--warmup", type=int, default=30,
-                   help="supervised warm-up steps of 128 examples before RL (default 30)")
+    p.add_argument("--warmup", type=int, default=15,
+                   help="supervised warm-up steps of 128 examples before RL (default 15)")
     p.add_argument("--max-operand", type=int, default=9, help="a, b in 0..N (default 9)")
     p.add_argument("--lr", type=float, default=1e-3, help="Adam learning rate (default 1e-3)")
     p.add_argument("--width", type=int, default=64, help="transformer width (default 64)")
@@ -165,12 +165,12 @@ def main(argv: list[str]) -> int:
           f"processes, ferry bucket {args.bucket_kib} KiB", flush=True)
 
     started = time.monotonic()
+    rollouts = [Rollout(rank, config) for rank in range(ROLLOUTS)]  # start during the warm-up
     if args.warmup:
         warm_up(model, optimizer, task, args.warmup, generator)
         print(f"warm-up (supervised, not RL): {args.warmup} steps of 128 examples, "
               f"{time.monotonic() - started:.1f} s; RL starts from there", flush=True)
 
-    rollouts = [Rollout(rank, config) for rank in range(ROLLOUTS)]
     engine = FerryCheckpointEngine(config["bucket_bytes"], is_master=True, **engine_kwargs)
     records = []
     try:

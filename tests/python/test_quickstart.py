@@ -10,11 +10,10 @@ import subprocess
 import sys
 
 EXAMPLE = os.path.join(os.path.dirname(__file__), "..", "..", "examples", "grpo_tiny", "train.py")
-STEPS = 20
-# The seeded run rises by about RISE_SEEN (first to last fifth of the steps); a broken sync or
-# loss leaves it flat or falling.
-RISE_SEEN = 0.0
-MIN_RISE = 0.05
+STEPS = 30
+# The seeded run's reward rises by 0.19 from the first to the last fifth of its steps (0.31 to
+# 0.50: RL learns the carry digit); a broken sync or loss leaves it flat or falling.
+MIN_RISE = 0.08
 RUN_TIMEOUT_S = 300
 
 
