@@ -54,6 +54,7 @@ class AdditionTask:
         """[n, 2] operands -> [n, answer_digits] the digits of their sum."""
         return digits(operands.sum(dim=1), self.answer_digits)
 
-    def rewards(self, operands: torch.Tensor, completions: torch.Tensor) -> torch.Tensor:
-        """[n] share of the answer's digits each completion got right, in [0, 1]."""
-        return (completions == self.answers(operands)).float().mean(dim=1)
+    def correct_digits(self, operands: torch.Tensor, completions: torch.Tensor) -> torch.Tensor:
+        """[n, answer_digits] 1.0 where a completion's digit is right: the per-digit rewards
+        (a completion's reward is their mean, in [0, 1])."""
+        return (completions == self.answers(operands)).float()

@@ -122,6 +122,10 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
             p.error(f"--{name.replace('_', '-')} must be at least 1")
     if args.group < 2:
         p.error("--group must be at least 2: advantages compare samples within a group")
+    try:
+        AdditionTask(args.max_operand)
+    except ValueError as e:
+        p.error(f"--max-operand: {e}")
     if args.prompts < ROLLOUTS:
         p.error(f"--prompts must be at least {ROLLOUTS}, one share per rollout")
     return args
@@ -135,6 +139,24 @@ def warm_up(model: TinyGPT, optimizer, task: AdditionTask, steps: int,
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()
+
+
+def grpo_step(model: TinyGPT, optimizer, task: AdditionTask, rollouts: list[Rollout],
+              operands: torch.Tensor, group: int, step: int) -> float:
+    """The rollouts sample `group` answers per prompt (each for its share of the prompts);
+    the trainer scores them and takes one policy-gradient step. Returns the mean reward."""
+    for r, share in zip(rollouts, operands.tensor_split(len(rollouts))):
+        r.send("generate", step, share, group)
+    completions = torch.cat([r.answer() for r in rollouts])
+    repeated = operands.repeat_interleave(group, dim=0)
+    correct = task.correct_digits(repeated, completions)
+    loss = grpo.policy_loss(model, task.prompts(repeated), completions,
+                            grpo.group_advantages(correct, group))
+    optimizer.zero_grad()
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    optimizer.step()
+    return correct.mean().item()
 
 
 def rise(rewards: list[float]) -> tuple[float, float]:
@@ -166,14 +188,13 @@ def main(argv: list[str]) -> int:
 
     started = time.monotonic()
     rollouts = [Rollout(rank, config) for rank in range(ROLLOUTS)]  # start during the warm-up
-    if args.warmup:
-        warm_up(model, optimizer, task, args.warmup, generator)
-        print(f"warm-up (supervised, not RL): {args.warmup} steps of 128 examples, "
-              f"{time.monotonic() - started:.1f} s; RL starts from there", flush=True)
-
     engine = FerryCheckpointEngine(config["bucket_bytes"], is_master=True, **engine_kwargs)
     records = []
     try:
+        if args.warmup:
+            warm_up(model, optimizer, task, args.warmup, generator)
+            print(f"warm-up (supervised, not RL): {args.warmup} steps of 128 examples, "
+                  f"{time.monotonic() - started:.1f} s; RL starts from there", flush=True)
         for step in range(1, args.steps + 1):
             synced = sync_weights(engine, model, rollouts, step)
             expected = weight_hash(model)
@@ -181,25 +202,10 @@ def main(argv: list[str]) -> int:
             if bad:
                 print(f"step {step}: WEIGHT HASH MISMATCH on rollout(s) {bad}: trainer "
                       f"{expected[:16]}, rollouts {[h[:16] for h in synced['hashes']]}",
-                      flush=True)
+                      file=sys.stderr, flush=True)
                 return 1
-
             operands = task.sample_operands(args.prompts, generator)
-            shares = operands.tensor_split(ROLLOUTS)
-            for r, share in zip(rollouts, shares):
-                r.send("generate", step, share, args.group)
-            completions = torch.cat([r.answer() for r in rollouts])
-
-            repeated = operands.repeat_interleave(args.group, dim=0)
-            correct = (completions == task.answers(repeated)).float()
-            reward = correct.mean().item()
-            loss = grpo.policy_loss(model, task.prompts(repeated), completions,
-                                    grpo.group_advantages(correct, args.group))
-            optimizer.zero_grad()
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-            optimizer.step()
-
+            reward = grpo_step(model, optimizer, task, rollouts, operands, args.group, step)
             records.append({"step": step, "reward": reward, "sync_seconds": synced["seconds"],
                             "sync_bytes": synced["bytes"], "hash_ok": True})
             print(f"step {step:3d}  reward {reward:.3f}  sync {synced['seconds']:.3f} s "
