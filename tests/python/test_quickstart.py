@@ -4,17 +4,30 @@ the reward must rise under RL."""
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import subprocess
 import sys
 
-EXAMPLE = os.path.join(os.path.dirname(__file__), "..", "..", "examples", "grpo_tiny", "train.py")
+import torch
+
+EXAMPLE_DIR = os.path.join(os.path.dirname(__file__), "..", "..", "examples", "grpo_tiny")
+EXAMPLE = os.path.join(EXAMPLE_DIR, "train.py")
 STEPS = 25
 # The seeded run's reward rises by 0.18 from the first to the last fifth of its steps (0.31 to
 # 0.48: RL learns the carry digit); a broken sync or loss leaves it flat or falling.
 MIN_RISE = 0.08
 RUN_TIMEOUT_S = 300
+
+
+def _example(module: str):
+    """A module of examples/grpo_tiny (they import each other by plain name)."""
+    sys.path.insert(0, EXAMPLE_DIR)
+    try:
+        return importlib.import_module(module)
+    finally:
+        sys.path.remove(EXAMPLE_DIR)
 
 
 def test_short_grpo_run_matches_weights_every_step_and_raises_the_reward(tmp_path):
@@ -37,3 +50,43 @@ def test_short_grpo_run_matches_weights_every_step_and_raises_the_reward(tmp_pat
     first, last = sum(rewards[:k]) / k, sum(rewards[-k:]) / k
     assert last - first >= MIN_RISE, f"reward did not rise: {rewards}"
     assert "reward (0 to 1) per step" in run.stdout
+
+
+def test_weight_hash_tells_one_changed_parameter_apart():
+    """The per-step check is only as good as the hash: equal weights hash equal, one changed
+    element in any parameter does not."""
+    model = _example("model")
+    ModelConfig, TinyGPT, weight_hash = model.ModelConfig, model.TinyGPT, model.weight_hash
+    config = ModelConfig(vocab=12, max_len=6, width=16, layers=1, heads=2)
+    torch.manual_seed(0)
+    trainer = TinyGPT(config)
+    torch.manual_seed(1)
+    rollout = TinyGPT(config)
+    assert weight_hash(rollout) != weight_hash(trainer)
+    rollout.load_state_dict(trainer.state_dict())
+    assert weight_hash(rollout) == weight_hash(trainer)
+    for name, tensor in rollout.state_dict().items():
+        flat = tensor.view(-1)
+        kept = flat[-1].item()
+        flat[-1] = kept + 1.0
+        assert weight_hash(rollout) != weight_hash(trainer), name
+        flat[-1] = kept
+        assert weight_hash(rollout) == weight_hash(trainer), name
+
+
+def test_advantages_are_relative_to_the_group_and_credit_later_digits():
+    grpo = _example("grpo")
+    # Three prompts, groups of 3, two digits. Prompt 0: only sample 0 has the first digit
+    # right, all have the second. Prompt 1: only sample 0 has the second digit right.
+    # Prompt 2: all samples alike.
+    correct = torch.tensor([[1., 1.], [0., 1.], [0., 1.],
+                            [1., 1.], [1., 0.], [1., 0.],
+                            [0., 1.], [0., 1.], [0., 1.]])
+    advantages = grpo.group_advantages(correct, group=3)
+    assert advantages[0, 0] > 0 > advantages[1, 0]  # right beats wrong within the group
+    assert torch.allclose(advantages[1], advantages[2])
+    assert torch.all(advantages[:3, 1] == 0)  # a digit all got right teaches nothing
+    assert torch.all(advantages[6:] == 0)  # nor does a group of equal samples
+    # A token is credited with its own digit's and the later digits' rewards.
+    assert torch.allclose(advantages[3:6, 0], advantages[3:6, 1])
+    assert advantages[3, 0] > 0 > advantages[4, 0]
