@@ -211,6 +211,7 @@ def main(argv: list[str]) -> int:
             print(f"step {step:3d}  reward {reward:.3f}  sync {synced['seconds']:.3f} s "
                   f"{synced['bytes'] / 1e6:.2f} MB  hash ok ({ROLLOUTS}/{ROLLOUTS} rollouts = "
                   f"trainer {expected[:12]})  {time.monotonic() - started:.0f} s", flush=True)
+        sessions_built = engine.sessions_built  # 1: the first update's sessions were kept
     finally:
         for r in rollouts:
             r.stop()
@@ -226,10 +227,12 @@ def main(argv: list[str]) -> int:
     print(f"reward: first fifth {first:.3f} -> last fifth {last:.3f} "
           f"({'rose' if risen else 'DID NOT RISE'} by {last - first:+.3f}, needed "
           f"{args.min_rise:+.3f}); every step's rollout weights matched the trainer's; "
-          f"{time.monotonic() - started:.0f} s", flush=True)
+          f"ferry sessions built {sessions_built}x; {time.monotonic() - started:.0f} s",
+          flush=True)
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"steps": records, "first": first, "last": last, "args": vars(args)}, f,
+            json.dump({"steps": records, "first": first, "last": last,
+                       "sessions_built": sessions_built, "args": vars(args)}, f,
                       indent=1)
     return 0 if risen else 1
 

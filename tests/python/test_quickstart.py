@@ -38,7 +38,9 @@ def test_short_grpo_run_matches_weights_every_step_and_raises_the_reward(tmp_pat
          "--png", str(png)],
         capture_output=True, text=True, timeout=RUN_TIMEOUT_S, env=os.environ.copy())
     assert run.returncode == 0, run.stdout + run.stderr
-    steps = json.loads(out.read_text())["steps"]
+    result = json.loads(out.read_text())
+    steps = result["steps"]
+    assert result["sessions_built"] == 1, "the first update's ferry sessions serve every step"
     assert [s["step"] for s in steps] == list(range(1, STEPS + 1))
     assert all(s["hash_ok"] for s in steps)
     assert run.stdout.count("hash ok (2/2 rollouts") == STEPS, run.stdout
