@@ -116,9 +116,12 @@ void print_prediction(const PlanArgs& a, const std::string& model, const plan::P
     std::printf("%-20s %10.4f %12.3f  %s\n", s.name.c_str(), s.seconds, s.bytes / 1e9,
                 s.what.c_str());
   }
-  std::printf("\npredicted update: %.3f s   bottleneck: %s   (relay depth %u, segment %llu MiB)\n",
-              p.seconds, p.bottleneck.c_str(), p.depth,
-              static_cast<unsigned long long>(p.segment_bytes >> 20));
+  std::printf("\npredicted update: %.3f s   bottleneck: %s", p.seconds, p.bottleneck.c_str());
+  if (!c.shared_host) {
+    std::printf("   (relay depth %u, segment %llu MiB)", p.depth,
+                static_cast<unsigned long long>(p.segment_bytes >> 20));
+  }
+  std::printf("\n");
   for (const std::string& note : p.notes) std::printf("note: %s\n", note.c_str());
 }
 
