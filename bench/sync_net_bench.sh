@@ -11,21 +11,22 @@
 # 1-node round-time ratio and each relay's session setup time (Relay::connect).
 #
 #   sudo bash bench/sync_net_bench.sh build/src/cli/ferry [--bucket-mb 64,512] [--rounds 2]
-#        [--receivers-per-node 1] [--preset qwen2.5-0.5b]
+#        [--receivers-per-node 1] [--preset qwen2.5-0.5b] [--nodes 1,2] (nodes past 2 share ns b)
 # UCX_TLS / UCX_NET_DEVICES, when set, apply to every process alike.
 set -uo pipefail
 
 FERRY=${1:?usage: sync_net_bench.sh path/to/ferry [--bucket-mb 64,512] [--rounds 2]}
 FERRY=$(readlink -f "$FERRY")
 shift
-BUCKETS=64,512 ROUNDS=2 PER_NODE=1 PRESET=qwen2.5-0.5b
+BUCKETS=64,512 ROUNDS=2 PER_NODE=1 PRESET=qwen2.5-0.5b NODES=1,2
 while [ $# -gt 0 ]; do
   case $1 in
     --bucket-mb) BUCKETS=$2; shift 2 ;;
     --rounds) ROUNDS=$2; shift 2 ;;
     --receivers-per-node) PER_NODE=$2; shift 2 ;;
     --preset) PRESET=$2; shift 2 ;;
-    *) echo "unknown option $1 (--bucket-mb, --rounds, --receivers-per-node, --preset)" >&2; exit 2 ;;
+    --nodes) NODES=$2; shift 2 ;;
+    *) echo "unknown option $1 (--bucket-mb, --rounds, --receivers-per-node, --preset, --nodes)" >&2; exit 2 ;;
   esac
 done
 
@@ -101,7 +102,7 @@ for mb in ${BUCKETS//,/ }; do
     if awk "BEGIN { exit !($u > $U) }"; then U=$u UMODE=$mode; fi
   done
   T1=""
-  for nodes in 1 2; do
+  for nodes in ${NODES//,/ }; do
     if ! run_case "$mb" "$nodes"; then echo "case $mb MiB x $nodes node(s) failed"; FAILED=1; continue; fi
     [ "$nodes" -eq 1 ] && T1=$SECONDS_OUT
     ratio_u=$(awk "BEGIN { if ($U > 0) printf \"%.2f\", $GBPS / $U; else print \"-\" }")

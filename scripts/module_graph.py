@@ -72,7 +72,7 @@ def included_modules(folder, modules):
 
 
 # src/cli's only allowed include folders: libferry's public API, its own, the tools library.
-CLI_INCLUDE_FOLDERS = {"ferry", "cli", "tools"}
+CLI_INCLUDE_FOLDERS = {"ferry", "cli", "tools", "plan"}
 
 
 def cli_internal_includes(root):

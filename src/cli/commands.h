@@ -22,6 +22,7 @@ void add_demo_command(CLI::App& app, Dispatch& dispatch);
 void add_bench_command(CLI::App& app, Dispatch& dispatch);
 void add_ckpt_command(CLI::App& app, Dispatch& dispatch);
 void add_token_command(CLI::App& app, Dispatch& dispatch);
+void add_plan_command(CLI::App& app, Dispatch& dispatch);
 
 // cmd_ckpt_replicate.cc: `ckpt replicate` (added to `ckpt` by add_ckpt_command), and `ckpt
 // verify` on verl / Megatron folders: the exit code, or nullopt when no argument is one.

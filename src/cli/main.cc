@@ -29,6 +29,7 @@ int main(int argc, char** argv) {
   ferry::cli::add_bench_command(app, dispatch);
   ferry::cli::add_ckpt_command(app, dispatch);
   ferry::cli::add_token_command(app, dispatch);
+  ferry::cli::add_plan_command(app, dispatch);
 
   try {
     app.parse(argc, argv);
