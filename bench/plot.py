@@ -18,6 +18,7 @@ import argparse
 import json
 import pathlib
 import re
+import statistics
 import sys
 
 try:
@@ -52,7 +53,7 @@ def field(row: dict, key: str, path: pathlib.Path):
 
 
 def plot_sync(runs: list[pathlib.Path], axes) -> None:
-    memcpy = []
+    memcpy, buckets = [], set()
     for path in runs:
         data = load_json(path)
         delivery = data.get("delivery", "destinations")
@@ -65,10 +66,13 @@ def plot_sync(runs: list[pathlib.Path], axes) -> None:
         style = "-" if delivery == "destinations" else ":"
         for receivers, points in sorted(series.items()):
             points.sort()
+            buckets.update(p[0] for p in points)
             axes.plot([p[0] for p in points], [p[1] for p in points], style, marker="o",
                       label=f"{DELIVERY_LABELS.get(delivery, delivery)}, {receivers} receiver(s)")
     axes.axhline(max(memcpy), color="gray", linestyle="--", label="memcpy, one thread")
     axes.set_xscale("log", base=2)
+    axes.set_xticks(sorted(buckets), [str(b) for b in sorted(buckets)])
+    axes.set_ylim(bottom=0)
     axes.set_xlabel("bucket (MiB)")
     axes.set_ylabel("GB/s per receiver")
     axes.set_title("Weight sync over shared memory")
@@ -93,8 +97,9 @@ def plot_net(path: pathlib.Path, axes) -> None:
     axes.set_title("Weight sync across nodes (sender -> relay -> receiver)")
 
 
-# A row of ckpt_bench's table: a name of up to 44 columns, seconds, GB/s (maybe blank), notes.
-CKPT_ROW = re.compile(r"^(?P<case>.{44}) +(?P<seconds>[0-9.]+) +(?P<gbps>[0-9.]+)?(?P<notes>.*)$")
+# ckpt_bench prints a fixed-width table under "case  seconds  GB/s  ratio"; a figure in the
+# GB/s column ends where that header's "GB/s" ends (rows without one leave it blank).
+CKPT_NUMBER = re.compile(r"[0-9]+\.[0-9]+")
 # "disk D, ...: write (fsync included) 361 MB/s 1 stream, 598 MB/s 4 streams; read (cold) ..."
 CKPT_DISK = re.compile(r"(?P<what>write|read) \([^)]*\) (?P<one>[0-9.]+) MB/s 1 stream, "
                        r"(?P<four>[0-9.]+) MB/s 4 streams")
@@ -105,14 +110,24 @@ def plot_ckpt(path: pathlib.Path, axes) -> None:
         text = path.read_text()
     except OSError as error:
         raise InputError(f"{path}: {error}") from error
+    lines = text.splitlines()
+    header = next((i for i, line in enumerate(lines) if line.startswith("case") and "GB/s" in line),
+                  None)
+    if header is None:
+        raise InputError(f"{path}: no 'case seconds GB/s ratio' table of bench/ckpt_bench")
+    gbps_end = lines[header].index("GB/s") + len("GB/s")
     cases = []
-    for line in text.splitlines():
-        match = CKPT_ROW.match(line)
-        if match and match["gbps"]:
-            cases.append((match["case"].strip(), float(match["gbps"])))
+    for line in lines[header + 1:]:
+        name = re.split(r" {2,}", line.strip())[0]
+        for number in CKPT_NUMBER.finditer(line):
+            if abs(number.end() - gbps_end) <= 1:
+                cases.append((name, float(number.group())))
     if not cases:
         raise InputError(f"{path}: no 'case seconds GB/s' rows of bench/ckpt_bench's table")
-    axes.barh([c[0] for c in cases], [c[1] for c in cases], label="ferry")
+    # "read the shard files" is plain reads of the step's files: the disk, not ferry.
+    colors = ["gray" if name.startswith("read ") else "tab:blue" for name, _ in cases]
+    axes.barh([c[0] for c in cases], [c[1] for c in cases], color=colors,
+              label="ferry (gray: plain reads of the same files)")
     for match in CKPT_DISK.finditer(text):
         best = max(float(match["one"]), float(match["four"])) / 1000
         axes.axvline(best, linestyle="--", color="black" if match["what"] == "read" else "gray",
@@ -136,9 +151,9 @@ def plot_delta(path: pathlib.Path, axes) -> None:
     for encoding, points in sorted(series.items()):
         points.sort()
         axes.plot([p[0] for p in points], [p[1] for p in points], marker="o", label=encoding)
-    best_memcpy = max(memcpy)
-    axes.axhline(2 / best_memcpy, color="gray", linestyle="--",
-                 label="two memcpys (sender + receiver)")
+    # The median: memcpy is measured before each row and drifts with the machine's load.
+    axes.axhline(2 / statistics.median(memcpy), color="gray", linestyle="--",
+                 label="two memcpys (sender + receiver), median of the run")
     axes.set_xscale("log")
     axes.set_yscale("log")
     axes.set_xlabel("density (fraction of bf16 elements changed)")
