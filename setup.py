@@ -10,6 +10,9 @@ Environment:
     FERRY_CMAKE_BUILD_DIR  the CMake build folder (default: one under setuptools' build_temp);
                            kept, so a second install rebuilds only what changed
     FERRY_CMAKE_ARGS       more cmake arguments, e.g. "-DCMAKE_CXX_COMPILER_LAUNCHER=ccache"
+    FERRY_CMAKE_PREBUILT   instead: a configured build folder (with the Python module) to
+                           take as it is; tests/install uses the test build's, so that the
+                           test does not compile libferry a second time
     FERRY_JOBS             parallel compile jobs (default: the CPU count)
 """
 
@@ -41,32 +44,47 @@ class CMakeBuild(build_ext):
 
     def build_extension(self, ext: Extension) -> None:
         temp = pathlib.Path(self.build_temp).resolve()
-        build_dir = pathlib.Path(os.environ.get("FERRY_CMAKE_BUILD_DIR") or temp / "cmake").resolve()
-        staging = temp / "staging"
-        package_dir = pathlib.Path(self.get_ext_fullpath(ext.name)).resolve().parent
-        configure = [
-            "cmake", "-S", str(ROOT), "-B", str(build_dir), "-DCMAKE_BUILD_TYPE=Release",
-            "-DFERRY_BUILD_TESTS=OFF", "-DFERRY_BUILD_BENCH=OFF", "-DFERRY_BUILD_FUZZ=OFF",
-            f"-DFERRY_PYTHON={sys.executable}", "-DFERRY_PYTHON_INSTALL_DIR=python",
-        ]
-        if shutil.which("ninja") and not (build_dir / "CMakeCache.txt").exists():
-            configure += ["-G", "Ninja"]  # a configured folder keeps its generator
-        configure += shlex.split(os.environ.get("FERRY_CMAKE_ARGS", ""))
         jobs = os.environ.get("FERRY_JOBS") or str(os.cpu_count() or 1)
-        self._run(configure)
-        self._run(["cmake", "--build", str(build_dir), "--parallel", jobs])
+        prebuilt = os.environ.get("FERRY_CMAKE_PREBUILT")
+        if prebuilt:
+            # A configured tree taken as it is: only what `cmake --install` needs is built.
+            build_dir = pathlib.Path(prebuilt).resolve()
+            if not (build_dir / "CMakeCache.txt").exists():
+                raise RuntimeError(f"FERRY_CMAKE_PREBUILT={prebuilt}: not a configured CMake build folder")
+            self._run(["cmake", "--build", str(build_dir), "--parallel", jobs, "--target",
+                       "ferry_python", "ferry_cli", "ferry_cli_docs"])
+        else:
+            build_dir = pathlib.Path(os.environ.get("FERRY_CMAKE_BUILD_DIR") or temp / "cmake").resolve()
+            self._run(self._configure(build_dir))
+            self._run(["cmake", "--build", str(build_dir), "--parallel", jobs])
+        staging = temp / "staging"
         shutil.rmtree(staging, ignore_errors=True)
         self._run(["cmake", "--install", str(build_dir), "--prefix", str(staging)])
 
-        installed = staging / "python" / "ferry"
-        if not list(installed.glob("_ferry*.so")):
-            raise RuntimeError(f"cmake --install put no _ferry extension into {installed}")
-        shutil.copytree(installed, package_dir, dirs_exist_ok=True)
+        extensions = list(staging.rglob("ferry/_ferry*.so"))
+        if len(extensions) != 1:
+            raise RuntimeError(f"expected one ferry/_ferry*.so under {staging}, found {extensions}")
+        package_dir = pathlib.Path(self.get_ext_fullpath(ext.name)).resolve().parent
+        shutil.copytree(extensions[0].parent, package_dir, dirs_exist_ok=True)
         # libferry under its SONAME (the name the extension asks the loader for).
         libraries = [p for p in staging.rglob("libferry.so.*") if p.name.count(".") == 2]
         if len(libraries) != 1:
             raise RuntimeError(f"expected one libferry.so.<major> under {staging}, found {libraries}")
         shutil.copy2(libraries[0], package_dir / libraries[0].name, follow_symlinks=True)
+
+    @staticmethod
+    def _configure(build_dir: pathlib.Path) -> list:
+        command = [
+            "cmake", "-S", str(ROOT), "-B", str(build_dir), "-DCMAKE_BUILD_TYPE=Release",
+            "-DFERRY_BUILD_TESTS=OFF", "-DFERRY_BUILD_BENCH=OFF", "-DFERRY_BUILD_FUZZ=OFF",
+            f"-DFERRY_PYTHON={sys.executable}", "-DFERRY_PYTHON_INSTALL_DIR=python",
+            # A user's compiler may warn where ours does not (GCC 12 at -O3: -Wrestrict false
+            # positives in libstdc++); warnings must not fail an install.
+            "-DFERRY_WERROR=OFF",
+        ]
+        if shutil.which("ninja") and not (build_dir / "CMakeCache.txt").exists():
+            command += ["-G", "Ninja"]  # a configured folder keeps its generator
+        return command + shlex.split(os.environ.get("FERRY_CMAKE_ARGS", ""))
 
     @staticmethod
     def _run(command: list) -> None:

@@ -2,13 +2,13 @@
 # `pip install . --no-build-isolation` (offline) into a fresh venv that sees the system's
 # packages, as docs/python.md tells users; then ferry imports from the venv, runs a call into
 # libferry, and its version, importlib.metadata's and CMake's project version are one.
-#   check_pip_install.sh SOURCE_DIR CMAKE_BUILD_DIR EXPECTED_VERSION [PYTHON]
-# CMAKE_BUILD_DIR is kept between runs, so a second run rebuilds only what changed.
+#   check_pip_install.sh SOURCE_DIR EXPECTED_VERSION [PYTHON]
+# setup.py's FERRY_CMAKE_* variables pass through: ctest sets FERRY_CMAKE_PREBUILT to its own
+# build (tests.cmake); without any, pip configures and compiles it all, as a user's would.
 set -euo pipefail
 source_dir=$1
-export FERRY_CMAKE_BUILD_DIR=$2
-expected=$3
-python=${4:-/usr/bin/python3}
+expected=$2
+python=${3:-/usr/bin/python3}
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 unset PYTHONPATH  # ferry must come from the venv, not a build tree
