@@ -1,6 +1,11 @@
 # The man page (help2man) and bash completion, generated from the built CLI's --help by
 # scripts/gen_cli_docs.py, so they list exactly the commands and options the binary has.
 # `cmake --install` puts them in share/man/man1 and share/bash-completion/completions.
+# Sanitizer builds (never installed) skip them: running their binary at build time would put
+# LeakSanitizer's verdict on `ferry --help` into the build.
+if(FERRY_SANITIZE)
+  return()
+endif()
 find_package(Python3 REQUIRED COMPONENTS Interpreter)
 find_program(FERRY_HELP2MAN help2man)
 
