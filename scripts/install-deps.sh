@@ -10,6 +10,8 @@ packages=(
   libucx-dev ucx-utils libssl-dev
   pybind11-dev python3-pybind11 python3-numpy python3-pytest python3-torch
   clang clang-format libclang-rt-14-dev iproute2 procps
+  # packaging: pip install . (tests/install), the man page, bench/plot.py
+  python3-setuptools python3-wheel python3-venv python3-build help2man python3-matplotlib
 )
 
 missing=()

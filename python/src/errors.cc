@@ -12,6 +12,7 @@ struct ClassInfo {
   Code code;
   const char* name;
   PyObject* builtin;  // second base, or nullptr
+  const char* doc;
 };
 
 constexpr int kCodes = static_cast<int>(Code::kInternal) + 1;
@@ -33,29 +34,44 @@ void bind_errors(py::module_& m) {
   classes[0] = base;
   m.add_object("FerryError", py::reinterpret_borrow<py::object>(base));
   const ClassInfo infos[] = {
-      {Code::kInvalidArgument, "InvalidArgumentError", PyExc_ValueError},
-      {Code::kNotFound, "NotFoundError", PyExc_LookupError},
-      {Code::kAlreadyExists, "AlreadyExistsError", nullptr},
-      {Code::kCorruption, "CorruptionError", nullptr},
-      {Code::kIoError, "IoError", PyExc_OSError},
-      {Code::kTimeout, "TimeoutError", PyExc_TimeoutError},
-      {Code::kAborted, "AbortedError", nullptr},
-      {Code::kUnauthenticated, "UnauthenticatedError", PyExc_PermissionError},
-      {Code::kResourceExhausted, "ResourceExhaustedError", nullptr},
-      {Code::kFailedPrecondition, "FailedPreconditionError", PyExc_RuntimeError},
-      {Code::kUnimplemented, "UnimplementedError", PyExc_NotImplementedError},
-      {Code::kInternal, "InternalError", PyExc_RuntimeError},
+      {Code::kInvalidArgument, "InvalidArgumentError", PyExc_ValueError,
+       "An argument is wrong (the message names it); also a ValueError."},
+      {Code::kNotFound, "NotFoundError", PyExc_LookupError,
+       "A file, tensor or peer does not exist; also a LookupError."},
+      {Code::kAlreadyExists, "AlreadyExistsError", nullptr,
+       "Refused to overwrite something that exists."},
+      {Code::kCorruption, "CorruptionError", nullptr,
+       "Bytes on disk or on the wire failed validation (checksum, MAC, format)."},
+      {Code::kIoError, "IoError", PyExc_OSError,
+       "A file or socket operation failed; also an OSError."},
+      {Code::kTimeout, "TimeoutError", PyExc_TimeoutError,
+       "A peer did not answer in time; also the builtin TimeoutError."},
+      {Code::kAborted, "AbortedError", nullptr,
+       "The session broke: a peer failed or left, or the wait was interrupted."},
+      {Code::kUnauthenticated, "UnauthenticatedError", PyExc_PermissionError,
+       "A peer's token or MAC did not match; also a PermissionError."},
+      {Code::kResourceExhausted, "ResourceExhaustedError", nullptr,
+       "Memory, disk or a configured limit ran out."},
+      {Code::kFailedPrecondition, "FailedPreconditionError", PyExc_RuntimeError,
+       "The call does not fit the object's state; also a RuntimeError."},
+      {Code::kUnimplemented, "UnimplementedError", PyExc_NotImplementedError,
+       "Not supported by this build or backend; also a NotImplementedError."},
+      {Code::kInternal, "InternalError", PyExc_RuntimeError,
+       "A ferry bug (please report it); also a RuntimeError."},
   };
   for (const ClassInfo& info : infos) {
     py::tuple bases = info.builtin != nullptr
                           ? py::make_tuple(py::handle(base), py::handle(info.builtin))
                           : py::make_tuple(py::handle(base));
-    PyObject* cls = PyErr_NewException((module + "." + info.name).c_str(), bases.ptr(), nullptr);
+    PyObject* cls = PyErr_NewExceptionWithDoc((module + "." + info.name).c_str(), info.doc,
+                                              bases.ptr(), nullptr);
     if (cls == nullptr) throw py::error_already_set();
     classes[static_cast<int>(info.code)] = cls;
     m.add_object(info.name, py::reinterpret_borrow<py::object>(cls));
   }
-  m.def("code_name", [](int code) { return std::string(code_name(static_cast<Code>(code))); });
+  m.def(
+      "code_name", [](int code) { return std::string(code_name(static_cast<Code>(code))); },
+      py::arg("code"), "The name of a Status code number, e.g. 'invalid_argument'.");
 
   py::register_exception_translator([](std::exception_ptr p) {
     try {

@@ -396,7 +396,10 @@ class PyRelay : public Endpoint<sync::Relay> {
 }  // namespace
 
 void bind_sync(py::module_& m) {
-  py::class_<SyncOptions>(m, "SyncOptions", "include/ferry/sync.h's SyncOptions; times in seconds.")
+  py::class_<SyncOptions>(
+      m, "SyncOptions",
+      "How a Sender, Receiver or Relay runs its session (include/ferry/sync.h's "
+      "SyncOptions); times in seconds, -1 waits forever.")
       .def(py::init([](std::uint64_t bucket_bytes, std::uint32_t slots, double timeout,
                        double idle_timeout, bool checksums, const std::string& wire_protect,
                        const std::string& token_file) {
@@ -416,25 +419,35 @@ void bind_sync(py::module_& m) {
            py::arg("idle_timeout") = seconds(SyncOptions{}.idle_timeout),
            py::arg("checksums") = SyncOptions{}.checksums,
            py::arg("wire_protect") = std::string(wire_protect_name(SyncOptions{}.wire_protect)),
-           py::arg("token_file") = SyncOptions{}.token_file)
-      .def_readwrite("bucket_bytes", &SyncOptions::bucket_bytes)
-      .def_readwrite("slots", &SyncOptions::slots)
+           py::arg("token_file") = SyncOptions{}.token_file,
+           "Options by keyword; each one left out keeps the C++ default.")
+      .def_readwrite("bucket_bytes", &SyncOptions::bucket_bytes,
+                     "Bytes of one bucket (ring slot), a multiple of 16; larger tensors stream "
+                     "through it in pieces. Sender only.")
+      .def_readwrite("slots", &SyncOptions::slots,
+                     "Ring slots, i.e. buckets in flight. Sender only.")
       .def_property(
           "timeout", [](const SyncOptions& o) { return seconds(o.timeout); },
-          [](SyncOptions& o, double s) { o.timeout = millis(s); })
+          [](SyncOptions& o, double s) { o.timeout = millis(s); },
+          "Seconds either side waits for its peer inside a round, and the sender for receivers "
+          "to join.")
       .def_property(
           "idle_timeout", [](const SyncOptions& o) { return seconds(o.idle_timeout); },
-          [](SyncOptions& o, double s) { o.idle_timeout = millis(s); })
-      .def_readwrite("checksums", &SyncOptions::checksums)
-      // Net sessions' secret: this file, per session; "" reads FERRY_TOKEN / FERRY_TOKEN_FILE.
-      .def_readwrite("token_file", &SyncOptions::token_file)
-      // "none", "mac" or "encrypt": net sessions' bulk protection (docs/security.md).
+          [](SyncOptions& o, double s) { o.idle_timeout = millis(s); },
+          "Seconds a receiver waits for the next round to begin; -1 waits forever.")
+      .def_readwrite("checksums", &SyncOptions::checksums,
+                     "XXH3-64 of every bucket, checked by each receiver. Sender only.")
+      .def_readwrite("token_file", &SyncOptions::token_file,
+                     "Net sessions' secret: this file; '' reads FERRY_TOKEN, else the file "
+                     "FERRY_TOKEN_FILE names.")
       .def_property(
           "wire_protect",
           [](const SyncOptions& o) { return std::string(wire_protect_name(o.wire_protect)); },
           [](SyncOptions& o, const std::string& s) {
             o.wire_protect = check(parse_wire_protect(s));
-          })
+          },
+          "'none', 'mac' or 'encrypt': how net sessions' tensor bytes travel "
+          "(docs/security.md).")
       .def("__repr__", [](const SyncOptions& o) {
         return fmt::format(
             "SyncOptions(bucket_bytes={}, slots={}, timeout={}, idle_timeout={}, checksums={}, "
@@ -443,14 +456,16 @@ void bind_sync(py::module_& m) {
             o.checksums ? "True" : "False", wire_protect_name(o.wire_protect), o.token_file);
       });
 
-  py::class_<RoundStats>(m, "RoundStats")
-      .def_readonly("round", &RoundStats::round)
-      .def_readonly("tensors", &RoundStats::tensors)
-      .def_readonly("buckets", &RoundStats::buckets)
-      .def_readonly("bytes", &RoundStats::bytes)
-      .def_readonly("seconds", &RoundStats::seconds)
-      .def_readonly("checksum", &RoundStats::checksum)
-      .def_readonly("more_follows", &RoundStats::more_follows)
+  py::class_<RoundStats>(m, "RoundStats", "What one sent, received or relayed round carried.")
+      .def_readonly("round", &RoundStats::round, "The round's number in its session, from 1.")
+      .def_readonly("tensors", &RoundStats::tensors, "Tensors in the round.")
+      .def_readonly("buckets", &RoundStats::buckets, "Buckets the round took.")
+      .def_readonly("bytes", &RoundStats::bytes, "Tensor bytes in the round.")
+      .def_readonly("seconds", &RoundStats::seconds, "Wall time of the round.")
+      .def_readonly("checksum", &RoundStats::checksum,
+                    "The round checksum sender and receivers agreed on.")
+      .def_readonly("more_follows", &RoundStats::more_follows,
+                    "True when the sender said more rounds of this update follow.")
       .def("__repr__", [](const RoundStats& s) {
         return fmt::format(
             "RoundStats(round={}, tensors={}, buckets={}, bytes={}, seconds={:.6f}, "
@@ -459,42 +474,72 @@ void bind_sync(py::module_& m) {
             s.more_follows ? "True" : "False");
       });
 
-  py::class_<PySender>(m, "Sender")
-      .def_static("create", &PySender::create, py::arg("address"), py::arg("options"))
-      .def("accept", &PySender::accept, py::arg("receivers"))
-      .def("send_round", &PySender::send_round, py::arg("weights"), py::arg("more_follows") = false)
-      .def("close", &PySender::close)
-      .def_property_readonly("closed", &PySender::closed)
-      .def_property_readonly("session_id", [](const PySender& s) { return s.get().session_id(); })
-      .def_property_readonly("rounds_sent", [](const PySender& s) { return s.get().rounds_sent(); })
-      .def_property_readonly("receivers", [](const PySender& s) { return s.get().receivers(); })
-      .def_property_readonly("address", [](const PySender& s) { return s.get().address(); });
+  py::class_<PySender>(m, "Sender", "The trainer's end of a session (use ferry.Sender).")
+      .def_static("create", &PySender::create, py::arg("address"), py::arg("options"),
+                  "Binds `address` ('@name', a socket path or 'host:port') and creates the ring.")
+      .def("accept", &PySender::accept, py::arg("receivers"),
+           "Waits for `receivers` more receivers to join, each within options.timeout.")
+      .def("send_round", &PySender::send_round, py::arg("weights"), py::arg("more_follows") = false,
+           "Sends one round of (name, dtype, shape, address, nbytes) or (name, dtype, shape, "
+           "buffer) tensors to every receiver.")
+      .def("close", &PySender::close, "Ends the session; the receivers are told.")
+      .def_property_readonly("closed", &PySender::closed, "True once close() ran.")
+      .def_property_readonly(
+          "session_id", [](const PySender& s) { return s.get().session_id(); },
+          "The current session's id.")
+      .def_property_readonly(
+          "rounds_sent", [](const PySender& s) { return s.get().rounds_sent(); },
+          "Rounds sent in the current session.")
+      .def_property_readonly(
+          "receivers", [](const PySender& s) { return s.get().receivers(); },
+          "Receivers in the current session.")
+      .def_property_readonly(
+          "address", [](const PySender& s) { return s.get().address(); },
+          "The address receivers connect to.");
 
-  py::class_<PyReceiver>(m, "Receiver")
+  py::class_<PyReceiver>(m, "Receiver", "A rollout's end of a session (use ferry.Receiver).")
       .def_static("connect", &PyReceiver::connect, py::arg("address"), py::arg("receiver_id"),
-                  py::arg("options"), py::arg("session") = 0)
-      .def("set_destination", &PyReceiver::set_destination, py::arg("tensor"))
-      .def("clear_destinations", &PyReceiver::clear_destinations)
-      .def("receive_round_into", &PyReceiver::receive_round_into)
-      .def("receive_round", &PyReceiver::receive_round, py::arg("on_tensor"))
-      .def("receive_round_buckets", &PyReceiver::receive_round_buckets, py::arg("on_bucket"))
-      .def("close", &PyReceiver::close)
-      .def_property_readonly("closed", &PyReceiver::closed)
-      .def_property_readonly("session_id", [](const PyReceiver& r) { return r.get().session_id(); })
-      .def_property_readonly("last_round",
-                             [](const PyReceiver& r) { return r.get().last_round(); });
+                  py::arg("options"), py::arg("session") = 0,
+                  "Joins the sender at `address` as `receiver_id`; session 0 takes any session.")
+      .def("set_destination", &PyReceiver::set_destination, py::arg("tensor"),
+           "Makes receive_round_into() write the named tensor into this writable memory.")
+      .def("clear_destinations", &PyReceiver::clear_destinations,
+           "Forgets every destination set_destination() gave.")
+      .def("receive_round_into", &PyReceiver::receive_round_into,
+           "Receives one round into the destinations; every tensor needs one.")
+      .def("receive_round", &PyReceiver::receive_round, py::arg("on_tensor"),
+           "Receives one round, calling on_tensor((name, dtype, shape, memoryview)) per tensor; "
+           "the view is valid only during the call.")
+      .def("receive_round_buckets", &PyReceiver::receive_round_buckets, py::arg("on_bucket"),
+           "Receives one round, calling on_bucket(tensors, is_last) per bucket.")
+      .def("close", &PyReceiver::close, "Leaves the session.")
+      .def_property_readonly("closed", &PyReceiver::closed, "True once close() ran.")
+      .def_property_readonly(
+          "session_id", [](const PyReceiver& r) { return r.get().session_id(); },
+          "The session's id.")
+      .def_property_readonly(
+          "last_round", [](const PyReceiver& r) { return r.get().last_round(); },
+          "The number of the last round received.");
 
-  py::class_<PyRelay>(m, "Relay")
+  py::class_<PyRelay>(m, "Relay",
+                      "A node's relay: one network copy from upstream, fanned out over shared "
+                      "memory (use ferry.Relay).")
       .def_static("connect", &PyRelay::connect, py::arg("upstream"), py::arg("relay_id"),
-                  py::arg("local_address"), py::arg("options"))
-      .def("accept", &PyRelay::accept, py::arg("local_receivers"))
-      .def("relay_round", &PyRelay::relay_round)
-      .def("stop", &PyRelay::stop)
-      .def("close", &PyRelay::close)
-      .def_property_readonly("closed", &PyRelay::closed)
-      .def_property_readonly("session_id", [](const PyRelay& r) { return r.get().session_id(); })
-      .def_property_readonly("local_address",
-                             [](const PyRelay& r) { return r.get().local_address(); });
+                  py::arg("local_address"), py::arg("options"),
+                  "Joins the sender at `upstream` and serves this node at `local_address`.")
+      .def("accept", &PyRelay::accept, py::arg("local_receivers"),
+           "Waits for `local_receivers` receivers on this node to join.")
+      .def("relay_round", &PyRelay::relay_round,
+           "Passes one round from upstream to the local receivers.")
+      .def("stop", &PyRelay::stop,
+           "Ends the relay's waits within about 100 ms; callable from any thread.")
+      .def("close", &PyRelay::close, "Stops the relay and leaves the session.")
+      .def_property_readonly("closed", &PyRelay::closed, "True once close() ran.")
+      .def_property_readonly(
+          "session_id", [](const PyRelay& r) { return r.get().session_id(); }, "The session's id.")
+      .def_property_readonly(
+          "local_address", [](const PyRelay& r) { return r.get().local_address(); },
+          "The address this node's receivers connect to.");
 }
 
 }  // namespace ferry::python

@@ -40,22 +40,28 @@ void bind_tensor(py::module_& m) {
     const auto d = static_cast<DType>(i);
     dtype.value(std::string(dtype_name(d)).c_str(), d);
   }
-  dtype.def_property_readonly("bits", [](DType d) { return dtype_bits(d); })
-      .def_property_readonly("safetensors_name", [](DType d) { return std::string(dtype_name(d)); })
-      .def_property_readonly("torch_name",
-                             [](DType d) { return std::string(dtype_torch_name(d)); });
+  dtype
+      .def_property_readonly(
+          "bits", [](DType d) { return dtype_bits(d); }, "Bits of one element.")
+      .def_property_readonly(
+          "safetensors_name", [](DType d) { return std::string(dtype_name(d)); },
+          "The name in safetensors headers, e.g. 'BF16'.")
+      .def_property_readonly(
+          "torch_name", [](DType d) { return std::string(dtype_torch_name(d)); },
+          "The torch dtype's name, e.g. 'torch.bfloat16'.");
 
   m.def(
       "parse_dtype", [](const std::string& text) { return check(parse_dtype(text)); },
       py::arg("text"), "A DType from 'BF16', 'torch.bfloat16', 'bf16', ...");
   m.def(
       "tensor_bytes",
-      [](DType d, const py::handle& shape) {
+      [](DType d, const py::sequence& shape) {
         return check(TensorSpec::make("tensor", d, shape_from_python(shape))).bytes();
       },
       py::arg("dtype"), py::arg("shape"), "Bytes of a tensor of that dtype and shape.");
 
-  m.def("preset_names", &model::preset_names);
+  m.def("preset_names", &model::preset_names,
+        "Names of the model presets hf_tensor_specs() knows (e.g. 'qwen2.5-7b').");
   m.def(
       "hf_tensor_specs",
       [](const std::string& preset, DType d) {
