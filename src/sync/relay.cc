@@ -304,8 +304,10 @@ Status Relay::accept(std::uint32_t local_receivers, std::uint32_t downstream_rel
   }
   Status s = impl_->local->accept(local_receivers);
   if (s.ok() && downstream_relays > 0) s = impl_->relays->accept(downstream_relays);
-  if (!s.ok())
+  if (!s.ok()) {
+    // Upstream hears why this relay will not serve the round, naming it.
     return impl_->fail(Status(s.code(), fmt::format("relay {}: {}", impl_->id, s.message())));
+  }
   return s;
 }
 

@@ -126,7 +126,7 @@ start_sender kill --receivers 1 --rounds 6 --timeout 20 --keep-going
 start_relay 1 "$SENDER_IP:$PORT" 1 6 --timeout 20 --keep-going
 start_relay 2 "$(node_ip 1):$((PORT + 1))" 1 6 --timeout 20
 start_relay 3 "$(node_ip 2):$((PORT + 2))" 0 6 --timeout 20
-for _ in $(seq 1 150); do grep -q '"round":1' "$WORK/kill.out" 2>/dev/null && break; sleep 0.2; done
+for _ in $(seq 1 600); do grep -q '"round":1' "$WORK/kill.out" 2>/dev/null && break; sleep 0.2; done
 sleep 0.2
 kill -9 "$RELAY2"
 wait "$RELAY2" 2>/dev/null
