@@ -192,25 +192,39 @@ class FERRY_EXPORT Receiver {
 //   (*relay)->accept(2);                          // this node's two rollout processes
 //   while (...) (*relay)->relay_round();          // one call per round
 //
-// The sender's RELEASE of a bucket waits until every local receiver released it, and its
-// ACK until every local receiver acknowledged the round, so a slow or dead local receiver
-// is reported upstream by name. Errors break the session, as for Sender and Receiver.
+// Relays may also feed relays (a chain or tree; ferry/relay_topology.h picks one), so the
+// sender's link carries each byte once whatever the node count: a relay given a
+// `relays_address` ("host:port") serves downstream relays there, which connect to it exactly
+// as to a Sender, and forwards each segment to them as soon as it has it, while its local
+// receivers copy it.
+//
+// The sender's RELEASE of a bucket waits until every local receiver and downstream relay
+// released it, and its ACK until every one acknowledged the round, so a slow or dead peer
+// anywhere below is reported upstream by name (a relay's error carries its own id and the
+// peer's). A relay that dies mid-round aborts the round for everyone; its downstream relays
+// see their upstream gone. Errors break the session, as for Sender and Receiver.
 class FERRY_EXPORT Relay {
  public:
+  // `relays_address`: where downstream relays join (port 0: any; see relays_address()); empty:
+  // none are served.
   static Result<std::unique_ptr<Relay>> connect(const std::string& upstream, std::uint32_t relay_id,
                                                 const std::string& local_address,
-                                                const SyncOptions& options);
+                                                const SyncOptions& options,
+                                                const std::string& relays_address = "");
   ~Relay();
   Relay(const Relay&) = delete;
   Relay& operator=(const Relay&) = delete;
 
-  // Waits for `local_receivers` more local receivers, each within options.timeout.
-  Status accept(std::uint32_t local_receivers);
+  // Waits for `local_receivers` more local receivers, then `downstream_relays` more relays
+  // (which needs a relays_address), each within options.timeout. Either count may be 0.
+  Status accept(std::uint32_t local_receivers, std::uint32_t downstream_relays = 0);
   // Waits for the next round (options.idle_timeout) and forwards it whole.
   Result<RoundStats> relay_round();
 
   std::uint64_t session_id() const;
   const std::string& local_address() const;
+  // Where downstream relays join ("10.0.0.2:40123" for a port 0); empty when none are served.
+  const std::string& relays_address() const;
 
   struct Impl;
 

@@ -1,5 +1,5 @@
-// ferry sync serve / recv / relay: the ends of a weight-sync session, by hand and in scripts
-// (tests/netns drives them across network namespaces).
+// ferry sync serve / recv / relay / topology: the ends of a weight-sync session, by hand and in
+// scripts (tests/netns drives them across network namespaces).
 #include <fmt/format.h>
 
 #include <cstdio>
@@ -14,6 +14,7 @@
 #include "cli/commands.h"
 #include "cli/progress.h"
 #include "ferry/model.h"
+#include "ferry/relay_topology.h"
 #include "ferry/sync.h"
 
 namespace ferry::cli {
@@ -45,6 +46,17 @@ struct SyncArgs {
   std::string wire_protect = std::string(wire_protect_name(sync::SyncOptions{}.wire_protect));
   std::string local = "ferry-relay";  // relay: the shm address local receivers join
   bool keep_going = false;            // after a failed round, rejoin (or re-accept) and go on
+  std::string serve_relays;           // relay: host:port where downstream relays join
+  std::uint32_t downstream = 0;       // relay: downstream relays to wait for
+};
+
+// ferry sync topology: which relay feeds which.
+struct TopologyArgs {
+  std::uint32_t nodes = 1;
+  std::string shape = "auto";
+  std::uint32_t fanout = sync::RelayTopologyOptions{}.fanout;
+  std::uint32_t max_chain_nodes = sync::RelayTopologyOptions{}.max_chain_nodes;
+  bool json = false;
 };
 
 // Under --keep-going a failed round is reported and the loop goes on.
@@ -69,8 +81,17 @@ struct ContentHash {
 Status check_args(const SyncArgs& a, const std::string& role, const std::string& net_flag) {
   if (a.rounds < 1)
     return invalid_argument("--rounds " + std::to_string(a.rounds) + ": give 1 or more");
-  if (role != "recv" && a.receivers < 1) {
+  // A relay that only feeds relays needs no local receiver.
+  if (role != "recv" && a.receivers < 1 && !(role == "relay" && a.downstream > 0)) {
     return invalid_argument("--receivers 0: give 1 or more");
+  }
+  if (a.downstream > 0 && a.serve_relays.empty()) {
+    return invalid_argument(fmt::format(
+        "--downstream {}: give --serve-relays HOST:PORT for them to join", a.downstream));
+  }
+  if (!a.serve_relays.empty()) {
+    if (Status st = check_host_port("--serve-relays", a.serve_relays); !st.ok()) return st;
+    if (a.downstream < 1) return invalid_argument("--serve-relays: give --downstream 1 or more");
   }
   if (!(a.timeout_s > 0)) return invalid_argument("--timeout must be a positive number of seconds");
   if (auto p = parse_wire_protect(a.wire_protect); !p.ok()) {
@@ -213,14 +234,19 @@ int run_recv(const SyncArgs& a) {
 }
 
 Result<std::unique_ptr<sync::Relay>> join_as_relay(const SyncArgs& a) {
-  auto relay = sync::Relay::connect(address_of(a), a.id, a.local, options_of(a));
+  auto relay = sync::Relay::connect(address_of(a), a.id, a.local, options_of(a), a.serve_relays);
   if (!relay.ok()) return relay.status();
+  if (a.downstream > 0) {
+    // Scripts read the address downstream relays join from this line (port 0: the one bound).
+    std::fprintf(a.json ? stderr : stdout, "relay %u serves %u relay(s) on %s\n", a.id,
+                 a.downstream, (*relay)->relays_address().c_str());
+  }
   std::fprintf(a.json ? stderr : stdout,
                "relay %u joined %s (session %016llx); waiting for %u local receiver(s) on %s\n",
                a.id, address_of(a).c_str(), static_cast<unsigned long long>((*relay)->session_id()),
                a.receivers, (*relay)->local_address().c_str());
   std::fflush(a.json ? stderr : stdout);
-  Status s = (*relay)->accept(a.receivers);
+  Status s = (*relay)->accept(a.receivers, a.downstream);
   if (!s.ok()) return s;
   return relay;
 }
@@ -241,6 +267,33 @@ int run_relay(const SyncArgs& a) {
     }
     print_round(a, *st, "relay", nullptr);
   }
+  return kExitOk;
+}
+
+int run_topology(const TopologyArgs& a) {
+  auto shape = sync::parse_relay_shape(a.shape);
+  if (!shape.ok())
+    return usage_error(Status(shape.status().code(), "--shape: " + shape.status().message()));
+  sync::RelayTopologyOptions o;
+  o.shape = *shape;
+  o.fanout = a.fanout;
+  o.max_chain_nodes = a.max_chain_nodes;
+  auto plan = sync::relay_topology(a.nodes, o);
+  if (!plan.ok()) return usage_error(plan.status());
+  nlohmann::ordered_json nodes = nlohmann::ordered_json::array();
+  for (std::size_t i = 0; i < plan->size(); ++i) {
+    const sync::RelayPlacement& p = (*plan)[i];
+    const std::string upstream =
+        p.upstream == sync::RelayPlacement::kSender ? "sender" : std::to_string(p.upstream);
+    if (a.json) {
+      nodes.push_back(
+          {{"node", i}, {"upstream", upstream}, {"downstream", p.downstream}, {"depth", p.depth}});
+    } else {
+      std::printf("node %zu upstream %s downstream %u depth %u\n", i, upstream.c_str(),
+                  p.downstream, p.depth);
+    }
+  }
+  if (a.json) std::printf("%s\n", nodes.dump().c_str());
   return kExitOk;
 }
 
@@ -333,7 +386,34 @@ void add_sync_command(CLI::App& app, Dispatch& dispatch) {
       ->capture_default_str();
   relay->add_option("--receivers", xargs->receivers, "Local receivers to wait for")
       ->capture_default_str();
+  relay->add_option("--serve-relays", xargs->serve_relays,
+                    "host:port where downstream relays (a chain or tree; see `ferry sync "
+                    "topology`) join this relay as they would the sender (port 0: any, printed)");
+  relay
+      ->add_option("--downstream", xargs->downstream,
+                   "Downstream relays to wait for (needs --serve-relays); with it --receivers "
+                   "may be 0")
+      ->capture_default_str();
   add_common(relay, xargs.get());
+
+  auto targs = std::make_shared<TopologyArgs>();
+  CLI::App* topology = add_command(
+      *sync, dispatch, "topology",
+      "Which relay feeds which for N receiving nodes: a chain for few, a tree of --fanout past "
+      "--max-chain-nodes (the sender feeds node 0 only)",
+      "ferry sync topology --nodes 3            # node 0 <- sender, 1 <- 0, 2 <- 1\n"
+      "  ferry sync topology --nodes 7 --shape tree --fanout 2 --json",
+      [targs] { return run_topology(*targs); });
+  topology->add_option("--nodes", targs->nodes, "Receiving nodes (one relay each)")
+      ->capture_default_str();
+  topology->add_option("--shape", targs->shape, "auto, chain or tree")->capture_default_str();
+  topology->add_option("--fanout", targs->fanout, "Tree: relays each relay feeds")
+      ->capture_default_str();
+  topology
+      ->add_option("--max-chain-nodes", targs->max_chain_nodes,
+                   "auto: the most nodes served as a chain")
+      ->capture_default_str();
+  topology->add_flag("--json", targs->json, "Print one JSON array of the nodes");
 }
 
 }  // namespace ferry::cli

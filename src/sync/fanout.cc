@@ -25,9 +25,26 @@ Result<std::unique_ptr<Fanout>> Fanout::create(const std::string& address,
   FERRY_ASSIGN_OR_RETURN(f->listener_, listen_downstream(address, options));
   f->address_ = f->listener_->address();
   f->poller_ = f->listener_->poller();
-  FERRY_ASSIGN_OR_RETURN(f->ring_, shm::MemfdRing::create(slots, slot_bytes));
+  FERRY_ASSIGN_OR_RETURN(f->owned_ring_, shm::MemfdRing::create(slots, slot_bytes));
   FERRY_ASSIGN_OR_RETURN(f->ring_region_, f->listener_->register_memory(std::span(
-                                              f->ring_.slot(0), std::size_t{slots} * slot_bytes)));
+                                              f->ring_->slot(0), std::size_t{slots} * slot_bytes)));
+  return f;
+}
+
+Result<std::unique_ptr<Fanout>> Fanout::create_over(const std::string& address,
+                                                    const SyncOptions& options,
+                                                    shm::MemfdRing* ring,
+                                                    std::shared_ptr<net::Context> context) {
+  auto f = std::make_unique<Fanout>();
+  f->options_ = options;
+  f->interrupted_ = InterruptCheck(options);
+  FERRY_ASSIGN_OR_RETURN(f->listener_, listen_downstream(address, options, std::move(context)));
+  f->address_ = f->listener_->address();
+  f->poller_ = f->listener_->poller();
+  f->ring_ = ring;
+  FERRY_ASSIGN_OR_RETURN(f->ring_region_,
+                         f->listener_->register_memory(std::span(
+                             ring->slot(0), std::size_t{ring->slots()} * ring->slot_bytes())));
   return f;
 }
 
@@ -60,7 +77,7 @@ Status Fanout::send_all_bytes(const std::vector<std::byte>& bytes, const wire::M
     p.conversation.sent(m);
     if (filled != nullptr && !p.link.shares_memory() && filled->used_bytes > filled->offset) {
       // The segment's bytes follow their FILLED, straight from the ring.
-      const std::span<const std::byte> bytes_of_segment(ring_.slot(filled->slot) + filled->offset,
+      const std::span<const std::byte> bytes_of_segment(ring_->slot(filled->slot) + filled->offset,
                                                         filled->used_bytes - filled->offset);
       s = p.link.channel().publish_segment(bytes_of_segment, ring_region_.get());
       if (!s.ok()) return Status(s.code(), fmt::format("round {}: {}", round_, s.message()));
@@ -360,10 +377,10 @@ Status Fanout::admit(Peer p, const std::vector<std::byte>& hello) {
   p.conversation = wire::Conversation(wire::Conversation::Role::kSender, p.link.peer(), session_);
   (void)p.conversation.received(*m);
   const wire::Message welcome = message(wire::Welcome{
-      ring_.slots(), ring_.slot_bytes(), static_cast<std::uint8_t>(options_.checksums ? 1 : 0)});
+      ring_->slots(), ring_->slot_bytes(), static_cast<std::uint8_t>(options_.checksums ? 1 : 0)});
   // A peer that shares memory maps the ring from the descriptor passed with WELCOME.
   s = p.link.passes_fds()
-          ? p.link.send_with_fd(wire::encode(welcome), options_.timeout, ring_.reader_fd())
+          ? p.link.send_with_fd(wire::encode(welcome), options_.timeout, ring_->reader_fd())
           : p.link.send(wire::encode(welcome), options_.timeout);
   if (!s.ok()) return s;
   p.conversation.sent(welcome);

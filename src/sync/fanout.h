@@ -40,6 +40,14 @@ class Fanout {
   static Result<std::unique_ptr<Fanout>> create(const std::string& address,
                                                 const SyncOptions& options, std::uint32_t slots,
                                                 std::uint64_t slot_bytes);
+  // A Fanout over a ring another Fanout owns (which must outlive this one): a Relay serves
+  // its downstream relays (net) the segments its local receivers read, with no copy.
+  // `context`: the UCX context to serve on; the relay's upstream's, so one wait loop serves
+  // both.
+  static Result<std::unique_ptr<Fanout>> create_over(const std::string& address,
+                                                     const SyncOptions& options,
+                                                     shm::MemfdRing* ring,
+                                                     std::shared_ptr<net::Context> context);
 
   void set_session(std::uint64_t session) { session_ = session; }
   std::uint64_t session() const { return session_; }
@@ -71,7 +79,7 @@ class Fanout {
   void drop_peers() { peers_.clear(); }
 
   std::vector<Peer>& peers() { return peers_; }
-  shm::MemfdRing& ring() { return ring_; }
+  shm::MemfdRing& ring() { return *ring_; }
   const std::string& address() const { return address_; }
 
   // For a caller's own poll() loop (a Relay also waits on its upstream): appends one
@@ -112,7 +120,8 @@ class Fanout {
   std::string address_;
   std::unique_ptr<transport::Listener> listener_;
   std::unique_ptr<transport::Poller> poller_;  // the listener's channels' wait loop
-  shm::MemfdRing ring_;
+  shm::MemfdRing owned_ring_;
+  shm::MemfdRing* ring_ = &owned_ring_;  // owned_ring_, or create_over()'s
   // The ring registered for segments (nullptr: peers share memory); after ring_, so it is
   // deregistered before the ring is unmapped.
   std::unique_ptr<transport::Region> ring_region_;

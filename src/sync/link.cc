@@ -80,7 +80,8 @@ Result<net::Token> session_token(const SyncOptions& options) {
   return token;
 }
 
-Result<Link> connect_upstream(const std::string& address, const SyncOptions& options) {
+Result<Link> connect_upstream(const std::string& address, const SyncOptions& options,
+                              std::shared_ptr<net::Context> context) {
   if (!transport::is_net_address(address)) {
     // No sender listening yet is retried until the timeout, in slices so Ctrl-C is heard.
     FERRY_ASSIGN_OR_RETURN(
@@ -91,6 +92,7 @@ Result<Link> connect_upstream(const std::string& address, const SyncOptions& opt
     return Link(std::move(channel));
   }
   transport::NetConnectOptions net;
+  net.context = std::move(context);
   FERRY_ASSIGN_OR_RETURN(net.token, session_token(options));
   // The sender chooses how segments travel; this end only sets the least it takes.
   net.minimum_segment_protection = options.wire_protect;
@@ -98,9 +100,10 @@ Result<Link> connect_upstream(const std::string& address, const SyncOptions& opt
   return Link(std::move(channel));
 }
 
-Result<std::unique_ptr<transport::Listener>> listen_downstream(const std::string& address,
-                                                               const SyncOptions& options) {
+Result<std::unique_ptr<transport::Listener>> listen_downstream(
+    const std::string& address, const SyncOptions& options, std::shared_ptr<net::Context> context) {
   transport::NetListenOptions net;
+  net.context = std::move(context);
   if (transport::is_net_address(address)) {
     FERRY_ASSIGN_OR_RETURN(net.token, session_token(options));
     net.segment_protection = options.wire_protect;

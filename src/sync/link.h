@@ -16,6 +16,7 @@
 #include "ferry/sync.h"
 #include "sync/sync_options.h"
 #include "transport/net/auth.h"
+#include "transport/net/context.h"
 #include "transport/transport.h"
 #include "wire/conversation.h"
 #include "wire/message.h"
@@ -74,13 +75,16 @@ wire::Message session_message(std::uint64_t session, std::uint64_t round, wire::
 Result<net::Token> session_token(const SyncOptions& options);
 
 // A receiving end's connection to its sender: shm for "@name" or a path, else net (with
-// its own UCX context, authenticated with the session token).
-Result<Link> connect_upstream(const std::string& address, const SyncOptions& options);
+// its own UCX context unless `context` is given, authenticated with the session token).
+Result<Link> connect_upstream(const std::string& address, const SyncOptions& options,
+                              std::shared_ptr<net::Context> context = nullptr);
 
-// The downstream end's listener at `address`: shm, or net with its own UCX context, the
-// session token, and options.wire_protect on the segments it sends.
-Result<std::unique_ptr<transport::Listener>> listen_downstream(const std::string& address,
-                                                               const SyncOptions& options);
+// The downstream end's listener at `address`: shm, or net with its own UCX context (unless
+// `context` is given: a relay serves its relays on its upstream's, so one wait loop serves
+// both), the session token, and options.wire_protect on the segments it sends.
+Result<std::unique_ptr<transport::Listener>> listen_downstream(
+    const std::string& address, const SyncOptions& options,
+    std::shared_ptr<net::Context> context = nullptr);
 
 // Waits for one whole message on `link` in slices, so options.interrupt is heard between
 // them (Ctrl-C, Relay::stop); a negative timeout waits forever. A timeout names the peer and

@@ -1,6 +1,7 @@
 // Relay: upstream it is one receiver of a net session; downstream it is the sender of
-// the same session to this node's local receivers (Fanout over shm). Messages pass
-// through unchanged, so the round checksum both ends compute is the same everywhere.
+// the same session to this node's local receivers (Fanout over shm) and, in a chain or tree,
+// to relays on other nodes (a second Fanout, over net, sending from the same ring). Messages
+// pass through unchanged, so the round checksum every end computes is the same everywhere.
 #include <fmt/format.h>
 #include <poll.h>
 #include <unistd.h>
@@ -16,6 +17,7 @@
 #include "sync/link.h"
 #include "sync/round_checksum.h"
 #include "sync/sync_options.h"
+#include "transport/net/context.h"
 #include "transport/transport.h"
 #include "wire/conversation.h"
 #include "wire/message.h"
@@ -35,7 +37,23 @@ struct Relay::Impl {
   // The local ring, registered for upstream's segments; after local, so it is deregistered
   // before the ring is unmapped.
   std::unique_ptr<transport::Region> ring_region;
+  // Downstream relays (nullptr: none served); after local, whose ring it sends from.
+  std::unique_ptr<Fanout> relays;
   Status broken;
+
+  // Every downstream peer, local receivers and relays alike.
+  template <typename F>
+  void for_each_peer(F f) {
+    for (Peer& p : local->peers()) f(p);
+    if (relays) {
+      for (Peer& p : relays->peers()) f(p);
+    }
+  }
+  Status send_downstream(const std::vector<std::byte>& bytes, const wire::Message& m) {
+    // Relays first: their copy crosses a network, the local ones only memory.
+    if (relays) FERRY_RETURN_IF_ERROR(relays->send_all_bytes(bytes, m));
+    return local->send_all_bytes(bytes, m);
+  }
 
   wire::Message upstream_message(std::uint64_t round, wire::Body body) const {
     return session_message(conversation.session(), round, std::move(body));
@@ -47,8 +65,9 @@ struct Relay::Impl {
       (void)upstream.send(wire::encode(upstream_message(conversation.round(),
                                                         wire::Error{why.code(), why.message()})),
                           milliseconds(100));
-      upstream.abort();
+      upstream.close();  // flushes the ERROR, so the sender learns why, not only that we left
     }
+    if (relays) (void)relays->fail(why);
     if (local) (void)local->fail(why);
     return why;
   }
@@ -82,11 +101,12 @@ struct Relay::Impl {
     stats.buckets = b.bucket_count;
     stats.bytes = b.total_bytes;
     local->set_round(round);
-    for (Peer& p : local->peers()) {
+    if (relays) relays->set_round(round);
+    for_each_peer([](Peer& p) {
       p.released = 0;
       p.acked = false;
-    }
-    Status s = local->send_all_bytes(*first_bytes, *begin);
+    });
+    Status s = send_downstream(*first_bytes, *begin);
     if (!s.ok()) return s;
     RoundChecksum round_sum(*first_bytes);
     std::uint32_t released_upstream = 0;
@@ -95,13 +115,14 @@ struct Relay::Impl {
     std::vector<pollfd> fds;
     auto deadline = Clock::now() + options.timeout;
     while (true) {
-      // Buckets every local receiver released go back upstream, in order.
+      // Buckets every local receiver and downstream relay released go back upstream, in
+      // order: a relay's RELEASE says its whole subtree has the bucket.
       std::uint32_t all_released = b.bucket_count;
       bool all_acked = true;
-      for (const Peer& p : local->peers()) {
+      for_each_peer([&](const Peer& p) {
         all_released = std::min(all_released, p.released);
         all_acked &= p.acked;
-      }
+      });
       for (; released_upstream < all_released; ++released_upstream) {
         const std::uint32_t slot = released_upstream % local->ring().slots();
         s = upstream.send(
@@ -110,6 +131,7 @@ struct Relay::Impl {
         if (!s.ok()) return s;
       }
       if (ended && all_acked) {
+        if (relays) FERRY_RETURN_IF_ERROR(relays->drain_transfers());
         s = upstream.send(wire::encode(upstream_message(round, wire::Ack{b.bucket_count, digest})),
                           options.timeout);
         if (!s.ok()) return s;
@@ -146,10 +168,19 @@ struct Relay::Impl {
           }
           round_sum.add_bucket(f.bucket, f.used_bytes, f.checksum);
         }
-        s = local->send_all_bytes(**got, *m);
+        s = send_downstream(**got, *m);
         if (!s.ok()) return s;
         deadline = Clock::now() + options.timeout;
         continue;
+      }
+      // Downstream relays share the upstream's engine: their news arrived with its progress.
+      if (relays) {
+        auto heard = relays->handle_waiting([](const Peer& p) { return p.acked; }, digest);
+        if (!heard.ok()) return heard.status();
+        if (*heard) {
+          deadline = Clock::now() + options.timeout;
+          continue;
+        }
       }
       // Then whatever local receivers say.
       fds.clear();
@@ -165,11 +196,15 @@ struct Relay::Impl {
       if (*handled) {
         deadline = Clock::now() + options.timeout;
       } else if (Clock::now() >= deadline) {
-        std::string waiting = ended ? "local acknowledgements" : "the sender or local releases";
+        std::string waiting = ended ? "acknowledgements" : "the sender or releases";
+        std::string slow;
+        for_each_peer([&](const Peer& p) {
+          if (!p.acked) slow += (slow.empty() ? "" : ", ") + p.link.peer();
+        });
         return timeout_error(
-            fmt::format("round {}: nothing from {} or the local receivers for "
+            fmt::format("round {}: nothing from {} or downstream ({}) for "
                         "{} ms while waiting for {}",
-                        round, upstream.peer(), options.timeout.count(), waiting));
+                        round, upstream.peer(), slow, options.timeout.count(), waiting));
       }
     }
   }
@@ -191,7 +226,8 @@ Relay::~Relay() = default;
 
 Result<std::unique_ptr<Relay>> Relay::connect(const std::string& upstream, std::uint32_t relay_id,
                                               const std::string& local_address,
-                                              const SyncOptions& options) {
+                                              const SyncOptions& options,
+                                              const std::string& relays_address) {
   if (options.timeout.count() <= 0) return invalid_argument("timeout must be positive");
   if (!transport::is_net_address(upstream)) {
     return invalid_argument(
@@ -203,11 +239,20 @@ Result<std::unique_ptr<Relay>> Relay::connect(const std::string& upstream, std::
                     "(\"@name\" or a path)",
                     local_address));
   }
+  if (!relays_address.empty() && !transport::is_net_address(relays_address)) {
+    return invalid_argument(fmt::format(
+        "relay address for downstream relays '{}' is not a host:port address", relays_address));
+  }
   auto impl = std::make_unique<Impl>();
   impl->options = options;
   impl->interrupted = InterruptCheck(options);
   impl->id = relay_id;
-  auto link = connect_upstream(upstream, options);
+  // One UCX context for upstream and downstream relays, so one wait loop hears both.
+  std::shared_ptr<net::Context> context;
+  if (!relays_address.empty()) {
+    FERRY_ASSIGN_OR_RETURN(context, net::Context::create());
+  }
+  auto link = connect_upstream(upstream, options, context);
   if (!link.ok()) return link.status();
   impl->upstream = std::move(*link);
   impl->poller = impl->upstream.channel().poller();
@@ -237,25 +282,47 @@ Result<std::unique_ptr<Relay>> Relay::connect(const std::string& upstream, std::
   impl->local->set_session(m->session);
   impl->local->set_round(m->round);
   impl->local->set_peer_noun("local receiver");
+  if (!relays_address.empty()) {
+    FERRY_ASSIGN_OR_RETURN(impl->relays, Fanout::create_over(relays_address, local_options,
+                                                             &impl->local->ring(), context));
+    impl->relays->set_session(m->session);
+    impl->relays->set_round(m->round);
+    impl->relays->set_peer_noun("relay");
+  }
   FERRY_ASSIGN_OR_RETURN(impl->ring_region,
                          impl->upstream.channel().register_memory(std::span(
                              impl->local->ring().slot(0), std::size_t{w.slots} * w.slot_bytes)));
   return std::unique_ptr<Relay>(new Relay(std::move(impl)));
 }
 
-Status Relay::accept(std::uint32_t local_receivers) {
+Status Relay::accept(std::uint32_t local_receivers, std::uint32_t downstream_relays) {
   if (!impl_->broken.ok()) return impl_->broken;
-  return impl_->local->accept(local_receivers);
+  if (downstream_relays > 0 && !impl_->relays) {
+    return failed_precondition(
+        fmt::format("relay {}: accept({} downstream relays) needs a relays address at connect()",
+                    impl_->id, downstream_relays));
+  }
+  Status s = impl_->local->accept(local_receivers);
+  if (s.ok() && downstream_relays > 0) s = impl_->relays->accept(downstream_relays);
+  if (!s.ok()) {
+    // Upstream hears why this relay will not serve the round, naming it.
+    return impl_->fail(Status(s.code(), fmt::format("relay {}: {}", impl_->id, s.message())));
+  }
+  return s;
 }
 
 Result<RoundStats> Relay::relay_round() {
-  if (impl_->local->peers().empty()) {
-    return failed_precondition("relay_round: no local receiver has joined");
+  if (impl_->local->peers().empty() && (!impl_->relays || impl_->relays->peers().empty())) {
+    return failed_precondition("relay_round: no local receiver or downstream relay has joined");
   }
   return impl_->run();
 }
 
 std::uint64_t Relay::session_id() const { return impl_->conversation.session(); }
 const std::string& Relay::local_address() const { return impl_->local->address(); }
+const std::string& Relay::relays_address() const {
+  static const std::string kNone;
+  return impl_->relays ? impl_->relays->address() : kNone;
+}
 
 }  // namespace ferry::sync

@@ -172,7 +172,9 @@ start_sender again --receivers 2 --rounds 4 --bucket-mb 64 --preset qwen2.5-0.5b
   --keep-going
 start_node "$NS_A" 1 $SENDER_IP "$RIGHT" 4 20 --keep-going
 start_node "$NS_B" 2 $SENDER_IP "$RIGHT" 4 20 --keep-going
-for _ in $(seq 1 100); do grep -q '"round":1' "$WORK/again.out" 2>/dev/null && break; sleep 0.2; done
+# Round 1 done (up to 120 s on a loaded machine), so the kill lands in round 2 and the
+# restarted relay's 2 rounds are rounds 3 and 4.
+for _ in $(seq 1 600); do grep -q '"round":1' "$WORK/again.out" 2>/dev/null && break; sleep 0.2; done
 sleep 0.3
 kill -9 "$RELAY2"
 wait "$RELAY2" 2>/dev/null
