@@ -26,6 +26,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "ferry/export.h"
@@ -42,6 +43,10 @@ enum class DeltaMode : std::uint8_t {
   kOn,    // every round that can be a delta is one
   kAuto,  // a delta unless its encoded bytes exceed ~0.9 of the dense round's
 };
+// "off", "on", "auto" (CLI flags, Python's SyncOptions(delta=...)).
+FERRY_EXPORT std::string_view delta_mode_name(DeltaMode mode);
+// kInvalidArgument naming the text and the choices otherwise.
+FERRY_EXPORT Result<DeltaMode> parse_delta_mode(std::string_view text);
 
 struct SyncOptions {
   // Bytes of one bucket (one ring slot). Any tensor fits any bucket: one larger than

@@ -399,8 +399,9 @@ void bind_sync(py::module_& m) {
   py::class_<SyncOptions>(m, "SyncOptions", "include/ferry/sync.h's SyncOptions; times in seconds.")
       .def(py::init([](std::uint64_t bucket_bytes, std::uint32_t slots, double timeout,
                        double idle_timeout, bool checksums, const std::string& wire_protect,
-                       const std::string& token_file) {
+                       const std::string& token_file, const std::string& delta) {
              SyncOptions o;
+             o.delta = check(sync::parse_delta_mode(delta));
              o.wire_protect = check(parse_wire_protect(wire_protect));
              o.bucket_bytes = bucket_bytes;
              o.slots = slots;
@@ -416,7 +417,8 @@ void bind_sync(py::module_& m) {
            py::arg("idle_timeout") = seconds(SyncOptions{}.idle_timeout),
            py::arg("checksums") = SyncOptions{}.checksums,
            py::arg("wire_protect") = std::string(wire_protect_name(SyncOptions{}.wire_protect)),
-           py::arg("token_file") = SyncOptions{}.token_file)
+           py::arg("token_file") = SyncOptions{}.token_file,
+           py::arg("delta") = std::string(sync::delta_mode_name(SyncOptions{}.delta)))
       .def_readwrite("bucket_bytes", &SyncOptions::bucket_bytes)
       .def_readwrite("slots", &SyncOptions::slots)
       .def_property(
@@ -435,12 +437,17 @@ void bind_sync(py::module_& m) {
           [](SyncOptions& o, const std::string& s) {
             o.wire_protect = check(parse_wire_protect(s));
           })
+      // "off", "on" or "auto": delta rounds (docs/delta.md).
+      .def_property(
+          "delta", [](const SyncOptions& o) { return std::string(sync::delta_mode_name(o.delta)); },
+          [](SyncOptions& o, const std::string& s) { o.delta = check(sync::parse_delta_mode(s)); })
       .def("__repr__", [](const SyncOptions& o) {
         return fmt::format(
             "SyncOptions(bucket_bytes={}, slots={}, timeout={}, idle_timeout={}, checksums={}, "
-            "wire_protect='{}', token_file='{}')",
+            "wire_protect='{}', token_file='{}', delta='{}')",
             o.bucket_bytes, o.slots, seconds(o.timeout), seconds(o.idle_timeout),
-            o.checksums ? "True" : "False", wire_protect_name(o.wire_protect), o.token_file);
+            o.checksums ? "True" : "False", wire_protect_name(o.wire_protect), o.token_file,
+            sync::delta_mode_name(o.delta));
       });
 
   py::class_<RoundStats>(m, "RoundStats")
@@ -451,12 +458,16 @@ void bind_sync(py::module_& m) {
       .def_readonly("seconds", &RoundStats::seconds)
       .def_readonly("checksum", &RoundStats::checksum)
       .def_readonly("more_follows", &RoundStats::more_follows)
+      .def_readonly("delta", &RoundStats::delta)
+      .def_readonly("wire_bytes", &RoundStats::wire_bytes)
+      .def_readonly("base_version", &RoundStats::base_version)
+      .def_readonly("version", &RoundStats::version)
       .def("__repr__", [](const RoundStats& s) {
         return fmt::format(
             "RoundStats(round={}, tensors={}, buckets={}, bytes={}, seconds={:.6f}, "
-            "checksum=0x{:016x}, more_follows={})",
+            "checksum=0x{:016x}, more_follows={}, delta={}, wire_bytes={})",
             s.round, s.tensors, s.buckets, s.bytes, s.seconds, s.checksum,
-            s.more_follows ? "True" : "False");
+            s.more_follows ? "True" : "False", s.delta ? "True" : "False", s.wire_bytes);
       });
 
   py::class_<PySender>(m, "Sender")

@@ -7,6 +7,7 @@
 #include <atomic>
 #include <cstring>
 #include <thread>
+#include <unordered_set>
 
 #include "delta/delta.h"
 #include "delta/format.h"
@@ -125,6 +126,7 @@ Result<PreparedRound> DeltaSender::prepare(std::span<const GatheredTensor> tenso
   PreparedRound round;
   std::vector<Entry*> entries;
   entries.reserve(tensors.size());
+  std::unordered_set<std::string_view> names;
   std::uint64_t dense_bytes = 0;
   for (const GatheredTensor& t : tensors) {
     std::uint64_t given = 0;
@@ -132,6 +134,10 @@ Result<PreparedRound> DeltaSender::prepare(std::span<const GatheredTensor> tenso
     if (given != t.spec.bytes()) {
       return invalid_argument(fmt::format("tensor '{}': {} bytes given, {} needs {}", t.spec.name,
                                           given, t.spec.to_string(), t.spec.bytes()));
+    }
+    // Checked here, not only by send_round: two tensors of one name would share an entry.
+    if (!names.insert(t.spec.name).second) {
+      return invalid_argument(fmt::format("tensor '{}' appears twice in the round", t.spec.name));
     }
     entries.push_back(&entry_for(t.spec));
     dense_bytes += given;
@@ -164,12 +170,16 @@ Result<PreparedRound> DeltaSender::prepare(std::span<const GatheredTensor> tenso
     const std::span<const std::byte> now = contiguous(t, &e.gathered);
     GatheredTensor& blob = round.blobs[i];
     round.targets[i] = wire::DeltaTarget{t.spec, XXH3_64bits(now.data(), now.size())};
+    bool updated = false;  // the snapshot holds `now`
     if (e.valid) {
       Status s = delta::encode_into(e.snapshot, now, {}, &e.encoded);
       if (!s.ok()) {
         if (!any_failed.exchange(true)) failed = s.with_context("tensor '" + t.spec.name + "'");
         return;
       }
+      // The snapshot takes the new bytes through the delta itself: for a sparse update far
+      // cheaper than copying the tensor.
+      if (delta::apply(e.encoded, e.snapshot, t.spec.name).ok()) updated = true;
       if (corrupt_delta_hook()) corrupt_delta_hook()(t.spec.name, &e.encoded);
       blob.parts = {e.encoded};
     } else {
@@ -182,10 +192,8 @@ Result<PreparedRound> DeltaSender::prepare(std::span<const GatheredTensor> tenso
       delta::write_header(header, now, e.header.data());
       blob.parts = {e.header, now};
     }
-    if (!e.snapshot.empty()) {
-      copy_bytes(e.snapshot.data(), now.data(), now.size());
-      e.valid = true;
-    }
+    if (!e.snapshot.empty() && !updated) copy_bytes(e.snapshot.data(), now.data(), now.size());
+    e.valid = !e.snapshot.empty();
   });
   if (any_failed) {
     require_dense();

@@ -233,6 +233,7 @@ struct Sender::Impl {
   // Delta rounds on: the DeltaSender sends the round dense or as encoded blobs.
   Result<RoundStats> send_with_delta(std::span<const GatheredTensor> tensors,
                                      const RoundOptions& round_options) {
+    const auto start = Clock::now();  // the round's time includes encoding it
     auto prepared = delta->prepare(tensors);
     if (!prepared.ok()) return prepared.status();
     wire::Begin fields;
@@ -248,6 +249,7 @@ struct Sender::Impl {
       return stats;
     }
     delta->acknowledged(stats->version);
+    stats->seconds = std::chrono::duration<double>(Clock::now() - start).count();
     if (stats->delta) {
       stats->bytes = 0;
       for (const GatheredTensor& t : tensors) stats->bytes += t.spec.bytes();
