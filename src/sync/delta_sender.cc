@@ -29,9 +29,12 @@ testing::SkewDeltaBase& skew_delta_base_hook() {
 // kAuto sends a round dense when its delta would exceed this fraction of the dense bytes.
 constexpr double kAutoDenseFraction = 0.9;
 // ... and skips encoding when a sample says more than this fraction of 8-byte words
-// changed: runs then cost about as much as dense (docs/delta.md).
-constexpr double kAutoChangedWords = 0.6;
+// changed (10% of bf16 elements changes ~34% of words): the codec then encodes and applies
+// at a fraction of memcpy speed (docs/benchmarks.md), slower than a dense round on shm.
+constexpr double kAutoChangedWords = 0.25;
 constexpr std::size_t kSampleBytes = 4096;
+// The snapshot is updated by applying the delta when it is below 1/this of the tensor.
+constexpr std::size_t kApplyToSnapshotBelow = 128;
 constexpr std::size_t kSamplesPerTensor = 4;
 
 // Calls work(i) for i in [0, n) on `threads` threads, biggest-first order left to the caller.
@@ -74,6 +77,12 @@ std::span<const std::byte> contiguous(const GatheredTensor& t, std::vector<std::
 }  // namespace
 
 DeltaSender::DeltaSender(const SyncOptions& options) : options_(options) {}
+
+DeltaSender::~DeltaSender() { finish_round(); }
+
+void DeltaSender::finish_round() {
+  if (snapshot_copy_.joinable()) snapshot_copy_.join();
+}
 
 void DeltaSender::require_dense() {
   base_version_ = 0;
@@ -123,6 +132,7 @@ bool DeltaSender::mostly_changed(std::span<const GatheredTensor> tensors,
 }
 
 Result<PreparedRound> DeltaSender::prepare(std::span<const GatheredTensor> tensors) {
+  finish_round();
   PreparedRound round;
   std::vector<Entry*> entries;
   entries.reserve(tensors.size());
@@ -145,16 +155,24 @@ Result<PreparedRound> DeltaSender::prepare(std::span<const GatheredTensor> tenso
   round.delta = base_version_ != 0 &&
                 !(options_.delta == DeltaMode::kAuto && mostly_changed(tensors, entries));
   if (!round.delta) {
-    // Dense: the snapshot takes the new bytes, which receivers will hold.
-    parallel_for(tensors.size(), threads(), [&](std::size_t i) {
+    // Dense: the snapshot takes the new bytes, which receivers will hold, on one thread
+    // beside the round (finish_round() waits): the round itself then costs what a dense
+    // round without delta costs, as long as a core is free.
+    std::vector<std::pair<std::span<std::byte>, const GatheredTensor*>> copies;
+    for (std::size_t i = 0; i < tensors.size(); ++i) {
       Entry& e = *entries[i];
-      if (e.snapshot.empty()) return;
-      std::size_t at = 0;
-      for (const auto& part : tensors[i].parts) {
-        copy_bytes(e.snapshot.data() + at, part.data(), part.size());
-        at += part.size();
-      }
+      if (e.snapshot.empty()) continue;
+      copies.emplace_back(e.snapshot, &tensors[i]);
       e.valid = true;
+    }
+    snapshot_copy_ = std::thread([copies = std::move(copies)] {
+      for (const auto& [into, t] : copies) {
+        std::size_t at = 0;
+        for (const auto& part : t->parts) {
+          copy_bytes(into.data() + at, part.data(), part.size());
+          at += part.size();
+        }
+      }
     });
     return round;
   }
@@ -177,9 +195,12 @@ Result<PreparedRound> DeltaSender::prepare(std::span<const GatheredTensor> tenso
         if (!any_failed.exchange(true)) failed = s.with_context("tensor '" + t.spec.name + "'");
         return;
       }
-      // The snapshot takes the new bytes through the delta itself: for a sparse update far
-      // cheaper than copying the tensor.
-      if (delta::apply(e.encoded, e.snapshot, t.spec.name).ok()) updated = true;
+      // A very sparse delta brings the snapshot up to date faster than copying the tensor
+      // (apply runs at 2x memcpy at 0.1% changed, below it from ~1%: docs/benchmarks.md).
+      if (e.encoded.size() < now.size() / kApplyToSnapshotBelow &&
+          delta::apply(e.encoded, e.snapshot, t.spec.name).ok()) {
+        updated = true;
+      }
       if (corrupt_delta_hook()) corrupt_delta_hook()(t.spec.name, &e.encoded);
       blob.parts = {e.encoded};
     } else {

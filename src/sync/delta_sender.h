@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <span>
 #include <string>
+#include <thread>
 #include <unordered_map>
 #include <vector>
 
@@ -29,15 +30,19 @@ struct PreparedRound {
 class DeltaSender {
  public:
   explicit DeltaSender(const SyncOptions& options);
+  ~DeltaSender();
+  DeltaSender(const DeltaSender&) = delete;
+  DeltaSender& operator=(const DeltaSender&) = delete;
 
   // The next round goes dense: a new session, a receiver joined, or a round failed.
   void require_dense();
   // Every receiver acknowledged the round that left `version`.
   void acknowledged(std::uint64_t version) { base_version_ = version; }
 
-  // Prepares a round of `tensors` (valid until the round is sent) and takes their bytes
-  // into the snapshot. REQUIRES: each tensor's parts add up to its spec's bytes.
+  // Prepares a round of `tensors` and takes their bytes into the snapshot; a dense round's
+  // copy runs beside the round until finish_round(), which must come before `tensors` go.
   Result<PreparedRound> prepare(std::span<const GatheredTensor> tensors);
+  void finish_round();
 
   // The sender's extra memory: the snapshot and the encode buffers.
   std::uint64_t memory_bytes() const;
@@ -59,6 +64,7 @@ class DeltaSender {
   std::uint64_t base_version_ = 0;  // 0: the next round is dense
   std::uint64_t snapshot_bytes_ = 0;
   std::unordered_map<std::string, Entry> entries_;
+  std::thread snapshot_copy_;  // a dense round's snapshot copy, beside the round
 };
 
 }  // namespace ferry::sync

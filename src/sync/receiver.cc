@@ -278,9 +278,9 @@ struct Receiver::Impl {
     }
     begin.manifest.clear();
     delta_fields = std::move(begin);
-    if (plan.bucket_count() != begin.bucket_count) {
+    if (plan.bucket_count() != delta_fields.bucket_count) {
       return corruption(fmt::format("round {}: BEGIN says {} buckets, the plan has {}", round,
-                                    begin.bucket_count, plan.bucket_count()));
+                                    delta_fields.bucket_count, plan.bucket_count()));
     }
     if (asked.into_destinations) {
       Status s = resolve_destinations();

@@ -244,6 +244,7 @@ struct Sender::Impl {
     auto stats = prepared->delta
                      ? send_round(GatheredSource(prepared->blobs), round_options, std::move(fields))
                      : send_round(GatheredSource(tensors), round_options, std::move(fields));
+    delta->finish_round();  // the snapshot copy of a dense round reads `tensors`
     if (!stats.ok()) {
       delta->require_dense();
       return stats;

@@ -104,10 +104,10 @@ Result<std::vector<DeltaBenchResult>> run_delta_sync_bench(
   auto dense = sync::Sender::create(dense_address, dense_options);
   if (!dense.ok()) return dense.status();
   FERRY_RETURN_IF_ERROR((*dense)->accept(1));
-  const std::uint64_t rss_before = current_rss_bytes();
   auto delta = sync::Sender::create(delta_address, delta_options);
   if (!delta.ok()) return delta.status();
   FERRY_RETURN_IF_ERROR((*delta)->accept(1));
+  const std::uint64_t rss_before = current_rss_bytes();  // after both rings
 
   // Sends the source on both sessions; the round stats of each.
   auto send_both = [&]() -> Result<std::pair<sync::RoundStats, sync::RoundStats>> {
@@ -116,6 +116,7 @@ Result<std::vector<DeltaBenchResult>> run_delta_sync_bench(
     return std::make_pair(d, x);
   };
   FERRY_RETURN_IF_ERROR(send_both().status());  // round 1: dense on both, the base
+  FERRY_RETURN_IF_ERROR(send_both().status());  // round 2: a delta of nothing, every buffer made
   const std::uint64_t extra = current_rss_bytes() - rss_before;
 
   std::vector<DeltaBenchResult> results;
