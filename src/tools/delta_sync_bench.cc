@@ -55,6 +55,9 @@ Result<Subprocess> start_receiver(const std::string& address, const sync::SyncOp
       auto got = (*rx)->receive_round_into();
       if (!got.ok()) return "error " + got.status().to_string();
     }
+    // Stay until the sender ends the session: a receiver that exits right after its last
+    // ACK can be seen to close before the ACK is read.
+    (void)(*rx)->receive_round_into();
     return "ok";
   });
 }
@@ -120,6 +123,17 @@ Result<std::vector<DeltaBenchResult>> run_delta_sync_bench(
   const std::uint64_t extra = current_rss_bytes() - rss_before;
 
   std::vector<DeltaBenchResult> results;
+  // A failed round: the receivers' own words say why (they exit on the error).
+  auto with_receivers = [&](Status why) -> Status {
+    dense->reset();
+    delta->reset();
+    std::string said;
+    for (Subprocess* k : {&*dense_rx, &*delta_rx}) {
+      auto out = finish_child(*k);
+      said += "; receiver: " + (out.ok() ? *out : out.status().to_string());
+    }
+    return Status(why.code(), why.message() + said);
+  };
   auto measure = [&](const std::string& update, double density, int times,
                      const std::function<void()>& change) -> Status {
     std::vector<double> dense_times, delta_times;
@@ -151,13 +165,14 @@ Result<std::vector<DeltaBenchResult>> run_delta_sync_bench(
   };
   std::uint64_t seed = 100;
   for (double d : config.densities) {
-    FERRY_RETURN_IF_ERROR(measure(fmt::format("density {}", d), d, config.rounds, [&] {
+    Status measured = measure(fmt::format("density {}", d), d, config.rounds, [&] {
       for (std::size_t t = 0; t < specs.size(); ++t) {
         const int bits = dtype_bits(specs[t].dtype);
         delta::change_elements(++seed, d, static_cast<std::size_t>(std::max(bits / 8, 1)),
                                tensor_bytes(t));
       }
-    }));
+    });
+    if (!measured.ok()) return with_receivers(measured);
   }
   if (adam) {
     // One Adam step: publish the weights before it (untimed), then time the step itself.
@@ -170,11 +185,13 @@ Result<std::vector<DeltaBenchResult>> run_delta_sync_bench(
       const std::span<std::byte> next(after->data() + (now.data() - source->data()), now.size());
       changed += delta::adam_step_bf16(++seed, kLr, now, next) * static_cast<double>(now.size());
     }
-    FERRY_RETURN_IF_ERROR(send_both().status());
+    Status measured = send_both().status();
     // One step, once: a second round would resend it unchanged.
-    FERRY_RETURN_IF_ERROR(measure(fmt::format("adam lr {}", kLr),
-                                  changed / static_cast<double>(total), 1,
-                                  [&] { std::memcpy(source->data(), after->data(), total); }));
+    if (measured.ok()) {
+      measured = measure(fmt::format("adam lr {}", kLr), changed / static_cast<double>(total), 1,
+                         [&] { std::memcpy(source->data(), after->data(), total); });
+    }
+    if (!measured.ok()) return with_receivers(measured);
   }
   dense->reset();  // the receivers see their sessions end
   delta->reset();

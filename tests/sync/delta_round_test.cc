@@ -408,13 +408,13 @@ TEST(DeltaRound, AutoGoesDenseWhenEverythingChanged) {
   std::thread rx([&] {
     auto r = Receiver::connect(address, 0, delta_options());
     ASSERT_OK(r);
-    got = receive_rounds(**r, Mode::kTensor, 4, delta_model());
+    got = receive_rounds(**r, Mode::kDestination, 7, delta_model());
   });
   ASSERT_OK((*sender)->accept(1));
   Weights w = make_weights(delta_model(), 2);
   std::vector<bool> sent_delta;
   std::vector<std::uint64_t> want;
-  for (double density : {0.0, 1.0, 0.01, 1.0}) {
+  for (double density : {0.0, 1.0, 0.01, 1.0, 1.0, 0.04, 0.001}) {
     if (density > 0) update(w, sent_delta.size() + 1, density);
     auto views = w.views();
     auto stats = (*sender)->send_round(views);
@@ -423,7 +423,7 @@ TEST(DeltaRound, AutoGoesDenseWhenEverythingChanged) {
     want.push_back(hash_all(w.data));
   }
   rx.join();
-  EXPECT_EQ(sent_delta, (std::vector<bool>{false, false, true, false}));
+  EXPECT_EQ(sent_delta, (std::vector<bool>{false, false, true, false, false, true, true}));
   EXPECT_EQ(got, want);
 }
 
