@@ -40,6 +40,8 @@ int run_bench_sync_delta(BenchArgs& a) {
   c.densities = a.delta_densities;
   c.slots = a.config.slots;
   c.rounds = a.config.rounds;
+  c.tensor_count = a.config.tensor_count;
+  c.tensor_bytes = a.config.tensor_bytes;
   if (a.bucket_option != nullptr && a.bucket_option->count() > 0) {
     if (a.config.bucket_mb.size() != 1) return usage_error("--delta-density takes one --bucket-mb");
     c.bucket_mb = a.config.bucket_mb[0];

@@ -72,9 +72,18 @@ Result<std::vector<DeltaBenchResult>> run_delta_sync_bench(
       return invalid_argument(fmt::format("--delta-density {}: give fractions in [0, 1]", d));
     }
   }
-  auto cfg = model::preset(config.preset);
-  if (!cfg.ok()) return cfg.status();
-  const std::vector<TensorSpec> specs = model::hf_tensor_specs(*cfg, config.dtype);
+  std::vector<TensorSpec> specs;
+  if (config.tensor_count > 0) {
+    const auto elems = static_cast<std::int64_t>(
+        config.tensor_bytes * 8 / static_cast<std::uint64_t>(dtype_bits(config.dtype)));
+    for (std::uint32_t i = 0; i < config.tensor_count; ++i) {
+      specs.push_back(*TensorSpec::make(fmt::format("t.{}", i), config.dtype, {elems}));
+    }
+  } else {
+    auto cfg = model::preset(config.preset);
+    if (!cfg.ok()) return cfg.status();
+    specs = model::hf_tensor_specs(*cfg, config.dtype);
+  }
   std::uint64_t total = 0;
   for (const auto& s : specs) total += s.bytes();
 

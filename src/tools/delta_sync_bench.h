@@ -22,6 +22,9 @@ struct DeltaBenchConfig {
   std::uint64_t bucket_mb = 64;
   std::uint32_t slots = 2;
   int rounds = 3;  // timed updates per row; the median is reported
+  // A synthetic manifest instead of the preset: `tensor_count` tensors of `tensor_bytes`.
+  std::uint32_t tensor_count = 0;
+  std::uint64_t tensor_bytes = 0;
 };
 
 struct DeltaBenchResult {
