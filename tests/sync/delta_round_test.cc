@@ -427,6 +427,41 @@ TEST(DeltaRound, AutoGoesDenseWhenEverythingChanged) {
   EXPECT_EQ(got, want);
 }
 
+// A snapshot limit leaves later tensors without a base: they go dense-encoded inside delta
+// rounds, and every round is still bit-exact.
+TEST(DeltaRound, SnapshotLimitSendsTensorsPastItDense) {
+  const std::string address = unique_address();
+  SyncOptions o = delta_options();
+  o.delta_snapshot_limit = delta_model()[0].bytes();  // "embed" only
+  auto sender = Sender::create(address, o);
+  ASSERT_OK(sender);
+  std::vector<std::uint64_t> got;
+  std::thread rx([&] {
+    auto r = Receiver::connect(address, 0, o);
+    ASSERT_OK(r);
+    got = receive_rounds(**r, Mode::kBucket, 3, delta_model());
+  });
+  ASSERT_OK((*sender)->accept(1));
+  Weights w = make_weights(delta_model(), 12);
+  std::uint64_t rest = 0;  // bytes of the tensors past the limit
+  for (std::size_t i = 1; i < w.specs.size(); ++i) rest += w.specs[i].bytes();
+  std::vector<std::uint64_t> want;
+  for (int round = 0; round < 3; ++round) {
+    if (round > 0) update(w, round, 0.001);
+    auto views = w.views();
+    auto stats = (*sender)->send_round(views);
+    ASSERT_OK(stats);
+    want.push_back(hash_all(w.data));
+    if (round > 0) {
+      EXPECT_TRUE(stats->delta);
+      EXPECT_GT(stats->wire_bytes, rest);  // those went whole
+      EXPECT_LT(stats->wire_bytes, rest + w.specs[0].bytes() / 10);
+    }
+  }
+  rx.join();
+  EXPECT_EQ(got, want);
+}
+
 std::string write_token(ferry::testing::TempDir& dir) {
   const std::string path = dir.file("token");
   ferry::testing::write_bytes(path, "s3cret-0123456789abcdefghij");
