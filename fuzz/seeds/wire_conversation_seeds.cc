@@ -66,6 +66,22 @@ int main(int argc, char** argv) {
   f::append_record(&two, f::kToSender, {f::kSession, 2, w::Ack{1, 0}});
   ok &= write(dir, "two_rounds_segments", two);
 
+  Seq delta = one;  // then round 2 as a delta round: one blob decoding into a bf16 tensor
+  w::Begin db = std::get<w::Begin>(f::begin(2, 1).body);
+  db.manifest.push_back(*ferry::TensorSpec::make("w", ferry::DType::kU8, {100}));
+  db.total_bytes = 100;
+  db.keep_for_delta = 1;
+  db.delta = 1;
+  db.base_version = 1;
+  db.version = 2;
+  db.targets.push_back({*ferry::TensorSpec::make("w", ferry::DType::kBF16, {8, 4}), 42});
+  f::append_record(&delta, f::kToReceiver, {f::kSession, 2, db});
+  f::append_record(&delta, f::kToReceiver, filled(2, 0, 0, 100, true));
+  f::append_record(&delta, f::kToSender, release(2, 0));
+  f::append_record(&delta, f::kToReceiver, {f::kSession, 2, w::End{1, 0}});
+  f::append_record(&delta, f::kToSender, {f::kSession, 2, w::Ack{1, 0}});
+  ok &= write(dir, "delta_round", delta);
+
   Seq pipelined;  // both slots filled before the first release
   f::append_record(&pipelined, f::kToReceiver, filled(1, 0, 0, f::kBucketBytes, true));
   f::append_record(&pipelined, f::kToReceiver, filled(1, 1, 0, f::kBucketBytes, true));

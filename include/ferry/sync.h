@@ -26,6 +26,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "ferry/export.h"
@@ -34,6 +35,18 @@
 #include "ferry/wire_protect.h"
 
 namespace ferry::sync {
+
+// Whether a Sender sends delta rounds (docs/delta.md): only what changed since the version
+// every receiver holds, encoded per tensor, checked against a hash of each resulting tensor.
+enum class DeltaMode : std::uint8_t {
+  kOff,   // every round sends every byte
+  kOn,    // every round that can be a delta is one
+  kAuto,  // a delta unless its encoded bytes exceed ~0.9 of the dense round's
+};
+// "off", "on", "auto" (CLI flags, Python's SyncOptions(delta=...)).
+FERRY_EXPORT std::string_view delta_mode_name(DeltaMode mode);
+// kInvalidArgument naming the text and the choices otherwise.
+FERRY_EXPORT Result<DeltaMode> parse_delta_mode(std::string_view text);
 
 struct SyncOptions {
   // Bytes of one bucket (one ring slot). Any tensor fits any bucket: one larger than
@@ -76,6 +89,17 @@ struct SyncOptions {
   // error does: the peers are told and the session breaks. The Python module checks for
   // Ctrl-C here, so a KeyboardInterrupt is not held up by a wait of minutes. Unset: no calls.
   std::function<Status()> interrupt;
+  // Delta rounds (Sender only; receivers follow BEGIN). On, the sender keeps a host copy
+  // of every tensor it sent (the model's bytes again) and receivers in callback modes keep
+  // a copy of every tensor delivered; destination-mode receivers keep nothing, but their
+  // destinations must keep what the last round wrote. A round goes dense when the session
+  // is new or a receiver joined since the last round.
+  DeltaMode delta = DeltaMode::kOff;
+  // Bounds the sender's copy: tensors past this many bytes (in round order) have none and
+  // are always sent dense, inside the delta round. Default: no bound.
+  std::uint64_t delta_snapshot_limit = UINT64_MAX;
+  // Threads that encode a delta round's tensors; 0: hardware concurrency, at most 4.
+  std::uint32_t delta_threads = 0;
 };
 
 struct RoundStats {
@@ -84,8 +108,12 @@ struct RoundStats {
   std::uint32_t buckets = 0;
   std::uint64_t bytes = 0;  // tensor bytes
   double seconds = 0;
-  std::uint64_t checksum = 0;  // the round checksum both sides agreed on
-  bool more_follows = false;   // the sender's RoundOptions::more_follows for this round
+  std::uint64_t checksum = 0;      // the round checksum both sides agreed on
+  bool more_follows = false;       // the sender's RoundOptions::more_follows for this round
+  bool delta = false;              // a delta round: the wire carried encoded deltas
+  std::uint64_t wire_bytes = 0;    // bytes the ring carried: `bytes` dense, encoded for a delta
+  std::uint64_t base_version = 0;  // a delta's base: the version receivers held before it
+  std::uint64_t version = 0;       // the version receivers hold after the round
 };
 
 // An update too large to hold at once (a generator of GPU tensors) is sent as several

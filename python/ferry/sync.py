@@ -67,9 +67,9 @@ class Sender(_Endpoint):
 
     def __init__(self, address: str, *, bucket_bytes: int = 512 << 20, slots: int = 2,
                  timeout: float = 60.0, checksums: bool = True, token_file: str = "",
-                 options: SyncOptions | None = None) -> None:
+                 delta: str = "off", options: SyncOptions | None = None) -> None:
         opts = _options(options, bucket_bytes=bucket_bytes, slots=slots, timeout=timeout,
-                        checksums=checksums, token_file=str(token_file))
+                        checksums=checksums, token_file=str(token_file), delta=delta)
         self._impl = _ferry.Sender.create(address, opts)
 
     def accept(self, receivers: int = 1) -> None:

@@ -402,8 +402,9 @@ void bind_sync(py::module_& m) {
       "SyncOptions); times in seconds, -1 waits forever.")
       .def(py::init([](std::uint64_t bucket_bytes, std::uint32_t slots, double timeout,
                        double idle_timeout, bool checksums, const std::string& wire_protect,
-                       const std::string& token_file) {
+                       const std::string& token_file, const std::string& delta) {
              SyncOptions o;
+             o.delta = check(sync::parse_delta_mode(delta));
              o.wire_protect = check(parse_wire_protect(wire_protect));
              o.bucket_bytes = bucket_bytes;
              o.slots = slots;
@@ -420,6 +421,7 @@ void bind_sync(py::module_& m) {
            py::arg("checksums") = SyncOptions{}.checksums,
            py::arg("wire_protect") = std::string(wire_protect_name(SyncOptions{}.wire_protect)),
            py::arg("token_file") = SyncOptions{}.token_file,
+           py::arg("delta") = std::string(sync::delta_mode_name(SyncOptions{}.delta)),
            "Options by keyword; each one left out keeps the C++ default.")
       .def_readwrite("bucket_bytes", &SyncOptions::bucket_bytes,
                      "Bytes of one bucket (ring slot), a multiple of 16; larger tensors stream "
@@ -448,12 +450,18 @@ void bind_sync(py::module_& m) {
           },
           "'none', 'mac' or 'encrypt': how net sessions' tensor bytes travel "
           "(docs/security.md).")
+      .def_property(
+          "delta", [](const SyncOptions& o) { return std::string(sync::delta_mode_name(o.delta)); },
+          [](SyncOptions& o, const std::string& s) { o.delta = check(sync::parse_delta_mode(s)); },
+          "'off', 'on' or 'auto': send only what changed since the last round (docs/delta.md). "
+          "Sender only.")
       .def("__repr__", [](const SyncOptions& o) {
         return fmt::format(
             "SyncOptions(bucket_bytes={}, slots={}, timeout={}, idle_timeout={}, checksums={}, "
-            "wire_protect='{}', token_file='{}')",
+            "wire_protect='{}', token_file='{}', delta='{}')",
             o.bucket_bytes, o.slots, seconds(o.timeout), seconds(o.idle_timeout),
-            o.checksums ? "True" : "False", wire_protect_name(o.wire_protect), o.token_file);
+            o.checksums ? "True" : "False", wire_protect_name(o.wire_protect), o.token_file,
+            sync::delta_mode_name(o.delta));
       });
 
   py::class_<RoundStats>(m, "RoundStats", "What one sent, received or relayed round carried.")
@@ -466,12 +474,20 @@ void bind_sync(py::module_& m) {
                     "The round checksum sender and receivers agreed on.")
       .def_readonly("more_follows", &RoundStats::more_follows,
                     "True when the sender said more rounds of this update follow.")
+      .def_readonly("delta", &RoundStats::delta,
+                    "True when the round was a delta round (only what changed travelled).")
+      .def_readonly("wire_bytes", &RoundStats::wire_bytes,
+                    "Bytes the round carried: the encoded deltas, or the tensor bytes when dense.")
+      .def_readonly("base_version", &RoundStats::base_version,
+                    "The version a delta round was encoded against (0 for a dense round).")
+      .def_readonly("version", &RoundStats::version,
+                    "The version the receivers hold after this round.")
       .def("__repr__", [](const RoundStats& s) {
         return fmt::format(
             "RoundStats(round={}, tensors={}, buckets={}, bytes={}, seconds={:.6f}, "
-            "checksum=0x{:016x}, more_follows={})",
+            "checksum=0x{:016x}, more_follows={}, delta={}, wire_bytes={})",
             s.round, s.tensors, s.buckets, s.bytes, s.seconds, s.checksum,
-            s.more_follows ? "True" : "False");
+            s.more_follows ? "True" : "False", s.delta ? "True" : "False", s.wire_bytes);
       });
 
   py::class_<PySender>(m, "Sender", "The trainer's end of a session (use ferry.Sender).")

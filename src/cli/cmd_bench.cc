@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
+#include "tools/delta_sync_bench.h"
 #include "tools/sync_bench.h"
 
 namespace ferry::cli {
@@ -25,7 +26,68 @@ struct BenchArgs {
   std::uint32_t relay_id = 1;
   std::vector<std::string> wire_protect;  // --net: modes to measure; empty: the default
   CLI::Option* bucket_option = nullptr;   // --net has its own default bucket sizes
+  std::vector<double> delta_densities;    // --delta-density: delta rounds against dense
 };
+
+// --delta-density: each update sent dense and as a delta, in the same run.
+int run_bench_sync_delta(BenchArgs& a) {
+  if (a.dtypes.size() != 1) return usage_error("--delta-density takes one --dtype");
+  auto t = parse_dtype(a.dtypes[0]);
+  if (!t.ok()) return usage_error(t.status());
+  tools::DeltaBenchConfig c;
+  c.preset = a.config.preset;
+  c.dtype = *t;
+  c.densities = a.delta_densities;
+  c.slots = a.config.slots;
+  c.rounds = a.config.rounds;
+  c.tensor_count = a.config.tensor_count;
+  c.tensor_bytes = a.config.tensor_bytes;
+  if (a.bucket_option != nullptr && a.bucket_option->count() > 0) {
+    if (a.config.bucket_mb.size() != 1) return usage_error("--delta-density takes one --bucket-mb");
+    c.bucket_mb = a.config.bucket_mb[0];
+  }
+  if (Status s = check_bucket_mb("--bucket-mb", c.bucket_mb); !s.ok()) return usage_error(s);
+  if (!a.json) {
+    std::printf(
+        "%s %s, %llu MiB buckets, shm, 1 receiver per session in destination mode: each "
+        "update sent dense (delta off) and on a delta session (auto), median of %d\n",
+        c.preset.c_str(), a.dtypes[0].c_str(), static_cast<unsigned long long>(c.bucket_mb),
+        c.rounds);
+    std::printf("%-18s %-9s %-9s %-9s %-8s %-6s %-10s %-9s %s\n", "update", "density", "dense_s",
+                "delta_s", "speedup", "delta", "wire_MB", "bytes/wire", "sender_extra_MB");
+    std::fflush(stdout);
+  }
+  auto results = tools::run_delta_sync_bench(c, [&](const tools::DeltaBenchResult& r) {
+    if (a.json) return;
+    std::printf("%-18s %-9.5f %-9.4f %-9.4f %-8.2f %-6s %-10.2f %-9.1f %.0f\n", r.update.c_str(),
+                r.density, r.dense_seconds, r.delta_seconds, r.speedup, r.went_delta ? "yes" : "no",
+                r.wire_bytes / 1e6, r.wire_ratio, r.sender_extra_bytes / 1e6);
+    std::fflush(stdout);
+  });
+  if (!results.ok()) return report_error(results.status());
+  if (a.json) {
+    nlohmann::ordered_json list = nlohmann::ordered_json::array();
+    for (const auto& r : *results) {
+      list.push_back({{"update", r.update},
+                      {"density", r.density},
+                      {"bytes", r.bytes},
+                      {"dense_seconds", r.dense_seconds},
+                      {"delta_seconds", r.delta_seconds},
+                      {"speedup", r.speedup},
+                      {"delta", r.went_delta},
+                      {"wire_bytes", r.wire_bytes},
+                      {"bytes_over_wire", r.wire_ratio},
+                      {"sender_extra_bytes", r.sender_extra_bytes}});
+    }
+    nlohmann::ordered_json j = {{"mode", "delta"},
+                                {"preset", c.preset},
+                                {"dtype", a.dtypes[0]},
+                                {"bucket_mb", c.bucket_mb},
+                                {"results", list}};
+    std::cout << j.dump(2) << "\n";
+  }
+  return kExitOk;
+}
 
 nlohmann::ordered_json net_result_json(const tools::NetBenchResult& r) {
   return {{"dtype", std::string(dtype_name(r.dtype))},
@@ -165,6 +227,7 @@ int run_bench_sync(BenchArgs& a) {
     if (Status s = check_host_port("--connect", a.connect); !s.ok()) return usage_error(s);
   }
   if (a.net) return run_bench_sync_net(a);
+  if (!a.delta_densities.empty()) return run_bench_sync_delta(a);
   a.config.dtypes.clear();
   for (const auto& d : a.dtypes) {
     auto t = parse_dtype(d);
@@ -261,6 +324,10 @@ void add_bench_command(CLI::App& app, Dispatch& dispatch) {
   cmd->add_flag("--bucket-callback", args->config.bucket_callback,
                 "Receivers take verl's per-bucket callback and memcpy each tensor out "
                 "(what ferry.verl does), instead of destination mode");
+  cmd->add_option("--delta-density", args->delta_densities,
+                  "Delta rounds: change this fraction of elements per update (and one Adam step, "
+                  "bf16), each sent dense and as a delta in the same run (0.001,0.01,0.1,1.0)")
+      ->delimiter(',');
   auto* net = cmd->add_flag("--net", args->net,
                             "Across nodes: a net sender, relays with local receivers, against "
                             "ucx_perftest on the same path (loopback unless --listen/--connect)");

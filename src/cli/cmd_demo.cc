@@ -78,16 +78,18 @@ int run_demo(const DemoArgs& a) {
     // Said apart from the rounds: backing the memory moved out of round 1 into here.
     std::printf("setup  %.3f s (fork receivers, back source, ring and destinations, join)\n",
                 seconds);
-    std::printf("%-6s %-8s %-8s %-9s %-8s %-8s\n", "round", "tensors", "buckets", "GiB", "seconds",
-                "GB/s");
+    std::printf("%-6s %-8s %-8s %-9s %-8s %-8s %-6s %s\n", "round", "tensors", "buckets", "GiB",
+                "seconds", "GB/s", "delta", "wire_GiB");
     std::fflush(stdout);
   };
   // Each round is printed as it ends; the receivers' verdict comes when they exit.
   auto rounds = tools::run_sync_demo(config, on_ready, [&a](const tools::DemoRound& d) {
     if (a.json) return;
-    std::printf("%-6llu %-8u %-8u %-9.3f %-8.3f %-8.2f\n", static_cast<unsigned long long>(d.round),
-                d.tensors, d.buckets, d.bytes / double(1 << 30), d.seconds,
-                d.seconds > 0 ? d.bytes / 1e9 / d.seconds : 0.0);
+    std::printf("%-6llu %-8u %-8u %-9.3f %-8.3f %-8.2f %-6s %.4f\n",
+                static_cast<unsigned long long>(d.round), d.tensors, d.buckets,
+                d.bytes / double(1 << 30), d.seconds,
+                d.seconds > 0 ? d.bytes / 1e9 / d.seconds : 0.0, d.delta ? "yes" : "no",
+                d.wire_bytes / double(1 << 30));
     std::fflush(stdout);
   });
   if (!rounds.ok()) return report_error(rounds.status());
@@ -109,6 +111,8 @@ int run_demo(const DemoArgs& a) {
                    {"buckets", d.buckets},
                    {"bytes", d.bytes},
                    {"seconds", d.seconds},
+                   {"delta", d.delta},
+                   {"wire_bytes", d.wire_bytes},
                    {"largest_tensor_bytes", d.largest_tensor_bytes},
                    {"receivers_verified", ok},
                    {"receivers", d.receiver_ok.size()}});
@@ -151,6 +155,9 @@ void add_demo_command(CLI::App& app, Dispatch& dispatch) {
   cmd->add_option("--receivers", args->config.receivers, "Receiver processes")
       ->capture_default_str();
   cmd->add_option("--rounds", args->config.rounds, "Rounds")->capture_default_str();
+  cmd->add_flag("--delta", args->config.delta,
+                "Delta rounds: after round 1, change 1% of the elements (training-like) and "
+                "send only what changed");
   cmd->add_flag("--json", args->json, "Print JSON");
   cmd->add_flag("--profile", args->profile, "Record the sender's spans as Chrome/Perfetto traces");
   cmd->add_option("--profile-dir", args->profile_dir, "Where traces go (profiler.save_path)");

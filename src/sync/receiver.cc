@@ -11,6 +11,7 @@
 #include "profiler/span.h"
 #include "sync/bucket_planner.h"
 #include "sync/copy.h"
+#include "sync/delta_receiver.h"
 #include "sync/fanout.h"
 #include "sync/link.h"
 #include "sync/round_checksum.h"
@@ -30,6 +31,10 @@ struct Delivery {
   const TensorCallback* on_tensor = nullptr;
   const BucketCallback* on_bucket = nullptr;
   bool into_destinations = false;
+  // A delta round: finished blobs are applied (onto destinations, or onto the copies
+  // whose views the callbacks get).
+  bool delta = false;
+  bool delta_into_destinations = false;
 };
 
 }  // namespace
@@ -60,6 +65,8 @@ struct Receiver::Impl {
   std::vector<std::byte> completed;
   std::vector<TensorView> bucket_views;
   SegmentWalker walker{{}};  // the bucket being received
+  DeltaReceiver delta_rx;
+  wire::Begin delta_fields;  // the current round's BEGIN delta fields (its manifest moved out)
 
   wire::Message message(std::uint64_t round, wire::Body body) const {
     return session_message(conversation.session(), round, std::move(body));
@@ -89,7 +96,7 @@ struct Receiver::Impl {
     std::vector<std::string> problems;
     destination_data.assign(manifest.size(), nullptr);
     for (std::size_t i = 0; i < manifest.size(); ++i) {
-      const TensorSpec& spec = manifest[i];
+      const TensorSpec& spec = delta_fields.delta != 0 ? delta_fields.targets[i].spec : manifest[i];
       auto it = destinations.find(spec.name);
       if (it == destinations.end()) {
         problems.push_back(
@@ -115,8 +122,22 @@ struct Receiver::Impl {
     return invalid_argument(text);
   }
 
-  // Hands a finished tensor to the tensor callback, or keeps it for the bucket callback.
-  Status finish_tensor(const TensorView& tensor, const Delivery& how) {
+  // Hands finished tensor i to the tensor callback, or keeps it for the bucket callback.
+  // In a delta round `tensor` is its blob, applied first.
+  Status finish_tensor(std::size_t i, TensorView tensor, const Delivery& how) {
+    if (how.delta) {
+      const wire::DeltaTarget& target = delta_fields.targets[i];
+      const std::span<std::byte> onto =
+          how.delta_into_destinations
+              ? std::span<std::byte>(destination_data[i], target.spec.bytes())
+              : delta_rx.copy_of(target.spec);
+      FERRY_RETURN_IF_ERROR(
+          delta_rx.apply(tensor.data, onto, target, delta_fields, conversation.round()));
+      if (how.delta_into_destinations) return ok_status();
+      tensor = TensorView{target.spec, onto};
+    } else if (delta_fields.keep_for_delta != 0) {
+      delta_rx.keep(tensor);
+    }
     if (how.on_tensor == nullptr) {
       bucket_views.push_back(tensor);
       return ok_status();
@@ -163,10 +184,12 @@ struct Receiver::Impl {
           const TensorSpec& spec = manifest[p.tensor];
           if (plan.piece_count[p.tensor] == 1) {
             // Zero-copy: a view into the ring, whose earlier segments stay until RELEASE.
-            status = finish_tensor(TensorView{spec, {slot + p.bucket_offset, p.length}}, how);
+            status =
+                finish_tensor(p.tensor, TensorView{spec, {slot + p.bucket_offset, p.length}}, how);
           } else if (p.tensor_offset + p.length == spec.bytes()) {
             completed.swap(staging);
-            status = finish_tensor(TensorView{spec, {completed.data(), completed.size()}}, how);
+            status = finish_tensor(p.tensor, TensorView{spec, {completed.data(), completed.size()}},
+                                   how);
           }
         });
     if (!status.ok()) return status;
@@ -211,6 +234,7 @@ struct Receiver::Impl {
     const std::uint64_t round = first->round;
     auto r = receive_rest(how, std::move(*first));
     if (r.ok()) return r;
+    delta_rx.forget();
     // A send that failed because the sender died or gave up: its ERROR may be waiting.
     Status why = r.status();
     if (why.code() == Code::kAborted && channel.valid()) {
@@ -223,7 +247,7 @@ struct Receiver::Impl {
     return Status(why.code(), fmt::format("round {} aborted: {}", round, why.message()));
   }
 
-  Result<RoundStats> receive_rest(const Delivery& how, wire::Message first_message) {
+  Result<RoundStats> receive_rest(const Delivery& asked, wire::Message first_message) {
     const auto start = Clock::now();
     wire::Message* first = &first_message;
     const std::uint64_t round = first->round;
@@ -233,6 +257,17 @@ struct Receiver::Impl {
     const std::vector<std::byte> begin_bytes = wire::encode(*first);
     auto& begin = std::get<wire::Begin>(first->body);
     more_follows = begin.more_follows != 0;
+    FERRY_RETURN_IF_ERROR(delta_rx.check_begin(begin, round));
+    // A delta round is received as blobs, as the callback modes receive tensors.
+    Delivery how = asked;
+    how.delta = begin.delta != 0;
+    how.delta_into_destinations = how.delta && asked.into_destinations;
+    if (how.delta) {
+      how.into_destinations = false;
+      destinations_resolved = false;  // resolved against the targets, not the blobs
+    } else if (delta_fields.delta != 0) {
+      destinations_resolved = false;
+    }
     if (begin.manifest != manifest || begin.bucket_bytes != plan_bucket_bytes) {
       auto p = plan_buckets(begin.manifest, begin.bucket_bytes);
       if (!p.ok()) return corruption(fmt::format("round {}: {}", round, p.status().message()));
@@ -241,11 +276,13 @@ struct Receiver::Impl {
       plan_bucket_bytes = begin.bucket_bytes;
       destinations_resolved = false;
     }
-    if (plan.bucket_count() != begin.bucket_count) {
+    begin.manifest.clear();
+    delta_fields = std::move(begin);
+    if (plan.bucket_count() != delta_fields.bucket_count) {
       return corruption(fmt::format("round {}: BEGIN says {} buckets, the plan has {}", round,
-                                    begin.bucket_count, plan.bucket_count()));
+                                    delta_fields.bucket_count, plan.bucket_count()));
     }
-    if (how.into_destinations) {
+    if (asked.into_destinations) {
       Status s = resolve_destinations();
       if (!s.ok()) return s;
     }
@@ -271,6 +308,14 @@ struct Receiver::Impl {
         if (!s.ok()) return s;
         RoundStats stats = finished_round(round, manifest.size(), plan, start, digest);
         stats.more_follows = more_follows;
+        stats.delta = how.delta;
+        stats.base_version = delta_fields.base_version;
+        stats.version = delta_fields.version;
+        if (how.delta) {
+          stats.bytes = 0;
+          for (const wire::DeltaTarget& t : delta_fields.targets) stats.bytes += t.spec.bytes();
+        }
+        delta_rx.completed(delta_fields);
         if (plan.bucket_count() == 0 && how.on_bucket != nullptr && !more_follows) {
           Status cb = (*how.on_bucket)({}, true);
           if (!cb.ok()) return cb;

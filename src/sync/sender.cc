@@ -13,6 +13,7 @@
 #include "profiler/span.h"
 #include "sync/bucket_planner.h"
 #include "sync/copy.h"
+#include "sync/delta_sender.h"
 #include "sync/fanout.h"
 #include "sync/round_checksum.h"
 #include "sync/round_stats.h"
@@ -98,6 +99,7 @@ struct Sender::Impl {
   Status broken;  // the first error; the session is unusable after it
   std::vector<TensorSpec> manifest;
   BucketPlan plan;
+  std::unique_ptr<DeltaSender> delta;  // set when options.delta is not kOff
 
   wire::Message message(wire::Body body) const { return fanout->message(std::move(body)); }
 
@@ -148,8 +150,10 @@ struct Sender::Impl {
     }
   }
 
+  // `fields` carries BEGIN's delta fields (all but the version, which is the round).
   template <class Source>
-  Result<RoundStats> send_round(const Source& weights, const RoundOptions& round_options) {
+  Result<RoundStats> send_round(const Source& weights, const RoundOptions& round_options,
+                                wire::Begin fields = {}) {
     profiler::Span round_span("sync.send_round");
     const auto start = Clock::now();
     std::vector<TensorSpec> specs;
@@ -181,8 +185,17 @@ struct Sender::Impl {
       p.released = 0;
       p.acked = false;
     }
-    wire::Begin begin{options.bucket_bytes, plan.total_bytes, plan.bucket_count(),
-                      static_cast<std::uint8_t>(round_options.more_follows), std::move(specs)};
+    wire::Begin begin = std::move(fields);
+    begin.bucket_bytes = options.bucket_bytes;
+    begin.total_bytes = plan.total_bytes;
+    begin.bucket_count = plan.bucket_count();
+    begin.more_follows = static_cast<std::uint8_t>(round_options.more_follows);
+    begin.manifest = std::move(specs);
+    begin.version = round;
+    RoundStats stats;
+    stats.delta = begin.delta != 0;
+    stats.base_version = begin.base_version;
+    stats.version = round;
     const wire::Message begin_message = message(std::move(begin));
     const std::vector<std::byte> begin_bytes = wire::encode(begin_message);
     RoundChecksum round_sum(begin_bytes);
@@ -212,8 +225,36 @@ struct Sender::Impl {
       if (s.ok()) s = fanout->drain_transfers();
     }
     if (!s.ok()) return fail(s);
-    RoundStats stats = finished_round(round, weights.size(), plan, start, digest);
+    finish_round_stats(&stats, round, weights.size(), plan, start, digest);
     stats.more_follows = round_options.more_follows;
+    return stats;
+  }
+
+  // Delta rounds on: the DeltaSender sends the round dense or as encoded blobs.
+  Result<RoundStats> send_with_delta(std::span<const GatheredTensor> tensors,
+                                     const RoundOptions& round_options) {
+    const auto start = Clock::now();  // the round's time includes encoding it
+    auto prepared = delta->prepare(tensors);
+    if (!prepared.ok()) return prepared.status();
+    wire::Begin fields;
+    fields.keep_for_delta = 1;
+    fields.delta = static_cast<std::uint8_t>(prepared->delta);
+    fields.base_version = prepared->base_version;
+    fields.targets = std::move(prepared->targets);
+    auto stats = prepared->delta
+                     ? send_round(GatheredSource(prepared->blobs), round_options, std::move(fields))
+                     : send_round(GatheredSource(tensors), round_options, std::move(fields));
+    delta->finish_round();  // the snapshot copy of a dense round reads `tensors`
+    if (!stats.ok()) {
+      delta->require_dense();
+      return stats;
+    }
+    delta->acknowledged(stats->version);
+    stats->seconds = std::chrono::duration<double>(Clock::now() - start).count();
+    if (stats->delta) {
+      stats->bytes = 0;
+      for (const GatheredTensor& t : tensors) stats->bytes += t.spec.bytes();
+    }
     return stats;
   }
 };
@@ -231,6 +272,7 @@ Result<std::unique_ptr<Sender>> Sender::create(const std::string& address,
   if (!fanout.ok()) return fanout.status();
   impl->fanout = std::move(*fanout);
   impl->fanout->set_session(random_session());
+  if (options.delta != DeltaMode::kOff) impl->delta = std::make_unique<DeltaSender>(options);
   return std::unique_ptr<Sender>(new Sender(std::move(impl)));
 }
 
@@ -243,6 +285,8 @@ Status Sender::accept(std::uint32_t receivers) {
     impl_->fanout->set_session(random_session());
     impl_->broken = ok_status();
   }
+  // A receiver that joins holds nothing yet: the next round goes dense.
+  if (impl_->delta) impl_->delta->require_dense();
   return impl_->fanout->accept(receivers);
 }
 
@@ -257,6 +301,12 @@ Result<RoundStats> Sender::send_round(std::span<const TensorView> weights,
   if (impl_->fanout->peers().empty()) {
     return failed_precondition("send_round: no receiver has joined");
   }
+  if (impl_->delta) {
+    std::vector<GatheredTensor> tensors;
+    tensors.reserve(weights.size());
+    for (const TensorView& w : weights) tensors.push_back(GatheredTensor{w.spec, {w.data}});
+    return impl_->send_with_delta(tensors, round_options);
+  }
   return impl_->send_round(ViewSource{weights}, round_options);
 }
 
@@ -268,6 +318,7 @@ Result<RoundStats> Sender::send_round_gathered(std::span<const GatheredTensor> w
   if (impl_->fanout->peers().empty()) {
     return failed_precondition("send_round: no receiver has joined");
   }
+  if (impl_->delta) return impl_->send_with_delta(weights, round_options);
   return impl_->send_round(GatheredSource(weights), round_options);
 }
 

@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "base/file_util.h"
+#include "delta/training_update.h"
 #include "ferry/model.h"
 #include "ferry/sync.h"
 #include "tools/child_process.h"
@@ -42,6 +43,7 @@ Result<std::vector<DemoRound>> run_sync_demo(
   for (const auto& s : specs) total += s.bytes();
   sync::SyncOptions o;
   o.bucket_bytes = config.bucket_mb << 20;
+  if (config.delta) o.delta = sync::DeltaMode::kOn;
   const std::string address = fmt::format("@ferry-demo-{}", ::getpid());
   // Each receiver prints, per round, one line of tensor hashes.
   std::vector<Subprocess> kids;
@@ -91,7 +93,13 @@ Result<std::vector<DemoRound>> run_sync_demo(
     for (std::size_t t = 0; t < specs.size(); ++t) {
       auto bytes = std::span<std::byte>(source->data() + (views[t].data.data() - source->data()),
                                         views[t].data.size());
-      model::fill_synthetic(config.seed + static_cast<std::uint64_t>(r), specs[t].name, 0, bytes);
+      const std::uint64_t seed = config.seed + static_cast<std::uint64_t>(r);
+      if (config.delta && r > 0) {
+        const int bits = dtype_bits(specs[t].dtype);
+        delta::change_elements(seed * 7919 + t, 0.01, static_cast<std::size_t>(bits / 8), bytes);
+      } else {
+        model::fill_synthetic(seed, specs[t].name, 0, bytes);
+      }
       line += fmt::format("{:016x} ", XXH3_64bits(bytes.data(), bytes.size()));
     }
     want.push_back(line);
@@ -107,6 +115,8 @@ Result<std::vector<DemoRound>> run_sync_demo(
     d.buckets = st->buckets;
     d.tensors = st->tensors;
     d.seconds = st->seconds;
+    d.delta = st->delta;
+    d.wire_bytes = st->wire_bytes;
     d.largest_tensor_bytes = specs[0].bytes();
     if (on_round) on_round(d);  // receiver_ok is known only when the receivers exit
     rounds.push_back(d);

@@ -19,6 +19,9 @@ struct DemoConfig {
   std::uint32_t receivers = 2;
   int rounds = 3;
   std::uint64_t seed = 1;
+  // Delta rounds (SyncOptions::delta = kOn): round 1 is dense, later rounds change 1% of
+  // the elements (a training-like update, delta/training_update.h) and send only that.
+  bool delta = false;
   // When set, the demo is one profiler step and each round one task (a trace file per
   // round with discrete=true). Spans are the sender's; receivers run in other processes.
   profiler::Session* profile = nullptr;
@@ -30,6 +33,8 @@ struct DemoRound {
   std::uint32_t buckets = 0;
   std::uint32_t tensors = 0;
   double seconds = 0;
+  bool delta = false;            // the round went as a delta
+  std::uint64_t wire_bytes = 0;  // bytes the ring carried (encoded, for a delta)
   std::uint64_t largest_tensor_bytes = 0;
   std::vector<bool> receiver_ok;  // every tensor's hash matched the sender's
 };

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include "base/coding.h"
+#include "base/status_macros.h"
 
 namespace ferry::wire {
 
@@ -41,12 +42,16 @@ using coding::put_u64;
 using coding::put_u8;
 using coding::Reader;
 
-void encode_spec(std::vector<std::byte>* out, const TensorSpec& spec) {
-  put_u16(out, static_cast<std::uint16_t>(spec.name.size()));
-  put_bytes(out, spec.name);
+void encode_dtype_shape(std::vector<std::byte>* out, const TensorSpec& spec) {
   put_u8(out, static_cast<std::uint8_t>(spec.dtype));
   put_u8(out, static_cast<std::uint8_t>(spec.shape.size()));
   for (std::int64_t d : spec.shape) put_u64(out, static_cast<std::uint64_t>(d));
+}
+
+void encode_spec(std::vector<std::byte>* out, const TensorSpec& spec) {
+  put_u16(out, static_cast<std::uint16_t>(spec.name.size()));
+  put_bytes(out, spec.name);
+  encode_dtype_shape(out, spec);
 }
 
 struct BodyEncoder {
@@ -67,6 +72,14 @@ struct BodyEncoder {
     put_u8(out, m.more_follows);
     put_u32(out, static_cast<std::uint32_t>(m.manifest.size()));
     for (const TensorSpec& s : m.manifest) encode_spec(out, s);
+    put_u8(out, m.keep_for_delta);
+    put_u8(out, m.delta);
+    put_u64(out, m.base_version);
+    put_u64(out, m.version);
+    for (const DeltaTarget& t : m.targets) {  // the name is the manifest entry's
+      encode_dtype_shape(out, t.spec);
+      put_u64(out, t.hash);
+    }
   }
   void operator()(const Filled& m) const {
     put_u32(out, m.slot);
@@ -104,7 +117,7 @@ BodyLimits limits(MessageType t) {
     case MessageType::kWelcome:
       return {13, true};
     case MessageType::kBegin:
-      return {25, false};
+      return {43, false};
     case MessageType::kFilled:
       return {33, true};
     case MessageType::kRelease:
@@ -119,16 +132,11 @@ BodyLimits limits(MessageType t) {
   return {0, false};
 }
 
-Result<TensorSpec> decode_spec(Reader* r, std::uint32_t index, const std::string& where) {
-  const std::uint16_t name_len = r->u16();
-  if (r->ok() && (name_len == 0 || name_len > kMaxNameBytes)) {
-    return corruption(fmt::format("{}: tensor {} has a name of {} bytes (allowed 1..{})", where,
-                                  index, name_len, kMaxNameBytes));
-  }
-  std::string name = r->bytes(name_len);
+// Reads dtype, rank and dims, and makes the spec of `name`.
+Result<TensorSpec> decode_dtype_shape(Reader* r, std::string name, const std::string& where) {
   const std::uint8_t dtype = r->u8();
   const std::uint8_t rank = r->u8();
-  if (!r->ok()) return corruption(fmt::format("{}: truncated in tensor {}", where, index));
+  if (!r->ok()) return corruption(fmt::format("{}: truncated in tensor '{}'", where, name));
   if (dtype >= kDTypeCount) {
     return corruption(fmt::format("{}: tensor '{}' has dtype value {} (known: 0..{})", where, name,
                                   dtype, kDTypeCount - 1));
@@ -149,6 +157,57 @@ Result<TensorSpec> decode_spec(Reader* r, std::uint32_t index, const std::string
   auto spec = TensorSpec::make(std::move(name), static_cast<DType>(dtype), std::move(shape));
   if (!spec.ok()) return corruption(where + ": " + spec.status().message());
   return spec;
+}
+
+Result<TensorSpec> decode_spec(Reader* r, std::uint32_t index, const std::string& where) {
+  const std::uint16_t name_len = r->u16();
+  if (r->ok() && (name_len == 0 || name_len > kMaxNameBytes)) {
+    return corruption(fmt::format("{}: tensor {} has a name of {} bytes (allowed 1..{})", where,
+                                  index, name_len, kMaxNameBytes));
+  }
+  std::string name = r->bytes(name_len);
+  if (!r->ok()) return corruption(fmt::format("{}: truncated in tensor {}", where, index));
+  return decode_dtype_shape(r, std::move(name), where);
+}
+
+// The delta fields after BEGIN's manifest (version 4).
+Status decode_delta_fields(Reader* r, Begin* b, const std::string& what) {
+  b->keep_for_delta = r->u8();
+  b->delta = r->u8();
+  b->base_version = r->u64();
+  b->version = r->u64();
+  if (!r->ok()) return corruption(what + ": truncated in the delta fields");
+  if (b->keep_for_delta > 1 || b->delta > 1) {
+    return corruption(fmt::format("{}: keep_for_delta {} and delta {} must be 0 or 1", what,
+                                  b->keep_for_delta, b->delta));
+  }
+  if (b->delta == 0) {
+    if (b->base_version != 0) {
+      return corruption(
+          fmt::format("{}: a dense round names base version {}", what, b->base_version));
+    }
+    return ok_status();
+  }
+  if (b->base_version >= b->version) {
+    return corruption(fmt::format("{}: delta from version {} to version {} goes backwards", what,
+                                  b->base_version, b->version));
+  }
+  // Each target takes at least 10 bytes (dtype, rank, hash).
+  if (b->manifest.size() > r->remaining() / 10) {
+    return corruption(fmt::format("{}: {} delta targets cannot fit in {} bytes", what,
+                                  b->manifest.size(), r->remaining()));
+  }
+  b->targets.reserve(b->manifest.size());
+  for (const TensorSpec& blob : b->manifest) {
+    if (blob.dtype != DType::kU8 || blob.shape.size() != 1) {
+      return corruption(fmt::format("{}: delta blob '{}' is {}, not a U8 vector", what, blob.name,
+                                    blob.to_string()));
+    }
+    FERRY_ASSIGN_OR_RETURN(TensorSpec spec, decode_dtype_shape(r, blob.name, what));
+    const std::uint64_t hash = r->u64();
+    b->targets.push_back(DeltaTarget{std::move(spec), hash});
+  }
+  return ok_status();
 }
 
 RoundTotals read_round_totals(Reader* r) {
@@ -269,6 +328,7 @@ Result<Message> decode(std::span<const std::byte> bytes, std::string_view peer) 
                                       total, b.total_bytes));
       }
       if (b.bucket_bytes == 0) return corruption(what + ": bucket_bytes is 0");
+      FERRY_RETURN_IF_ERROR(decode_delta_fields(&r, &b, what));
       m.body = std::move(b);
       break;
     }

@@ -20,8 +20,9 @@ namespace ferry::wire {
 
 inline constexpr std::uint32_t kMagic = 0x31595246;  // "FRY1" in little-endian bytes
 // 2: FILLED announces a segment of a bucket. 3: BEGIN says whether the update continues
-// in the next round (an update streamed as several rounds).
-inline constexpr std::uint16_t kVersion = 3;
+// in the next round (an update streamed as several rounds). 4: BEGIN carries the delta
+// round's fields (versions, the tensors the blobs decode into and their hashes).
+inline constexpr std::uint16_t kVersion = 4;
 inline constexpr std::size_t kHeaderBytes = 28;
 // The largest body any message may carry: a BEGIN manifest of ~1M tensors.
 inline constexpr std::size_t kMaxBodyBytes = 64u << 20;
@@ -51,6 +52,11 @@ struct Welcome {
   std::uint64_t slot_bytes = 0;
   std::uint8_t checksums = 1;  // 1: every FILLED carries an XXH3 of its bucket
 };
+// What a delta round's blob decodes into: the tensor and the XXH3-64 of its resulting bytes.
+struct DeltaTarget {
+  TensorSpec spec;
+  std::uint64_t hash = 0;
+};
 struct Begin {
   std::uint64_t bucket_bytes = 0;
   std::uint64_t total_bytes = 0;
@@ -59,6 +65,15 @@ struct Begin {
   // receiver's last bucket of this round is not the update's last (verl's is_last).
   std::uint8_t more_follows = 0;
   std::vector<TensorSpec> manifest;
+  // 1: later rounds of this session may be deltas against what this round leaves, so a
+  // receiver that does not keep the tensors itself (callback modes) keeps a copy.
+  std::uint8_t keep_for_delta = 0;
+  // 1: a delta round (docs/delta.md): manifest entry i is a U8 blob [len], the encoded
+  // delta of targets[i] against base_version.
+  std::uint8_t delta = 0;
+  std::uint64_t base_version = 0;    // delta rounds: what receivers must hold; else 0
+  std::uint64_t version = 0;         // what receivers hold after this round
+  std::vector<DeltaTarget> targets;  // delta rounds: one per manifest entry, same name
 };
 // A bucket is published in segments, so receivers start on a large bucket before the
 // sender has filled all of it: the slot now holds the bucket's bytes [offset, used_bytes),

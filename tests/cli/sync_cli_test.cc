@@ -87,6 +87,36 @@ TEST(SyncCli, ZeroRoundsOrReceiversAreUsageErrors) {
   EXPECT_EQ(run_ferry({"demo", "--receivers", "0"}).exit_code, 2);
 }
 
+TEST(SyncCli, DemoDeltaSendsOnlyWhatChangedVerified) {
+  auto r = run_ferry(
+      {"demo", "--vocab", "1024", "--hidden", "256", "--bucket-mb", "1", "--delta", "--json"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  auto j = nlohmann::json::parse(r.out);
+  EXPECT_TRUE(j["ok"].get<bool>());
+  ASSERT_EQ(j["rounds"].size(), 3u);
+  EXPECT_FALSE(j["rounds"][0]["delta"].get<bool>());
+  for (int i = 1; i < 3; ++i) {
+    const auto& round = j["rounds"][i];
+    EXPECT_TRUE(round["delta"].get<bool>());
+    EXPECT_LT(round["wire_bytes"].get<std::uint64_t>() * 10, round["bytes"].get<std::uint64_t>());
+  }
+}
+
+TEST(SyncCli, BenchDeltaDensityJsonAndBadDensity) {
+  auto r = run_ferry({"bench", "sync", "--delta-density", "0.01,1.0", "--tensors", "4",
+                      "--tensor-bytes", "262144", "--bucket-mb", "1", "--rounds", "1", "--json"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  auto j = nlohmann::json::parse(r.out);
+  ASSERT_EQ(j["results"].size(), 3u);  // two densities and the Adam step
+  EXPECT_TRUE(j["results"][0]["delta"].get<bool>());
+  EXPECT_GT(j["results"][0]["bytes_over_wire"].get<double>(), 10);
+  EXPECT_FALSE(j["results"][1]["delta"].get<bool>());  // auto: everything changed
+  EXPECT_GT(j["results"][0]["sender_extra_bytes"].get<std::uint64_t>(), 0u);
+  auto bad = run_ferry({"bench", "sync", "--delta-density", "1.5"});
+  EXPECT_NE(bad.exit_code, 0);
+  EXPECT_NE(bad.err.find("--delta-density 1.5"), std::string::npos) << bad.err;
+}
+
 TEST(SyncCli, BenchJsonHasTheDocumentedFields) {
   auto r = run_ferry({"bench", "sync", "--tensors", "16", "--tensor-bytes", "65536", "--bucket-mb",
                       "1", "--receivers", "1", "--rounds", "1", "--memcpy-mb", "16", "--json"});

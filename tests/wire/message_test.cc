@@ -65,6 +65,57 @@ TEST(WireMessage, LayoutIsLittleEndianAndFixed) {
   EXPECT_EQ(bytes[28], std::byte{0x11});
 }
 
+Begin delta_begin() {
+  Begin b;
+  b.bucket_bytes = 1024;
+  b.manifest.push_back(*TensorSpec::make("w", DType::kU8, {50}));
+  b.manifest.push_back(*TensorSpec::make("b", DType::kU8, {44}));
+  b.total_bytes = 94;
+  b.bucket_count = 1;
+  b.keep_for_delta = 1;
+  b.delta = 1;
+  b.base_version = 4;
+  b.version = 5;
+  b.targets.push_back({*TensorSpec::make("w", DType::kBF16, {8, 4}), 0x1122334455667788ULL});
+  b.targets.push_back({*TensorSpec::make("b", DType::kF32, {3}), 42});
+  return b;
+}
+
+TEST(WireMessage, DeltaBeginRoundTrips) {
+  const Message m = make(7, 5, delta_begin());
+  auto back = decode(encode(m), "p");
+  ASSERT_OK(back);
+  const auto& b = std::get<Begin>(back->body);
+  EXPECT_EQ(b.delta, 1);
+  EXPECT_EQ(b.keep_for_delta, 1);
+  EXPECT_EQ(b.base_version, 4u);
+  EXPECT_EQ(b.version, 5u);
+  ASSERT_EQ(b.targets.size(), 2u);
+  EXPECT_EQ(b.targets[0].spec, delta_begin().targets[0].spec);
+  EXPECT_EQ(b.targets[0].hash, 0x1122334455667788ULL);
+  EXPECT_EQ(b.targets[1].spec.name, "b");
+  // Every truncation of a delta BEGIN is refused too.
+  const auto bytes = encode(m);
+  for (std::size_t n = 0; n < bytes.size(); ++n) {
+    EXPECT_FALSE(decode(std::span(bytes).first(n), "p").ok()) << n;
+  }
+}
+
+TEST(WireDecoder, RejectsInconsistentDeltaFields) {
+  auto message_of = [](Begin b) { return decode(encode(make(7, 5, std::move(b))), "sender"); };
+  Begin backwards = delta_begin();
+  backwards.base_version = 5;
+  EXPECT_NE(message_of(backwards).status().message().find("from version 5 to version 5"),
+            std::string::npos);
+  Begin not_blob = delta_begin();
+  not_blob.manifest[0] = *TensorSpec::make("w", DType::kBF16, {25});
+  EXPECT_NE(message_of(not_blob).status().message().find("delta blob 'w'"), std::string::npos);
+  Begin dense_with_base = small_begin();
+  dense_with_base.base_version = 3;
+  EXPECT_NE(message_of(dense_with_base).status().message().find("dense round names base"),
+            std::string::npos);
+}
+
 TEST(WireDecoder, RejectsEveryTruncation) {
   auto bytes = encode(make(7, 3, small_begin()));
   for (std::size_t n = 0; n < bytes.size(); ++n) {
@@ -83,10 +134,10 @@ TEST(WireDecoder, RejectsBadHeaderFields) {
     return decode(b, "sender");
   };
   EXPECT_NE(with(0, 'X').status().message().find("magic"), std::string::npos);
-  // A peer of version 2 (before BEGIN's more_follows) is told which versions differ.
-  EXPECT_NE(with(4, 2).status().message().find("protocol version 2, this build speaks 3"),
+  // A peer of version 3 (before BEGIN's delta fields) is told which versions differ.
+  EXPECT_NE(with(4, 3).status().message().find("protocol version 3, this build speaks 4"),
             std::string::npos)
-      << with(4, 2).status().message();
+      << with(4, 3).status().message();
   EXPECT_NE(with(6, 0).status().message().find("unknown message type 0"), std::string::npos);
   EXPECT_NE(with(6, 9).status().message().find("unknown message type 9"), std::string::npos);
   EXPECT_NE(with(7, 1).status().message().find("RELEASE message from sender: unknown flags"),
