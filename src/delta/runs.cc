@@ -1,5 +1,7 @@
 #include "delta/runs.h"
 
+#include <algorithm>
+#include <bit>
 #include <cstdint>
 #include <cstring>
 #include <string>
@@ -7,27 +9,87 @@
 namespace ferry::delta {
 namespace {
 
+static_assert(std::endian::native == std::endian::little,
+              "byte i of a loaded word must be the byte at offset i");
+
 std::uint64_t load_u64(const std::byte* p) {
   std::uint64_t v;
   std::memcpy(&v, p, sizeof v);
   return v;
 }
 
-// The first index >= pos where the two differ, or n: whole words first, since sparse
-// updates leave most words equal.
+std::uint64_t xor_u64(const std::byte* a, const std::byte* b) { return load_u64(a) ^ load_u64(b); }
+
+// Bit i set when byte i of `x` is not zero (x = previous ^ current: byte i changed). The
+// add carries into each byte's high bit unless its low 7 bits are zero; the multiply
+// gathers the 8 high bits into the top byte (no two partial products meet, so no carries).
+unsigned nonzero_bytes(std::uint64_t x) {
+  constexpr std::uint64_t kLow7 = 0x7f7f7f7f7f7f7f7fULL;
+  const std::uint64_t high = (((x & kLow7) + kLow7) | x) & ~kLow7;
+  return static_cast<unsigned>((high * 0x0002040810204081ULL) >> 56);
+}
+
+// The changed bytes of [pos, pos + 8) as bits; bytes at or past n count as equal.
+unsigned changed_bytes(const std::byte* a, const std::byte* b, std::size_t pos, std::size_t n) {
+  if (pos + 8 <= n) return nonzero_bytes(xor_u64(a + pos, b + pos));
+  unsigned changed = 0;
+  for (std::size_t i = pos; i < n; ++i) changed |= static_cast<unsigned>(a[i] != b[i]) << (i - pos);
+  return changed;
+}
+
+// The first index >= pos where the two differ, or n. Sparse updates leave most bytes equal:
+// 32 bytes a step while they are, then 8, then the first changed byte of the word.
 std::size_t next_difference(const std::byte* a, const std::byte* b, std::size_t pos,
                             std::size_t n) {
-  while (pos + 8 <= n && load_u64(a + pos) == load_u64(b + pos)) pos += 8;
+  for (; pos + 32 <= n; pos += 32) {
+    const std::uint64_t any = xor_u64(a + pos, b + pos) | xor_u64(a + pos + 8, b + pos + 8) |
+                              xor_u64(a + pos + 16, b + pos + 16) |
+                              xor_u64(a + pos + 24, b + pos + 24);
+    if (any != 0) break;
+  }
+  for (; pos + 8 <= n; pos += 8) {
+    const std::uint64_t x = xor_u64(a + pos, b + pos);
+    if (x != 0) return pos + static_cast<std::size_t>(__builtin_ctzll(x)) / 8;
+  }
   while (pos < n && a[pos] == b[pos]) ++pos;
   return pos;
 }
 
-void put_varint(std::vector<std::byte>* out, std::uint64_t v) {
+// The end of a run whose last known changed byte is from - 1: the first index p >= from
+// where kMaxMergedGap + 1 equal bytes start (bytes past n count as equal), so changes
+// separated by at most kMaxMergedGap equal bytes stay in one run. Eight bytes a step: the
+// equal-byte bits of this word and the next, ANDed with themselves shifted by 1 and 2, mark
+// where three equal bytes start. Returns `limit` (<= n) instead of any p past it.
+std::size_t run_end(const std::byte* a, const std::byte* b, std::size_t from, std::size_t limit,
+                    std::size_t n) {
+  static_assert(kMaxMergedGap == 2, "run_end looks for 3 equal bytes");
+  std::size_t pos = from;
+  unsigned changed = changed_bytes(a, b, pos, n);
+  for (;;) {
+    const unsigned next = changed_bytes(a, b, pos + 8, n);
+    const unsigned equal = ~(changed | (next << 8)) & 0xffffu;
+    const unsigned starts = equal & (equal >> 1) & (equal >> 2) & 0xffu;
+    if (starts != 0) return std::min(pos + static_cast<std::size_t>(__builtin_ctz(starts)), limit);
+    pos += 8;
+    if (pos >= limit) return limit;
+    changed = next;
+  }
+}
+
+// Varints and the payload are written through a raw pointer into room reserved ahead:
+// per-byte push_back was most of the old encoder's time on dense-ish updates.
+constexpr std::size_t kMaxVarintBytes = 10;
+// Short payloads are copied as one 16-byte block (the room allows it; the excess is
+// overwritten or trimmed), not through a variable-length memcpy call.
+constexpr std::size_t kShortCopy = 16;
+
+std::byte* put_varint(std::byte* w, std::uint64_t v) {
   while (v >= 0x80) {
-    out->push_back(static_cast<std::byte>((v & 0x7f) | 0x80));
+    *w++ = static_cast<std::byte>((v & 0x7f) | 0x80);
     v >>= 7;
   }
-  out->push_back(static_cast<std::byte>(v));
+  *w++ = static_cast<std::byte>(v);
+  return w;
 }
 
 // Reads one LEB128 varint at body[*pos]; false if truncated, longer than 10 bytes, over
@@ -56,27 +118,36 @@ bool encode_runs(std::span<const std::byte> previous, std::span<const std::byte>
   const std::byte* b = current.data();
   const std::size_t n = current.size();
   const std::size_t base = out->size();
-  const std::size_t limit = cap > SIZE_MAX - base ? SIZE_MAX : base + cap;
+  std::size_t written = 0;  // body bytes so far, <= cap
   std::size_t last_end = 0;
   *runs = 0;
+  bool fits = true;
   for (std::size_t start = next_difference(a, b, 0, n); start < n;
        start = next_difference(a, b, last_end, n)) {
-    std::size_t end = start + 1;
-    for (;;) {
-      while (end < n && a[end] != b[end]) ++end;
-      std::size_t k = end;
-      while (k < n && k - end <= kMaxMergedGap && a[k] == b[k]) ++k;
-      if (k >= n || k - end > kMaxMergedGap) break;
-      end = k;  // a short stretch of equal bytes, then more changes: one run
+    // A run longer than the room left fails the cap anyway: stop scanning at that point.
+    const std::size_t end = run_end(a, b, start + 1, start + std::min(cap - written, n - start), n);
+    const std::size_t length = end - start;
+    const std::size_t room = 2 * kMaxVarintBytes + std::max(length, kShortCopy);
+    if (out->size() - base - written < room) {
+      out->resize(base + std::max(written + room, 2 * (out->size() - base) + 4096));
     }
-    put_varint(out, start - last_end);
-    put_varint(out, end - start);
-    if (out->size() + (end - start) > limit) return false;
-    out->insert(out->end(), b + start, b + end);
+    std::byte* const begin = out->data() + base + written;
+    std::byte* w = put_varint(put_varint(begin, start - last_end), length);
+    if (static_cast<std::size_t>(w - begin) + length > cap - written) {
+      fits = false;
+      break;
+    }
+    if (length <= kShortCopy && start + kShortCopy <= n) {
+      std::memcpy(w, b + start, kShortCopy);
+    } else {
+      std::memcpy(w, b + start, length);
+    }
+    written += static_cast<std::size_t>(w - begin) + length;
     ++*runs;
     last_end = end;
   }
-  return true;
+  out->resize(base + written);
+  return fits;
 }
 
 Status check_runs(std::span<const std::byte> body, std::uint64_t runs, std::uint64_t segment_bytes,
