@@ -8,6 +8,7 @@
 
 #include "base/status_macros.h"
 #include "delta/runs.h"
+#include "delta/segment_hash.h"
 #include "delta/xor_zstd.h"
 
 namespace ferry::delta {
@@ -68,14 +69,14 @@ void append_dense(std::span<const std::byte> current, std::vector<std::byte>* ou
 // the body would pass `cap`.
 bool encode_body(Encoding encoding, std::span<const std::byte> previous,
                  std::span<const std::byte> current, int level, std::size_t cap,
-                 std::vector<std::byte>* out, std::uint64_t* count) {
+                 std::vector<std::byte>* out, std::uint64_t* count, SegmentHash* hash) {
   *count = 0;
   switch (encoding) {
     case Encoding::kDense:
       append_dense(current, out);
       return true;
     case Encoding::kRuns:
-      if (encode_runs(previous, current, cap, out, count)) return true;
+      if (encode_runs(previous, current, cap, out, count, hash)) return true;
       out->resize(kHeaderBytes);
       return false;
     case Encoding::kXorZstd:
@@ -87,7 +88,7 @@ bool encode_body(Encoding encoding, std::span<const std::byte> previous,
 // auto: the smallest by estimate, encoded with dense's size as the cap.
 Encoding encode_auto(std::span<const std::byte> previous, std::span<const std::byte> current,
                      const EncodeOptions& options, std::vector<std::byte>* out,
-                     std::uint64_t* count) {
+                     std::uint64_t* count, SegmentHash* hash) {
   const int level = options.zstd_level;
   const std::size_t n = current.size();
   *count = 0;
@@ -112,7 +113,7 @@ Encoding encode_auto(std::span<const std::byte> previous, std::span<const std::b
   };
   if (differing * kExactRunsWordShare <= sampled_words) {
     // Sparse: exact runs cost little more than the scan; zstd only if its estimate is smaller.
-    const bool runs_fit = encode_runs(previous, current, n, out, count);
+    const bool runs_fit = encode_runs(previous, current, n, out, count, hash);
     if (!runs_fit) {
       out->resize(kHeaderBytes);
       *count = 0;
@@ -135,7 +136,8 @@ Encoding encode_auto(std::span<const std::byte> previous, std::span<const std::b
   const std::size_t runs_estimate = scale(runs_sample_size(previous, current, ranges), ranges, n);
   Encoding best = runs_estimate < n ? Encoding::kRuns : Encoding::kDense;
   if (xor_zstd_pays(std::min(runs_estimate, n))) best = Encoding::kXorZstd;
-  if (best != Encoding::kDense && encode_body(best, previous, current, level, n, out, count)) {
+  if (best != Encoding::kDense &&
+      encode_body(best, previous, current, level, n, out, count, hash)) {
     return best;
   }
   *count = 0;
@@ -168,8 +170,11 @@ Result<std::vector<std::byte>> encode(std::span<const std::byte> previous,
   return out;
 }
 
-Status encode_into(std::span<const std::byte> previous, std::span<const std::byte> current,
-                   const EncodeOptions& options, std::vector<std::byte>* out_buffer) {
+namespace {
+
+Status encode_segment(std::span<const std::byte> previous, std::span<const std::byte> current,
+                      const EncodeOptions& options, std::vector<std::byte>* out_buffer,
+                      SegmentHash* hash) {
   if (previous.size() != current.size()) {
     return invalid_argument("delta encode: previous holds " + std::to_string(previous.size()) +
                             " bytes, current " + std::to_string(current.size()));
@@ -181,7 +186,7 @@ Status encode_into(std::span<const std::byte> previous, std::span<const std::byt
   const std::size_t unbounded = std::numeric_limits<std::size_t>::max();
   switch (options.choice) {
     case Choice::kAuto:
-      header.encoding = encode_auto(previous, current, options, &out, &header.count);
+      header.encoding = encode_auto(previous, current, options, &out, &header.count, hash);
       break;
     case Choice::kDense:
       header.encoding = Encoding::kDense;
@@ -198,13 +203,29 @@ Status encode_into(std::span<const std::byte> previous, std::span<const std::byt
     const std::size_t cap =
         options.choice == Choice::kXorZstd ? xor_zstd_bound(current.size()) : unbounded;
     if (!encode_body(header.encoding, previous, current, options.zstd_level, cap, &out,
-                     &header.count)) {
+                     &header.count, hash)) {
       return internal_error("delta encode: " + std::string(encoding_name(header.encoding)) +
                             " failed within its bound of " + std::to_string(cap) + " bytes");
     }
   }
   header.body_bytes = out.size() - kHeaderBytes;
   write_header(header, std::span(out).subspan(kHeaderBytes), out.data());
+  return Status();
+}
+
+}  // namespace
+
+Status encode_into(std::span<const std::byte> previous, std::span<const std::byte> current,
+                   const EncodeOptions& options, std::vector<std::byte>* out) {
+  return encode_segment(previous, current, options, out, nullptr);
+}
+
+Status encode_into_hashed(std::span<const std::byte> previous, std::span<const std::byte> current,
+                          const EncodeOptions& options, std::vector<std::byte>* out,
+                          std::uint64_t* current_hash) {
+  SegmentHash hash(current);
+  FERRY_RETURN_IF_ERROR(encode_segment(previous, current, options, out, &hash));
+  *current_hash = hash.finish();  // what the runs pass did not reach (all of it otherwise)
   return Status();
 }
 

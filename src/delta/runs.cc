@@ -20,6 +20,9 @@ static_assert(std::endian::native == std::endian::little,
 // its bit transitions, found with ctz, so a run costs a few bit operations and no
 // byte-by-byte loop or mispredicted branch per byte.
 constexpr std::size_t kChunk = 64;
+// A SegmentHash is fed this much at a time, just behind the scan: small enough that the
+// bytes are still in cache, big enough that XXH3's per-call cost vanishes.
+constexpr std::size_t kHashBlock = 16 * 1024;
 
 std::uint64_t load_u64(const std::byte* p) {
   std::uint64_t v;
@@ -153,7 +156,7 @@ class RunWriter {
 
 // Runs over the whole segment, chunk by chunk; false when the body would pass the cap.
 bool write_runs(std::span<const std::byte> previous, std::span<const std::byte> current,
-                RunWriter* writer) {
+                RunWriter* writer, SegmentHash* hash) {
   const std::byte* a = previous.data();
   const std::byte* b = current.data();
   const std::size_t n = current.size();
@@ -162,6 +165,7 @@ bool write_runs(std::span<const std::byte> previous, std::span<const std::byte> 
   bool open = false;  // a run reaches the end of the previous chunk
   std::size_t run_start = 0;
   for (std::size_t pos = 0; pos < n; pos += kChunk) {
+    if (hash != nullptr && pos % kHashBlock == 0) hash->up_to(pos);  // scanned, still cached
     const std::uint64_t after = pos + kChunk < n ? changed_mask(a, b, pos + kChunk, n) : 0;
     if (changed == 0 && !open) {  // no run here (run_bytes would be 0): the sparse case
       before = changed;
@@ -200,9 +204,10 @@ bool write_runs(std::span<const std::byte> previous, std::span<const std::byte> 
 }  // namespace
 
 bool encode_runs(std::span<const std::byte> previous, std::span<const std::byte> current,
-                 std::size_t cap, std::vector<std::byte>* out, std::uint64_t* runs) {
+                 std::size_t cap, std::vector<std::byte>* out, std::uint64_t* runs,
+                 SegmentHash* hash) {
   RunWriter writer(current, cap, out);
-  const bool fits = write_runs(previous, current, &writer);
+  const bool fits = write_runs(previous, current, &writer, hash);
   writer.finish();
   *runs = writer.runs();
   return fits;
