@@ -10,10 +10,6 @@
 // Each tensor is one segment, as a round would send it. --mb N keeps the first tensors up
 // to N MiB (0: the whole model). Times are the best of --reps; encoded buffers are reused
 // from one rep to the next (as a sender would keep them), so the best rep faults in no pages.
-// auto rows also time the encode with the XXH3-64 of the current bytes a round needs: as a
-// separate pass after encode_into, and fused (encode_into_hashed).
-#include <xxhash.h>
-
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -127,9 +123,7 @@ struct Row {
   double density = 0;            // fraction of bf16 elements changed
   double encode_gbps = 0, apply_gbps = 0, encoded_ratio = 0;
   double memcpy_gbps = 0;  // memcpy of the same bytes, measured beside this row
-  // auto: encode with the current bytes' XXH3-64, as a separate pass and fused.
-  double hash_separate_gbps = 0, hash_fused_gbps = 0;
-  std::string picked;  // auto: how many segments took each encoding
+  std::string picked;      // auto: how many segments took each encoding
 };
 
 double measure_memcpy(const std::vector<std::byte>& from, std::vector<std::byte>* to, int reps) {
@@ -180,36 +174,6 @@ Row run_case(const std::string& update, double density, delta::Choice choice,
     }
   }
   for (const auto& e : encoded) ++picked[static_cast<int>(e.at(5))];
-  if (choice == delta::Choice::kAuto) {
-    double separate_best = 1e30, fused_best = 1e30;
-    std::uint64_t separate_sum = 0, fused_sum = 0;  // used, so neither pass is elided
-    for (int r = 0; r < o.reps; ++r) {
-      auto t0 = Clock::now();
-      for (std::size_t i = 0; i < segments.size(); ++i) {
-        const auto [offset, bytes] = segments[i];
-        const ferry::Status s =
-            delta::encode_into({previous.data() + offset, bytes}, {current.data() + offset, bytes},
-                               {.choice = choice, .zstd_level = o.zstd_level}, &encoded[i]);
-        if (!s.ok()) die(s.to_string());
-        separate_sum += XXH3_64bits(current.data() + offset, bytes);
-      }
-      separate_best = std::min(separate_best, seconds_since(t0));
-      t0 = Clock::now();
-      for (std::size_t i = 0; i < segments.size(); ++i) {
-        const auto [offset, bytes] = segments[i];
-        std::uint64_t hash = 0;
-        const ferry::Status s = delta::encode_into_hashed(
-            {previous.data() + offset, bytes}, {current.data() + offset, bytes},
-            {.choice = choice, .zstd_level = o.zstd_level}, &encoded[i], &hash);
-        if (!s.ok()) die(s.to_string());
-        fused_sum += hash;
-      }
-      fused_best = std::min(fused_best, seconds_since(t0));
-    }
-    if (separate_sum != fused_sum) die("encode_into_hashed: not the XXH3-64 of the current bytes");
-    row.hash_separate_gbps = total / separate_best / 1e9;
-    row.hash_fused_gbps = total / fused_best / 1e9;
-  }
   row.encode_gbps = total / encode_best / 1e9;
   row.apply_gbps = total / apply_best / 1e9;
   row.encoded_ratio = static_cast<double>(encoded_bytes) / total;
@@ -278,8 +242,6 @@ int main(int argc, char** argv) {
                            {"encode_vs_memcpy", r.encode_gbps / r.memcpy_gbps},
                            {"apply_vs_memcpy", r.apply_gbps / r.memcpy_gbps},
                            {"encoded_vs_dense", r.encoded_ratio},
-                           {"encode_then_xxh3_gbps", r.hash_separate_gbps},
-                           {"encode_hashed_gbps", r.hash_fused_gbps},
                            {"auto_picked", r.picked}});
     }
     std::printf("%s\n", j.dump(2).c_str());
@@ -287,14 +249,14 @@ int main(int argc, char** argv) {
   }
   std::printf("%s bf16: %.1f MiB in %zu segments, zstd level %d, best of %d\n", o.preset.c_str(),
               static_cast<double>(total) / (1 << 20), segments.size(), o.zstd_level, o.reps);
-  std::printf("%-16s %8s %-9s %9s %9s %9s %9s %9s %10s %9s %9s  %s\n", "update", "density",
-              "encoding", "mcpy GB/s", "enc GB/s", "enc/mcpy", "app GB/s", "app/mcpy", "enc/dense",
-              "enc+xxh3", "hashed", "auto picked");
+  std::printf("%-16s %8s %-9s %9s %9s %9s %9s %9s %10s  %s\n", "update", "density", "encoding",
+              "mcpy GB/s", "enc GB/s", "enc/mcpy", "app GB/s", "app/mcpy", "enc/dense",
+              "auto picked");
   for (const Row& r : rows) {
-    std::printf("%-16s %8.5f %-9s %9.2f %9.2f %9.3f %9.2f %9.3f %10.5f %9.2f %9.2f  %s\n",
-                r.update.c_str(), r.density, r.encoding.c_str(), r.memcpy_gbps, r.encode_gbps,
+    std::printf("%-16s %8.5f %-9s %9.2f %9.2f %9.3f %9.2f %9.3f %10.5f  %s\n", r.update.c_str(),
+                r.density, r.encoding.c_str(), r.memcpy_gbps, r.encode_gbps,
                 r.encode_gbps / r.memcpy_gbps, r.apply_gbps, r.apply_gbps / r.memcpy_gbps,
-                r.encoded_ratio, r.hash_separate_gbps, r.hash_fused_gbps, r.picked.c_str());
+                r.encoded_ratio, r.picked.c_str());
   }
   return 0;
 }

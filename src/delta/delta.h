@@ -49,8 +49,7 @@ Status encode_into(std::span<const std::byte> previous, std::span<const std::byt
                    const EncodeOptions& options, std::vector<std::byte>* out);
 
 // encode_into, and the XXH3-64 (seed 0) of `current` in `*current_hash`: what a receiver
-// compares with XXH3_64bits of its destination after apply(). Taken in the encoder's own
-// pass over `current` where it makes one (runs), so it costs no second read from memory.
+// compares with XXH3_64bits of its destination after apply().
 Status encode_into_hashed(std::span<const std::byte> previous, std::span<const std::byte> current,
                           const EncodeOptions& options, std::vector<std::byte>* out,
                           std::uint64_t* current_hash);

@@ -20,9 +20,6 @@ static_assert(std::endian::native == std::endian::little,
 // its bit transitions, found with ctz, so a run costs a few bit operations and no
 // byte-by-byte loop or mispredicted branch per byte.
 constexpr std::size_t kChunk = 64;
-// A SegmentHash is fed this much at a time, just behind the scan: small enough that the
-// bytes are still in cache, big enough that XXH3's per-call cost vanishes.
-constexpr std::size_t kHashBlock = 16 * 1024;
 
 std::uint64_t load_u64(const std::byte* p) {
   std::uint64_t v;
@@ -73,6 +70,30 @@ std::uint64_t changed_mask_tail(const std::byte* a, const std::byte* b, std::siz
 inline std::uint64_t changed_mask(const std::byte* a, const std::byte* b, std::size_t pos,
                                   std::size_t n) {
   return pos + kChunk <= n ? changed_mask(a + pos, b + pos) : changed_mask_tail(a, b, pos, n);
+}
+
+// The first chunk start >= pos (pos a chunk start) whose chunk holds a changed byte, the
+// start of the last, partial chunk, or n. Most chunks of a sparse update have none: this
+// loop ORs their XORs and tests once, cheaper than building their masks.
+std::size_t next_changed_chunk(const std::byte* a, const std::byte* b, std::size_t pos,
+                               std::size_t n) {
+  for (; pos + kChunk <= n; pos += kChunk) {
+#if defined(__SSE2__)
+    auto differ = [&](std::size_t k) {
+      return _mm_xor_si128(_mm_loadu_si128(reinterpret_cast<const __m128i*>(a + pos + k)),
+                           _mm_loadu_si128(reinterpret_cast<const __m128i*>(b + pos + k)));
+    };
+    const __m128i any =
+        _mm_or_si128(_mm_or_si128(differ(0), differ(16)), _mm_or_si128(differ(32), differ(48)));
+    if (_mm_movemask_epi8(_mm_cmpeq_epi8(any, _mm_setzero_si128())) != 0xffff) return pos;
+#else
+    std::uint64_t any = 0;
+    for (std::size_t k = 0; k < kChunk; k += 8)
+      any |= load_u64(a + pos + k) ^ load_u64(b + pos + k);
+    if (any != 0) return pos;
+#endif
+  }
+  return std::min(pos, n);
 }
 
 // The bytes of a chunk that belong to a run: the changed ones, and the equal ones in a gap
@@ -156,7 +177,7 @@ class RunWriter {
 
 // Runs over the whole segment, chunk by chunk; false when the body would pass the cap.
 bool write_runs(std::span<const std::byte> previous, std::span<const std::byte> current,
-                RunWriter* writer, SegmentHash* hash) {
+                RunWriter* writer) {
   const std::byte* a = previous.data();
   const std::byte* b = current.data();
   const std::size_t n = current.size();
@@ -164,14 +185,14 @@ bool write_runs(std::span<const std::byte> previous, std::span<const std::byte> 
   std::uint64_t changed = changed_mask(a, b, 0, n);
   bool open = false;  // a run reaches the end of the previous chunk
   std::size_t run_start = 0;
-  for (std::size_t pos = 0; pos < n; pos += kChunk) {
-    if (hash != nullptr && pos % kHashBlock == 0) hash->up_to(pos);  // scanned, still cached
-    const std::uint64_t after = pos + kChunk < n ? changed_mask(a, b, pos + kChunk, n) : 0;
-    if (changed == 0 && !open) {  // no run here (run_bytes would be 0): the sparse case
-      before = changed;
-      changed = after;
+  for (std::size_t pos = 0; pos < n;) {
+    if (changed == 0 && !open) {  // no run here: skip to the next chunk with a change
+      pos = next_changed_chunk(a, b, pos + kChunk, n);
+      before = 0;
+      changed = pos < n ? changed_mask(a, b, pos, n) : 0;
       continue;
     }
+    const std::uint64_t after = pos + kChunk < n ? changed_mask(a, b, pos + kChunk, n) : 0;
     const std::uint64_t in_run = run_bytes(changed, before, after);
     if (open && (in_run & 1) == 0) {
       if (!writer->add(run_start, pos)) return false;
@@ -197,6 +218,7 @@ bool write_runs(std::span<const std::byte> previous, std::span<const std::byte> 
     if (open && pos + kChunk - run_start > writer->budget()) return false;  // cannot fit
     before = changed;
     changed = after;
+    pos += kChunk;
   }
   return !open || writer->add(run_start, n);
 }
@@ -204,10 +226,9 @@ bool write_runs(std::span<const std::byte> previous, std::span<const std::byte> 
 }  // namespace
 
 bool encode_runs(std::span<const std::byte> previous, std::span<const std::byte> current,
-                 std::size_t cap, std::vector<std::byte>* out, std::uint64_t* runs,
-                 SegmentHash* hash) {
+                 std::size_t cap, std::vector<std::byte>* out, std::uint64_t* runs) {
   RunWriter writer(current, cap, out);
-  const bool fits = write_runs(previous, current, &writer, hash);
+  const bool fits = write_runs(previous, current, &writer);
   writer.finish();
   *runs = writer.runs();
   return fits;

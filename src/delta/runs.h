@@ -11,7 +11,6 @@
 #include <string_view>
 #include <vector>
 
-#include "delta/segment_hash.h"
 #include "ferry/status.h"
 
 namespace ferry::delta {
@@ -19,12 +18,9 @@ namespace ferry::delta {
 inline constexpr std::size_t kMaxMergedGap = 2;
 
 // Appends the runs of `current` against `previous` to `out` and returns their number.
-// Stops and returns false once the appended bytes would pass `cap`. With `hash`, feeds it
-// each 16 KiB of `current` right after scanning them (the caller finishes it: a stop at the
-// cap leaves the rest).
+// Stops and returns false once the appended bytes would pass `cap`.
 bool encode_runs(std::span<const std::byte> previous, std::span<const std::byte> current,
-                 std::size_t cap, std::vector<std::byte>* out, std::uint64_t* runs,
-                 SegmentHash* hash = nullptr);
+                 std::size_t cap, std::vector<std::byte>* out, std::uint64_t* runs);
 
 // Checks that `body` holds exactly `runs` runs, each in range of a `segment_bytes`
 // destination, increasing and not touching, with nothing after them.
