@@ -1,4 +1,4 @@
-// The word-wise runs encoder (src/delta/runs.cc) against the byte-wise encoder it replaced,
+// The runs encoder (src/delta/runs.cc: 64-byte masks) against the byte-wise encoder it replaced,
 // kept here as the reference: the same body, byte for byte, and the same answer to the cap,
 // on random inputs at many densities, lengths 0..300 and every alignment mod 8. Set
 // FERRY_DELTA_SEED to replay a failing run (the seed is printed).
