@@ -2,7 +2,7 @@
 // against memcpy of the same bytes measured right before each row (docs/benchmarks.md, "Delta").
 //
 //   delta_bench [--preset qwen2.5-0.5b] [--mb N] [--densities 0.001,0.01,0.1,1.0]
-//               [--zstd-level 1] [--reps 3] [--json]
+//               [--choices auto,runs,xor_zstd,dense] [--zstd-level 1] [--reps 3] [--json]
 //
 // The weights are bf16 N(0, 0.02) (fp32 master weights rounded). Each case changes them:
 // a density d changes round(d * elements) random bf16 elements (half by one ulp, half to
@@ -16,6 +16,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -41,10 +42,34 @@ struct Options {
   std::string preset = "qwen2.5-0.5b";
   std::uint64_t mb = 0;
   std::vector<double> densities = {0.001, 0.01, 0.1, 1.0};
+  std::vector<delta::Choice> choices = {delta::Choice::kAuto, delta::Choice::kRuns,
+                                        delta::Choice::kXorZstd, delta::Choice::kDense};
   int zstd_level = 1;
   int reps = 3;
   bool json = false;
 };
+
+const char* choice_name(delta::Choice c) {
+  switch (c) {
+    case delta::Choice::kAuto:
+      return "auto";
+    case delta::Choice::kDense:
+      return "dense";
+    case delta::Choice::kRuns:
+      return "runs";
+    case delta::Choice::kXorZstd:
+      return "xor_zstd";
+  }
+  return "?";
+}
+
+std::optional<delta::Choice> choice_named(const std::string& name) {
+  for (const delta::Choice c : {delta::Choice::kAuto, delta::Choice::kRuns, delta::Choice::kXorZstd,
+                                delta::Choice::kDense}) {
+    if (name == choice_name(c)) return c;
+  }
+  return std::nullopt;
+}
 
 Options parse(int argc, char** argv) {
   Options o;
@@ -64,6 +89,15 @@ Options parse(int argc, char** argv) {
       o.zstd_level = std::stoi(v);
     } else if (k == "--reps") {
       o.reps = std::max(1, std::stoi(v));
+    } else if (k == "--choices") {
+      o.choices.clear();
+      for (std::size_t pos = 0; pos <= v.size();) {
+        const std::size_t comma = std::min(v.find(',', pos), v.size());
+        const auto c = choice_named(v.substr(pos, comma - pos));
+        if (!c) die("--choices takes auto, runs, xor_zstd, dense: " + v);
+        o.choices.push_back(*c);
+        pos = comma + 1;
+      }
     } else if (k == "--densities") {
       o.densities.clear();
       for (std::size_t pos = 0; pos <= v.size();) {
@@ -91,20 +125,6 @@ struct Row {
   double memcpy_gbps = 0;  // memcpy of the same bytes, measured beside this row
   std::string picked;      // auto: how many segments took each encoding
 };
-
-const char* choice_name(delta::Choice c) {
-  switch (c) {
-    case delta::Choice::kAuto:
-      return "auto";
-    case delta::Choice::kDense:
-      return "dense";
-    case delta::Choice::kRuns:
-      return "runs";
-    case delta::Choice::kXorZstd:
-      return "xor_zstd";
-  }
-  return "?";
-}
 
 double measure_memcpy(const std::vector<std::byte>& from, std::vector<std::byte>* to, int reps) {
   double best = 1e30;
@@ -184,8 +204,7 @@ int main(int argc, char** argv) {
   std::vector<std::byte> previous(total), current(total), destination(total);
   const double adam_density = delta::adam_step_bf16(1, 1e-6, previous, current);
 
-  const delta::Choice choices[] = {delta::Choice::kAuto, delta::Choice::kRuns,
-                                   delta::Choice::kXorZstd, delta::Choice::kDense};
+  const std::vector<delta::Choice>& choices = o.choices;
   std::vector<Row> rows;
   for (const delta::Choice c : choices) {
     rows.push_back(

@@ -1,7 +1,10 @@
 // Feeds arbitrary bytes to delta::apply(), both as they come (the header's checksum refuses
 // almost all) and behind a header forged with a valid checksum, so the runs and zstd
 // validation behind it is reached. apply() may not crash, read or write out of bounds, or
-// change the destination when it refuses. A third mode checks the round trip of encode().
+// change the destination when it refuses. A third mode checks the round trip of encode(),
+// and that encode_into_hashed() gives the same delta and the XXH3-64 of the current bytes.
+#include <xxhash.h>
+
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
@@ -53,6 +56,13 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
       std::vector<std::byte> destination(previous.begin(), previous.end());
       if (!ferry::delta::apply(*encoded, destination, "fuzz").ok()) std::abort();
       if (!std::equal(destination.begin(), destination.end(), current.begin())) std::abort();
+      std::vector<std::byte> hashed;
+      std::uint64_t hash = 0;
+      if (!ferry::delta::encode_into_hashed(previous, current, {.choice = choice}, &hashed, &hash)
+               .ok() ||
+          hashed != *encoded || hash != XXH3_64bits(current.data(), current.size())) {
+        std::abort();
+      }
       break;
     }
   }

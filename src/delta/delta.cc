@@ -1,5 +1,7 @@
 #include "delta/delta.h"
 
+#include <xxhash.h>
+
 #include <algorithm>
 #include <cstring>
 #include <limits>
@@ -17,9 +19,17 @@ namespace {
 // all: 256 KiB cost a third of auto's encode time over a model's 290 segments (bench).
 constexpr std::size_t kSamplePieces = 16;
 constexpr std::size_t kSamplePieceBytes = 4 * 1024;
+// The sparse-or-dense count reads only this much of each piece of a large segment: the
+// strided reads cost twice their share of a scan, and 16 KiB tells 1/16 of changed words
+// apart well enough.
+constexpr std::size_t kCountPieceBytes = 1024;
 // Below this share of changed words in the sample, runs cost about one scan: encode them
 // exactly (an update concentrated away from the sample costs a slower scan, never more bytes).
 constexpr std::uint64_t kExactRunsWordShare = 16;  // 1/16
+// xor_zstd is estimated (a zstd pass over the sample) only when the best other encoding
+// takes more than this share of dense: below it, xor_zstd could save at most that share
+// of dense's bytes, and the estimate cost a fifth of auto's time on sparse updates (bench).
+constexpr std::size_t kXorZstdWorthShare = 32;  // 1/32
 
 using Ranges = std::vector<std::pair<std::size_t, std::size_t>>;
 
@@ -88,12 +98,20 @@ Encoding encode_auto(std::span<const std::byte> previous, std::span<const std::b
   const Ranges ranges = sample_ranges(n);
   std::uint64_t sampled_words = 0, differing = 0;
   for (const auto& [offset, length] : ranges) {
-    sampled_words += (length + 7) / 8;
+    // A small segment (one range) is counted whole: it stays in cache for the encode.
+    const std::size_t counted = ranges.size() == 1 ? length : std::min(length, kCountPieceBytes);
+    sampled_words += (counted + 7) / 8;
     differing +=
-        count_differing_words(previous.subspan(offset, length), current.subspan(offset, length));
+        count_differing_words(previous.subspan(offset, counted), current.subspan(offset, counted));
   }
-  const std::size_t xor_estimate =
-      scale(xor_zstd_sample_size(previous, current, ranges, level), ranges, n);
+  // xor_zstd's estimate, when the best other encoding is worth it.
+  auto xor_zstd_pays = [&](std::size_t best_other) {
+    if (best_other <= n / kXorZstdWorthShare) return false;
+    const std::size_t xor_estimate =
+        scale(xor_zstd_sample_size(previous, current, ranges, level), ranges, n);
+    return static_cast<double>(xor_estimate) <=
+           options.xor_zstd_advantage * static_cast<double>(best_other);
+  };
   if (differing * kExactRunsWordShare <= sampled_words) {
     // Sparse: exact runs cost little more than the scan; zstd only if its estimate is smaller.
     const bool runs_fit = encode_runs(previous, current, n, out, count);
@@ -102,8 +120,7 @@ Encoding encode_auto(std::span<const std::byte> previous, std::span<const std::b
       *count = 0;
     }
     const std::size_t best = runs_fit ? out->size() - kHeaderBytes : n;
-    if (static_cast<double>(xor_estimate) <=
-        options.xor_zstd_advantage * static_cast<double>(best)) {
+    if (xor_zstd_pays(best)) {
       // A second buffer kept per thread (swapped with the caller's), so neither is new.
       thread_local std::vector<std::byte> spare;
       spare.resize(kHeaderBytes);
@@ -119,11 +136,7 @@ Encoding encode_auto(std::span<const std::byte> previous, std::span<const std::b
   }
   const std::size_t runs_estimate = scale(runs_sample_size(previous, current, ranges), ranges, n);
   Encoding best = runs_estimate < n ? Encoding::kRuns : Encoding::kDense;
-  const std::size_t best_other = std::min(runs_estimate, n);
-  if (static_cast<double>(xor_estimate) <=
-      options.xor_zstd_advantage * static_cast<double>(best_other)) {
-    best = Encoding::kXorZstd;
-  }
+  if (xor_zstd_pays(std::min(runs_estimate, n))) best = Encoding::kXorZstd;
   if (best != Encoding::kDense && encode_body(best, previous, current, level, n, out, count)) {
     return best;
   }
@@ -194,6 +207,16 @@ Status encode_into(std::span<const std::byte> previous, std::span<const std::byt
   }
   header.body_bytes = out.size() - kHeaderBytes;
   write_header(header, std::span(out).subspan(kHeaderBytes), out.data());
+  return Status();
+}
+
+Status encode_into_hashed(std::span<const std::byte> previous, std::span<const std::byte> current,
+                          const EncodeOptions& options, std::vector<std::byte>* out,
+                          std::uint64_t* current_hash) {
+  FERRY_RETURN_IF_ERROR(encode_into(previous, current, options, out));
+  // A separate pass: hashing 16 KiB blocks just behind the runs scan, while still in cache,
+  // measured no faster (docs/benchmarks.md), so the encoder stays free of it.
+  *current_hash = XXH3_64bits(current.data(), current.size());
   return Status();
 }
 

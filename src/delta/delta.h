@@ -48,6 +48,12 @@ Result<std::vector<std::byte>> encode(std::span<const std::byte> previous,
 Status encode_into(std::span<const std::byte> previous, std::span<const std::byte> current,
                    const EncodeOptions& options, std::vector<std::byte>* out);
 
+// encode_into, and the XXH3-64 (seed 0) of `current` in `*current_hash`: what a receiver
+// compares with XXH3_64bits of its destination after apply().
+Status encode_into_hashed(std::span<const std::byte> previous, std::span<const std::byte> current,
+                          const EncodeOptions& options, std::vector<std::byte>* out,
+                          std::uint64_t* current_hash);
+
 // Applies `encoded` (untrusted: from a peer) onto `destination`, which holds the previous
 // bytes. Everything is validated first (header, checksum, every run, the zstd frame), so
 // on any error `destination` is unchanged; errors are kCorruption and name `what` (the

@@ -1,10 +1,12 @@
 #include "delta/delta.h"
 
 #include <gtest/gtest.h>
+#include <xxhash.h>
 
 #include <algorithm>
 #include <cstdint>
 #include <iostream>
+#include <string>
 #include <vector>
 
 #include "delta/training_update.h"
@@ -72,6 +74,31 @@ TEST(Delta, AdamStepOnBf16ChangesAboutOnePercentAndSparseEncodingsBeatDense) {
     std::vector<std::byte> destination = before;
     ASSERT_OK(apply(*encoded, destination, "adam"));
     EXPECT_TRUE(destination == after);
+  }
+}
+
+// The round compares this hash with XXH3_64bits of each receiver's result: it must be the
+// hash of `current` whatever the encoding, including runs that stop at the cap and fall
+// back to dense (auto at 100%), segments shorter than a hash block and odd lengths.
+TEST(Delta, EncodeIntoHashedGivesXxh3OfCurrentAndTheSameDelta) {
+  for (const std::size_t size :
+       {std::size_t{0}, std::size_t{5}, std::size_t{16 * 1024}, std::size_t{(1 << 20) + 3}}) {
+    for (const double density : {0.0, 0.001, 0.1, 1.0}) {
+      std::vector<std::byte> previous(size);
+      change_elements(21, 1.0, 2, previous);
+      std::vector<std::byte> current = previous;
+      if (density > 0) change_elements(22, density, 2, current);
+      for (const Choice choice : {Choice::kAuto, Choice::kDense, Choice::kRuns, Choice::kXorZstd}) {
+        SCOPED_TRACE(std::to_string(size) + " bytes, density " + std::to_string(density) +
+                     ", choice " + std::to_string(static_cast<int>(choice)));
+        std::vector<std::byte> hashed, plain;
+        std::uint64_t hash = 0;
+        ASSERT_OK(encode_into_hashed(previous, current, {.choice = choice}, &hashed, &hash));
+        EXPECT_EQ(hash, XXH3_64bits(current.data(), current.size()));
+        ASSERT_OK(encode_into(previous, current, {.choice = choice}, &plain));
+        EXPECT_TRUE(hashed == plain) << "the hash changed the delta";
+      }
+    }
   }
 }
 
