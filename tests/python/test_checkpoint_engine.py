@@ -114,14 +114,24 @@ async def _cached(engine) -> dict[str, str]:
 
 
 def _enter_netns(name: str) -> None:
-    """Moves this process into network namespace `name` (ip netns), as a rank on another
-    node: tests/netns/verl_backend_netns.sh runs the harness so."""
+    """Moves this process into network namespace `name` as `ip netns exec` does, as a rank
+    on another node (tests/netns/verl_backend_netns.sh runs the harness so): setns, then a
+    private /sys of that namespace, where UCX looks for the network devices it may use."""
     import ctypes
-    clone_newnet = 0x40000000
+    clone_newnet, clone_newns, ms_rec, ms_slave, mnt_detach = (0x40000000, 0x20000, 0x4000,
+                                                               1 << 19, 2)
     libc = ctypes.CDLL(None, use_errno=True)
+
+    def check(rc: int, what: str) -> None:
+        if rc != 0:
+            raise OSError(ctypes.get_errno(), f"{what} (entering network namespace {name})")
+
     with open(f"/var/run/netns/{name}") as f:
-        if libc.setns(f.fileno(), clone_newnet) != 0:
-            raise OSError(ctypes.get_errno(), f"setns into network namespace {name}")
+        check(libc.setns(f.fileno(), clone_newnet), "setns")
+    check(libc.unshare(clone_newns), "unshare")
+    check(libc.mount(b"none", b"/", None, ms_rec | ms_slave, None), "mount --make-rslave /")
+    check(libc.umount2(b"/sys", mnt_detach), "umount /sys")
+    check(libc.mount(name.encode(), b"/sys", b"sysfs", 0, None), "mount sysfs")
 
 
 def _rank_main(conn, is_master: bool, engine_kwargs: dict, netns: str | None = None) -> None:
