@@ -23,13 +23,18 @@ set -euo pipefail
 
 HERE=$(cd "$(dirname "$0")" && pwd)
 PYTHON=${PYTHON:-python3}
-usage() { echo "usage: $0 BUNDLE.tar.gz | BUILD/python | --bundle OUT.tar.gz [BUILD/python]"; exit 1; }
+usage() {
+  echo "usage: $0 BUNDLE.tar.gz | BUILD/python | --bundle OUT.tar.gz [BUILD/python]"
+  exit 1
+}
 [ $# -ge 1 ] || usage
 
 if [ "$1" = "--bundle" ]; then
   out=$(readlink -f "${2:?$(usage)}")
   package=$(readlink -f "${3:-$HERE/../build/python}")
-  [ -d "$package/ferry" ] || { echo "FAIL: no ferry package in $package (build ferry_python_package)"; exit 1; }
+  if [ ! -d "$package/ferry" ]; then
+    echo "FAIL: no ferry package in $package (build ferry_python_package)"; exit 1
+  fi
   stage=$(mktemp -d)
   trap 'rm -rf "$stage"' EXIT
   mkdir -p "$stage/python" "$stage/lib"
@@ -41,7 +46,8 @@ if [ "$1" = "--bundle" ]; then
   done | sort -u | grep -Ev '/(libc|libm|libdl|libpthread|librt|ld-linux[^/]*)\.so' |
     while read -r lib; do cp -L "$lib" "$stage/lib/"; done
   cp "$HERE/device_check.sh" "$HERE/python_sync.py" "$stage/"
-  "$PYTHON" -c "import sysconfig; print(sysconfig.get_config_var('EXT_SUFFIX'))" >"$stage/ext_suffix"
+  "$PYTHON" -c "import sysconfig; print(sysconfig.get_config_var('EXT_SUFFIX'))" \
+    >"$stage/ext_suffix"
   tar -C "$stage" -czf "$out" .
   echo "bundle: $out ($(du -h "$out" | cut -f1); extension built for $(cat "$stage/ext_suffix"))"
   exit 0
@@ -124,8 +130,13 @@ print(f"torch H2D pageable {rate(lambda: flat.copy_(pageable)):6.2f} GB/s")
 from ferry._tensors import tensor_arg
 
 owners = []
-print(f"backend D2H (actor, per tensor to host)  "
-      f"{rate(lambda: owners.__setitem__(slice(None), [tensor_arg(n, t)[1] for n, t in model.items()])):6.2f} GB/s")
+
+
+def to_host() -> None:
+    owners[:] = [tensor_arg(n, t)[1] for n, t in model.items()]
+
+
+print(f"backend D2H (actor, per tensor to host)  {rate(to_host):6.2f} GB/s")
 host = {n: t.cpu() for n, t in model.items()}
 print(f"backend H2D (rollout, per tensor load)   "
       f"{rate(lambda: [model[n].copy_(t) for n, t in host.items()]):6.2f} GB/s")
