@@ -6,6 +6,8 @@
 
 Paths, each trainer process -> a spawned rollout process, one copy on each side:
   cpp     ferry.Sender.send_round -> Receiver.receive_round_into (destinations filled by C++)
+  stream  ferry.Sender.send_round_streamed (each tensor pulled from a Python generator as the
+          ring has room, the GIL taken per pull) -> receive_round_into: what streaming costs
   verl    ferry.verl.BucketedWeightSender.async_send_weights(generator) ->
           BucketedWeightReceiver.receive_weights(cb), cb copying each tensor into the model
   verl128 the same with round_bytes = 128 MiB: the update streamed as 8 rounds (the default,
@@ -14,7 +16,9 @@ Paths, each trainer process -> a spawned rollout process, one copy on each side:
   backend the checkpoint engine (ferry.verl.checkpoint_engine), colocated: verl's manager
           sequence per update (prepare -> build_topology -> init_process_group -> send_weights
           beside receive_weights, its tensors copied into the model -> finalize); timed whole.
-          The first update (new session: ring, sockets, join) is reported apart
+          The first update (new session: ring, sockets, join; staged, it teaches the
+          manifest) is reported apart; later ones stream. --device cuda:N puts both ends'
+          tensors on that device (bench/device_check.sh)
   memcpy  one torch copy of the same bytes in one process (the machine's limit)
 and the C++ engine alone (`ferry bench sync --json`) in both delivery modes: destinations
 (against cpp) and `--bucket-callback` (against buckets and verl, which deliver the same way).
@@ -80,7 +84,7 @@ def _verl_receiver(handle: str, preset: str, rounds: int, ready) -> None:
 
 
 def run_cpp(weights: dict, preset: str, rounds: int, bucket_mb: int,
-            buckets: bool = False) -> list[float]:
+            buckets: bool = False, streamed: bool = False) -> list[float]:
     address = f"@ferry-bench-{uuid.uuid4().hex[:12]}"
     ctx = mp.get_context("spawn")
     ready = ctx.Queue()
@@ -91,9 +95,13 @@ def run_cpp(weights: dict, preset: str, rounds: int, bucket_mb: int,
         sender.accept(1)
         ready.get(timeout=120)
         items = list(weights.items())
+        specs = [(n, t.dtype, tuple(t.shape)) for n, t in items]
         for _ in range(rounds + 1):
             t0 = time.perf_counter()
-            sender.send_round(items)
+            if streamed:
+                sender.send_round_streamed(specs, (item for item in items))
+            else:
+                sender.send_round(items)
             times.append(time.perf_counter() - t0)
     proc.join(120)
     return times[1:]
@@ -119,10 +127,10 @@ def run_verl(weights: dict, preset: str, rounds: int, bucket_mb: int,
     return times[1:]
 
 
-def _backend_rollout(conn, preset: str, bucket_bytes: int) -> None:
+def _backend_rollout(conn, preset: str, bucket_bytes: int, device: str = "cpu") -> None:
     """One rollout rank of the checkpoint engine: runs the manager calls it is sent."""
     from ferry.verl.checkpoint_engine import FerryCheckpointEngine
-    model = {n: torch.empty(s, dtype=torch.bfloat16)
+    model = {n: torch.empty(s, dtype=torch.bfloat16, device=device)
              for n, _, s in ferry.hf_tensor_specs(preset, ferry.DType.BF16)}
     engine = FerryCheckpointEngine(bucket_bytes)
     conn.send("ready")  # the first update is timed from here: process start-up is no part of it
@@ -147,16 +155,20 @@ def _backend_rollout(conn, preset: str, bucket_bytes: int) -> None:
             return
 
 
-def run_backend(weights: dict, preset: str, rounds: int, bucket_mb: int) -> list[float]:
-    """Seconds of each update through the checkpoint engine, the first (new session) first."""
+def run_backend(weights: dict, preset: str, rounds: int, bucket_mb: int,
+                device: str = "cpu") -> list[float]:
+    """Seconds of each update through the checkpoint engine, the first (new session) first.
+    Prints where the later updates' time goes: the manager's calls around send_weights,
+    send_weights itself (generator included) and its transfer (ferry/shm_seconds)."""
     from ferry.verl.checkpoint_engine import FerryCheckpointEngine
+    weights = {n: t.to(device) for n, t in weights.items()}
     ctx = mp.get_context("spawn")
     conn, child = ctx.Pipe()
-    proc = ctx.Process(target=_backend_rollout, args=(child, preset, bucket_mb << 20))
+    proc = ctx.Process(target=_backend_rollout, args=(child, preset, bucket_mb << 20, device))
     proc.start()
     master = FerryCheckpointEngine(bucket_mb << 20, is_master=True)
     assert conn.recv() == "ready"
-    times = []
+    times, metrics = [], []
     for step in range(rounds + 1):
         t0 = time.perf_counter()
         conn.send(("prepare",))
@@ -166,7 +178,8 @@ def run_backend(weights: dict, preset: str, rounds: int, bucket_mb: int) -> list
         master.init_process_group(**{k: v[0] for k, v in trainer_kw.items()})
         assert conn.recv() == "ok"
         conn.send(("receive",))
-        asyncio.run(master.send_weights(((n, t) for n, t in weights.items()), global_steps=step))
+        metrics.append(asyncio.run(master.send_weights(((n, t) for n, t in weights.items()),
+                                                       global_steps=step)))
         assert conn.recv() == "ok"
         master.finalize()
         times.append(time.perf_counter() - t0)
@@ -174,6 +187,16 @@ def run_backend(weights: dict, preset: str, rounds: int, bucket_mb: int) -> list
     conn.recv()
     master.close()
     proc.join(120)
+    later = metrics[1:]
+    if later:
+        update = statistics.median(times[1:])
+        call = statistics.median(m["ferry/seconds"] for m in later)
+        transfer = statistics.median(m["ferry/shm_seconds"] for m in later)
+        streamed = sum(m["ferry/streamed"] for m in later)
+        print(f"  backend later updates (median): {update * 1e3:.0f} ms whole = send_weights "
+              f"{call * 1e3:.0f} ms (its transfer {transfer * 1e3:.0f} ms; streamed "
+              f"{streamed:.0f} of {len(later)}) + manager calls and the rollout's last "
+              f"bucket {(update - call) * 1e3:.0f} ms")
     return times
 
 
@@ -211,7 +234,9 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--bucket-mb", type=int, default=64)
     parser.add_argument("--ferry", default="build/src/cli/ferry", help="the ferry CLI")
-    parser.add_argument("--paths", default="memcpy,cpp,buckets,verl,verl128,backend",
+    parser.add_argument("--device", default="cpu",
+                        help="torch device of the backend path's tensors on both ends")
+    parser.add_argument("--paths", default="memcpy,cpp,stream,buckets,verl,verl128,backend",
                         help="comma-separated paths to run (see above)")
     args = parser.parse_args()
     paths = args.paths.split(",")
@@ -224,6 +249,8 @@ def main() -> None:
     first_update = None
     for name, run in (("memcpy", lambda: run_memcpy(total, args.rounds)),
                       ("cpp", lambda: run_cpp(weights, args.preset, args.rounds, args.bucket_mb)),
+                      ("stream", lambda: run_cpp(weights, args.preset, args.rounds,
+                                                 args.bucket_mb, streamed=True)),
                       ("buckets", lambda: run_cpp(weights, args.preset, args.rounds,
                                                   args.bucket_mb, buckets=True)),
                       ("verl", lambda: run_verl(weights, args.preset, args.rounds,
@@ -232,7 +259,7 @@ def main() -> None:
                       ("verl128", lambda: run_verl(weights, args.preset, args.rounds,
                                                    args.bucket_mb, round_bytes=128 << 20)),
                       ("backend", lambda: run_backend(weights, args.preset, args.rounds,
-                                                      args.bucket_mb))):
+                                                      args.bucket_mb, args.device))):
         if name not in paths:
             continue
         times = run()
@@ -243,7 +270,8 @@ def main() -> None:
               f"{', '.join(f'{t * 1e3:.0f}' for t in times)} ms)")
     for a, b, label in (("verl", "cpp", "verl / cpp"), ("verl", "buckets", "verl / buckets"),
                         ("verl128", "verl", "verl in 128 MiB rounds / verl"),
-                        ("cpp", "memcpy", "cpp / memcpy"), ("backend", "cpp", "backend / cpp")):
+                        ("cpp", "memcpy", "cpp / memcpy"), ("stream", "cpp", "stream / cpp"),
+                        ("backend", "cpp", "backend / cpp")):
         if a in results and b in results:
             print(f"  {label} = {results[a] / results[b]:.3f}")
     if first_update is not None:
@@ -253,7 +281,7 @@ def main() -> None:
     # The C++ engine in each delivery mode: destinations (cpp's and the backend's, which
     # copies every tensor into the model) and the per-bucket callback that verl's API
     # imposes (buckets' and verl's), each compared like for like.
-    for mode, extra, python_paths in (("destinations", (), ("cpp", "backend")),
+    for mode, extra, python_paths in (("destinations", (), ("cpp", "stream", "backend")),
                                       ("bucket callback", ("--bucket-callback",),
                                        ("buckets", "verl"))):
         python_paths = tuple(p for p in python_paths if p in results)

@@ -131,6 +131,13 @@ struct GatheredTensor {
   std::vector<std::span<const std::byte>> parts;  // sizes add up to spec.bytes()
 };
 
+// Produces the tensors of send_round_streamed, one at a time: tensor `index`'s bytes
+// (exactly its spec's), valid until the next call. Called with index 0, 1, ... in order,
+// each once, while the round is packed, then once with index == the tensor count: the
+// stream must be over there, so return an empty span (or an error, e.g. when the producer
+// has another tensor). An error aborts the round with it.
+using TensorStream = std::function<Result<std::span<const std::byte>>(std::size_t index)>;
+
 class FERRY_EXPORT Sender {
  public:
   // Binds `address` ("@name": abstract socket; else a file path created 0600) and
@@ -153,6 +160,13 @@ class FERRY_EXPORT Sender {
                                 const RoundOptions& round_options = {});
   // The same for tensors gathered from parts; a part may be empty.
   Result<RoundStats> send_round_gathered(std::span<const GatheredTensor> weights,
+                                         const RoundOptions& round_options = {});
+  // The same for tensors pulled one at a time as they are packed, straight into the ring
+  // slot (one copy, nothing held): `specs` is the round's manifest, `next` gives the bytes.
+  // A tensor whose bytes differ in size from its spec, or an error from `next`, aborts the
+  // round (and breaks the session, as any failed round) with an error naming the tensor.
+  Result<RoundStats> send_round_streamed(std::span<const TensorSpec> specs,
+                                         const TensorStream& next,
                                          const RoundOptions& round_options = {});
 
   std::uint64_t session_id() const;

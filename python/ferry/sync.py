@@ -17,10 +17,11 @@ raises AbortedError naming it) and is raised again unchanged by the receiver.
 from __future__ import annotations
 
 import asyncio
-from typing import Any, Callable, Mapping, Self
+from typing import Any, Callable, Iterable, Mapping, Self, Sequence
 
 from . import _ferry
-from ._tensors import CONVERTERS, Weights, _error, destination_arg, tensor_args
+from ._tensors import (CONVERTERS, Weights, _error, destination_arg, ferry_dtype, tensor_arg,
+                       tensor_args)
 
 RoundStats = _ferry.RoundStats
 SyncOptions = _ferry.SyncOptions
@@ -93,6 +94,25 @@ class Sender(_Endpoint):
         del owners
         return stats
 
+    def send_round_streamed(self, specs: Sequence[tuple], weights: Iterable[tuple[str, Any]],
+                            more_follows: bool = False) -> RoundStats:
+        """Sends one round whose manifest is known beforehand, one copy per tensor.
+
+        specs: (name, dtype, shape) of each tensor, in order (dtype: a DType, torch dtype or
+        name). `weights` yields (name, tensor) in that order; each is taken only when the
+        ring has room for it and copied straight into the ring slot before the next is
+        asked for, so the iterator may refill one buffer for every tensor it yields. A
+        tensor that differs from its spec (name, dtype, shape), a missing one or an extra
+        one raises InvalidArgumentError naming it and aborts the round, which breaks the
+        session as any failed round does (accept() again). An exception the iterator raises
+        aborts the round too and is raised here unchanged. Non-contiguous or device tensors
+        are copied to the host first.
+        """
+        manifest = [(str(n), ferry_dtype(d), tuple(int(x) for x in shape))
+                    for n, d, shape in specs]
+        return self._impl.send_round_streamed(manifest, _StreamedTensors(manifest, weights),
+                                              more_follows)
+
     async def send_round_async(self, weights: Weights, more_follows: bool = False) -> RoundStats:
         """send_round() as an awaitable: the transfer runs in a worker thread.
 
@@ -120,6 +140,42 @@ class Sender(_Endpoint):
     @property
     def address(self) -> str:
         return self._impl.address
+
+
+class _StreamedTensors:
+    """next(i) for Sender.send_round_streamed: pulls tensor i from the iterator, checks it
+    against the manifest and gives its bytes, keeping its owner until the next call."""
+
+    _END = object()
+
+    def __init__(self, manifest: list[tuple], weights: Iterable[tuple[str, Any]]) -> None:
+        self._manifest = manifest
+        self._items = iter(weights)
+        self._owner: Any = None
+
+    def __call__(self, index: int) -> Any:
+        self._owner = None  # the last tensor is in the ring: the iterator may reuse its memory
+        count = len(self._manifest)
+        item = next(self._items, self._END)
+        if index == count:
+            if item is self._END:
+                return None
+            raise _error(_ferry.InvalidArgumentError,
+                         f"tensor {index} '{item[0]}' is one more than the {count} of the "
+                         "manifest")
+        want = self._manifest[index]
+        if item is self._END:
+            raise _error(_ferry.InvalidArgumentError,
+                         f"the tensors ended before tensor {index} '{want[0]}' (the manifest "
+                         f"has {count})")
+        name, tensor = item
+        arg, self._owner = tensor_arg(name, tensor)
+        got = (arg[0], arg[1], tuple(arg[2]))
+        if got != want:
+            raise _error(_ferry.InvalidArgumentError,
+                         f"tensor {index} is '{got[0]}' {got[1].name}{list(got[2])}, but the "
+                         f"manifest has '{want[0]}' {want[1].name}{list(want[2])} there")
+        return (arg[3], arg[4]) if len(arg) == 5 else arg[3]
 
 
 class Receiver(_Endpoint):

@@ -205,6 +205,64 @@ class PySender : public Endpoint<sync::Sender> {
     return check(std::move(r));
   }
 
+  // specs: (name, dtype, shape) per tensor. next(i) returns tensor i's bytes as an
+  // (address, nbytes) tuple or a buffer object, kept alive (with its Py_buffer) until the
+  // next call; next(len(specs)) returns None once the stream is over. Runs with the GIL
+  // released, taking it only inside next; an exception there aborts the round (the
+  // receivers hear why) and is raised again here, unchanged.
+  RoundStats send_round_streamed(const py::sequence& specs, const py::function& next,
+                                 bool more_follows) {
+    UseGuard use(mutex_, what_);
+    sync::Sender& s = get();
+    std::vector<TensorSpec> manifest;
+    manifest.reserve(specs.size());
+    for (const py::handle& item : specs) {
+      const auto t = item.cast<py::tuple>();
+      if (t.size() != 3) throw StatusError(invalid_argument("a spec is (name, dtype, shape)"));
+      manifest.push_back(check(
+          TensorSpec::make(t[0].cast<std::string>(), t[1].cast<DType>(), shape_from_python(t[2]))));
+    }
+    std::optional<py::error_already_set> raised;
+    py::object current;                // what next returned last: the bytes it owns
+    std::unique_ptr<BufferHold> hold;  // its Py_buffer, when it came as a buffer object
+    const sync::TensorStream stream = [&](std::size_t i) -> Result<std::span<const std::byte>> {
+      py::gil_scoped_acquire gil;
+      hold.reset();
+      current = py::none();
+      try {
+        current = next(i);
+        if (current.is_none()) return std::span<const std::byte>();
+        if (py::isinstance<py::tuple>(current)) {
+          const auto t = current.cast<py::tuple>();
+          if (t.size() != 2) throw StatusError(invalid_argument("next() gives (address, nbytes)"));
+          const auto* data = reinterpret_cast<const std::byte*>(t[0].cast<std::uintptr_t>());
+          return std::span<const std::byte>(data, t[1].cast<std::size_t>());
+        }
+        hold = std::make_unique<BufferHold>(current, /*writable=*/false);
+        return std::span<const std::byte>(hold->data(), hold->size());
+      } catch (py::error_already_set& e) {
+        std::string type = py::str(e.type().attr("__name__"));
+        std::string text = py::str(e.value());
+        raised.emplace(std::move(e));
+        return aborted(fmt::format("the sender's next() raised {}: {}", type, text));
+      } catch (const StatusError& e) {
+        return e.status();
+      } catch (const std::exception& e) {  // a cast of what next() returned
+        return invalid_argument(
+            fmt::format("next({}) returned something unusable: {}", i, e.what()));
+      }
+    };
+    Result<RoundStats> r = [&] {
+      py::gil_scoped_release nogil;
+      return s.send_round_streamed(manifest, stream, sync::RoundOptions{more_follows});
+    }();
+    hold.reset();
+    current = py::none();
+    interrupts_.raise_pending();
+    if (raised) throw *raised;
+    return check(std::move(r));
+  }
+
   void close() { reset(); }
 };
 
@@ -498,6 +556,11 @@ void bind_sync(py::module_& m) {
       .def("send_round", &PySender::send_round, py::arg("weights"), py::arg("more_follows") = false,
            "Sends one round of (name, dtype, shape, address, nbytes) or (name, dtype, shape, "
            "buffer) tensors to every receiver.")
+      .def("send_round_streamed", &PySender::send_round_streamed, py::arg("specs"), py::arg("next"),
+           py::arg("more_follows") = false,
+           "Sends one round whose tensors `next(i)` returns one at a time, in the order of "
+           "`specs` (name, dtype, shape); each is copied into the ring before the next call "
+           "(use ferry.Sender.send_round_streamed).")
       .def("close", &PySender::close, "Ends the session; the receivers are told.")
       .def_property_readonly("closed", &PySender::closed, "True once close() ran.")
       .def_property_readonly(

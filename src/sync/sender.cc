@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <type_traits>
 #include <unordered_set>
 
 #include "base/clock.h"
@@ -90,6 +91,56 @@ struct GatheredSource {
   }
 };
 
+// Tensors pulled from a TensorStream as the packer reaches them, in manifest order (the
+// plan lays tensors out in that order). The first error is kept: nothing more is pulled or
+// copied, and send_round aborts the round with it after the segment.
+struct StreamSource {
+  std::span<const TensorSpec> specs;
+  const TensorStream* next;
+  mutable std::size_t pulled = 0;  // tensors [0, pulled) were asked for
+  mutable std::span<const std::byte> current;
+  mutable Status error;
+
+  std::size_t size() const { return specs.size(); }
+  const TensorSpec& spec(std::size_t i) const { return specs[i]; }
+  std::uint64_t bytes_given(std::size_t i) const { return specs[i].bytes(); }
+  template <class F>
+  void for_each_run(std::size_t i, std::uint64_t offset, std::uint64_t n, F&& f) const {
+    if (pull_through(i)) f(current.data() + offset, n);
+  }
+  // Pulls up to tensor i (empty tensors have no bytes to pack, but are pulled all the same).
+  bool pull_through(std::size_t i) const {
+    while (error.ok() && pulled <= i) {
+      const TensorSpec& want = specs[pulled];
+      Result<std::span<const std::byte>> bytes = (*next)(pulled);
+      if (!bytes.ok()) {
+        error = Status(bytes.status().code(), fmt::format("tensor {} '{}': {}", pulled, want.name,
+                                                          bytes.status().message()));
+      } else if (bytes->size() != want.bytes()) {
+        error =
+            invalid_argument(fmt::format("tensor {} '{}': {} bytes given, {} needs {}", pulled,
+                                         want.name, bytes->size(), want.to_string(), want.bytes()));
+      } else {
+        current = *bytes;
+        ++pulled;
+      }
+    }
+    return error.ok();
+  }
+  // After the last bucket: every tensor was pulled and the stream has no more.
+  Status finish() const {
+    if (!specs.empty()) pull_through(specs.size() - 1);
+    if (!error.ok()) return error;
+    Result<std::span<const std::byte>> rest = (*next)(specs.size());
+    if (!rest.ok()) return rest.status();
+    if (!rest->empty()) {
+      return invalid_argument(
+          fmt::format("the stream has more than the {} tensors of the round", specs.size()));
+    }
+    return ok_status();
+  }
+};
+
 }  // namespace
 
 struct Sender::Impl {
@@ -139,6 +190,9 @@ struct Sender::Impl {
             },
             [](const Piece&) {});
         if (options.checksums) sum = hash.finish(end);
+      }
+      if constexpr (std::is_same_v<Source, StreamSource>) {
+        if (!weights.error.ok()) return weights.error;  // nothing of this segment is published
       }
       round_sum.add_bucket(b, end, sum);
       if (corrupt_slot_hook() && begin == 0) corrupt_slot_hook()(b, slot);
@@ -215,6 +269,10 @@ struct Sender::Impl {
       }
       Status s = send_bucket(b, weights, round_sum);
       if (!s.ok()) return fail(s);
+    }
+    if constexpr (std::is_same_v<Source, StreamSource>) {
+      Status done = weights.finish();
+      if (!done.ok()) return fail(done);
     }
     const std::uint64_t digest = round_sum.digest();
     Status s = fanout->send_all(message(wire::End{plan.bucket_count(), digest}));
@@ -320,6 +378,18 @@ Result<RoundStats> Sender::send_round_gathered(std::span<const GatheredTensor> w
   }
   if (impl_->delta) return impl_->send_with_delta(weights, round_options);
   return impl_->send_round(GatheredSource(weights), round_options);
+}
+
+Result<RoundStats> Sender::send_round_streamed(std::span<const TensorSpec> specs,
+                                               const TensorStream& next,
+                                               const RoundOptions& round_options) {
+  if (!impl_->broken.ok()) {
+    return failed_precondition("the session failed earlier: " + impl_->broken.to_string());
+  }
+  if (impl_->fanout->peers().empty()) {
+    return failed_precondition("send_round: no receiver has joined");
+  }
+  return impl_->send_round(StreamSource{specs, &next}, round_options);
 }
 
 std::uint64_t Sender::session_id() const { return impl_->fanout->session(); }

@@ -8,3 +8,11 @@ add_test(NAME netns.relay_chain COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/relay_cha
                                         $<TARGET_FILE:ferry_cli>)
 set_tests_properties(netns.relay_chain PROPERTIES LABELS netns TIMEOUT 600 SKIP_RETURN_CODE 77
                                                   RUN_SERIAL TRUE)
+# The verl checkpoint-engine backend, actor and rollout nodes in network namespaces.
+if(FERRY_BUILD_PYTHON AND EXISTS ${PROJECT_SOURCE_DIR}/python/CMakeLists.txt)
+  add_test(NAME netns.verl_backend
+           COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/verl_backend_netns.sh ${PROJECT_BINARY_DIR}/python
+                   $<TARGET_PROPERTY:ferry_python,FERRY_PYTHON_EXECUTABLE>)
+  set_tests_properties(netns.verl_backend PROPERTIES LABELS netns TIMEOUT 600
+                                                     SKIP_RETURN_CODE 77 RUN_SERIAL TRUE)
+endif()

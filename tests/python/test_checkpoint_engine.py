@@ -45,14 +45,42 @@ def _bucket_weights(step: int) -> list[tuple[str, torch.Tensor]]:
             for i in range(10)]
 
 
-WEIGHTS = {"mixed": _weights, "buckets": _bucket_weights}
+def _reused_buffer_weights(step: int):
+    """_weights(step) as views of one buffer refilled for every tensor, as verl's nixl
+    engine with device=cpu yields them: right only if each is taken before the next."""
+    buffer = torch.empty(4 << 20, dtype=torch.uint8)
+    for name, tensor in _weights(step):
+        view = buffer[:tensor.numel() * tensor.element_size()].view(tensor.dtype)
+        view = view.view(tensor.shape)
+        view.copy_(tensor)
+        yield name, view
+        buffer.fill_(0xee)
+
+
+def _reshaped_weights(step: int) -> list[tuple[str, torch.Tensor]]:
+    """_weights with model.layers.3.q_proj.weight transposed: another shape, same bytes."""
+    return [(n, t.t().contiguous() if n == "model.layers.3.q_proj.weight" else t)
+            for n, t in _weights(step)]
+
+
+def _missing_weights(step: int) -> list[tuple[str, torch.Tensor]]:
+    return _weights(step)[:-1]
+
+
+def _extra_weights(step: int) -> list[tuple[str, torch.Tensor]]:
+    return _weights(step) + [("model.extra", torch.arange(7, dtype=torch.float32) * step)]
+
+
+WEIGHTS = {"mixed": _weights, "buckets": _bucket_weights, "reused": _reused_buffer_weights,
+           "reshaped": _reshaped_weights, "missing": _missing_weights, "extra": _extra_weights}
 
 
 def _expected(step: int, weights: str = "mixed") -> dict[str, str]:
     return {name: digest(t) for name, t in WEIGHTS[weights](step)}
 
 
-async def _receive(engine, step: int, die_after: int | None) -> dict[str, str]:
+async def _receive(engine, step: int, die_after: int | None,
+                   weights: str = "mixed") -> dict[str, str]:
     sums = {}
     async for name, tensor in engine.receive_weights(global_steps=step):
         sums[name] = digest(tensor)
@@ -85,9 +113,32 @@ async def _cached(engine) -> dict[str, str]:
     return {name: digest(tensor) async for name, tensor in engine.get_weights()}
 
 
-def _rank_main(conn, is_master: bool, engine_kwargs: dict) -> None:
+def _enter_netns(name: str) -> None:
+    """Moves this process into network namespace `name` as `ip netns exec` does, as a rank
+    on another node (tests/netns/verl_backend_netns.sh runs the harness so): setns, then a
+    private /sys of that namespace, where UCX looks for the network devices it may use."""
+    import ctypes
+    clone_newnet, clone_newns, ms_rec, ms_slave, mnt_detach = (0x40000000, 0x20000, 0x4000,
+                                                               1 << 19, 2)
+    libc = ctypes.CDLL(None, use_errno=True)
+
+    def check(rc: int, what: str) -> None:
+        if rc != 0:
+            raise OSError(ctypes.get_errno(), f"{what} (entering network namespace {name})")
+
+    with open(f"/var/run/netns/{name}") as f:
+        check(libc.setns(f.fileno(), clone_newnet), "setns")
+    check(libc.unshare(clone_newns), "unshare")
+    check(libc.mount(b"none", b"/", None, ms_rec | ms_slave, None), "mount --make-rslave /")
+    check(libc.umount2(b"/sys", mnt_detach), "umount /sys")
+    check(libc.mount(name.encode(), b"/sys", b"sysfs", 0, None), "mount sysfs")
+
+
+def _rank_main(conn, is_master: bool, engine_kwargs: dict, netns: str | None = None) -> None:
     """One verl rank: runs the manager's calls it is sent, answers ("ok", result) or
     ("error", type, message)."""
+    if netns:
+        _enter_netns(netns)
     from ferry.verl.checkpoint_engine import FerryCheckpointEngine
     engine = FerryCheckpointEngine(BUCKET, is_master=is_master, **engine_kwargs)
     while True:
@@ -119,10 +170,11 @@ def _rank_main(conn, is_master: bool, engine_kwargs: dict) -> None:
 
 
 class _Rank:
-    def __init__(self, is_master: bool = False, **engine_kwargs) -> None:
+    def __init__(self, is_master: bool = False, netns: str | None = None,
+                 **engine_kwargs) -> None:
         self.conn, child = mp.get_context("spawn").Pipe()
         self.proc = mp.get_context("spawn").Process(
-            target=_rank_main, args=(child, is_master, engine_kwargs), daemon=True)
+            target=_rank_main, args=(child, is_master, engine_kwargs, netns), daemon=True)
         self.proc.start()
 
     def call(self, *cmd) -> None:
@@ -160,7 +212,7 @@ class _Manager:
         return [rank.result() for rank in ranks]
 
     def update(self, step: int, die: dict[int, int] | None = None,
-               slow: bool = False) -> dict:
+               slow: bool = False, weights: str = "mixed") -> dict:
         from ferry.verl.checkpoint_engine import FerryCheckpointEngine
         ranks = self.actors + self.rollouts
         metadata = self._all(ranks, *[("prepare",)] * len(ranks))
@@ -178,8 +230,8 @@ class _Manager:
             moved = self._all(ranks, *[("send", step, "buckets")] * len(self.actors),
                               *[("receive_slowly", step)] * len(self.rollouts))
         else:
-            moved = self._all(ranks, *[("send", step)] * len(self.actors),
-                              *[("receive", step, die.get(i))
+            moved = self._all(ranks, *[("send", step, weights)] * len(self.actors),
+                              *[("receive", step, die.get(i), weights)
                                 for i in range(len(self.rollouts))])
         seconds = time.monotonic() - start
         live = [r for r in ranks if r.proc.is_alive()]
@@ -201,8 +253,8 @@ def colocated():
     manager.stop()
 
 
-def _assert_bit_exact(result: dict, step: int) -> None:
-    expected = _expected(step)
+def _assert_bit_exact(result: dict, step: int, weights: str = "mixed") -> None:
+    expected = _expected(step, weights)
     for status in result["received"]:
         assert status[0] == "ok", status
         assert list(status[1]) == list(expected), "verl's order of tensors"
@@ -472,3 +524,43 @@ def test_yielded_views_stay_valid_until_the_caller_moved_past_the_next_bucket_st
             assert not status[1]["wrong"], f"step {step}: overwritten before use: {status[1]}"
             storages[rank] |= status[1]["storages"]
     assert [len(s) for s in storages] == [2, 2], "two receive buffers, reused by every update"
+
+
+def _sent_metrics(result: dict) -> dict:
+    kind, metrics = result["sent"][0]
+    assert kind == "ok", result["sent"]
+    return metrics
+
+
+def test_later_updates_stream_into_the_ring_bit_exact_from_a_reused_buffer(colocated):
+    """The first update teaches the manifest (staging); later ones pull each yielded tensor
+    straight into the ring, before the generator refills its one buffer for the next."""
+    for step in (1, 2, 3):
+        result = colocated.update(step, weights="reused")
+        _assert_bit_exact(result, step, "reused")
+        metrics = _sent_metrics(result)
+        assert metrics["ferry/streamed"] == (1.0 if step > 1 else 0.0), (step, metrics)
+        assert metrics["ferry/bytes"] == sum(t.numel() * t.element_size()
+                                             for _, t in _weights(step))
+        assert metrics["ferry/shm_bytes"] == 2 * metrics["ferry/bytes"]  # two rollout ranks
+        assert metrics["ferry/tensors"] == len(_weights(step))
+
+
+@pytest.mark.parametrize("weights, named", [
+    ("reshaped", "'model.layers.3.q_proj.weight' BF16[96, 64], but the manifest has "
+                 "'model.layers.3.q_proj.weight' BF16[64, 96]"),
+    ("missing", "the tensors ended before tensor 35 'model.codes' (the manifest has 36)"),
+    ("extra", "tensor 36 'model.extra' is one more than the 36 of the manifest"),
+])
+def test_an_update_differing_from_the_manifest_fails_naming_the_tensor_then_relearns(
+        colocated, weights, named):
+    _assert_bit_exact(colocated.update(1), 1)
+    result = colocated.update(2, weights=weights)  # streamed against update 1's manifest
+    assert result["sent"][0][:2] == ("error", "InvalidArgumentError"), result["sent"]
+    assert named in result["sent"][0][2]
+    for status in result["received"]:  # the round was aborted: no rank has the update
+        assert status[0] == "error" and status[1].endswith("Error"), status
+    for step, streamed in ((3, 0.0), (4, 1.0)):  # relearned through staging, then streamed
+        result = colocated.update(step, weights=weights)
+        _assert_bit_exact(result, step, weights)
+        assert _sent_metrics(result)["ferry/streamed"] == streamed, step

@@ -136,6 +136,9 @@ class FerryCheckpointEngine(CheckpointEngineWithCache):
         self._relay: _RelayThread | None = None  # on the rank hosting its node's relay
         self._cached: dict[str, torch.Tensor] | None = None  # engine_kwargs cache: the last update
         self._staging = _Staging()  # master: where yielded tensors are copied, every update
+        # master: (name, dtype, shape) of the last update's tensors, once it succeeded with
+        # unique names; the next updates stream against it (_send_streamed)
+        self._manifest: list[tuple] | None = None
         self._receive_buffers = _ReceiveBuffers(self.bucket_size)  # rollout: yielded views
         self._plan: dict | None = None      # the topology the sessions were built for
         self._role = "idle"
@@ -237,6 +240,8 @@ class FerryCheckpointEngine(CheckpointEngineWithCache):
             async for _ in _items(weights):
                 pass
             return {}
+        if self._manifest is not None and len(self._senders) == 1:
+            return await self._send_streamed(weights, global_steps)
         loop = asyncio.get_running_loop()
         version = [] if global_steps is None else [
             tensor_arg(VERSION_TENSOR, torch.tensor([int(global_steps)], dtype=torch.int64))]
@@ -246,6 +251,8 @@ class FerryCheckpointEngine(CheckpointEngineWithCache):
         sent = {kind: 0 for kind in self._senders}  # tensor bytes over each session's links
         args, names, held = list(version), set(), 0  # args: (arg, owner of its memory)
         staging = self._staging
+        manifest: list[tuple] | None = []  # what the next update streams against
+        manifest_names: set[str] = set()
 
         async def send(more_follows: bool) -> None:
             nonlocal args, names, held
@@ -270,6 +277,13 @@ class FerryCheckpointEngine(CheckpointEngineWithCache):
                     arg, owner = tensor_arg(name, tensor, copy=True)
                     staging.used += arg_bytes(arg)  # counts towards the round all the same
                 size = arg_bytes(arg)
+                if manifest is not None:
+                    # A name twice needs two rounds; a streamed update is one: keep staging.
+                    if name in manifest_names:
+                        manifest = None
+                    else:
+                        manifest.append((arg[0], arg[1], tuple(arg[2])))
+                        manifest_names.add(name)
                 args.append((arg, owner))
                 names.add(name)
                 held += size
@@ -279,11 +293,36 @@ class FerryCheckpointEngine(CheckpointEngineWithCache):
         except BaseException:
             self._broken = True
             raise
-        seconds = time.monotonic() - start
-        return {"ferry/bytes": total_bytes, "ferry/tensors": tensors, "ferry/seconds": seconds,
-                "ferry/gbps": total_bytes / seconds / 1e9 if seconds > 0 else 0.0,
-                **{f"ferry/{kind}_seconds": s for kind, s in slowest.items()},
-                **{f"ferry/{kind}_bytes": b for kind, b in sent.items()}}
+        self._manifest = manifest
+        return _metrics(total_bytes, tensors, time.monotonic() - start, slowest, sent,
+                        streamed=False)
+
+    async def _send_streamed(self, weights: Iterable | AsyncIterator,
+                             global_steps: int | None) -> dict[str, Any]:
+        """An update whose manifest the last one taught: one round, each yielded tensor
+        pulled from the generator (on the event loop, where it would run anyway) only when
+        the ring has room for it and copied straight into the ring slot before the next is
+        pulled: one copy, no staging. A tensor that differs from the manifest (name, order,
+        dtype, shape, missing, extra) fails the update naming it; the next update then
+        rebuilds the sessions and relearns the manifest through staging."""
+        loop = asyncio.get_running_loop()
+        ((kind, sender),) = self._senders.items()
+        specs, items = list(self._manifest), _pulled_on(loop, weights)
+        if global_steps is not None:
+            specs.insert(0, (VERSION_TENSOR, _ferry.DType.I64, (1,)))
+            items = _chain([(VERSION_TENSOR, torch.tensor([int(global_steps)],
+                                                          dtype=torch.int64))], items)
+        start = time.monotonic()
+        try:
+            stats = await loop.run_in_executor(None, sender.send_round_streamed, specs, items)
+        except BaseException:
+            self._broken = True
+            self._manifest = None
+            raise
+        tensor_bytes = stats.bytes - (8 if global_steps is not None else 0)  # not the version
+        return _metrics(tensor_bytes, len(self._manifest), time.monotonic() - start,
+                        {kind: stats.seconds}, {kind: tensor_bytes * sender.receivers},
+                        streamed=True)
 
     async def receive_weights(self, global_steps: int | None = None) -> AsyncIterator:
         """Yields (name, tensor) of one update: writable CPU views into one of two receive
@@ -504,6 +543,33 @@ class FerryCheckpointEngine(CheckpointEngineWithCache):
                          f"stale weights: update for global_steps {version}, but this rollout "
                          f"rank has or requires {floor}")
         self._last_version = version
+
+
+def _metrics(total_bytes: int, tensors: int, seconds: float, session_seconds: dict,
+             session_bytes: dict, streamed: bool) -> dict[str, Any]:
+    """send_weights' return value (docs/verl.md lists the keys)."""
+    return {"ferry/bytes": total_bytes, "ferry/tensors": tensors, "ferry/seconds": seconds,
+            "ferry/gbps": total_bytes / seconds / 1e9 if seconds > 0 else 0.0,
+            "ferry/streamed": 1.0 if streamed else 0.0,
+            **{f"ferry/{kind}_seconds": s for kind, s in session_seconds.items()},
+            **{f"ferry/{kind}_bytes": b for kind, b in session_bytes.items()}}
+
+
+def _chain(first: list, rest: Iterable) -> Iterable:
+    yield from first
+    yield from rest
+
+
+def _pulled_on(loop: asyncio.AbstractEventLoop, weights: Iterable | AsyncIterator) -> Iterable:
+    """A plain iterator, for a worker thread, over verl's sync or async generator: each
+    item is pulled on the event loop (which awaits the worker meanwhile), in the thread
+    the generator would run in without ferry (CUDA's current device is per thread)."""
+    items = _items(weights).__aiter__()
+    while True:
+        try:
+            yield asyncio.run_coroutine_threadsafe(items.__anext__(), loop).result()
+        except StopAsyncIteration:
+            return
 
 
 class _Staging:
