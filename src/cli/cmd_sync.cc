@@ -2,11 +2,13 @@
 // scripts (tests/netns drives them across network namespaces).
 #include <fmt/format.h>
 
+#include <chrono>
 #include <cstdio>
 #include <iostream>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <span>
+#include <thread>
 
 #define XXH_INLINE_ALL
 #include <xxhash.h>
@@ -209,6 +211,23 @@ int run_serve(const SyncArgs& a) {
   return kExitOk;
 }
 
+// --keep-going rejoins right after a failure, when the sender or relay it rejoins may still be
+// tearing its old session down: a connection it accepted and then closed (kAborted, before
+// WELCOME) is a lost race, not a verdict, so try again until --timeout has passed.
+template <class Join>
+auto rejoin(const SyncArgs& a, Join join) -> decltype(join()) {
+  const auto deadline = std::chrono::steady_clock::now() +
+                        std::chrono::milliseconds(static_cast<std::int64_t>(a.timeout_s * 1000));
+  while (true) {
+    auto joined = join();
+    if (joined.ok() || joined.status().code() != Code::kAborted ||
+        std::chrono::steady_clock::now() >= deadline) {
+      return joined;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+}
+
 int run_recv(const SyncArgs& a) {
   if (Status s = check_args(a, "recv", "--connect"); !s.ok()) return usage_error(s);
   auto rx = sync::Receiver::connect(address_of(a), a.id, options_of(a));
@@ -224,7 +243,7 @@ int run_recv(const SyncArgs& a) {
       if (!a.keep_going || r == a.rounds) return report_error(st.status());
       report_round_failure(st.status(), r);
       rx->reset();
-      rx = sync::Receiver::connect(address_of(a), a.id, options_of(a));
+      rx = rejoin(a, [&] { return sync::Receiver::connect(address_of(a), a.id, options_of(a)); });
       if (!rx.ok()) return report_error(rx.status());
       continue;
     }
@@ -261,7 +280,7 @@ int run_relay(const SyncArgs& a) {
       if (!a.keep_going || r == a.rounds) return report_error(st.status());
       report_round_failure(st.status(), r);
       relay->reset();  // frees the local address for the next relay session
-      relay = join_as_relay(a);
+      relay = rejoin(a, [&] { return join_as_relay(a); });
       if (!relay.ok()) return report_error(relay.status());
       continue;
     }
