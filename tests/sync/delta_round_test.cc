@@ -127,6 +127,32 @@ std::vector<std::uint64_t> receive_rounds(Receiver& r, Mode mode, int rounds,
   return hashes;
 }
 
+// After a failed session: the sender's next one starts dense, then sends a delta, and a
+// receiver joining it in `mode` gets both bit-exact.
+void expect_next_session_dense_then_delta(Sender& sender, Weights& w, const std::string& address,
+                                          std::uint32_t receiver_id, const SyncOptions& o,
+                                          Mode mode, std::uint64_t seed) {
+  std::vector<std::uint64_t> got;
+  std::vector<bool> was_delta;
+  std::thread rx([&] {
+    auto r = Receiver::connect(address, receiver_id, o);
+    ASSERT_OK(r);
+    got = receive_rounds(**r, mode, 2, delta_model(), &was_delta);
+  });
+  std::vector<std::uint64_t> want;
+  Status sent = sender.accept(1);
+  for (int i = 0; i < 2 && sent.ok(); ++i) {
+    update(w, seed + i, 0.01);
+    auto views = w.views();
+    sent = sender.send_round(views).status();
+    want.push_back(hash_all(w.data));
+  }
+  rx.join();
+  EXPECT_OK(sent);
+  EXPECT_EQ(got, want);
+  EXPECT_EQ(was_delta, (std::vector<bool>{false, true}));
+}
+
 std::uint64_t test_seed() {
   const char* env = std::getenv("FERRY_DELTA_SEED");
   if (env != nullptr) return std::strtoull(env, nullptr, 10);
@@ -255,25 +281,8 @@ TEST(DeltaRound, CorruptedDeltaIsNamedAndTheNextSessionIsCorrect) {
   EXPECT_EQ(rounds, 1);
   EXPECT_EQ(failed.code(), Code::kCorruption) << failed.to_string();
   EXPECT_NE(failed.message().find("tensor 'proj'"), std::string::npos) << failed.message();
-  // Next session: dense, then a delta, both bit-exact.
-  std::vector<std::uint64_t> got;
-  std::vector<bool> was_delta;
-  std::thread again([&] {
-    auto r = Receiver::connect(address, 0, delta_options());
-    ASSERT_OK(r);
-    got = receive_rounds(**r, Mode::kDestination, 2, delta_model(), &was_delta);
-  });
-  ASSERT_OK((*sender)->accept(1));
-  std::vector<std::uint64_t> want;
-  for (int i = 0; i < 2; ++i) {
-    update(w, 20 + i, 0.01);
-    views = w.views();
-    ASSERT_OK((*sender)->send_round(views));
-    want.push_back(hash_all(w.data));
-  }
-  again.join();
-  EXPECT_EQ(got, want);
-  EXPECT_EQ(was_delta, (std::vector<bool>{false, true}));
+  expect_next_session_dense_then_delta(**sender, w, address, 0, delta_options(), Mode::kDestination,
+                                       20);
 }
 
 // A delta naming a base the receiver does not hold is refused, naming both versions.
@@ -379,24 +388,7 @@ TEST(DeltaRound, ReceiverKilledMidDeltaRoundThenNextRoundsAreCorrect) {
   auto killed = (*sender)->send_round(views);
   ASSERT_FALSE(killed.ok());
   EXPECT_EQ(wait_exit(kid), 128 + SIGKILL);
-  std::vector<std::uint64_t> got;
-  std::vector<bool> was_delta;
-  std::thread rx([&] {
-    auto r = Receiver::connect(address, 4, o);
-    ASSERT_OK(r);
-    got = receive_rounds(**r, Mode::kBucket, 2, delta_model(), &was_delta);
-  });
-  ASSERT_OK((*sender)->accept(1));
-  std::vector<std::uint64_t> want;
-  for (int i = 0; i < 2; ++i) {
-    update(w, 30 + i, 0.01);
-    views = w.views();
-    ASSERT_OK((*sender)->send_round(views));
-    want.push_back(hash_all(w.data));
-  }
-  rx.join();
-  EXPECT_EQ(got, want);
-  EXPECT_EQ(was_delta, (std::vector<bool>{false, true}));
+  expect_next_session_dense_then_delta(**sender, w, address, 4, o, Mode::kBucket, 30);
 }
 
 // kAuto sends a round whose delta would be nearly as large as the weights dense.
