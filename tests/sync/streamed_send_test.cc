@@ -2,7 +2,7 @@
 // into the ring; a producer that errs or gives the wrong bytes aborts the round by name.
 #include <gtest/gtest.h>
 
-#include <cstring>
+#include <algorithm>
 #include <string>
 #include <thread>
 #include <vector>
@@ -32,7 +32,7 @@ struct ReusedBufferStream {
     if (i == weights.specs.size()) return std::span<const std::byte>();
     std::fill(buffer.begin(), buffer.end(), std::byte{0xee});  // the last tensor's bytes go
     buffer.resize(weights.data[i].size());
-    std::memcpy(buffer.data(), weights.data[i].data(), buffer.size());
+    std::copy(weights.data[i].begin(), weights.data[i].end(), buffer.begin());  // may be empty
     return std::span<const std::byte>(buffer);
   }
 };
