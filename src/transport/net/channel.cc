@@ -5,8 +5,11 @@
 #include <ucp/api/ucp.h>
 
 #include <cerrno>
+#include <atomic>
 #include <cstring>
 #include <map>
+#include <mutex>
+#include <unordered_map>
 
 #include "base/clock.h"
 #include "base/coding.h"
@@ -60,8 +63,44 @@ void testing::set_bulk_tamper(Tamper hook) { bulk_tamper() = std::move(hook); }
 
 std::size_t max_message_bytes() { return transport::kMaxMessageBytes; }
 
+struct Endpoint;
+
+// The UCX error handler's argument is a ticket, looked up here, not the Endpoint's address:
+// an endpoint closed gracefully (below) outlives its Endpoint inside UCX, and a late report
+// of its peer's end must find nothing rather than freed memory.
+class LiveEndpoints {
+ public:
+  std::uint64_t add(Endpoint* e) {
+    std::lock_guard<std::mutex> l(mu_);
+    const std::uint64_t ticket = ++last_;
+    live_[ticket] = e;
+    return ticket;
+  }
+  void remove(std::uint64_t ticket) {
+    std::lock_guard<std::mutex> l(mu_);
+    live_.erase(ticket);
+  }
+  // Runs `f` on the endpoint if it is still open; holds the lock so that it stays so.
+  template <typename F>
+  void with(std::uint64_t ticket, F f) {
+    std::lock_guard<std::mutex> l(mu_);
+    auto it = live_.find(ticket);
+    if (it != live_.end()) f(*it->second);
+  }
+
+ private:
+  std::mutex mu_;
+  std::uint64_t last_ = 0;
+  std::unordered_map<std::uint64_t, Endpoint*> live_;
+};
+
+LiveEndpoints& live_endpoints() {
+  static auto* live = new LiveEndpoints();  // never destroyed: UCX may report at exit
+  return *live;
+}
+
 // What a Channel owns, shared with its Transfers so that they can tell a dead peer from a
-// slow one. Its address is the UCX error handler's argument, so it never moves.
+// slow one.
 struct Endpoint {
   struct PendingSend {
     std::vector<std::byte> frame;
@@ -88,6 +127,10 @@ struct Endpoint {
   bool broken = false;  // UCX reported the endpoint dead: no flush, no FIN
   bool fin_sent = false;
   bool fin_received = false;
+  // A bulk send was posted: UCX may read the caller's memory (the ring) until the endpoint
+  // is forced shut, so close() must force it.
+  bool sent_bulk = false;
+  std::uint64_t ticket = 0;  // in live_endpoints() while the UCX endpoint is ours
   Status error;
   std::vector<std::byte> inbox;
   std::size_t inbox_start = 0;
@@ -449,12 +492,19 @@ struct Endpoint {
       ucp_request_param_t flush{};
       settle(ucp_ep_flush_nbx(ep, &flush), kCloseFlushTimeout);
     }
+    // Forced when nothing is left to lose or something must stop at once: the peer is dead,
+    // it acknowledged everything (FIN), or UCX may still read the caller's memory. A live
+    // peer that has not taken what we sent (dropped for not reading) is closed gracefully,
+    // without waiting: UCX 1.13's TCP transport crashes the process when a peer ends after
+    // its endpoint was forced shut with data queued for it.
+    const bool force = broken || fin_received || sent_bulk;
+    live_endpoints().remove(ticket);
     ucp_request_param_t param{};
     param.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
-    param.flags = UCP_EP_CLOSE_FLAG_FORCE;
+    param.flags = force ? UCP_EP_CLOSE_FLAG_FORCE : 0;
     ucs_status_ptr_t r = ucp_ep_close_nbx(ep, &param);
     ep = nullptr;
-    settle(r, kCloseFlushTimeout);
+    settle(r, force ? kCloseFlushTimeout : milliseconds(0));
     for (auto& s : sends) {
       if (ucp_request_check_status(s.request) == UCS_INPROGRESS) {
         // UCX may still read the frame: leave it to UCX rather than free memory it uses.
@@ -473,11 +523,12 @@ struct Endpoint {
 namespace {
 
 void on_endpoint_error(void* arg, ucp_ep_h /*ep*/, ucs_status_t status) {
-  auto* e = static_cast<Endpoint*>(arg);
-  e->broken = true;
-  e->fail(aborted(fmt::format(
-      "{} is gone: {} (its process exited or was killed, or the network between us failed)",
-      e->peer, ucs_status_string(status))));
+  live_endpoints().with(reinterpret_cast<std::uintptr_t>(arg), [&](Endpoint& e) {
+    e.broken = true;
+    e.fail(aborted(fmt::format(
+        "{} is gone: {} (its process exited or was killed, or the network between us failed)",
+        e.peer, ucs_status_string(status))));
+  });
 }
 
 bool has_rdma(const std::string& transports) {
@@ -709,6 +760,7 @@ Result<Transfer> Channel::send_bulk(std::uint32_t key, std::span<const std::byte
     p.op_attr_mask = UCP_OP_ATTR_FIELD_MEMH;
     p.memh = region.handle();
   }
+  e.sent_bulk = true;
   void* r = ucp_tag_send_nbx(e.ep, out.data(), out.size(), bulk_tag(e.remote_bulk, key), &p);
   if (r == nullptr) {
     t.finished_ = true;
@@ -850,9 +902,11 @@ Result<Channel> open_channel(const std::shared_ptr<Context>& ctx, std::shared_pt
   // PEER mode: a dead or unreachable peer calls on_endpoint_error instead of hanging.
   p.err_mode = UCP_ERR_HANDLING_MODE_PEER;
   p.err_handler.cb = on_endpoint_error;
-  p.err_handler.arg = e.get();
+  e->ticket = live_endpoints().add(e.get());
+  p.err_handler.arg = reinterpret_cast<void*>(static_cast<std::uintptr_t>(e->ticket));
   const ucs_status_t st = ucp_ep_create(e->worker, &p, &e->ep);
   if (st != UCS_OK) {
+    live_endpoints().remove(e->ticket);
     e->ep = nullptr;
     return io_error(
         fmt::format("UCX ucp_ep_create for {} failed: {}", e->peer, ucs_status_string(st)));
