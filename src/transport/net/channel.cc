@@ -4,8 +4,8 @@
 #include <sys/socket.h>
 #include <ucp/api/ucp.h>
 
-#include <cerrno>
 #include <atomic>
+#include <cerrno>
 #include <cstring>
 #include <map>
 #include <mutex>
