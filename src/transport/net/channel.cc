@@ -507,8 +507,10 @@ struct Endpoint {
     settle(r, force ? kCloseFlushTimeout : milliseconds(0));
     for (auto& s : sends) {
       if (ucp_request_check_status(s.request) == UCS_INPROGRESS) {
-        // UCX may still read the frame: leave it to UCX rather than free memory it uses.
-        new std::vector<std::byte>(std::move(s.frame));
+        // UCX may still read the frame (a graceful close goes on sending): the context keeps
+        // it until the request completes.
+        ctx->drain(worker, s.request, std::move(s.frame));
+        continue;
       }
       ucp_request_free(s.request);
     }

@@ -166,6 +166,7 @@ Result<std::shared_ptr<Context>> Context::create(const ContextOptions& options) 
 
 Context::~Context() {
   if (worker_ != nullptr) ucp_worker_destroy(worker_);
+  draining_.clear();  // their workers are gone, and their requests with them
   if (event_fd_ >= 0) ::close(event_fd_);
   if (context_ != nullptr) ucp_cleanup(context_);
 }
@@ -196,7 +197,10 @@ Worker::~Worker() {
     std::erase(context_->workers_, this);
     (void)::epoll_ctl(context_->event_fd_, EPOLL_CTL_DEL, event_fd_, nullptr);
   }
-  if (worker_ != nullptr) ucp_worker_destroy(worker_);
+  if (worker_ != nullptr) {
+    ucp_worker_destroy(worker_);
+    if (context_) context_->forget_drained(worker_);
+  }
 }
 
 bool Context::progress() {
@@ -205,7 +209,24 @@ bool Context::progress() {
   for (Worker* w : workers_) {
     while (ucp_worker_progress(w->worker_) != 0) any = true;
   }
+  if (!draining_.empty()) reap_drained();
   return any;
+}
+
+void Context::drain(ucp_worker_h worker, void* request, std::vector<std::byte> buffer) {
+  draining_.push_back({worker, request, std::move(buffer)});
+}
+
+void Context::reap_drained() {
+  std::erase_if(draining_, [](const Draining& d) {
+    if (ucp_request_check_status(d.request) == UCS_INPROGRESS) return false;
+    ucp_request_free(d.request);
+    return true;
+  });
+}
+
+void Context::forget_drained(ucp_worker_h worker) {
+  std::erase_if(draining_, [&](const Draining& d) { return d.worker == worker; });
 }
 
 bool Context::arm() {

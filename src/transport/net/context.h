@@ -111,6 +111,10 @@ class Context : public std::enable_shared_from_this<Context> {
   // Makes event_fd() readable once when `fd` becomes readable or hangs up: a channel's
   // bootstrap socket, whose end says its peer is gone. The caller keeps `fd` open.
   void watch_once(int fd);
+  // Keeps a send's buffer until UCX is done with its request: the send of a channel closed
+  // gracefully before its peer took it. progress() frees each once its request completes;
+  // a worker's destruction frees the rest.
+  void drain(ucp_worker_h worker, void* request, std::vector<std::byte> buffer);
 
   ucp_context_h ucp() const { return context_; }
   ucp_worker_h worker() const { return worker_; }
@@ -122,6 +126,15 @@ class Context : public std::enable_shared_from_this<Context> {
   explicit Context(Private) {}
 
  private:
+  struct Draining {
+    ucp_worker_h worker;
+    void* request;
+    std::vector<std::byte> buffer;
+  };
+  void reap_drained();
+  // Drops `worker`'s draining sends without touching their requests: it has been destroyed.
+  void forget_drained(ucp_worker_h worker);
+
   ucp_context_h context_ = nullptr;
   ucp_worker_h worker_ = nullptr;
   int event_fd_ = -1;             // an epoll fd over every worker's event fd
@@ -131,6 +144,7 @@ class Context : public std::enable_shared_from_this<Context> {
   std::string resources_;
   std::vector<std::byte> worker_address_;
   std::unordered_set<std::uint32_t> bulk_ids_;
+  std::vector<Draining> draining_;
 };
 
 // Memory registered with a Context. Move-only; deregisters on destruction.
