@@ -98,6 +98,12 @@ struct SyncOptions {
   // Bounds the sender's copy: tensors past this many bytes (in round order) have none and
   // are always sent dense, inside the delta round. Default: no bound.
   std::uint64_t delta_snapshot_limit = UINT64_MAX;
+  // Bounds a receiver's copies in callback modes (the model's bytes; see `delta`): a round
+  // whose tensors, with the copies kept from earlier rounds, would pass it is refused at
+  // BEGIN (kResourceExhausted naming this option) before any of it is allocated, and the
+  // session breaks as on any error. 64 GiB holds a 32B-parameter model in bf16; raise it for
+  // larger ones, or receive into destinations, which keep nothing. Receiver only.
+  std::uint64_t delta_keep_limit = 64ull << 30;
   // Threads that encode a delta round's tensors; 0: hardware concurrency, at most 4.
   std::uint32_t delta_threads = 0;
 };

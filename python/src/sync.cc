@@ -460,7 +460,8 @@ void bind_sync(py::module_& m) {
       "SyncOptions); times in seconds, -1 waits forever.")
       .def(py::init([](std::uint64_t bucket_bytes, std::uint32_t slots, double timeout,
                        double idle_timeout, bool checksums, const std::string& wire_protect,
-                       const std::string& token_file, const std::string& delta) {
+                       const std::string& token_file, const std::string& delta,
+                       std::uint64_t delta_keep_limit) {
              SyncOptions o;
              o.delta = check(sync::parse_delta_mode(delta));
              o.wire_protect = check(parse_wire_protect(wire_protect));
@@ -470,6 +471,7 @@ void bind_sync(py::module_& m) {
              o.idle_timeout = millis(idle_timeout);
              o.checksums = checksums;
              o.token_file = token_file;
+             o.delta_keep_limit = delta_keep_limit;
              return o;
            }),
            py::kw_only(), py::arg("bucket_bytes") = SyncOptions{}.bucket_bytes,
@@ -480,6 +482,7 @@ void bind_sync(py::module_& m) {
            py::arg("wire_protect") = std::string(wire_protect_name(SyncOptions{}.wire_protect)),
            py::arg("token_file") = SyncOptions{}.token_file,
            py::arg("delta") = std::string(sync::delta_mode_name(SyncOptions{}.delta)),
+           py::arg("delta_keep_limit") = SyncOptions{}.delta_keep_limit,
            "Options by keyword; each one left out keeps the C++ default.")
       .def_readwrite("bucket_bytes", &SyncOptions::bucket_bytes,
                      "Bytes of one bucket (ring slot), a multiple of 16; larger tensors stream "
@@ -513,13 +516,18 @@ void bind_sync(py::module_& m) {
           [](SyncOptions& o, const std::string& s) { o.delta = check(sync::parse_delta_mode(s)); },
           "'off', 'on' or 'auto': send only what changed since the last round (docs/delta.md). "
           "Sender only.")
+      .def_readwrite("delta_keep_limit", &SyncOptions::delta_keep_limit,
+                     "Most bytes a receiver keeps in copies for delta rounds when it hands "
+                     "tensors to callbacks (the model's bytes; destinations keep none). A round "
+                     "that would pass it raises ResourceExhaustedError before anything is "
+                     "allocated. Default 64 GiB. Receiver only.")
       .def("__repr__", [](const SyncOptions& o) {
         return fmt::format(
             "SyncOptions(bucket_bytes={}, slots={}, timeout={}, idle_timeout={}, checksums={}, "
-            "wire_protect='{}', token_file='{}', delta='{}')",
+            "wire_protect='{}', token_file='{}', delta='{}', delta_keep_limit={})",
             o.bucket_bytes, o.slots, seconds(o.timeout), seconds(o.idle_timeout),
             o.checksums ? "True" : "False", wire_protect_name(o.wire_protect), o.token_file,
-            sync::delta_mode_name(o.delta));
+            sync::delta_mode_name(o.delta), o.delta_keep_limit);
       });
 
   py::class_<RoundStats>(m, "RoundStats", "What one sent, received or relayed round carried.")

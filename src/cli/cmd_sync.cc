@@ -50,6 +50,8 @@ struct SyncArgs {
   bool keep_going = false;            // after a failed round, rejoin (or re-accept) and go on
   std::string serve_relays;           // relay: host:port where downstream relays join
   std::uint32_t downstream = 0;       // relay: downstream relays to wait for
+  // recv: SyncOptions::delta_keep_limit in MiB
+  std::uint64_t delta_keep_limit_mb = sync::SyncOptions{}.delta_keep_limit >> 20;
 };
 
 // ferry sync topology: which relay feeds which.
@@ -96,6 +98,10 @@ Status check_args(const SyncArgs& a, const std::string& role, const std::string&
     if (a.downstream < 1) return invalid_argument("--serve-relays: give --downstream 1 or more");
   }
   if (!(a.timeout_s > 0)) return invalid_argument("--timeout must be a positive number of seconds");
+  if (a.delta_keep_limit_mb > (UINT64_MAX >> 20)) {
+    return invalid_argument(fmt::format("--delta-keep-limit-mb {}: give at most {}",
+                                        a.delta_keep_limit_mb, UINT64_MAX >> 20));
+  }
   if (auto p = parse_wire_protect(a.wire_protect); !p.ok()) {
     return invalid_argument("--wire-protect: " + p.status().message());
   }
@@ -127,6 +133,7 @@ sync::SyncOptions options_of(const SyncArgs& a) {
       a.idle_timeout_s < 0 ? -1 : static_cast<long long>(a.idle_timeout_s * 1000));
   o.checksums = !a.no_checksums;
   o.token_file = a.token_file;
+  o.delta_keep_limit = a.delta_keep_limit_mb << 20;
   if (auto p = parse_wire_protect(a.wire_protect); p.ok()) o.wire_protect = *p;
   return o;
 }
@@ -384,6 +391,10 @@ void add_sync_command(CLI::App& app, Dispatch& dispatch) {
   recv->add_option("--connect", rargs->net_address, "Sender's host:port on another node")
       ->excludes(from);
   recv->add_option("--id", rargs->id, "This receiver's id (unique in the session)")
+      ->capture_default_str();
+  recv->add_option("--delta-keep-limit-mb", rargs->delta_keep_limit_mb,
+                   "Delta rounds: MiB this receiver may keep in copies of the tensors (deltas "
+                   "apply onto them); a round needing more is refused before any is allocated")
       ->capture_default_str();
   add_common(recv, rargs.get());
 

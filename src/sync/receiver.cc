@@ -258,6 +258,8 @@ struct Receiver::Impl {
     auto& begin = std::get<wire::Begin>(first->body);
     more_follows = begin.more_follows != 0;
     FERRY_RETURN_IF_ERROR(delta_rx.check_begin(begin, round));
+    // Callback modes keep copies sized by BEGIN: bounded before any is made.
+    if (!asked.into_destinations) FERRY_RETURN_IF_ERROR(delta_rx.check_keep(begin, round));
     // A delta round is received as blobs, as the callback modes receive tensors.
     Delivery how = asked;
     how.delta = begin.delta != 0;
@@ -380,6 +382,7 @@ Result<std::unique_ptr<Receiver>> Receiver::connect(const std::string& address,
   auto impl = std::make_unique<Impl>();
   impl->options = options;
   impl->interrupted = InterruptCheck(options);
+  impl->delta_rx = DeltaReceiver(options.delta_keep_limit);
   impl->id = receiver_id;
   ScopedFd ring_fd;
   auto link = connect_upstream(address, options);

@@ -87,3 +87,80 @@ def test_delta_rounds_are_bit_exact_and_small():
         assert wire_bytes * 10 < nbytes
     for r in range(ROUNDS):
         assert rounds[r][1] == sent_sums[r], f"round {r + 1}: wrong bytes"
+
+
+def test_sync_options_delta_keep_limit_defaults_to_64_gib():
+    import ferry
+
+    assert ferry.SyncOptions().delta_keep_limit == 64 << 30
+    opts = ferry.SyncOptions(delta_keep_limit=1000)
+    assert opts.delta_keep_limit == 1000
+    assert "delta_keep_limit=1000" in repr(opts)
+    opts.delta_keep_limit = 5
+    assert opts.delta_keep_limit == 5
+
+
+def _model_bytes() -> int:
+    return sum(t.numel() * t.element_size() for _, t in make_weights(0))
+
+
+def _sender_twice(address: str, queue) -> None:
+    """A delta sender whose first session fails, then serves a second one."""
+    import ferry
+
+    try:
+        with ferry.Sender(address, bucket_bytes=BUCKET_BYTES, timeout=60, delta="on") as sender:
+            sender.accept(1)
+            try:
+                sender.send_round(make_weights(0))
+                first = "ok"
+            except ferry.FerryError as e:
+                first = str(e)
+            sender.accept(1)
+            s = sender.send_round(make_weights(1))
+            queue.put(("ok", first, s.delta))
+    except Exception as e:
+        queue.put(("error", type(e).__name__, str(e)))
+
+
+def _receiver_short_then_enough(address: str, queue) -> None:
+    """Joins with a keep limit one byte short of the model, then again with room for it."""
+    import ferry
+
+    try:
+        short = ferry.SyncOptions(timeout=60, idle_timeout=-1, delta_keep_limit=_model_bytes() - 1)
+        receiver = ferry.Receiver(address, 0, options=short)
+        try:
+            receiver.receive_round_buckets(lambda weights, is_last: None)
+            refused = ("ok",)
+        except ferry.FerryError as e:
+            refused = (type(e).__name__, str(e))
+        receiver.close()
+        enough = ferry.SyncOptions(timeout=60, idle_timeout=-1, delta_keep_limit=_model_bytes())
+        receiver = ferry.Receiver(address, 0, options=enough)
+        sums = {}
+
+        def on_bucket(weights, is_last):
+            for name, t in weights:
+                sums[name] = digest(t)
+
+        receiver.receive_round_buckets(on_bucket)
+        receiver.close()
+        queue.put(("ok", refused, sums))
+    except Exception as e:
+        queue.put(("error", type(e).__name__, str(e)))
+
+
+def test_delta_keep_limit_refuses_a_round_past_it_and_the_next_session_works():
+    address = unique_address()
+    sent, received = run_peers((_sender_twice, address), (_receiver_short_then_enough, address))
+    assert sent[0] == "ok", sent
+    assert received[0] == "ok", received
+    _, first, second_delta = sent
+    _, refused, sums = received
+    assert refused[0] == "ResourceExhaustedError", refused
+    assert "delta_keep_limit" in refused[1], refused
+    assert f"limit of {_model_bytes() - 1} bytes" in refused[1], refused
+    assert first != "ok" and "delta_keep_limit" in first, first
+    assert second_delta is False
+    assert sums == {name: digest(t) for name, t in make_weights(1)}
