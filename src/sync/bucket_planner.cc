@@ -6,6 +6,12 @@
 #include <numeric>
 
 namespace ferry::sync {
+namespace {
+
+// Pieces are counted in u32, with the largest value kept free.
+constexpr std::uint64_t kMaxPieces = std::numeric_limits<std::uint32_t>::max();
+
+}  // namespace
 
 std::uint64_t split_unit(DType dtype) {
   const auto bits = static_cast<std::uint64_t>(dtype_bits(dtype));
@@ -19,6 +25,19 @@ Result<BucketPlan> plan_buckets(std::span<const TensorSpec> manifest, std::uint6
   }
   if (manifest.size() >= std::numeric_limits<std::uint32_t>::max()) {
     return invalid_argument(fmt::format("{} tensors: at most 2^32-2 per round", manifest.size()));
+  }
+  // A manifest from a peer is untrusted: refuse a plan too large to hold before building it
+  // (a 2^61-byte tensor through 16-byte buckets would loop and allocate for minutes).
+  std::uint64_t pieces_at_least = manifest.size();
+  for (const TensorSpec& spec : manifest) {
+    pieces_at_least += spec.bytes() / bucket_bytes;
+    if (pieces_at_least >= kMaxPieces) break;
+  }
+  if (pieces_at_least >= kMaxPieces) {
+    return invalid_argument(fmt::format(
+        "the plan needs more than {} pieces ({} tensors through {}-byte buckets): use a larger "
+        "bucket",
+        kMaxPieces - 1, manifest.size(), bucket_bytes));
   }
   BucketPlan plan;
   plan.bucket_bytes = bucket_bytes;
@@ -53,7 +72,7 @@ Result<BucketPlan> plan_buckets(std::span<const TensorSpec> manifest, std::uint6
       const std::uint64_t room = (bucket_bytes - start) / unit * unit;
       const std::uint64_t len = std::min(bytes - done, room);
       plan.pieces.push_back(Piece{static_cast<std::uint32_t>(t), bucket, done, start, len});
-      if (plan.pieces.size() >= std::numeric_limits<std::uint32_t>::max()) {
+      if (plan.pieces.size() >= kMaxPieces) {
         return invalid_argument("the plan needs more than 2^32-2 pieces: use a larger bucket");
       }
       bucket_open = true;

@@ -125,6 +125,18 @@ TEST(BucketPlanner, EmptyManifestsAndBadBucketSizes) {
   check_plan(m, *plan);
 }
 
+// A peer's BEGIN names the manifest and bucket: a 1 EiB tensor through tiny buckets is refused
+// at once, before the planner loops over (and allocates ~128 GiB for) billions of pieces.
+TEST(BucketPlanner, APlanTooLargeToHoldIsRefusedBeforeItIsBuilt) {
+  const std::vector<TensorSpec> huge = {spec("huge", DType::kU8, {std::int64_t{1} << 60})};
+  auto plan = plan_buckets(huge, kPieceAlignment);
+  EXPECT_EQ(plan.status().code(), Code::kInvalidArgument);
+  EXPECT_NE(plan.status().message().find("use a larger bucket"), std::string::npos);
+  // A large plan within the limit is planned as usual.
+  const std::vector<TensorSpec> fits = {spec("fits", DType::kU8, {std::int64_t{1} << 20})};
+  EXPECT_OK(plan_buckets(fits, kPieceAlignment));
+}
+
 TEST(BucketPlanner, QwenEmbeddingThrough512MiBBucket) {
   // [151936, 4096] F32 is 2.49 GB: five buckets of 512 MiB, without allocating any.
   std::vector<TensorSpec> m = {spec("model.embed_tokens.weight", DType::kF32, {151936, 4096}),
