@@ -216,7 +216,9 @@ Status child_error(const std::string& who, const std::string& out) {
   return ok_status();
 }
 
-Status ensure_token() {
+}  // namespace
+
+Status ensure_bench_token() {
   if (std::getenv("FERRY_TOKEN") != nullptr || std::getenv("FERRY_TOKEN_FILE") != nullptr) {
     return ok_status();
   }
@@ -230,8 +232,6 @@ Status ensure_token() {
   }
   return ok_status();
 }
-
-}  // namespace
 
 Result<NetNodeResult> run_net_bench_node(const NetBenchConfig& config, const std::string& upstream,
                                          std::uint32_t relay_id) {
@@ -347,7 +347,7 @@ Result<NetBenchResult> run_net_bench_sender(
 
 Result<std::vector<NetBenchResult>> run_net_sync_bench(
     const NetBenchConfig& config, const std::function<void(const NetBenchResult&)>& on_result) {
-  Status tok = ensure_token();
+  Status tok = ensure_bench_token();
   if (!tok.ok()) return tok;
   auto specs = net_specs(config);
   if (!specs.ok()) return specs.status();

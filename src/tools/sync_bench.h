@@ -126,6 +126,11 @@ struct NetNodeResult {
   std::uint64_t relay_peak_rss_bytes = 0;
   std::uint64_t receiver_peak_rss_bytes = 0;
 };
+
+// Sets FERRY_TOKEN to a random secret when neither FERRY_TOKEN nor FERRY_TOKEN_FILE is set,
+// before forking nodes that must share it.
+Status ensure_bench_token();
+
 // Node end: config.receivers_per_node local receivers (forked, destination mode) and a
 // Relay with id `relay_id` joined to `upstream` in this process, for config.rounds + 1 rounds.
 Result<NetNodeResult> run_net_bench_node(const NetBenchConfig& config, const std::string& upstream,
