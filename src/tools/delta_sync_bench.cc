@@ -161,9 +161,6 @@ Result<std::vector<DeltaBenchResult>> run_delta_sync_bench(
       return invalid_argument(fmt::format("--delta-density {}: give fractions in [0, 1]", d));
     }
   }
-  if (config.net && config.tensor_count > 0) {
-    return invalid_argument("--net: the relays take the preset's shapes; drop --tensors");
-  }
   if (config.net) {
     // Link bytes are counted on TCP sockets: other transports would carry them unseen.
     const char* tls = std::getenv("UCX_TLS");
@@ -174,18 +171,9 @@ Result<std::vector<DeltaBenchResult>> run_delta_sync_bench(
           "--net counts the bytes of TCP sockets: run with UCX_TLS unset or tcp, not '{}'", tls));
     }
   }
-  std::vector<TensorSpec> specs;
-  if (config.tensor_count > 0) {
-    const auto elems = static_cast<std::int64_t>(
-        config.tensor_bytes * 8 / static_cast<std::uint64_t>(dtype_bits(config.dtype)));
-    for (std::uint32_t i = 0; i < config.tensor_count; ++i) {
-      specs.push_back(*TensorSpec::make(fmt::format("t.{}", i), config.dtype, {elems}));
-    }
-  } else {
-    auto cfg = model::preset(config.preset);
-    if (!cfg.ok()) return cfg.status();
-    specs = model::hf_tensor_specs(*cfg, config.dtype);
-  }
+  FERRY_ASSIGN_OR_RETURN(
+      const std::vector<TensorSpec> specs,
+      bench_specs(config.preset, config.dtype, config.tensor_count, config.tensor_bytes));
   std::uint64_t total = 0;
   for (const auto& s : specs) total += s.bytes();
 
@@ -210,6 +198,8 @@ Result<std::vector<DeltaBenchResult>> run_delta_sync_bench(
     node.slots = config.slots;
     node.rounds = rounds - 1;  // a node receives rounds + 1
     node.host = config.host;
+    node.tensor_count = config.tensor_count;
+    node.tensor_bytes = config.tensor_bytes;
     FERRY_ASSIGN_OR_RETURN(ends, start_nodes(node));
   } else {
     ends[0].address = fmt::format("@ferry-bench-dense-{}", ::getpid());

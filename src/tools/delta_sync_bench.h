@@ -28,7 +28,7 @@ struct DeltaBenchConfig {
   // A synthetic manifest instead of the preset: `tensor_count` tensors of `tensor_bytes`.
   std::uint32_t tensor_count = 0;
   std::uint64_t tensor_bytes = 0;
-  // Through one relay per session over TCP on `host` (UCX_TLS=tcp; preset manifests only).
+  // Through one relay per session over TCP on `host` (UCX_TLS=tcp).
   bool net = false;
   std::string host = "127.0.0.1";
 };

@@ -14,6 +14,11 @@
 
 namespace ferry::tools {
 
+// The bench's manifest: `tensor_count` synthetic tensors of `tensor_bytes` each ("t.0", ...),
+// or, when tensor_count is 0, the preset's shapes.
+Result<std::vector<TensorSpec>> bench_specs(const std::string& preset, DType dtype,
+                                            std::uint32_t tensor_count, std::uint64_t tensor_bytes);
+
 struct CopyBandwidth {
   double whole_gbps = 0;         // M: one pre-faulted copy of `bytes`
   double glibc_pieces_gbps = 0;  // the same bytes by glibc memcpy in `piece_bytes` pieces
@@ -81,6 +86,9 @@ struct NetBenchConfig {
   std::vector<WireProtect> wire_protect = {sync::SyncOptions{}.wire_protect};
   std::string host = "127.0.0.1";  // the loopback run listens on host:0
   std::chrono::milliseconds timeout{60'000};
+  // A synthetic manifest instead of the preset (bench_specs).
+  std::uint32_t tensor_count = 0;
+  std::uint64_t tensor_bytes = 0;
 };
 
 struct NetBenchResult {
