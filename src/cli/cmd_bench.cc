@@ -42,6 +42,11 @@ int run_bench_sync_delta(BenchArgs& a) {
   c.rounds = a.config.rounds;
   c.tensor_count = a.config.tensor_count;
   c.tensor_bytes = a.config.tensor_bytes;
+  c.net = a.net;
+  c.host = a.net_config.host;
+  if (c.net && (!a.listen.empty() || !a.connect.empty())) {
+    return usage_error("--delta-density --net runs on loopback: no --listen / --connect");
+  }
   if (a.bucket_option != nullptr && a.bucket_option->count() > 0) {
     if (a.config.bucket_mb.size() != 1) return usage_error("--delta-density takes one --bucket-mb");
     c.bucket_mb = a.config.bucket_mb[0];
@@ -49,19 +54,25 @@ int run_bench_sync_delta(BenchArgs& a) {
   if (Status s = check_bucket_mb("--bucket-mb", c.bucket_mb); !s.ok()) return usage_error(s);
   if (!a.json) {
     std::printf(
-        "%s %s, %llu MiB buckets, shm, 1 receiver per session in destination mode: each "
+        "%s %s, %llu MiB buckets, %s, 1 receiver per session in destination mode: each "
         "update sent dense (delta off) and on a delta session (auto), median of %d\n",
         c.preset.c_str(), a.dtypes[0].c_str(), static_cast<unsigned long long>(c.bucket_mb),
-        c.rounds);
-    std::printf("%-18s %-9s %-9s %-9s %-8s %-6s %-10s %-9s %s\n", "update", "density", "dense_s",
-                "delta_s", "speedup", "delta", "wire_MB", "bytes/wire", "sender_extra_MB");
+        c.net ? "net (UCX_TLS=tcp) on loopback through one relay" : "shm", c.rounds);
+    std::printf("%-18s %-9s %-9s %-9s %-8s %-6s %-10s %-9s %-15s %s\n", "update", "density",
+                "dense_s", "delta_s", "speedup", "delta", "wire_MB", "bytes/wire",
+                "sender_extra_MB", c.net ? "link_MB dense/delta, ratio" : "");
     std::fflush(stdout);
   }
   auto results = tools::run_delta_sync_bench(c, [&](const tools::DeltaBenchResult& r) {
     if (a.json) return;
-    std::printf("%-18s %-9.5f %-9.4f %-9.4f %-8.2f %-6s %-10.2f %-9.1f %.0f\n", r.update.c_str(),
+    std::printf("%-18s %-9.5f %-9.4f %-9.4f %-8.2f %-6s %-10.2f %-9.1f %-15.0f", r.update.c_str(),
                 r.density, r.dense_seconds, r.delta_seconds, r.speedup, r.went_delta ? "yes" : "no",
                 r.wire_bytes / 1e6, r.wire_ratio, r.sender_extra_bytes / 1e6);
+    if (c.net) {
+      std::printf(" %.2f / %.2f, %.1f", r.dense_link_bytes / 1e6, r.delta_link_bytes / 1e6,
+                  r.link_ratio);
+    }
+    std::printf("\n");
     std::fflush(stdout);
   });
   if (!results.ok()) return report_error(results.status());
@@ -78,8 +89,13 @@ int run_bench_sync_delta(BenchArgs& a) {
                       {"wire_bytes", r.wire_bytes},
                       {"bytes_over_wire", r.wire_ratio},
                       {"sender_extra_bytes", r.sender_extra_bytes}});
+      if (c.net) {
+        list.back()["dense_link_bytes"] = r.dense_link_bytes;
+        list.back()["delta_link_bytes"] = r.delta_link_bytes;
+        list.back()["dense_over_delta_link"] = r.link_ratio;
+      }
     }
-    nlohmann::ordered_json j = {{"mode", "delta"},
+    nlohmann::ordered_json j = {{"mode", c.net ? "delta_net" : "delta"},
                                 {"preset", c.preset},
                                 {"dtype", a.dtypes[0]},
                                 {"bucket_mb", c.bucket_mb},
@@ -226,8 +242,8 @@ int run_bench_sync(BenchArgs& a) {
   if (!a.connect.empty()) {
     if (Status s = check_host_port("--connect", a.connect); !s.ok()) return usage_error(s);
   }
-  if (a.net) return run_bench_sync_net(a);
   if (!a.delta_densities.empty()) return run_bench_sync_delta(a);
+  if (a.net) return run_bench_sync_net(a);
   a.config.dtypes.clear();
   for (const auto& d : a.dtypes) {
     auto t = parse_dtype(d);
@@ -326,7 +342,8 @@ void add_bench_command(CLI::App& app, Dispatch& dispatch) {
                 "(what ferry.verl does), instead of destination mode");
   cmd->add_option("--delta-density", args->delta_densities,
                   "Delta rounds: change this fraction of elements per update (and one Adam step, "
-                  "bf16), each sent dense and as a delta in the same run (0.001,0.01,0.1,1.0)")
+                  "bf16), each sent dense and as a delta in the same run (0.001,0.01,0.1,1.0); "
+                  "with --net, through one relay per session over TCP, counting link bytes")
       ->delimiter(',');
   auto* net = cmd->add_flag("--net", args->net,
                             "Across nodes: a net sender, relays with local receivers, against "

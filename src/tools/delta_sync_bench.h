@@ -1,7 +1,10 @@
 // `ferry bench sync --delta-density`: delta rounds against dense rounds of the same update
 // in the same run (docs/benchmarks.md). One sender process sends each update twice, on two
 // sessions: dense (delta off) and delta (auto), each to its own receiver process in
-// destination mode; the ratio of their round times is what a user gains.
+// destination mode; the ratio of their round times is what a user gains. With `net`, each
+// session is a net sender on loopback feeding one relay (a forked node with one local
+// receiver, sync_bench's run_net_bench_node), and the bytes the sender's TCP sockets sent
+// are counted per round: what a delta saves on the sender's link.
 #pragma once
 
 #include <cstdint>
@@ -25,6 +28,9 @@ struct DeltaBenchConfig {
   // A synthetic manifest instead of the preset: `tensor_count` tensors of `tensor_bytes`.
   std::uint32_t tensor_count = 0;
   std::uint64_t tensor_bytes = 0;
+  // Through one relay per session over TCP on `host` (UCX_TLS=tcp).
+  bool net = false;
+  std::string host = "127.0.0.1";
 };
 
 struct DeltaBenchResult {
@@ -38,6 +44,10 @@ struct DeltaBenchResult {
   std::uint64_t wire_bytes = 0;  // the delta session's bytes on the ring
   double wire_ratio = 0;         // bytes / wire_bytes
   std::uint64_t sender_extra_bytes = 0;  // the delta sender's snapshot and encode buffers
+  // --net: bytes the sender's TCP sockets sent in the round (median round of each session).
+  std::uint64_t dense_link_bytes = 0;
+  std::uint64_t delta_link_bytes = 0;
+  double link_ratio = 0;  // dense_link_bytes / delta_link_bytes
 };
 
 Result<std::vector<DeltaBenchResult>> run_delta_sync_bench(

@@ -86,23 +86,31 @@ CopyBandwidth measure_copy_bandwidth(std::uint64_t bytes, std::uint64_t piece_by
   return out;
 }
 
+Result<std::vector<TensorSpec>> bench_specs(const std::string& preset, DType dtype,
+                                            std::uint32_t tensor_count,
+                                            std::uint64_t tensor_bytes) {
+  std::vector<TensorSpec> specs;
+  if (tensor_count > 0) {
+    const auto elems =
+        static_cast<std::int64_t>(tensor_bytes * 8 / static_cast<std::uint64_t>(dtype_bits(dtype)));
+    for (std::uint32_t i = 0; i < tensor_count; ++i) {
+      specs.push_back(*TensorSpec::make(fmt::format("t.{}", i), dtype, {elems}));
+    }
+    return specs;
+  }
+  auto cfg = model::preset(preset);
+  if (!cfg.ok()) return cfg.status();
+  return model::hf_tensor_specs(*cfg, dtype);
+}
+
 Result<std::vector<BenchResult>> run_sync_bench(
     const BenchConfig& config, const CopyBandwidth& limits,
     const std::function<void(const BenchResult&)>& on_result) {
   std::vector<BenchResult> results;
   for (DType dtype : config.dtypes) {
-    std::vector<TensorSpec> specs;
-    if (config.tensor_count > 0) {
-      const auto elems = static_cast<std::int64_t>(config.tensor_bytes * 8 /
-                                                   static_cast<std::uint64_t>(dtype_bits(dtype)));
-      for (std::uint32_t i = 0; i < config.tensor_count; ++i) {
-        specs.push_back(*TensorSpec::make(fmt::format("t.{}", i), dtype, {elems}));
-      }
-    } else {
-      auto cfg = model::preset(config.preset);
-      if (!cfg.ok()) return cfg.status();
-      specs = model::hf_tensor_specs(*cfg, dtype);
-    }
+    FERRY_ASSIGN_OR_RETURN(
+        const std::vector<TensorSpec> specs,
+        bench_specs(config.preset, dtype, config.tensor_count, config.tensor_bytes));
     std::uint64_t total = 0;
     for (const auto& s : specs) total += s.bytes();
     auto source = map_anonymous(total, true, /*prefault=*/true);
@@ -205,9 +213,7 @@ sync::SyncOptions net_options(const NetBenchConfig& c, std::uint64_t bucket_mb) 
 }
 
 Result<std::vector<TensorSpec>> net_specs(const NetBenchConfig& c) {
-  auto cfg = model::preset(c.preset);
-  if (!cfg.ok()) return cfg.status();
-  return model::hf_tensor_specs(*cfg, c.dtype);
+  return bench_specs(c.preset, c.dtype, c.tensor_count, c.tensor_bytes);
 }
 
 // Children write "error ..." or their figures; an error text becomes this Status.
@@ -216,7 +222,9 @@ Status child_error(const std::string& who, const std::string& out) {
   return ok_status();
 }
 
-Status ensure_token() {
+}  // namespace
+
+Status ensure_bench_token() {
   if (std::getenv("FERRY_TOKEN") != nullptr || std::getenv("FERRY_TOKEN_FILE") != nullptr) {
     return ok_status();
   }
@@ -230,8 +238,6 @@ Status ensure_token() {
   }
   return ok_status();
 }
-
-}  // namespace
 
 Result<NetNodeResult> run_net_bench_node(const NetBenchConfig& config, const std::string& upstream,
                                          std::uint32_t relay_id) {
@@ -347,7 +353,7 @@ Result<NetBenchResult> run_net_bench_sender(
 
 Result<std::vector<NetBenchResult>> run_net_sync_bench(
     const NetBenchConfig& config, const std::function<void(const NetBenchResult&)>& on_result) {
-  Status tok = ensure_token();
+  Status tok = ensure_bench_token();
   if (!tok.ok()) return tok;
   auto specs = net_specs(config);
   if (!specs.ok()) return specs.status();

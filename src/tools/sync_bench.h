@@ -14,6 +14,11 @@
 
 namespace ferry::tools {
 
+// The bench's manifest: `tensor_count` synthetic tensors of `tensor_bytes` each ("t.0", ...),
+// or, when tensor_count is 0, the preset's shapes.
+Result<std::vector<TensorSpec>> bench_specs(const std::string& preset, DType dtype,
+                                            std::uint32_t tensor_count, std::uint64_t tensor_bytes);
+
 struct CopyBandwidth {
   double whole_gbps = 0;         // M: one pre-faulted copy of `bytes`
   double glibc_pieces_gbps = 0;  // the same bytes by glibc memcpy in `piece_bytes` pieces
@@ -81,6 +86,9 @@ struct NetBenchConfig {
   std::vector<WireProtect> wire_protect = {sync::SyncOptions{}.wire_protect};
   std::string host = "127.0.0.1";  // the loopback run listens on host:0
   std::chrono::milliseconds timeout{60'000};
+  // A synthetic manifest instead of the preset (bench_specs).
+  std::uint32_t tensor_count = 0;
+  std::uint64_t tensor_bytes = 0;
 };
 
 struct NetBenchResult {
@@ -126,6 +134,11 @@ struct NetNodeResult {
   std::uint64_t relay_peak_rss_bytes = 0;
   std::uint64_t receiver_peak_rss_bytes = 0;
 };
+
+// Sets FERRY_TOKEN to a random secret when neither FERRY_TOKEN nor FERRY_TOKEN_FILE is set,
+// before forking nodes that must share it.
+Status ensure_bench_token();
+
 // Node end: config.receivers_per_node local receivers (forked, destination mode) and a
 // Relay with id `relay_id` joined to `upstream` in this process, for config.rounds + 1 rounds.
 Result<NetNodeResult> run_net_bench_node(const NetBenchConfig& config, const std::string& upstream,

@@ -117,6 +117,27 @@ TEST(SyncCli, BenchDeltaDensityJsonAndBadDensity) {
   EXPECT_NE(bad.err.find("--delta-density 1.5"), std::string::npos) << bad.err;
 }
 
+// Through a relay over TCP: the sender's link carries the dense bytes on the dense session and
+// about the encoded bytes on the delta session.
+TEST(SyncCli, BenchDeltaDensityNetCountsLinkBytes) {
+  auto r =
+      run_ferry({"bench", "sync", "--delta-density", "0.01,1.0", "--tensors", "4", "--tensor-bytes",
+                 "262144", "--bucket-mb", "1", "--rounds", "1", "--net", "--json"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  auto j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["mode"], "delta_net");
+  ASSERT_EQ(j["results"].size(), 3u);  // two densities and the Adam step
+  for (const auto& row : j["results"]) {
+    // Every payload byte crossed the link, plus framing.
+    EXPECT_GE(row["dense_link_bytes"].get<std::uint64_t>(), row["bytes"].get<std::uint64_t>());
+    EXPECT_GE(row["delta_link_bytes"].get<std::uint64_t>(), row["wire_bytes"].get<std::uint64_t>());
+  }
+  const auto& sparse = j["results"][0];
+  EXPECT_TRUE(sparse["delta"].get<bool>());
+  EXPECT_GT(sparse["dense_over_delta_link"].get<double>(), 10);
+  EXPECT_LT(j["results"][1]["dense_over_delta_link"].get<double>(), 1.1);  // auto went dense
+}
+
 TEST(SyncCli, BenchJsonHasTheDocumentedFields) {
   auto r = run_ferry({"bench", "sync", "--tensors", "16", "--tensor-bytes", "65536", "--bucket-mb",
                       "1", "--receivers", "1", "--rounds", "1", "--memcpy-mb", "16", "--json"});
