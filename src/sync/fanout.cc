@@ -137,20 +137,24 @@ Result<bool> Fanout::handle_waiting(const std::function<bool(const Peer&)>& done
   bool any = false;
   for (Peer& p : peers_) {
     if (!p.link.needs_progress()) continue;
-    Status s = reap(p);
-    if (!s.ok()) return s;
-    if (done(p)) continue;
+    // What a peer said comes before what its link's state implies: a relay reports the
+    // receiver that failed behind it, then leaves, failing our segment sends to it. A peer
+    // this wait does not need is read too, so its report is heard now, not after it left.
+    const bool needed = !done(p);
     auto got = p.link.try_receive();
-    if (!got.ok()) {
+    if (!got.ok() && needed) {
       return Status(got.status().code(),
                     fmt::format("round {}: {}: {}", round_, p.link.peer(), got.status().message()));
     }
-    if (!got->has_value()) continue;
-    auto m = wire::decode(**got, p.link.peer());
-    if (!m.ok()) return m.status();
-    s = handle(p, *m, round_checksum);
+    if (got.ok() && got->has_value()) {
+      auto m = wire::decode(**got, p.link.peer());
+      if (!m.ok()) return m.status();
+      Status s = handle(p, *m, round_checksum);
+      if (!s.ok()) return s;
+      any = true;
+    }
+    Status s = reap(p);
     if (!s.ok()) return s;
-    any = true;
   }
   return any;
 }
