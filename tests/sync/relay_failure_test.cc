@@ -9,6 +9,8 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <future>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -71,27 +73,71 @@ int wait_exit(pid_t pid) {
   return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
 }
 
-// One node: a relay in a thread serving two local receivers (processes).
+// One node: a relay in a thread serving local receivers (processes) and, optionally,
+// downstream relays.
 struct Node {
   std::string local = testing::unique_address();
   std::vector<pid_t> receivers;
   std::thread relay;
   Status relay_status;
+  std::promise<std::string> serves;  // its address for downstream relays ("" when none)
 };
 
 void start_relay(Node& node, const std::string& upstream, std::uint32_t id, const SyncOptions& o,
-                 int rounds) {
-  node.relay = std::thread([&node, upstream, id, o, rounds] {
-    auto relay = Relay::connect(upstream, id, node.local, o);
+                 int rounds, std::uint32_t downstream = 0) {
+  node.relay = std::thread([&node, upstream, id, o, rounds, downstream] {
+    auto relay =
+        Relay::connect(upstream, id, node.local, o, downstream > 0 ? "127.0.0.1:0" : std::string());
+    node.serves.set_value(relay.ok() ? (*relay)->relays_address() : std::string());
     if (!relay.ok()) {
       node.relay_status = relay.status();
       return;
     }
-    node.relay_status = (*relay)->accept(2);
+    node.relay_status =
+        (*relay)->accept(static_cast<std::uint32_t>(node.receivers.size()), downstream);
     for (int round = 1; round <= rounds && node.relay_status.ok(); ++round) {
       node.relay_status = (*relay)->relay_round().status();
     }
   });
+}
+
+// Relay `id` and its one local receiver in a child process that kills itself (relay and
+// all) on the receiver's tenth bucket of round `die_in_round`. Forked before the test makes
+// a UCX context; it reads its upstream's address, a line, from `address_pipe`.
+struct ChildRelay {
+  pid_t pid = -1;
+  int address_pipe = -1;
+};
+
+ChildRelay spawn_relay(std::uint32_t id, const SyncOptions& o, int rounds, int die_in_round) {
+  int fds[2];
+  if (::pipe(fds) != 0) return {};
+  const pid_t pid = ::fork();
+  if (pid != 0) {
+    ::close(fds[0]);
+    return {pid, fds[1]};
+  }
+  ::close(fds[1]);
+  std::string upstream;
+  char c = 0;
+  while (::read(fds[0], &c, 1) == 1 && c != '\n') upstream += c;
+  const std::string local = testing::unique_address();
+  std::thread receiver([&] {
+    auto r = Receiver::connect(local, 0, o);
+    for (int round = 1; r.ok() && round <= rounds; ++round) {
+      int buckets = 0;
+      auto got = (*r)->receive_round_buckets([&](std::span<const TensorView>, bool) {
+        if (round == die_in_round && ++buckets == 10) ::kill(::getpid(), SIGKILL);
+        return ok_status();
+      });
+      if (!got.ok()) return;
+    }
+  });
+  auto relay = Relay::connect(upstream, id, local, o);
+  Status s = relay.ok() ? (*relay)->accept(1) : relay.status();
+  for (int round = 1; round <= rounds && s.ok(); ++round) s = (*relay)->relay_round().status();
+  receiver.join();
+  ::_exit(s.ok() ? 0 : 12);
 }
 
 // Two nodes as in verl (a relay and two ranks each). In round 2 node 0's receiver 1 dies
@@ -136,6 +182,44 @@ TEST(RelayFailure, ReceiverKilledBehindARelayIsNamedAtTheSender) {
   EXPECT_FALSE(nodes[0].relay_status.ok());
   EXPECT_NE(nodes[0].relay_status.to_string().find("local receiver 1"), std::string::npos)
       << nodes[0].relay_status.to_string();
+}
+
+// A chain (sender -> relay 0 -> relay 1) beside a node fed by the sender directly (relay 2).
+// In round 2 relay 1's process is killed while relay 2's receiver pauses: relay 0 must get
+// its report of relay 1 to the sender, which names relay 1, not only relay 0.
+TEST(RelayFailure, RelayKilledDownTheChainIsNamedAtTheSender) {
+  ferry::testing::TempDir dir;
+  const SyncOptions o = relay_options(dir);
+  Node head, beside;
+  head.receivers = {spawn_receiver(head.local, 0, o, 2, 0, 0)};
+  beside.receivers = {spawn_receiver(beside.local, 0, o, 2, 0, /*pause_in_round=*/2)};
+  const ChildRelay tail = spawn_relay(1, o, 2, /*die_in_round=*/2);
+  ASSERT_GT(tail.pid, 0);
+  auto sender = Sender::create("127.0.0.1:0", o);
+  ASSERT_OK(sender);
+  start_relay(head, (*sender)->address(), 0, o, 2, /*downstream=*/1);
+  start_relay(beside, (*sender)->address(), 2, o, 2);
+  ASSERT_OK((*sender)->accept(2));
+  const std::string line = head.serves.get_future().get() + "\n";
+  ASSERT_EQ(::write(tail.address_pipe, line.data(), line.size()),
+            static_cast<ssize_t>(line.size()));
+  ::close(tail.address_pipe);
+  Weights w = make_weights(relay_model(), 1);
+  auto views = w.views();
+  ASSERT_OK((*sender)->send_round(views));
+  w = make_weights(relay_model(), 2);
+  views = w.views();
+  auto failed = (*sender)->send_round(views);
+  (*sender).reset();
+  for (Node* node : {&head, &beside}) node->relay.join();
+  EXPECT_EQ(wait_exit(tail.pid), 128 + SIGKILL);
+  for (pid_t pid : {head.receivers[0], beside.receivers[0]}) (void)wait_exit(pid);
+
+  ASSERT_FALSE(failed.ok());
+  const std::string why = failed.status().to_string();
+  EXPECT_NE(why.find("relay 0: round 2: relay 1"), std::string::npos) << why;
+  EXPECT_NE(head.relay_status.to_string().find("relay 1"), std::string::npos)
+      << head.relay_status.to_string();
 }
 
 }  // namespace
