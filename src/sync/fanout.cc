@@ -64,7 +64,16 @@ Status Fanout::explain_send_failure(Peer& p, Status failed) {
                     fmt::format("{} gave up on round {}: {}", p.link.peer(), round_, e.message));
     }
   }
-  return Status(failed.code(), fmt::format("round {}: {}", round_, failed.message()));
+  return peer_error(p, failed);
+}
+
+// Net transport errors name only the address ("peer 10.0.0.2:4100 is gone"); shm ones name
+// the peer as admit() called it. Either way the error says which peer, by id.
+Status Fanout::peer_error(const Peer& p, const Status& s) const {
+  if (s.message().find(p.link.peer()) != std::string::npos) {
+    return Status(s.code(), fmt::format("round {}: {}", round_, s.message()));
+  }
+  return Status(s.code(), fmt::format("round {}: {}: {}", round_, p.link.peer(), s.message()));
 }
 
 Status Fanout::send_all(const wire::Message& m) { return send_all_bytes(wire::encode(m), m); }
@@ -80,7 +89,7 @@ Status Fanout::send_all_bytes(const std::vector<std::byte>& bytes, const wire::M
       const std::span<const std::byte> bytes_of_segment(ring_->slot(filled->slot) + filled->offset,
                                                         filled->used_bytes - filled->offset);
       s = p.link.channel().publish_segment(bytes_of_segment, ring_region_.get());
-      if (!s.ok()) return Status(s.code(), fmt::format("round {}: {}", round_, s.message()));
+      if (!s.ok()) return peer_error(p, s);
     }
   }
   return ok_status();
@@ -126,7 +135,7 @@ Status Fanout::handle(Peer& p, const wire::Message& m, std::uint64_t round_check
 // Finished segment sends are forgotten; a failed one means the peer is gone.
 Status Fanout::reap(Peer& p) {
   Status s = p.link.channel().check_segments();
-  if (!s.ok()) return Status(s.code(), fmt::format("round {}: {}", round_, s.message()));
+  if (!s.ok()) return peer_error(p, s);
   return ok_status();
 }
 
@@ -137,20 +146,21 @@ Result<bool> Fanout::handle_waiting(const std::function<bool(const Peer&)>& done
   bool any = false;
   for (Peer& p : peers_) {
     if (!p.link.needs_progress()) continue;
+    // What a peer said comes before what its link's state implies: a relay reports the
+    // receiver that failed behind it, then leaves, failing our segment sends to it. A peer
+    // this wait does not need is read too, so its report is heard now, not after it left.
+    const bool needed = !done(p);
+    auto got = p.link.try_receive();
+    if (!got.ok() && needed) return peer_error(p, got.status());
+    if (got.ok() && got->has_value()) {
+      auto m = wire::decode(**got, p.link.peer());
+      if (!m.ok()) return m.status();
+      Status s = handle(p, *m, round_checksum);
+      if (!s.ok()) return s;
+      any = true;
+    }
     Status s = reap(p);
     if (!s.ok()) return s;
-    if (done(p)) continue;
-    auto got = p.link.try_receive();
-    if (!got.ok()) {
-      return Status(got.status().code(),
-                    fmt::format("round {}: {}: {}", round_, p.link.peer(), got.status().message()));
-    }
-    if (!got->has_value()) continue;
-    auto m = wire::decode(**got, p.link.peer());
-    if (!m.ok()) return m.status();
-    s = handle(p, *m, round_checksum);
-    if (!s.ok()) return s;
-    any = true;
   }
   return any;
 }
@@ -221,10 +231,7 @@ Result<bool> Fanout::handle_ready(const std::vector<pollfd>& fds, std::size_t fi
     if (fds[first + i].fd < 0 || fds[first + i].revents == 0) continue;
     Peer& p = peers_[i];
     auto got = p.link.receive(options_.timeout);
-    if (!got.ok()) {
-      return Status(got.status().code(),
-                    fmt::format("round {}: {}", round_, got.status().message()));
-    }
+    if (!got.ok()) return peer_error(p, got.status());
     auto m = wire::decode(*got, p.link.peer());
     if (!m.ok()) return m.status();
     Status s = handle(p, *m, round_checksum);
@@ -240,7 +247,7 @@ Status Fanout::drain_transfers() {
   for (Peer& p : peers_) {
     if (p.link.shares_memory()) continue;
     Status s = p.link.channel().await_segments(deadline.left());
-    if (!s.ok()) return Status(s.code(), fmt::format("round {}: {}", round_, s.message()));
+    if (!s.ok()) return peer_error(p, s);
   }
   return ok_status();
 }

@@ -110,6 +110,8 @@ class Fanout {
   Status admit(Peer p, const std::vector<std::byte>& hello);
   Status handle(Peer& p, const wire::Message& m, std::uint64_t round_checksum);
   Status explain_send_failure(Peer& p, Status failed);
+  // `s`, a failure of peer `p`'s link, as "round N: <peer>: <what>".
+  Status peer_error(const Peer& p, const Status& s) const;
   Status reap(Peer& p);
 
   SyncOptions options_;

@@ -26,6 +26,9 @@ namespace ferry::sync {
 
 using std::chrono::milliseconds;
 
+// The longest a failed relay waits for the sender to read its ERROR (see fail()).
+constexpr milliseconds kReportDeliveryBound{5000};
+
 struct Relay::Impl {
   SyncOptions options;
   InterruptCheck interrupted;  // set with options in create()
@@ -59,17 +62,40 @@ struct Relay::Impl {
     return session_message(conversation.session(), round, std::move(body));
   }
 
+  // Downstream hears first (it costs at most 100 ms a peer); then upstream gets the report
+  // and the time to read it before this relay closes the link.
   Status fail(Status why) {
     if (broken.ok()) broken = why;
-    if (upstream.valid()) {
-      (void)upstream.send(wire::encode(upstream_message(conversation.round(),
-                                                        wire::Error{why.code(), why.message()})),
-                          milliseconds(100));
-      upstream.close();  // flushes the ERROR, so the sender learns why, not only that we left
-    }
     if (relays) (void)relays->fail(why);
     if (local) (void)local->fail(why);
+    if (upstream.valid()) {
+      const Status sent =
+          upstream.send(wire::encode(upstream_message(conversation.round(),
+                                                      wire::Error{why.code(), why.message()})),
+                        milliseconds(100));
+      if (sent.ok() || sent.code() == Code::kTimeout) await_upstream_hangup();
+      upstream.close();  // flushes the ERROR, so the sender learns why, not only that we left
+    }
     return why;
+  }
+
+  // The sender ends the session (an ERROR to every peer, then it hangs up) once it has read
+  // a peer's ERROR. Until then this relay keeps its link open: a sender that found the link
+  // closed before it got to the report (it was waiting on another node, or pulling weights)
+  // would name only this relay, not the receiver or relay behind it that failed. Bounded by
+  // kReportDeliveryBound (and the session's timeout), and by an interrupt (stop, Ctrl-C).
+  void await_upstream_hangup() {
+    const Deadline deadline(std::min(options.timeout, kReportDeliveryBound));
+    while (!deadline.passed()) {
+      auto got = upstream.receive(wait_slice(options, deadline.left()));
+      if (got.ok()) {
+        auto m = wire::decode(*got, upstream.peer());
+        if (!m.ok() || m->type() == wire::MessageType::kError) return;  // the sender ended it
+        continue;  // the round's traffic, no longer wanted
+      }
+      if (got.status().code() != Code::kTimeout) return;  // hung up
+      if (!interrupted().ok()) return;
+    }
   }
 
   Result<wire::Message> decode_upstream(const std::vector<std::byte>& bytes) {

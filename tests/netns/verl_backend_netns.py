@@ -44,10 +44,11 @@ def main() -> int:
         assert result["received"][1] == ("dead", 3), result["received"]
         sent = result["sent"][0]
         assert sent[0] == "error" and sent[1].endswith("Error") and sent[2], sent
-        # Named: the lost rank as its relay reported it, or (when the relay's link closed
-        # before its report arrived) node-b's relay itself.
-        assert "local receiver 1" in sent[2] or "10.77.0.2" in sent[2], \
-            f"the actor names neither the lost rank nor its node: {sent}"
+        # Named: the lost rank, as node-b's relay reported it (the relay keeps its link open
+        # until the actor has read the report), and the relay on node-b that reported it.
+        assert "relay 0: " in sent[2] and "local receiver 1" in sent[2], \
+            f"the actor does not name the lost rank through its relay: {sent}"
+        assert "10.77.0.2" in sent[2], f"the actor does not name node-b: {sent}"
         # node-b's relay host saw its receiver go: it either had the whole update (it
         # acknowledged first) or names the failure; node-c's ranks likewise.
         for rank in (0, 2, 3):
