@@ -38,11 +38,18 @@ enum class End { kClose, kExit };
 
 SyncOptions options(const std::string& token_file) {
   SyncOptions o;
-  o.bucket_bytes = 4096;  // several buckets and segments per round
+  o.bucket_bytes = 256 << 10;  // the big tensor spans buckets, sent by UCX's rendezvous
   o.slots = 2;
   o.timeout = milliseconds(20'000);
   o.token_file = token_file;
   return o;
+}
+
+// Small tensors and one of 1 MiB.
+std::vector<TensorSpec> model() {
+  std::vector<TensorSpec> specs = small_model();
+  specs.push_back(*TensorSpec::make("big", DType::kBF16, {512, 1024}));
+  return specs;
 }
 
 // The child: "<address> <id> <close|exit> <token file or ->"; joins, receives kRounds rounds
@@ -99,7 +106,7 @@ void run_session(const std::string& address, const std::string& token_file, End 
   }
   ASSERT_OK((*sender)->accept(receivers));
   for (int round = 1; round <= kRounds; ++round) {
-    const testing::Weights w = make_weights(small_model(), static_cast<std::uint64_t>(round));
+    const testing::Weights w = make_weights(model(), static_cast<std::uint64_t>(round));
     const auto views = w.views();
     auto stats = (*sender)->send_round(views);
     ASSERT_OK(stats) << "round " << round << " of " << kRounds;
