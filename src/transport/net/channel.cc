@@ -125,12 +125,16 @@ struct Endpoint {
   std::string peer;
   bool failed = false;  // the channel can carry nothing more; `error` says why
   bool broken = false;  // UCX reported the endpoint dead: no flush, no FIN
+  // No more frames are opened: a FIN, or a frame that failed its checks. A peer's end alone
+  // does not set it: the frames it sent before are still opened and delivered.
+  bool inbox_closed = false;
   bool fin_sent = false;
   bool fin_received = false;
   // A bulk send was posted: UCX may read the caller's memory (the ring) until the endpoint
   // is forced shut, so close() must force it.
   bool sent_bulk = false;
   std::uint64_t ticket = 0;  // in live_endpoints() while the UCX endpoint is ours
+  std::uint64_t puller = 0;  // ctx's after-turn hook that pulls the stream (0: none)
   Status error;
   std::vector<std::byte> inbox;
   std::size_t inbox_start = 0;
@@ -186,6 +190,12 @@ struct Endpoint {
     log::debug("net: {}", error.message());
   }
 
+  // A frame the peer sent ends the inbox (a FIN, or one that failed its checks).
+  void reject(Status s) {
+    inbox_closed = true;
+    fail(std::move(s));
+  }
+
   void reap() {
     while (!sends.empty()) {
       void* r = sends.front().request;
@@ -238,15 +248,15 @@ struct Endpoint {
   // FIN behind a message is seen when the message has been taken, as it was sent.
   void pump(bool all) {
     pull();
-    while (!failed && (all || ready.empty())) {
+    while (!inbox_closed && (!failed || broken) && (all || ready.empty())) {
       const std::size_t have = inbox.size() - inbox_start;
       if (have < kFrameHeaderBytes) return;
       std::byte* frame = inbox.data() + inbox_start;
       const std::uint32_t length =
           coding::Reader(std::span<const std::byte>(frame, kFrameHeaderBytes)).u32();
       if (length < kFrameOverhead || length > max_message_bytes() + kFrameOverhead) {
-        fail(corruption(fmt::format("{} sent a frame of {} bytes; the limit here is {}", peer,
-                                    length, max_message_bytes() + kFrameOverhead)));
+        reject(corruption(fmt::format("{} sent a frame of {} bytes; the limit here is {}", peer,
+                                      length, max_message_bytes() + kFrameOverhead)));
         return;
       }
       if (have < kFrameHeaderBytes + length) return;
@@ -258,7 +268,7 @@ struct Endpoint {
       if (!aead_open(keys.control_receive, frames_received++,
                      std::span<const std::byte>(frame, kFrameHeaderBytes),
                      body.first(length - kTagBytes), payload, tag)) {
-        fail(corruption(
+        reject(corruption(
             fmt::format("a message from {} failed authentication: it was tampered with on the way, "
                         "replayed, reordered or dropped, or is not from the peer",
                         peer)));
@@ -282,13 +292,13 @@ struct Endpoint {
           // The peer closes after the messages before this one (in `ready`).
           fin_received = true;
           send_fin();
-          fail(aborted(fmt::format("{} closed the connection", peer)));
+          reject(aborted(fmt::format("{} closed the connection", peer)));
           return;
         case FrameKind::kAnnounce:
           announce(payload);
           break;
         default:
-          fail(corruption(
+          reject(corruption(
               fmt::format("{} sent a frame of unknown kind {}", peer, static_cast<int>(kind))));
           return;
       }
@@ -304,12 +314,12 @@ struct Endpoint {
     const std::string tag = r.bytes(kTagBytes);
     if (!r.ok() || r.remaining() != 0 ||
         protect > static_cast<std::uint8_t>(WireProtect::kEncrypt)) {
-      fail(corruption(fmt::format("{} sent a malformed bulk announcement", peer)));
+      reject(corruption(fmt::format("{} sent a malformed bulk announcement", peer)));
       return;
     }
     if (announcements >= kMaxAnnouncements) {
-      fail(corruption(fmt::format("{} announced more than {} bulk messages nobody received", peer,
-                                  kMaxAnnouncements)));
+      reject(corruption(fmt::format("{} announced more than {} bulk messages nobody received", peer,
+                                    kMaxAnnouncements)));
       return;
     }
     a.protect = static_cast<WireProtect>(protect);
@@ -395,12 +405,20 @@ struct Endpoint {
   // that died after sending them.
   Result<std::optional<std::vector<std::byte>>> take(std::size_t /*max_bytes*/) {
     pump(/*all=*/false);
+    if (ready.empty() && !failed) {
+      check_bootstrap();
+      // The bootstrap socket may report the peer's end before UCX has handed over what the
+      // peer sent just before it (its last message): take that first.
+      if (failed) {
+        ctx->progress();
+        pump(/*all=*/false);
+      }
+    }
     if (!ready.empty()) {
       std::vector<std::byte> out = std::move(ready.front());
       ready.pop_front();
       return std::optional<std::vector<std::byte>>(std::move(out));
     }
-    check_bootstrap();
     if (failed) return error;
     return std::optional<std::vector<std::byte>>();
   }
@@ -499,6 +517,8 @@ struct Endpoint {
     // its endpoint was forced shut with data queued for it.
     const bool force = broken || fin_received || sent_bulk;
     live_endpoints().remove(ticket);
+    ctx->remove_after_turn(puller);
+    puller = 0;
     ucp_request_param_t param{};
     param.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
     param.flags = force ? UCP_EP_CLOSE_FLAG_FORCE : 0;
@@ -914,6 +934,9 @@ Result<Channel> open_channel(const std::shared_ptr<Context>& ctx, std::shared_pt
         fmt::format("UCX ucp_ep_create for {} failed: {}", e->peer, ucs_status_string(st)));
   }
   note_transports(*e);
+  // Bytes are taken from UCX as they arrive: those it still holds when it handles the
+  // peer's end are dropped, and they may be the peer's last message (its ACK).
+  e->puller = ctx->add_after_turn([endpoint = e.get()] { endpoint->pull(); });
   return Channel(std::move(e));
 }
 

@@ -205,12 +205,25 @@ Worker::~Worker() {
 
 bool Context::progress() {
   bool any = false;
-  while (ucp_worker_progress(worker_) != 0) any = true;
-  for (Worker* w : workers_) {
-    while (ucp_worker_progress(w->worker_) != 0) any = true;
-  }
+  const auto turn = [&](ucp_worker_h worker) {
+    while (ucp_worker_progress(worker) != 0) {
+      any = true;
+      for (std::size_t i = 0; i < after_turn_.size(); ++i) after_turn_[i].second();
+    }
+  };
+  turn(worker_);
+  for (Worker* w : workers_) turn(w->worker_);
   if (!draining_.empty()) reap_drained();
   return any;
+}
+
+std::uint64_t Context::add_after_turn(std::function<void()> f) {
+  after_turn_.emplace_back(++last_after_turn_, std::move(f));
+  return last_after_turn_;
+}
+
+void Context::remove_after_turn(std::uint64_t id) {
+  std::erase_if(after_turn_, [id](const auto& entry) { return entry.first == id; });
 }
 
 void Context::drain(ucp_worker_h worker, void* request, std::vector<std::byte> buffer) {

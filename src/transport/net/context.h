@@ -12,10 +12,12 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
 #include <unordered_set>
+#include <utility>
 #include <vector>
 
 #include "ferry/status.h"
@@ -80,6 +82,12 @@ class Context : public std::enable_shared_from_this<Context> {
   int event_fd() const { return event_fd_; }
   // Runs UCX's progress engine until it has nothing left to do; true if it did anything.
   bool progress();
+  // Runs `f` after each turn of the engine that did something, before the next turn: a
+  // channel takes the stream bytes UCX received for it there, because UCX drops the bytes
+  // not yet taken when it handles the peer's end, which may come on the very next turn.
+  // Returns the id remove_after_turn takes.
+  std::uint64_t add_after_turn(std::function<void()> f);
+  void remove_after_turn(std::uint64_t id);
   // Arms event_fd for the next event. false: events are pending already; progress instead
   // of sleeping.
   bool arm();
@@ -140,6 +148,8 @@ class Context : public std::enable_shared_from_this<Context> {
   int event_fd_ = -1;             // an epoll fd over every worker's event fd
   int main_event_fd_ = -1;        // the main worker's
   std::vector<Worker*> workers_;  // add_worker()'s, alive
+  std::vector<std::pair<std::uint64_t, std::function<void()>>> after_turn_;
+  std::uint64_t last_after_turn_ = 0;
   bool serialized_ = false;
   std::string resources_;
   std::vector<std::byte> worker_address_;
