@@ -197,13 +197,19 @@ Status serve_replicas(const ReplicateServeOptions& o) {
   }
   auto token = rp::load_token(o.token_file);
   if (!token.ok()) return token.status();
-  auto ctx = net::Context::create();
+  // Pullers are untrusted and metadata is small: no zero-copy sends, which a puller ending
+  // mid-file would make UCX 1.13 abort on (net::ContextOptions::copy_sends).
+  auto ctx = net::Context::create({.copy_sends = true});
   if (!ctx.ok()) return ctx.status();
   auto listener = net::Listener::bind(*ctx, o.address, std::move(*token));
   if (!listener.ok()) return listener.status();
   Server server(o);
   if (o.on_listening) o.on_listening(listener->address());
   std::vector<Peer> peers;
+  // Peers dropped while data we sent them was still queued. Their endpoints stay open until
+  // the peer ends or takes it all: UCX 1.13's TCP transport crashed or hung the server when
+  // a peer ended after its endpoint had been forced shut with data queued for it.
+  std::vector<net::Channel> dropped;
   int finished = 0;
   while (!(o.stop && o.stop()) && (o.clients == 0 || finished < o.clients)) {
     bool busy = false, sending = false;
@@ -252,15 +258,28 @@ Status serve_replicas(const ReplicateServeOptions& o) {
           log::warn("replicate: dropping {}: {}", it->channel.peer(), st.message());
           server.event("dropped " + it->channel.peer() + ": " + st.message());
         }
-        it->channel.abort();
+        if (it->channel.sends_in_flight() > 0 && st.code() != Code::kAborted) {
+          dropped.push_back(std::move(it->channel));
+        } else {
+          it->channel.abort();
+        }
       }
       it = peers.erase(it);
     }
+    // A dropped peer is read (and what it says discarded) until it ends or takes what was
+    // queued for it; then its endpoint closes with nothing left in flight.
+    std::erase_if(dropped, [](net::Channel& ch) {
+      auto m = ch.try_receive();
+      if (m.ok() && ch.sends_in_flight() > 0) return false;
+      ch.abort();
+      return true;
+    });
     // While answers wait for a peer to take them, look again soon (its completions may not
     // wake the event fd).
     if (!busy) (*ctx)->wait(sending ? milliseconds(1) : rp::kPollInterval);
   }
   for (Peer& p : peers) p.channel.close();
+  for (net::Channel& ch : dropped) ch.abort();
   return ok_status();
 }
 

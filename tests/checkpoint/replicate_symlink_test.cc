@@ -216,8 +216,8 @@ TEST(ReplicateSymlinkRace, AServerNeverServesAFileSwappedForALinkOutsideItsFolde
 // and the stalled one is dropped after send_timeout, named. The second puller's timeout is
 // below send_timeout, so a stall fails it; both leave room for a loaded machine (on 2 cores
 // with 4 busy loops, the second pull of this 48 MiB file takes up to 5.4 s).
-// Then the stalled puller closes: the server that dropped it must survive that (UCX 1.13
-// crashed it when the endpoint had been forced shut with data queued).
+// Then the stalled puller closes: the server that dropped it must survive that (UCX 1.13's
+// TCP transport aborted or crashed it, with zero-copy sends still queued for that puller).
 TEST(ReplicateStall, APullerThatStopsReadingDoesNotStallASecondOne) {
   Nodes t;
   // A common.pt far larger than the socket buffers, so a puller that does not read fills them.

@@ -130,9 +130,6 @@ struct Endpoint {
   bool inbox_closed = false;
   bool fin_sent = false;
   bool fin_received = false;
-  // A bulk send was posted: UCX may read the caller's memory (the ring) until the endpoint
-  // is forced shut, so close() must force it.
-  bool sent_bulk = false;
   std::uint64_t ticket = 0;  // in live_endpoints() while the UCX endpoint is ours
   std::uint64_t puller = 0;  // ctx's after-turn hook that pulls the stream (0: none)
   Status error;
@@ -510,25 +507,22 @@ struct Endpoint {
       ucp_request_param_t flush{};
       settle(ucp_ep_flush_nbx(ep, &flush), kCloseFlushTimeout);
     }
-    // Forced when nothing is left to lose or something must stop at once: the peer is dead,
-    // it acknowledged everything (FIN), or UCX may still read the caller's memory. A live
-    // peer that has not taken what we sent (dropped for not reading) is closed gracefully,
-    // without waiting: UCX 1.13's TCP transport crashes the process when a peer ends after
-    // its endpoint was forced shut with data queued for it.
-    const bool force = broken || fin_received || sent_bulk;
+    // Forced: UCX must stop reading our buffers (the ring) now. UCX 1.13's TCP transport can
+    // crash the process when the peer ends after its endpoint was closed (forced or not)
+    // with data still queued for it; callers that drop a live peer (the replicate server)
+    // keep its endpoint open until it ends or takes what was queued.
     live_endpoints().remove(ticket);
     ctx->remove_after_turn(puller);
     puller = 0;
     ucp_request_param_t param{};
     param.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
-    param.flags = force ? UCP_EP_CLOSE_FLAG_FORCE : 0;
+    param.flags = UCP_EP_CLOSE_FLAG_FORCE;
     ucs_status_ptr_t r = ucp_ep_close_nbx(ep, &param);
     ep = nullptr;
-    settle(r, force ? kCloseFlushTimeout : milliseconds(0));
+    settle(r, kCloseFlushTimeout);
     for (auto& s : sends) {
       if (ucp_request_check_status(s.request) == UCS_INPROGRESS) {
-        // UCX may still read the frame (a graceful close goes on sending): the context keeps
-        // it until the request completes.
+        // UCX may still read the frame: the context keeps it until the request completes.
         ctx->drain(worker, s.request, std::move(s.frame));
         continue;
       }
@@ -782,7 +776,6 @@ Result<Transfer> Channel::send_bulk(std::uint32_t key, std::span<const std::byte
     p.op_attr_mask = UCP_OP_ATTR_FIELD_MEMH;
     p.memh = region.handle();
   }
-  e.sent_bulk = true;
   void* r = ucp_tag_send_nbx(e.ep, out.data(), out.size(), bulk_tag(e.remote_bulk, key), &p);
   if (r == nullptr) {
     t.finished_ = true;

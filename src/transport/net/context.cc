@@ -126,6 +126,7 @@ Result<std::shared_ptr<Context>> Context::create(const ContextOptions& options) 
   };
   Status s = apply("TLS", "UCX_TLS", options.transports);
   if (s.ok()) s = apply("NET_DEVICES", "UCX_NET_DEVICES", options.devices);
+  if (s.ok() && options.copy_sends) s = apply("ZCOPY_THRESH", "UCX_ZCOPY_THRESH", "inf");
   if (!s.ok()) {
     ucp_config_release(config);
     return s;

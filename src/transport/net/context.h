@@ -33,6 +33,11 @@ struct ContextOptions {
   // Network devices (UCX_NET_DEVICES syntax, e.g. "mlx5_0:1" or "eth0"), likewise only when
   // UCX_NET_DEVICES is unset. Default "": all.
   std::string devices;
+  // Copies every message into UCX's buffers rather than sending it zero-copy. UCX 1.13's
+  // TCP transport aborts the process (a zero-copy completion counted twice) when a peer
+  // ends while zero-copy sends to it are queued; a server that sends to untrusted peers
+  // and has no need for speed (the replicate server) turns this on. Halves bulk rates.
+  bool copy_sends = false;
   // Several threads use this Context, one at a time (the caller serializes them, e.g. under
   // a mutex): the worker is made UCS_THREAD_MODE_SERIALIZED. Default false: SINGLE, which
   // UCX reserves for a worker only the thread that made it touches.
