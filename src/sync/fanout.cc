@@ -158,8 +158,10 @@ Result<bool> Fanout::handle_waiting(const std::function<bool(const Peer&)>& done
       auto m = wire::decode(**got, p.link.peer());
       if (!m.ok()) return m.status();
       Status s = handle(p, *m, round_checksum);
-      if (!s.ok()) return s;
       any = true;
+      // A peer this wait does not need that gave up waiting for us is a symptom of the peer
+      // we are blocked on, which this wait names when it ends; anything else is news.
+      if (!s.ok() && (needed || s.code() != Code::kTimeout)) return s;
     }
     if (done(p)) continue;
     Status s = reap(p);
