@@ -270,6 +270,7 @@ Status serve_replicas(const ReplicateServeOptions& o) {
     // queued for it; then its endpoint closes with nothing left in flight.
     std::erase_if(dropped, [](net::Channel& ch) {
       auto m = ch.try_receive();
+      while (m.ok() && m->has_value()) m = ch.try_receive();  // a flood is not kept
       if (m.ok() && ch.sends_in_flight() > 0) return false;
       ch.abort();
       return true;

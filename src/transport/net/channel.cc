@@ -4,7 +4,6 @@
 #include <sys/socket.h>
 #include <ucp/api/ucp.h>
 
-#include <atomic>
 #include <cerrno>
 #include <cstring>
 #include <map>
@@ -66,8 +65,8 @@ std::size_t max_message_bytes() { return transport::kMaxMessageBytes; }
 struct Endpoint;
 
 // The UCX error handler's argument is a ticket, looked up here, not the Endpoint's address:
-// an endpoint closed gracefully (below) outlives its Endpoint inside UCX, and a late report
-// of its peer's end must find nothing rather than freed memory.
+// a close whose request outlives settle() leaves the UCX endpoint behind its freed Endpoint,
+// and a late report of its peer's end must find nothing rather than freed memory.
 class LiveEndpoints {
  public:
   std::uint64_t add(Endpoint* e) {
