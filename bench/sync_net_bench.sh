@@ -12,13 +12,16 @@
 #
 #   sudo bash bench/sync_net_bench.sh build/src/cli/ferry [--bucket-mb 64,512] [--rounds 2]
 #        [--receivers-per-node 1] [--preset qwen2.5-0.5b] [--nodes 1,2] (nodes past 2 share ns b)
+#        [--save-json DIR]: each case's sender line as DIR/sender_<mb>mb_<nodes>node.json, with
+#        U as perftest_gbps and node 1's CPU per round as node_cpu_s_per_round (`ferry plan
+#        calibrate --net-from` takes a one-node one)
 # UCX_TLS / UCX_NET_DEVICES, when set, apply to every process alike.
 set -uo pipefail
 
 FERRY=${1:?usage: sync_net_bench.sh path/to/ferry [--bucket-mb 64,512] [--rounds 2]}
 FERRY=$(readlink -f "$FERRY")
 shift
-BUCKETS=64,512 ROUNDS=2 PER_NODE=1 PRESET=qwen2.5-0.5b NODES=1,2
+BUCKETS=64,512 ROUNDS=2 PER_NODE=1 PRESET=qwen2.5-0.5b NODES=1,2 SAVE_DIR=""
 while [ $# -gt 0 ]; do
   case $1 in
     --bucket-mb) BUCKETS=$2; shift 2 ;;
@@ -26,7 +29,8 @@ while [ $# -gt 0 ]; do
     --receivers-per-node) PER_NODE=$2; shift 2 ;;
     --preset) PRESET=$2; shift 2 ;;
     --nodes) NODES=$2; shift 2 ;;
-    *) echo "unknown option $1 (--bucket-mb, --rounds, --receivers-per-node, --preset, --nodes)" >&2; exit 2 ;;
+    --save-json) SAVE_DIR=$2; shift 2 ;;
+    *) echo "unknown option $1 (--bucket-mb, --rounds, --receivers-per-node, --preset, --nodes, --save-json)" >&2; exit 2 ;;
   esac
 done
 
@@ -105,6 +109,12 @@ for mb in ${BUCKETS//,/ }; do
   for nodes in ${NODES//,/ }; do
     if ! run_case "$mb" "$nodes"; then echo "case $mb MiB x $nodes node(s) failed"; FAILED=1; continue; fi
     [ "$nodes" -eq 1 ] && T1=$SECONDS_OUT
+    if [ -n "$SAVE_DIR" ]; then  # the sender's line with U and node 1's CPU filled in
+      mkdir -p "$SAVE_DIR"
+      sed -e "s/\"perftest_gbps\":[-0-9.e+]*/\"perftest_gbps\":$U/" \
+        -e "s/\"node_cpu_s_per_round\":[-0-9.e+]*/\"node_cpu_s_per_round\":$(num "$WORK/node1.out" cpu_s_per_round)/" \
+        "$WORK/sender.out" >"$SAVE_DIR/sender_${mb}mb_${nodes}node.json"
+    fi
     ratio_u=$(awk "BEGIN { if ($U > 0) printf \"%.2f\", $GBPS / $U; else print \"-\" }")
     tr=$(awk "BEGIN { if (\"$T1\" != \"\") printf \"%.2f\", $SECONDS_OUT / ${T1:-1}; else print \"-\" }")
     printf "%-9s %-5s %-8.4f %-9.3f %-8s %-6s %-7s %-9s %.1f\n" "$mb" "$nodes" "$SECONDS_OUT" "$GBPS" "$U" "$UMODE" "$ratio_u" "$tr" "$SETUP"

@@ -122,7 +122,10 @@ nlohmann::ordered_json net_result_json(const tools::NetBenchResult& r) {
           {"setup_ms_min", r.setup_ms_min},
           {"setup_ms_max", r.setup_ms_max},
           {"relay_peak_rss_bytes", r.relay_peak_rss_bytes},
-          {"receiver_peak_rss_bytes", r.receiver_peak_rss_bytes}};
+          {"receiver_peak_rss_bytes", r.receiver_peak_rss_bytes},
+          {"sender_cpu_user_s_per_round", r.sender_cpu_user_per_round},
+          {"sender_cpu_sys_s_per_round", r.sender_cpu_sys_per_round},
+          {"node_cpu_s_per_round", r.node_cpu_per_round}};
 }
 
 int run_bench_sync_net(BenchArgs& a) {
@@ -160,7 +163,8 @@ int run_bench_sync_net(BenchArgs& a) {
                                 {"setup_ms", r->setup_ms},
                                 {"round_seconds", r->round_seconds},
                                 {"relay_peak_rss_bytes", r->relay_peak_rss_bytes},
-                                {"receiver_peak_rss_bytes", r->receiver_peak_rss_bytes}};
+                                {"receiver_peak_rss_bytes", r->receiver_peak_rss_bytes},
+                                {"cpu_s_per_round", r->cpu_per_round}};
     if (a.json) {
       std::cout << j.dump() << "\n";
     } else {

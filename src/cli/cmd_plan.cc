@@ -6,6 +6,7 @@
 #include <iostream>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <optional>
 
 #include "cli/commands.h"
 #include "ferry/model.h"
@@ -31,6 +32,8 @@ struct PlanArgs {
   std::string calibrate_preset = "qwen2.5-0.5b";
   std::uint64_t calibrate_bucket_mb = 64;
   int rounds = 2;
+  std::string net_from;       // a one-node `ferry bench sync --net --json` sender line
+  double net_limit_gbps = 0;  // ucx_perftest on that path; 0: the file's, else the round's
   CLI::App* calibrate = nullptr;
 };
 
@@ -170,6 +173,13 @@ int run_calibrate(const PlanArgs& a) {
     return usage_error(s);
   }
   if (a.rounds < 1) return usage_error("--rounds: must be at least 1");
+  // Read before measuring anything, so a bad file is refused at once.
+  std::optional<plan::BenchNetRound> net_from;
+  if (!a.net_from.empty()) {
+    auto r = plan::read_net_round(a.net_from);
+    if (!r.ok()) return report_error(r.status().with_context("--net-from"));
+    net_from = *r;
+  }
   plan::Calibration cal = plan::default_calibration();
   cal.source = "measured";
   cal.measured_at = utc_now();
@@ -192,18 +202,40 @@ int run_calibrate(const PlanArgs& a) {
   cal.shm_round_gbps = shm_results->front().gbps;
   cal.bytes = shm_results->front().bytes;
 
-  std::fprintf(stderr, "calibrate: loopback net round (1 node) and ucx_perftest\n");
-  tools::NetBenchConfig net;
-  net.preset = a.calibrate_preset;
-  net.bucket_mb = {a.calibrate_bucket_mb};
-  net.nodes = {1};
-  net.rounds = a.rounds;
-  auto net_results = tools::run_net_sync_bench(net, [](const tools::NetBenchResult&) {});
-  if (!net_results.ok()) return report_error(net_results.status().with_context("net round"));
-  const tools::NetBenchResult& r = net_results->front();
-  cal.net_round_gbps = r.gbps_per_node;
-  // Without ucx_perftest the round is its own limit (efficiency 1), which the file shows.
-  cal.net_limit_gbps = r.perftest_gbps > 0 ? r.perftest_gbps : r.gbps_per_node;
+  if (net_from) {
+    const plan::BenchNetRound* r = &*net_from;  // a one-node round on the path planned for
+    if (r->bytes != cal.bytes) {
+      return usage_error("--net-from " + a.net_from + ": its round moved " +
+                         std::to_string(r->bytes) + " bytes, the shm round (--preset " +
+                         a.calibrate_preset + ") " + std::to_string(cal.bytes) +
+                         ": calibrate with the preset the bench ran");
+    }
+    cal.net_round_gbps = r->gbps_per_node;
+    if (r->node_cpu > 0) {  // else left unmeasured: the line came without a node's figure
+      cal.net_cpu_fixed_s = r->sender_cpu_user;
+      cal.net_cpu_per_node_s = r->sender_cpu_sys + r->node_cpu;
+    }
+    cal.net_limit_gbps = a.net_limit_gbps > 0   ? a.net_limit_gbps
+                         : r->perftest_gbps > 0 ? r->perftest_gbps
+                                                : r->gbps_per_node;
+    std::fprintf(stderr, "calibrate: net round from %s (%.3f GB/s per node)\n", a.net_from.c_str(),
+                 cal.net_round_gbps);
+  } else {
+    std::fprintf(stderr, "calibrate: loopback net round (1 node) and ucx_perftest\n");
+    tools::NetBenchConfig net;
+    net.preset = a.calibrate_preset;
+    net.bucket_mb = {a.calibrate_bucket_mb};
+    net.nodes = {1};
+    net.rounds = a.rounds;
+    auto net_results = tools::run_net_sync_bench(net, [](const tools::NetBenchResult&) {});
+    if (!net_results.ok()) return report_error(net_results.status().with_context("net round"));
+    const tools::NetBenchResult& r = net_results->front();
+    cal.net_round_gbps = r.gbps_per_node;
+    cal.net_cpu_fixed_s = r.sender_cpu_user_per_round;
+    cal.net_cpu_per_node_s = r.sender_cpu_sys_per_round + r.node_cpu_per_round;
+    // Without ucx_perftest the round is its own limit (efficiency 1), which the file shows.
+    cal.net_limit_gbps = r.perftest_gbps > 0 ? r.perftest_gbps : r.gbps_per_node;
+  }
 
   if (Status s = plan::write_calibration(a.out, cal); !s.ok()) return report_error(s);
   std::cout << plan::calibration_to_json(cal);
@@ -259,6 +291,14 @@ void add_plan_command(CLI::App& app, Dispatch& dispatch) {
       ->capture_default_str();
   args->calibrate->add_option("--rounds", args->rounds, "Timed rounds per measurement")
       ->capture_default_str();
+  args->calibrate->add_option(
+      "--net-from", args->net_from,
+      "Take the net round from this one-node `ferry bench sync --net --listen ... --json` "
+      "sender line (the path the plan is for, e.g. saved by bench/sync_net_bench.sh "
+      "--save-json) instead of measuring one on loopback");
+  args->calibrate->add_option("--net-limit-gbps", args->net_limit_gbps,
+                              "With --net-from: ucx_perftest's GB/s on that path (default: the "
+                              "file's, else the round's own rate)");
 }
 
 }  // namespace ferry::cli

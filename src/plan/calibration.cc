@@ -29,10 +29,12 @@ std::string field_error(const std::string& field, const std::string& what) {
   return "calibration field '" + field + "': " + what;
 }
 
-Result<double> number_field(const Json& j, const std::string& field) {
+// `what` names the document in errors.
+Result<double> number_field(const Json& j, const std::string& field,
+                            const std::string& what = "calibration") {
   auto it = j.find(field);
-  if (it == j.end()) return invalid_argument(field_error(field, "missing"));
-  if (!it->is_number()) return invalid_argument(field_error(field, "not a number"));
+  if (it == j.end()) return invalid_argument(what + " field '" + field + "': missing");
+  if (!it->is_number()) return invalid_argument(what + " field '" + field + "': not a number");
   return it->get<double>();
 }
 
@@ -63,6 +65,11 @@ Status validate(const Calibration& c) {
       return invalid_argument(field_error(f.name, "must be > 0 GB/s, got " + std::to_string(v)));
     }
   }
+  if (!(c.net_cpu_fixed_s >= 0) || !(c.net_cpu_per_node_s >= 0)) {
+    return invalid_argument(
+        field_error(c.net_cpu_fixed_s >= 0 ? "net_cpu_per_node_s" : "net_cpu_fixed_s",
+                    "must be >= 0 seconds (0: not measured)"));
+  }
   if (c.bytes == 0) return invalid_argument(field_error("bytes", "must be > 0"));
   if (c.delta_ratios.empty()) return invalid_argument(field_error("delta_ratios", "empty"));
   double previous = 0;
@@ -87,6 +94,8 @@ std::string calibration_to_json(const Calibration& c) {
             {"measured_at", c.measured_at},
             {"load_average", c.load_average}};
   for (const RateField& f : kRates) j[f.name] = c.*f.member;
+  j["net_cpu_fixed_s"] = c.net_cpu_fixed_s;
+  j["net_cpu_per_node_s"] = c.net_cpu_per_node_s;
   j["bytes"] = c.bytes;
   Json ratios = Json::array();
   for (const auto& [density, ratio] : c.delta_ratios) ratios.push_back({density, ratio});
@@ -121,6 +130,12 @@ Result<Calibration> calibration_from_json(const std::string& text) {
   for (const RateField& f : kRates) {
     FERRY_ASSIGN_OR_RETURN(c.*f.member, number_field(j, f.name));
   }
+  for (auto [name, member] : {std::pair{"net_cpu_fixed_s", &Calibration::net_cpu_fixed_s},
+                              std::pair{"net_cpu_per_node_s", &Calibration::net_cpu_per_node_s}}) {
+    if (j.contains(name)) {  // optional: files before them lack them
+      FERRY_ASSIGN_OR_RETURN(c.*member, number_field(j, name));
+    }
+  }
   FERRY_ASSIGN_OR_RETURN(const double bytes, number_field(j, "bytes"));
   if (!(bytes >= 1)) return invalid_argument(field_error("bytes", "must be > 0"));
   c.bytes = static_cast<std::uint64_t>(bytes);
@@ -139,6 +154,57 @@ Result<Calibration> calibration_from_json(const std::string& text) {
   }
   FERRY_RETURN_IF_ERROR(validate(c));
   return c;
+}
+
+Result<BenchNetRound> net_round_from_bench_json(const std::string& text) {
+  const std::string doc = "net bench result";
+  auto bad = [&](const std::string& field, const std::string& what) {
+    return invalid_argument(doc + " field '" + field + "': " + what);
+  };
+  Json j;
+  try {
+    j = Json::parse(text);
+  } catch (const nlohmann::json::parse_error& e) {
+    return invalid_argument(std::string("net bench result is not JSON: ") + e.what());
+  }
+  if (!j.is_object()) return invalid_argument("net bench result: not a JSON object");
+  if (j.value("role", "") != "sender") {
+    return bad("role",
+               "must be \"sender\" (the line `ferry bench sync --net --listen ... --json` prints)");
+  }
+  FERRY_ASSIGN_OR_RETURN(const double nodes, number_field(j, "nodes", doc));
+  if (nodes != 1)
+    return bad("nodes", "a calibration takes a one-node round, this one had " + j["nodes"].dump());
+  BenchNetRound r;
+  FERRY_ASSIGN_OR_RETURN(r.gbps_per_node, number_field(j, "gbps_per_node", doc));
+  if (!(r.gbps_per_node > 0)) return bad("gbps_per_node", "must be > 0");
+  if (j.contains("perftest_gbps")) {
+    FERRY_ASSIGN_OR_RETURN(r.perftest_gbps, number_field(j, "perftest_gbps", doc));
+    r.perftest_gbps = std::max(0.0, r.perftest_gbps);
+  }
+  FERRY_ASSIGN_OR_RETURN(const double bytes, number_field(j, "bytes", doc));
+  if (!(bytes >= 1)) return bad("bytes", "must be > 0");
+  r.bytes = static_cast<std::uint64_t>(bytes);
+  for (auto [name, member] :
+       {std::pair{"sender_cpu_user_s_per_round", &BenchNetRound::sender_cpu_user},
+        std::pair{"sender_cpu_sys_s_per_round", &BenchNetRound::sender_cpu_sys},
+        std::pair{"node_cpu_s_per_round", &BenchNetRound::node_cpu}}) {
+    if (!j.contains(name)) continue;
+    FERRY_ASSIGN_OR_RETURN(r.*member, number_field(j, name, doc));
+    if (!(r.*member >= 0)) return bad(name, "must be >= 0 seconds");
+  }
+  return r;
+}
+
+Result<BenchNetRound> read_net_round(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return not_found("net bench result " + path + ": cannot open");
+  std::ostringstream text;
+  text << in.rdbuf();
+  if (in.bad()) return io_error("net bench result " + path + ": read failed");
+  auto r = net_round_from_bench_json(text.str());
+  if (!r.ok()) return r.status().with_context(path);
+  return r;
 }
 
 Result<Calibration> read_calibration(const std::string& path) {

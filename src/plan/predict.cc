@@ -54,18 +54,30 @@ double fill_seconds(const Stage& s, std::uint64_t segment) {
   return s.seconds * std::min(1.0, static_cast<double>(segment) / s.stream_bytes);
 }
 
-// Nodes on this machine: every node's net path costs the shared cores what one node's
-// calibrated round costs beyond the sender's packing, and nothing overlaps across nodes.
+// Nodes on this machine: the cores are shared, so each node's work adds to the round. With
+// the calibration's CPU split, the one-node round divides into what the sender spends
+// whatever the node count and what each node adds (as the CPU seconds do), and N nodes take
+// the fixed part once and the per-node part N times: the cores are assumed as busy as in the
+// calibrated round. Without it, every node costs a whole round beyond the sender's packing.
 Prediction predict_shared_host(const ClusterSpec& c, const Calibration& cal, Prediction p,
                                std::uint64_t node_bytes) {
-  const double pack_rate = cal.shm_round_gbps * kGB;
   const std::uint64_t pack_bytes = c.model_bytes / c.senders;
-  const double per_byte = std::max(0.0, 1 / (cal.net_round_gbps * kGB) - 1 / pack_rate);
   const std::uint64_t node_wire = scaled(node_bytes, p.wire_ratio);
-  p.stages.push_back({"sender_pack", pack_bytes / pack_rate, pack_bytes, pack_bytes,
-                      "sender copies into its ring at " + rate_text(cal.shm_round_gbps)});
+  const double round_per_byte = 1 / (cal.net_round_gbps * kGB);  // one node, whole round
+  double fixed_per_byte = 1 / (cal.shm_round_gbps * kGB);
+  std::string fixed_what = "sender copies into its ring at " + rate_text(cal.shm_round_gbps);
+  if (cal.net_cpu_fixed_s > 0 && cal.net_cpu_per_node_s > 0) {
+    const double fixed_share = cal.net_cpu_fixed_s / (cal.net_cpu_fixed_s + cal.net_cpu_per_node_s);
+    fixed_per_byte = round_per_byte * fixed_share;
+    fixed_what = "the sender's work whatever the node count (" +
+                 std::to_string(static_cast<int>(fixed_share * 100 + 0.5)) +
+                 "% of the calibrated round's CPU)";
+  }
+  const double node_per_byte = std::max(0.0, round_per_byte - fixed_per_byte);
   p.stages.push_back(
-      {"nodes_on_shared_cpu", c.nodes * (node_wire * per_byte), c.nodes * node_wire, node_wire,
+      {"sender_pack", pack_bytes * fixed_per_byte, pack_bytes, pack_bytes, fixed_what});
+  p.stages.push_back(
+      {"nodes_on_shared_cpu", c.nodes * (node_wire * node_per_byte), c.nodes * node_wire, node_wire,
        "each node's wire, relay and receiver work on the shared cores, one after another"});
   p.seconds = p.stages[0].seconds + p.stages[1].seconds;
   p.bottleneck = p.stages[1].seconds >= p.stages[0].seconds ? "nodes_on_shared_cpu" : "sender_pack";
@@ -163,9 +175,6 @@ Result<Prediction> predict(const ClusterSpec& c, const Calibration& cal) {
     slowest_fill = copy_fill;
   }
   p.seconds = slowest->seconds + fill - slowest_fill;
-  if (c.senders == 1 && c.topology != Topology::kStar) {
-    p.notes.push_back("relays forwarding to relays (chain, tree) are issue 19 part 1");
-  }
   if (c.senders > 1) p.notes.push_back("several senders are issue 19 part 2, not built yet");
   return p;
 }

@@ -1,6 +1,7 @@
 #include "tools/child_process.h"
 
 #include <fmt/format.h>
+#include <sys/resource.h>
 
 #include <cstdio>
 #include <cstring>
@@ -54,6 +55,13 @@ std::uint64_t peak_rss_bytes() {
   }
   std::fclose(f);
   return kb * 1024;
+}
+
+CpuSeconds cpu_seconds() {
+  rusage u{};
+  if (::getrusage(RUSAGE_SELF, &u) != 0) return {};
+  auto secs = [](const timeval& t) { return static_cast<double>(t.tv_sec) + t.tv_usec * 1e-6; };
+  return {secs(u.ru_utime), secs(u.ru_stime)};
 }
 
 }  // namespace ferry::tools

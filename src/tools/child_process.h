@@ -21,4 +21,13 @@ Result<std::string> finish_child(Subprocess& child);
 // Peak resident set of this process (VmHWM), in bytes.
 std::uint64_t peak_rss_bytes();
 
+// CPU seconds this process has used so far (all its threads), user and kernel apart.
+struct CpuSeconds {
+  double user = 0;
+  double sys = 0;
+  double total() const { return user + sys; }
+  CpuSeconds operator-(const CpuSeconds& o) const { return {user - o.user, sys - o.sys}; }
+};
+CpuSeconds cpu_seconds();
+
 }  // namespace ferry::tools

@@ -264,11 +264,13 @@ Result<NetNodeResult> run_net_bench_node(const NetBenchConfig& config, const std
         (void)(*rx)->set_destination({s, {dst->data() + off, s.bytes()}});
         off += s.bytes();
       }
+      CpuSeconds timed_from;  // after the warm-up round
       for (int r = 0; r < rounds; ++r) {
         auto got = (*rx)->receive_round_into();
         if (!got.ok()) return "error " + got.status().to_string();
+        if (r == 0) timed_from = cpu_seconds();
       }
-      return fmt::format("{}", peak_rss_bytes());
+      return fmt::format("{} {}", peak_rss_bytes(), (cpu_seconds() - timed_from).total());
     });
     if (!kid.ok()) {
       stop_kids();
@@ -289,6 +291,7 @@ Result<NetNodeResult> run_net_bench_node(const NetBenchConfig& config, const std
     stop_kids();
     return s;
   }
+  CpuSeconds timed_from;
   for (int r = 0; r < rounds; ++r) {
     auto st = (*relay)->relay_round();
     if (!st.ok()) {
@@ -296,7 +299,9 @@ Result<NetNodeResult> run_net_bench_node(const NetBenchConfig& config, const std
       return st.status();
     }
     res.round_seconds.push_back(st->seconds);
+    if (r == 0) timed_from = cpu_seconds();
   }
+  double cpu = (cpu_seconds() - timed_from).total();
   res.relay_peak_rss_bytes = peak_rss_bytes();
   Status first = ok_status();
   for (std::size_t i = 0; i < kids.size(); ++i) {
@@ -307,11 +312,17 @@ Result<NetNodeResult> run_net_bench_node(const NetBenchConfig& config, const std
       if (first.ok()) first = e;
       continue;
     }
-    FERRY_ASSIGN_OR_RETURN(const auto rss,
-                           parse_number_field<std::uint64_t>("relay receiver peak RSS", *out));
+    std::istringstream in(*out);
+    std::uint64_t rss = 0;
+    double rx_cpu = 0;
+    if (!(in >> rss >> rx_cpu)) {
+      return internal_error("relay receiver's report '" + *out + "': expected peak RSS and CPU");
+    }
     res.receiver_peak_rss_bytes = std::max(res.receiver_peak_rss_bytes, rss);
+    cpu += rx_cpu;
   }
   if (!first.ok()) return first;
+  res.cpu_per_round = config.rounds > 0 ? cpu / config.rounds : 0;
   return res;
 }
 
@@ -334,12 +345,19 @@ Result<NetBenchResult> run_net_bench_sender(
   Status s = (*sender)->accept(config.nodes[0]);
   if (!s.ok()) return s;
   std::vector<double> times;
+  CpuSeconds timed_from;
   for (int r = 0; r < config.rounds + 1; ++r) {
     auto st = (*sender)->send_round(views);
     if (!st.ok()) return st.status();
     if (r > 0) times.push_back(st->seconds);  // round 0 warms up
+    if (r == 0) timed_from = cpu_seconds();
   }
+  const CpuSeconds cpu = cpu_seconds() - timed_from;
   NetBenchResult res;
+  if (config.rounds > 0) {
+    res.sender_cpu_user_per_round = cpu.user / config.rounds;
+    res.sender_cpu_sys_per_round = cpu.sys / config.rounds;
+  }
   res.dtype = config.dtype;
   res.bucket_mb = config.bucket_mb[0];
   res.nodes = config.nodes[0];
@@ -402,8 +420,8 @@ Result<std::vector<NetBenchResult>> run_net_sync_bench(
             if (upstream.empty()) return "error the bench sender never started";
             auto r = run_net_bench_node(c, upstream, i + 1);
             if (!r.ok()) return "error " + r.status().to_string();
-            return fmt::format("{} {} {}", r->setup_ms, r->relay_peak_rss_bytes,
-                               r->receiver_peak_rss_bytes);
+            return fmt::format("{} {} {} {}", r->setup_ms, r->relay_peak_rss_bytes,
+                               r->receiver_peak_rss_bytes, r->cpu_per_round);
           });
           if (!kid.ok()) return kid.status();
           kids.push_back(std::move(*kid));
@@ -442,8 +460,10 @@ Result<std::vector<NetBenchResult>> run_net_sync_bench(
           double ms = 0;
           std::uint64_t relay_rss = 0;
           std::uint64_t rx_rss = 0;
-          in >> ms >> relay_rss >> rx_rss;
+          double node_cpu = 0;
+          in >> ms >> relay_rss >> rx_rss >> node_cpu;
           setup.push_back(ms);
+          r.node_cpu_per_round += node_cpu / n;
           r.relay_peak_rss_bytes = std::max(r.relay_peak_rss_bytes, relay_rss);
           r.receiver_peak_rss_bytes = std::max(r.receiver_peak_rss_bytes, rx_rss);
         }

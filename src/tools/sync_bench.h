@@ -112,6 +112,14 @@ struct NetBenchResult {
   double setup_ms_max = 0;
   std::uint64_t relay_peak_rss_bytes = 0;     // largest relay's
   std::uint64_t receiver_peak_rss_bytes = 0;  // largest local receiver's
+  // CPU seconds per timed round (the warm-up round left out): the sender's process, user and
+  // kernel apart (its kernel time grows with the TCP streams it feeds), and one node's relay
+  // with its local receivers (the mean over nodes; 0 where the nodes ran apart from the
+  // sender, as in bench/sync_net_bench.sh, which reads them from the nodes' lines). `ferry
+  // plan` splits a shared host's CPU between the sender and each node with them.
+  double sender_cpu_user_per_round = 0;
+  double sender_cpu_sys_per_round = 0;
+  double node_cpu_per_round = 0;
 };
 
 // The loopback run: per bucket size U, then per node count a sender here and each node
@@ -133,6 +141,7 @@ struct NetNodeResult {
   std::vector<double> round_seconds;  // relay_round() per round, warm-up included
   std::uint64_t relay_peak_rss_bytes = 0;
   std::uint64_t receiver_peak_rss_bytes = 0;
+  double cpu_per_round = 0;  // CPU seconds of the relay and its local receivers, per timed round
 };
 
 // Sets FERRY_TOKEN to a random secret when neither FERRY_TOKEN nor FERRY_TOKEN_FILE is set,

@@ -20,6 +20,8 @@ Calibration measured() {
   c.load_average = 3.5;
   c.memcpy_gbps = 11.25;
   c.net_round_gbps = 0.75;
+  c.net_cpu_fixed_s = 0.25;
+  c.net_cpu_per_node_s = 1.5;
   c.delta_ratios = {{0.01, 0.02}, {1.0, 1.0}};
   return c;
 }
@@ -51,6 +53,8 @@ TEST(Calibration, RoundTripsThroughAFile) {
   EXPECT_DOUBLE_EQ(back->memcpy_gbps, 11.25);
   EXPECT_DOUBLE_EQ(back->net_round_gbps, 0.75);
   EXPECT_DOUBLE_EQ(back->net_limit_gbps, c.net_limit_gbps);
+  EXPECT_DOUBLE_EQ(back->net_cpu_fixed_s, 0.25);
+  EXPECT_DOUBLE_EQ(back->net_cpu_per_node_s, 1.5);
   EXPECT_EQ(back->bytes, c.bytes);
   EXPECT_EQ(back->delta_ratios, c.delta_ratios);
 }
@@ -60,6 +64,19 @@ TEST(Calibration, DefaultsAreValid) { EXPECT_OK(validate(default_calibration()))
 TEST(Calibration, RefusesAMissingField) {
   expect_refused(edited([](nlohmann::json& j) { j.erase("shm_round_gbps"); }), "shm_round_gbps");
   expect_refused(edited([](nlohmann::json& j) { j.erase("delta_ratios"); }), "delta_ratios");
+}
+
+// Files written before the CPU split lack it: read as not measured, not refused.
+TEST(Calibration, ReadsAFileWithoutTheCpuSplitAsUnmeasured) {
+  auto c = calibration_from_json(edited([](nlohmann::json& j) {
+    j.erase("net_cpu_fixed_s");
+    j.erase("net_cpu_per_node_s");
+  }));
+  ASSERT_OK(c);
+  EXPECT_EQ(c->net_cpu_fixed_s, 0.0);
+  EXPECT_EQ(c->net_cpu_per_node_s, 0.0);
+  expect_refused(edited([](nlohmann::json& j) { j["net_cpu_per_node_s"] = -2; }),
+                 "net_cpu_per_node_s");
 }
 
 TEST(Calibration, RefusesAnotherVersionOrFormat) {
@@ -98,6 +115,51 @@ TEST(Calibration, DeltaRatioInterpolatesBetweenPoints) {
   EXPECT_DOUBLE_EQ(delta_ratio(c, 0.001), 0.02);  // below the table: its first ratio
   EXPECT_NEAR(delta_ratio(c, 0.055), 0.11, 1e-12);
   EXPECT_DOUBLE_EQ(delta_ratio(c, 1.0), 1.0);
+}
+
+// The sender's line of `ferry bench sync --net --listen ... --json`, as the bench prints it.
+constexpr const char* kSenderLine =
+    R"({"dtype":"BF16","bucket_mb":64,"nodes":1,"wire_protect":"none","ratio_to_none":1.0,)"
+    R"("tensors":290,"bytes":988065536,"seconds":1.0656,"gbps_per_node":0.927,)"
+    R"("perftest_gbps":0.0,"perftest_mode":"","role":"sender"})";
+
+TEST(Calibration, TakesANetRoundFromABenchSenderLine) {
+  auto r = net_round_from_bench_json(kSenderLine);
+  ASSERT_OK(r);
+  EXPECT_DOUBLE_EQ(r->gbps_per_node, 0.927);
+  EXPECT_EQ(r->perftest_gbps, 0.0);
+  EXPECT_EQ(r->bytes, 988065536u);
+  EXPECT_EQ(r->node_cpu, 0.0);  // the line has no CPU figures: left unmeasured
+  nlohmann::json j = nlohmann::json::parse(kSenderLine);
+  j["sender_cpu_user_s_per_round"] = 0.6;
+  j["sender_cpu_sys_s_per_round"] = 0.3;
+  j["node_cpu_s_per_round"] = 1.2;
+  auto with_cpu = net_round_from_bench_json(j.dump());
+  ASSERT_OK(with_cpu);
+  EXPECT_DOUBLE_EQ(with_cpu->sender_cpu_user, 0.6);
+  EXPECT_DOUBLE_EQ(with_cpu->sender_cpu_sys, 0.3);
+  EXPECT_DOUBLE_EQ(with_cpu->node_cpu, 1.2);
+}
+
+TEST(Calibration, RefusesABenchLineThatIsNotOneNodesSenderLine) {
+  auto refused = [](const std::function<void(nlohmann::json&)>& edit, const std::string& field) {
+    nlohmann::json j = nlohmann::json::parse(kSenderLine);
+    edit(j);
+    auto r = net_round_from_bench_json(j.dump());
+    ASSERT_FALSE(r.ok()) << field;
+    EXPECT_EQ(r.status().code(), Code::kInvalidArgument);
+    EXPECT_NE(r.status().message().find("'" + field + "'"), std::string::npos)
+        << r.status().message();
+  };
+  refused([](nlohmann::json& j) { j["role"] = "node"; }, "role");
+  refused([](nlohmann::json& j) { j["nodes"] = 2; }, "nodes");
+  refused([](nlohmann::json& j) { j["gbps_per_node"] = 0; }, "gbps_per_node");
+  refused([](nlohmann::json& j) { j.erase("gbps_per_node"); }, "gbps_per_node");
+  refused([](nlohmann::json& j) { j["bytes"] = "many"; }, "bytes");
+  refused([](nlohmann::json& j) { j["node_cpu_s_per_round"] = -1; }, "node_cpu_s_per_round");
+  auto missing = read_net_round("/nonexistent/sender.json");
+  ASSERT_FALSE(missing.ok());
+  EXPECT_NE(missing.status().message().find("/nonexistent/sender.json"), std::string::npos);
 }
 
 }  // namespace

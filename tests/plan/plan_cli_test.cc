@@ -62,5 +62,18 @@ TEST(PlanCli, ABadCalibrationFileNamesTheFileAndField) {
   EXPECT_NE(r.err.find("memcpy_gbps"), std::string::npos) << r.err;
 }
 
+// A bad --net-from file is refused before anything is measured (seconds of memcpy and a
+// round), naming the file and the field.
+TEST(PlanCli, CalibrateRefusesABadNetRoundFileBeforeMeasuring) {
+  testing::TempDir dir;
+  const std::string path = dir.file("node.json");
+  testing::write_bytes(path, R"({"role": "node", "nodes": 1})");
+  auto r = run_ferry({"plan", "calibrate", "--out", dir.file("c.json"), "--net-from", path});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find(path), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("'role'"), std::string::npos) << r.err;
+  EXPECT_EQ(r.err.find("calibrate: memcpy"), std::string::npos) << r.err;
+}
+
 }  // namespace
 }  // namespace ferry::plan

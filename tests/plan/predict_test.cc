@@ -133,6 +133,31 @@ TEST(Predict, SharedHostAddsEveryNodesWork) {
   }
 }
 
+// With the calibrated CPU split, the one-node round (5 s here) divides as the CPU seconds
+// do: a fifth is the sender's whatever the node count, the rest repeats per node.
+TEST(Predict, SharedHostSplitsTheRoundAsTheCalibratedCpuSeconds) {
+  Calibration cal = default_calibration();
+  cal.shm_round_gbps = 10;
+  cal.net_round_gbps = 2;
+  cal.net_cpu_fixed_s = 0.5;
+  cal.net_cpu_per_node_s = 2.0;
+  ClusterSpec c = ten_gb_model(1, Topology::kStar);
+  c.shared_host = true;
+  c.nic_gbps = 0;
+  for (std::uint32_t nodes : {1u, 2u, 4u}) {
+    c.nodes = nodes;
+    auto p = predict(c, cal);
+    ASSERT_OK(p);
+    EXPECT_NEAR(p->seconds, 1.0 + 4.0 * nodes, 1e-6) << nodes << " nodes";
+  }
+  cal.net_cpu_fixed_s = 2.0;  // a heavier sender: each node adds less of the round
+  cal.net_cpu_per_node_s = 0.5;
+  c.nodes = 4;
+  auto p = predict(c, cal);
+  ASSERT_OK(p);
+  EXPECT_NEAR(p->seconds, 4.0 + 1.0 * 4, 1e-6);
+}
+
 TEST(Predict, RefusesClustersItCannotModelNamingTheOption) {
   const Calibration cal = default_calibration();
   auto expect_refused = [&](ClusterSpec c, const std::string& option) {
