@@ -80,6 +80,9 @@ struct Receiver::Impl {
   std::optional<wire::Release> held;
   std::vector<std::vector<std::byte>> assembled_now;
   std::vector<std::vector<std::byte>> assembled_held;
+  // Their memory once the caller is done with it, reused for the next split tensors: fresh
+  // memory for each would fault its pages in again every round.
+  std::vector<std::vector<std::byte>> assembled_spare;
 
   wire::Message message(std::uint64_t round, wire::Body body) const {
     return session_message(conversation.session(), round, std::move(body));
@@ -195,6 +198,7 @@ struct Receiver::Impl {
         // wrote then read the ring again. The held bucket's views stay valid.
         FERRY_RETURN_IF_ERROR(cow.forget_writes(f.slot));
         writable_views.clear();
+        for (auto& done : assembled_held) assembled_spare.push_back(std::move(done));
         assembled_held = std::move(assembled_now);
         assembled_now.clear();
       }
@@ -224,7 +228,13 @@ struct Receiver::Impl {
         f.offset, f.used_bytes, last,
         [&](const Piece& p, std::uint64_t at, std::uint64_t n) {
           if (plan.piece_count[p.tensor] == 1) return;  // handed out as a view when it ends
-          if (p.tensor_offset + at == 0) staging.resize(manifest[p.tensor].bytes());
+          if (p.tensor_offset + at == 0) {
+            if (staging.capacity() == 0 && !assembled_spare.empty()) {
+              staging = std::move(assembled_spare.back());
+              assembled_spare.pop_back();
+            }
+            staging.resize(manifest[p.tensor].bytes());
+          }
           copy_bytes(staging.data() + p.tensor_offset + at, slot + p.bucket_offset + at, n);
         },
         [&](const Piece& p) {
