@@ -531,6 +531,22 @@ def test_yielded_views_stay_valid_until_the_caller_moved_past_the_next_bucket_st
         assert all(a == per_update[0] for a in per_update), "fresh memory in a later update"
 
 
+def test_a_ring_of_one_slot_falls_back_to_copies_in_the_receive_buffers():
+    """With one ring slot the rollout rank cannot keep a bucket's slot while the master fills
+    the next, so it copies each bucket into its two receive buffers: still bit-exact (the
+    loader writes into what it gets), still valid until the caller moved on."""
+    manager = _Manager([_Rank(is_master=True, slots=1)], [_Rank()])
+    try:
+        for step in (1, 2):
+            _assert_bit_exact(manager.update(step, weights="buckets"), step, "buckets")
+        status = manager.update(3, slow=True)["received"][0]
+        assert status[0] == "ok", status
+        assert not status[1]["wrong"], f"overwritten before use: {status[1]}"
+        assert status[1]["copied"], "a one-slot ring gave writable ring views"
+    finally:
+        manager.stop()
+
+
 def _sent_metrics(result: dict) -> dict:
     kind, metrics = result["sent"][0]
     assert kind == "ok", result["sent"]
