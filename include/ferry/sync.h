@@ -194,6 +194,12 @@ using TensorCallback = std::function<Status(const TensorView& tensor)>;
 // the update's final bucket: the last bucket of a round without more_follows (an
 // empty such round calls it once, with no tensors). Views are valid during the call only.
 using BucketCallback = std::function<Status(std::span<const TensorView> weights, bool is_last)>;
+// Writable per-bucket delivery (Receiver::receive_round_buckets_writable): as BucketCallback,
+// but the views are writable and outlive the call, until the callback for the round's next
+// bucket returns; round_ends marks the round's last bucket, whose views are valid during the
+// call only (its slot is released when it returns, as the round's ACK needs).
+using WritableBucketCallback = std::function<Status(std::span<const MutableTensorView> weights,
+                                                    bool is_last, bool round_ends)>;
 
 class FERRY_EXPORT Receiver {
  public:
@@ -219,6 +225,21 @@ class FERRY_EXPORT Receiver {
   Result<RoundStats> receive_round_into();
   Result<RoundStats> receive_round(const TensorCallback& on_tensor);
   Result<RoundStats> receive_round_buckets(const BucketCallback& on_bucket);
+  // Bucket mode with writable views, for callers that may write into what they receive
+  // (verl's contract) without a copy: each view is a copy-on-write mapping of the ring, so
+  // reading it copies nothing and writing it copies only the pages written, into this
+  // process; the ring, the sender and the other receivers never see the writes. The pages
+  // written are dropped before the slot is handed out again, so every round shows its own
+  // bytes. Holding a bucket's views until the next bucket's callback returns keeps one ring
+  // slot from the sender, so this mode needs a ring of at least 2 slots. Fails with
+  // kFailedPrecondition (before the round starts, the session intact) where
+  // writable_views_error() is not OK, and fails a delta round (the session breaks): delta
+  // rounds are received with receive_round_buckets.
+  Result<RoundStats> receive_round_buckets_writable(const WritableBucketCallback& on_bucket);
+  // OK when receive_round_buckets_writable can run: the ring has 2 slots or more, its
+  // bucket size is a multiple of the page size and the kernel allowed the private mapping
+  // (made on the first call, then kept). Otherwise the reason; callers then copy.
+  Status writable_views_error();
 
   std::uint64_t session_id() const;
   std::uint64_t last_round() const;

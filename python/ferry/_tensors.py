@@ -192,7 +192,8 @@ def to_torch(dtype: DType, shape: tuple, memory: memoryview) -> "torch.Tensor":
     """A torch tensor viewing `memory` (no copy). Dtypes torch lacks come as 1-D uint8 bytes.
 
     torch has no read-only tensors: writing into one that views the ring (mapped read-only)
-    is SIGSEGV. Callers that may write take copies (ferry.verl's receiver does)."""
+    is SIGSEGV. Callers that may write use Receiver.receive_round_buckets_writable (its
+    copy-on-write views, as ferry.verl's receivers do) or take copies."""
     if memory.nbytes == 0:
         return typed(torch.empty(0, dtype=torch.uint8), dtype, shape)
     return typed(_frombuffer(memory), dtype, shape)

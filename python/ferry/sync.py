@@ -241,6 +241,28 @@ class Receiver(_Endpoint):
 
         return self._impl.receive_round_buckets(call)
 
+    def receive_round_buckets_writable(
+            self, on_bucket: Callable[[list[tuple[str, Any]], bool, bool], None]) -> RoundStats:
+        """receive_round_buckets with tensors the callback may write into, without a copy:
+        copy-on-write views of the ring (a write copies the pages written, into this process
+        only; the ring and the other receivers keep the sender's bytes). A bucket's tensors
+        stay valid until the callback for the round's next bucket returns; on_bucket's third
+        argument, round_ends, marks the round's last bucket, whose tensors are valid during
+        the call only. Raises FailedPreconditionError where writable_views_error is set."""
+        convert = self._convert
+
+        def call(views: list, is_last: bool, round_ends: bool) -> None:
+            on_bucket([(name, convert(dtype, shape, memory))
+                       for name, dtype, shape, memory in views], is_last, round_ends)
+
+        return self._impl.receive_round_buckets_writable(call)
+
+    @property
+    def writable_views_error(self) -> str | None:
+        """None when receive_round_buckets_writable can run; else why not (a ring of one
+        slot, buckets not a whole number of pages, or the kernel refused the mapping)."""
+        return self._impl.writable_views_error()
+
     def close(self) -> None:
         self._impl.close()
         self._destinations.clear()

@@ -373,6 +373,43 @@ class PyReceiver : public Endpoint<sync::Receiver> {
     return bridge.finish(std::move(result));
   }
 
+  // on_bucket(tensors, is_last, round_ends) with (name, dtype, shape, writable memoryview)
+  // tensors, valid until the callback for the round's next bucket returns (include/ferry/
+  // sync.h's WritableBucketCallback).
+  RoundStats receive_round_buckets_writable(const py::function& on_bucket) {
+    UseGuard use(mutex_, what_);
+    sync::Receiver& r = get();
+    CallbackBridge bridge;
+    const sync::WritableBucketCallback cb = [&](std::span<const MutableTensorView> views,
+                                                bool is_last, bool round_ends) {
+      return bridge.call([&] {
+        py::list weights(views.size());
+        for (std::size_t i = 0; i < views.size(); ++i) {
+          const MutableTensorView& v = views[i];
+          weights[i] =
+              py::make_tuple(v.spec.name, v.spec.dtype, py::tuple(py::cast(v.spec.shape)),
+                             py::memoryview::from_memory(static_cast<void*>(v.data.data()),
+                                                         static_cast<py::ssize_t>(v.data.size())));
+        }
+        on_bucket(weights, is_last, round_ends);
+      });
+    };
+    Result<RoundStats> result = [&] {
+      py::gil_scoped_release nogil;
+      return r.receive_round_buckets_writable(cb);
+    }();
+    interrupts_.raise_pending();
+    return bridge.finish(std::move(result));
+  }
+
+  // None when receive_round_buckets_writable can run, else why not.
+  std::optional<std::string> writable_views_error() {
+    UseGuard use(mutex_, what_);
+    const Status s = get().writable_views_error();
+    if (s.ok()) return std::nullopt;
+    return s.to_string();
+  }
+
   void close() {
     reset();
     holds_.clear();
@@ -599,6 +636,13 @@ void bind_sync(py::module_& m) {
            "the view is valid only during the call.")
       .def("receive_round_buckets", &PyReceiver::receive_round_buckets, py::arg("on_bucket"),
            "Receives one round, calling on_bucket(tensors, is_last) per bucket.")
+      .def("receive_round_buckets_writable", &PyReceiver::receive_round_buckets_writable,
+           py::arg("on_bucket"),
+           "Receives one round, calling on_bucket(tensors, is_last, round_ends) per bucket "
+           "with writable copy-on-write views, valid until the callback for the round's next "
+           "bucket returns.")
+      .def("writable_views_error", &PyReceiver::writable_views_error,
+           "None when receive_round_buckets_writable can run, else the reason it cannot.")
       .def("close", &PyReceiver::close, "Leaves the session.")
       .def_property_readonly("closed", &PyReceiver::closed, "True once close() ran.")
       .def_property_readonly(

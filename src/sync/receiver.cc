@@ -3,6 +3,7 @@
 #include <xxhash.h>
 
 #include <chrono>
+#include <optional>
 #include <unordered_map>
 
 #include "base/clock.h"
@@ -18,6 +19,7 @@
 #include "sync/round_stats.h"
 #include "sync/segment.h"
 #include "sync/sync_options.h"
+#include "transport/shm/cow_view.h"
 #include "transport/shm/memfd_ring.h"
 #include "transport/transport.h"
 #include "wire/conversation.h"
@@ -30,6 +32,7 @@ namespace {
 struct Delivery {
   const TensorCallback* on_tensor = nullptr;
   const BucketCallback* on_bucket = nullptr;
+  const WritableBucketCallback* on_writable = nullptr;
   bool into_destinations = false;
   // A delta round: finished blobs are applied (onto destinations, or onto the copies
   // whose views the callbacks get).
@@ -67,6 +70,19 @@ struct Receiver::Impl {
   SegmentWalker walker{{}};  // the bucket being received
   DeltaReceiver delta_rx;
   wire::Begin delta_fields;  // the current round's BEGIN delta fields (its manifest moved out)
+  // Writable bucket mode: the ring's copy-on-write view (mapped on first use, or why not),
+  // the views of the bucket being delivered, the bucket whose views the caller still holds
+  // (released after the next bucket's callback) and the split tensors assembled for the
+  // current and the held bucket.
+  shm::CowView cow;
+  std::optional<Status> cow_error;
+  std::vector<MutableTensorView> writable_views;
+  std::optional<wire::Release> held;
+  std::vector<std::vector<std::byte>> assembled_now;
+  std::vector<std::vector<std::byte>> assembled_held;
+  // Their memory once the caller is done with it, reused for the next split tensors: fresh
+  // memory for each would fault its pages in again every round.
+  std::vector<std::vector<std::byte>> assembled_spare;
 
   wire::Message message(std::uint64_t round, wire::Body body) const {
     return session_message(conversation.session(), round, std::move(body));
@@ -122,9 +138,28 @@ struct Receiver::Impl {
     return invalid_argument(text);
   }
 
+  // Maps the copy-on-write view once; OK when writable bucket mode can run.
+  Status map_writable_views() {
+    if (!cow_error) {
+      if (ring.slots() < 2) {
+        cow_error = failed_precondition(
+            fmt::format("writable views hold a ring slot until the next bucket, so they need a "
+                        "ring of 2 slots or more; {}'s has {}",
+                        channel.peer(), ring.slots()));
+      } else {
+        auto view = shm::CowView::map(ring.fd(), ring.slots(), ring.slot_bytes());
+        cow_error = view.status();
+        if (view.ok()) cow = std::move(*view);
+      }
+    }
+    return *cow_error;
+  }
+
   // Hands finished tensor i to the tensor callback, or keeps it for the bucket callback.
-  // In a delta round `tensor` is its blob, applied first.
-  Status finish_tensor(std::size_t i, TensorView tensor, const Delivery& how) {
+  // In a delta round `tensor` is its blob, applied first. `writable`: the same bytes where
+  // the writable bucket callback may write them.
+  Status finish_tensor(std::size_t i, TensorView tensor, const Delivery& how,
+                       std::byte* writable = nullptr) {
     if (how.delta) {
       const wire::DeltaTarget& target = delta_fields.targets[i];
       const std::span<std::byte> onto =
@@ -137,6 +172,10 @@ struct Receiver::Impl {
       tensor = TensorView{target.spec, onto};
     } else if (delta_fields.keep_for_delta != 0) {
       delta_rx.keep(tensor);
+    }
+    if (how.on_writable != nullptr) {
+      writable_views.push_back({tensor.spec, {writable, tensor.data.size()}});
+      return ok_status();
     }
     if (how.on_tensor == nullptr) {
       bucket_views.push_back(tensor);
@@ -151,6 +190,19 @@ struct Receiver::Impl {
   // round asks; `hash` (may be null) takes the bytes destination mode copies.
   Status deliver(const wire::Filled& f, const std::byte* slot, const Delivery& how,
                  BucketHash* hash) {
+    std::byte* writable_slot = nullptr;
+    if (how.on_writable != nullptr) {
+      writable_slot = cow.slot(f.slot);
+      if (f.offset == 0) {
+        // The slot's last bucket was released, so its views are done with: pages the caller
+        // wrote then read the ring again. The held bucket's views stay valid.
+        FERRY_RETURN_IF_ERROR(cow.forget_writes(f.slot));
+        writable_views.clear();
+        for (auto& done : assembled_held) assembled_spare.push_back(std::move(done));
+        assembled_held = std::move(assembled_now);
+        assembled_now.clear();
+      }
+    }
     if (f.offset == 0) {
       walker = SegmentWalker(plan.bucket(f.bucket));
       bucket_views.clear();
@@ -176,7 +228,13 @@ struct Receiver::Impl {
         f.offset, f.used_bytes, last,
         [&](const Piece& p, std::uint64_t at, std::uint64_t n) {
           if (plan.piece_count[p.tensor] == 1) return;  // handed out as a view when it ends
-          if (p.tensor_offset + at == 0) staging.resize(manifest[p.tensor].bytes());
+          if (p.tensor_offset + at == 0) {
+            if (staging.capacity() == 0 && !assembled_spare.empty()) {
+              staging = std::move(assembled_spare.back());
+              assembled_spare.pop_back();
+            }
+            staging.resize(manifest[p.tensor].bytes());
+          }
           copy_bytes(staging.data() + p.tensor_offset + at, slot + p.bucket_offset + at, n);
         },
         [&](const Piece& p) {
@@ -184,8 +242,14 @@ struct Receiver::Impl {
           const TensorSpec& spec = manifest[p.tensor];
           if (plan.piece_count[p.tensor] == 1) {
             // Zero-copy: a view into the ring, whose earlier segments stay until RELEASE.
-            status =
-                finish_tensor(p.tensor, TensorView{spec, {slot + p.bucket_offset, p.length}}, how);
+            status = finish_tensor(p.tensor, TensorView{spec, {slot + p.bucket_offset, p.length}},
+                                   how, writable_slot + p.bucket_offset);
+          } else if (p.tensor_offset + p.length == spec.bytes() && how.on_writable != nullptr) {
+            // Kept until the caller is done with this bucket, as the ring's views are.
+            std::vector<std::byte>& whole = assembled_now.emplace_back();
+            whole.swap(staging);
+            status = finish_tensor(p.tensor, TensorView{spec, {whole.data(), whole.size()}}, how,
+                                   whole.data());
           } else if (p.tensor_offset + p.length == spec.bytes()) {
             completed.swap(staging);
             status = finish_tensor(p.tensor, TensorView{spec, {completed.data(), completed.size()}},
@@ -193,9 +257,12 @@ struct Receiver::Impl {
           }
         });
     if (!status.ok()) return status;
-    if (how.on_bucket != nullptr && last) {
-      const bool update_ends = f.bucket + 1 == plan.bucket_count() && !more_follows;
-      Status s = (*how.on_bucket)(bucket_views, update_ends);
+    if ((how.on_bucket != nullptr || how.on_writable != nullptr) && last) {
+      const bool round_ends = f.bucket + 1 == plan.bucket_count();
+      const bool update_ends = round_ends && !more_follows;
+      Status s = how.on_bucket != nullptr
+                     ? (*how.on_bucket)(bucket_views, update_ends)
+                     : (*how.on_writable)(writable_views, update_ends, round_ends);
       if (!s.ok()) return s.with_context(fmt::format("bucket callback for bucket {}", f.bucket));
     }
     return ok_status();
@@ -263,6 +330,14 @@ struct Receiver::Impl {
     // A delta round is received as blobs, as the callback modes receive tensors.
     Delivery how = asked;
     how.delta = begin.delta != 0;
+    if (how.delta && asked.on_writable != nullptr) {
+      return failed_precondition(
+          fmt::format("round {} is a delta round: writable views cannot be given for it (the "
+                      "views would be the copies deltas apply onto); receive it with "
+                      "receive_round_buckets",
+                      round));
+    }
+    held.reset();
     how.delta_into_destinations = how.delta && asked.into_destinations;
     if (how.delta) {
       how.into_destinations = false;
@@ -318,8 +393,10 @@ struct Receiver::Impl {
           for (const wire::DeltaTarget& t : delta_fields.targets) stats.bytes += t.spec.bytes();
         }
         delta_rx.completed(delta_fields);
-        if (plan.bucket_count() == 0 && how.on_bucket != nullptr && !more_follows) {
-          Status cb = (*how.on_bucket)({}, true);
+        if (plan.bucket_count() == 0 && !more_follows) {
+          Status cb = ok_status();
+          if (how.on_bucket != nullptr) cb = (*how.on_bucket)({}, true);
+          if (how.on_writable != nullptr) cb = (*how.on_writable)({}, true, true);
           if (!cb.ok()) return cb;
         }
         return stats;
@@ -346,6 +423,18 @@ struct Receiver::Impl {
       round_sum.add_bucket(f.bucket, f.used_bytes, f.checksum);
       if (f.last == 0) continue;  // the slot is released with the bucket's last segment
       profiler::Span span("sync.release", profiler::Detail::kBucket);
+      if (how.on_writable != nullptr) {
+        // The caller held the bucket before until this one's callback returned.
+        if (held) {
+          s = channel.send(wire::encode(message(round, *held)), options.timeout);
+          held.reset();
+          if (!s.ok()) return s;
+        }
+        if (f.bucket + 1 < plan.bucket_count()) {
+          held = wire::Release{f.slot, f.bucket};
+          continue;
+        }
+      }
       s = channel.send(wire::encode(message(round, wire::Release{f.slot, f.bucket})),
                        options.timeout);
       if (!s.ok()) return s;
@@ -471,6 +560,16 @@ Result<RoundStats> Receiver::receive_round_buckets(const BucketCallback& on_buck
   how.on_bucket = &on_bucket;
   return impl_->run(how);
 }
+
+Result<RoundStats> Receiver::receive_round_buckets_writable(
+    const WritableBucketCallback& on_bucket) {
+  if (impl_->broken.ok()) FERRY_RETURN_IF_ERROR(impl_->map_writable_views());
+  Delivery how;
+  how.on_writable = &on_bucket;
+  return impl_->run(how);
+}
+
+Status Receiver::writable_views_error() { return impl_->map_writable_views(); }
 
 std::uint64_t Receiver::session_id() const { return impl_->conversation.session(); }
 std::uint64_t Receiver::last_round() const { return impl_->conversation.round(); }

@@ -93,12 +93,13 @@ async def _receive(engine, step: int, die_after: int | None,
 async def _receive_slowly(engine, step: int) -> dict:
     """A loader that holds each tensor until the next one arrived: checks its bytes only then
     (after a pause in which a receiver thread running ahead would refill its buffer), before
-    asking for the one after. Returns the names whose bytes were wrong when checked and the
-    buffers (storages) the tensors were views of."""
+    asking for the one after. Returns the names whose bytes were wrong when checked, the
+    addresses of the tensors yielded and whether the receive buffers (the fallback copy)
+    were used."""
     expected = _expected(step, "buckets")
     wrong, storages, held = [], set(), None
     async for name, tensor in engine.receive_weights(global_steps=step):
-        storages.add(tensor.storage().data_ptr())
+        storages.add(tensor.data_ptr())
         if held is not None:
             time.sleep(0.05)
             if digest(held[1]) != expected[held[0]]:
@@ -106,7 +107,8 @@ async def _receive_slowly(engine, step: int) -> dict:
         held = (name, tensor)
     if held is not None and digest(held[1]) != expected[held[0]]:
         wrong.append(held[0])
-    return {"wrong": wrong, "storages": storages, "names": len(expected)}
+    copied = any(b is not None for b in engine._receive_buffers._buffers)
+    return {"wrong": wrong, "storages": storages, "names": len(expected), "copied": copied}
 
 
 async def _cached(engine) -> dict[str, str]:
@@ -513,17 +515,36 @@ def test_small_rounds_reuse_the_staging_buffer_bit_exact():
 
 
 def test_yielded_views_stay_valid_until_the_caller_moved_past_the_next_bucket_start(colocated):
-    """The receive buffers are refilled only once the caller is done with their bucket: a
-    slow loader checking each tensor after the next one arrived sees the bytes sent, and
-    every update yields views into the same two buffers (no fresh memory per update)."""
-    storages = [set(), set()]
+    """A ring slot is refilled only once the caller is done with its bucket: a slow loader
+    checking each tensor after the next one arrived sees the bytes sent, and every update
+    yields views of the ring itself (no receive-buffer copy) at the same addresses (tensors
+    split across buckets in buffers the receiver reuses: no fresh memory per update)."""
+    addresses = [[], []]
     for step in (1, 2, 3):
         result = colocated.update(step, slow=True)
         for rank, status in enumerate(result["received"]):
             assert status[0] == "ok", status
             assert not status[1]["wrong"], f"step {step}: overwritten before use: {status[1]}"
-            storages[rank] |= status[1]["storages"]
-    assert [len(s) for s in storages] == [2, 2], "two receive buffers, reused by every update"
+            assert not status[1]["copied"], "the ring's views were copied into receive buffers"
+            addresses[rank].append(status[1]["storages"])
+    for per_update in addresses:
+        assert all(a == per_update[0] for a in per_update), "fresh memory in a later update"
+
+
+def test_a_ring_of_one_slot_falls_back_to_copies_in_the_receive_buffers():
+    """With one ring slot the rollout rank cannot keep a bucket's slot while the master fills
+    the next, so it copies each bucket into its two receive buffers: still bit-exact (the
+    loader writes into what it gets), still valid until the caller moved on."""
+    manager = _Manager([_Rank(is_master=True, slots=1)], [_Rank()])
+    try:
+        for step in (1, 2):
+            _assert_bit_exact(manager.update(step, weights="buckets"), step, "buckets")
+        status = manager.update(3, slow=True)["received"][0]
+        assert status[0] == "ok", status
+        assert not status[1]["wrong"], f"overwritten before use: {status[1]}"
+        assert status[1]["copied"], "a one-slot ring gave writable ring views"
+    finally:
+        manager.stop()
 
 
 def _sent_metrics(result: dict) -> dict:

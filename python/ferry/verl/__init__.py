@@ -16,6 +16,7 @@ abstract socket "@ferry/tmp/x.sock" (no file is created). docs/verl.md has the s
 from __future__ import annotations
 
 import asyncio
+import functools
 import hashlib
 import logging
 import threading
@@ -218,10 +219,12 @@ class BucketedWeightReceiver:
 
     `weights` is a list of (name, tensor) on `device`, in the sender's order, for each bucket
     that completes at least one tensor (one that only carries pieces of a larger tensor is
-    not handed over). The tensors are writable, as verl's: on a CPU device they live in a
-    host buffer this process reuses for every bucket (the ring itself is read-only), valid
-    during the callback only, as in verl's shm path; on another device they are copies made
-    by .to(device). A device this process cannot use fails here, not at the first bucket.
+    not handed over). The tensors are writable, as verl's, and valid during the callback
+    only, as in verl's shm path: on a CPU device they are copy-on-write views of the ring (a
+    write copies the pages written, into this process only; the ring stays read-only), or,
+    where the receiver cannot give those, copies in a host buffer this process reuses for
+    every bucket; on another device they are copies made by .to(device). A device this
+    process cannot use fails here, not at the first bucket.
     """
 
     def __init__(self, zmq_handle: str, device: Any, use_shm: bool = False,
@@ -287,11 +290,24 @@ class BucketedWeightReceiver:
             if not on_cpu and device.type == "cuda":
                 torch.cuda.synchronize(device)
 
+        def on_ring_bucket(views: list, is_last: bool, round_ends: bool) -> None:
+            nonlocal delivered
+            delivered = True
+            if not views and not is_last:
+                return
+            on_bucket_received([(name, to_torch(dtype, shape, memory))
+                                for name, dtype, shape, memory in views], is_last)
+
         while True:
             receiver, fresh = self._session()
             try:
                 # One update may come as several rounds (the sender streams it).
-                while receiver._impl.receive_round_buckets(on_bucket).more_follows:
+                if on_cpu and receiver._impl.writable_views_error() is None:
+                    receive = functools.partial(receiver._impl.receive_round_buckets_writable,
+                                                on_ring_bucket)
+                else:
+                    receive = functools.partial(receiver._impl.receive_round_buckets, on_bucket)
+                while receive().more_follows:
                     pass
                 return
             except _ferry.FerryError:

@@ -22,6 +22,7 @@ for. docs/verl.md has the engine kwargs.
 from __future__ import annotations
 
 import asyncio
+import functools
 import os
 import queue
 import random
@@ -325,16 +326,21 @@ class FerryCheckpointEngine(CheckpointEngineWithCache):
                         streamed=True)
 
     async def receive_weights(self, global_steps: int | None = None) -> AsyncIterator:
-        """Yields (name, tensor) of one update: writable CPU views into one of two receive
-        buffers of about bucket size that this rank reuses every update, as verl's nccl
-        backend yields views into its double-buffered bucket.
+        """Yields (name, tensor) of one update: writable CPU views of the ring itself,
+        copy-on-write (reading copies nothing; a write copies the pages written, into this
+        rank only), as verl's nccl backend yields views into its double-buffered bucket.
+        Where the receiver cannot give such views (a ring of one slot, a bucket size that is
+        not a whole number of pages), views into one of two receive buffers of about bucket
+        size that this rank reuses every update, filled by a copy from the ring.
 
         Lifetime (at least what verl's nccl backend gives): a tensor is valid until the caller
         has moved past every tensor of its bucket and past the first tensor of the next bucket;
-        only then is its buffer refilled (nccl refills already when the caller asks for the
-        next bucket's first tensor). Writing into it is allowed; a caller that keeps it longer
+        only then is its ring slot (or buffer) refilled (nccl refills already when the caller
+        asks for the next bucket's first tensor). Where the next bucket completes no tensor
+        (the middle of a tensor larger than a bucket), until the caller moved past every
+        tensor of its bucket. Writing into it is allowed; a caller that keeps it longer
         copies it, as load_weights copies into the model. The last bucket's tensors stay valid
-        until the next receive_weights.
+        until the sender's next update.
 
         Refuses (the sender's send_weights raises AbortedError naming it) an update whose
         version is older than the last one received or than global_steps. With
@@ -353,7 +359,7 @@ class FerryCheckpointEngine(CheckpointEngineWithCache):
                                   args=(global_steps, items, stop), daemon=True)
         worker.start()
         cache: dict[str, torch.Tensor] | None = {} if self.cache else None
-        previous = None  # the buffer of the tensor yielded last
+        previous = None  # releases the bucket of the tensor yielded last
         try:
             while True:
                 item = await loop.run_in_executor(None, items.get)
@@ -367,16 +373,16 @@ class FerryCheckpointEngine(CheckpointEngineWithCache):
                 if isinstance(item, BaseException):
                     self._broken = True
                     raise item
-                name, tensor, buffer = item
+                name, tensor, release = item
                 if cache is not None:  # before the caller may write into its tensor
                     cache.pop(name, None)  # a name sent twice: the last one, at the end
                     cache[name] = tensor.clone()
                 yield name, tensor
                 # The caller moved past this tensor: where it was its bucket's first, the caller
-                # is done with the bucket before, whose buffer may be refilled.
-                if previous is not None and previous != buffer:
-                    buffers.release(previous)
-                previous = buffer
+                # is done with the bucket before, whose slot or buffer may be refilled.
+                if previous is not None and previous is not release:
+                    previous()
+                previous = release
         finally:
             stop.set()
             await loop.run_in_executor(None, worker.join)
@@ -489,9 +495,10 @@ class FerryCheckpointEngine(CheckpointEngineWithCache):
 
     def _receive_update(self, required: int | None, items: queue.Queue,
                         stop: threading.Event) -> None:
-        """Receiver thread: receives the update's rounds, copies each bucket from the ring
-        (read-only, its slot reused once the callback returns) into the free receive buffer
-        and queues (name, view, buffer) for the consumer."""
+        """Receiver thread: receives the update's rounds and queues (name, writable view,
+        release) for the consumer, which calls release() once it is done with the view's
+        bucket. The views are the ring's copy-on-write views where the receiver gives them
+        (on_ring_bucket), else copies in the free receive buffer (on_bucket)."""
         receiver = self._receiver
         buffers = self._receive_buffers
 
@@ -504,30 +511,63 @@ class FerryCheckpointEngine(CheckpointEngineWithCache):
                     continue
             raise _error(_ferry.AbortedError, "receive_weights was abandoned by its caller")
 
-        def on_bucket(views: list, is_last: bool) -> None:
+        def wait(event: threading.Event) -> None:
+            while not event.wait(0.1):
+                if stop.is_set():
+                    raise _error(_ferry.AbortedError,
+                                 "receive_weights was abandoned by its caller")
+
+        def wait_until_all_taken() -> None:
+            end = _EndOfUpdate()
+            put(end)
+            wait(end.taken)
+
+        def weights_of(views: list) -> list:
             tensors = []
             for name, dtype, shape, memory in views:
                 if name == VERSION_TENSOR:
                     self._check_version(int(to_torch(dtype, shape, memory)[0]), required)
                 else:
                     tensors.append((name, dtype, shape, memory))
+            return tensors
+
+        def on_bucket(views: list, is_last: bool) -> None:
+            tensors = weights_of(views)
             if tensors:
                 buffer, staged = buffers.fill(tensors, stop)
+                release = functools.partial(buffers.release, buffer)
                 for name, tensor in staged:
-                    put((name, tensor, buffer))
+                    put((name, tensor, release))
             if is_last:
                 # The update is acknowledged only once the caller took every tensor, so a
                 # rank that dies while loading fails the sender's send_weights too.
-                end = _EndOfUpdate()
-                put(end)
-                while not end.taken.wait(0.1):
-                    if stop.is_set():
-                        raise _error(_ferry.AbortedError,
-                                     "receive_weights was abandoned by its caller")
+                wait_until_all_taken()
+
+        held: list[threading.Event] = []  # the ring bucket the caller may still be reading
+
+        def on_ring_bucket(views: list, is_last: bool, round_ends: bool) -> None:
+            # Returning lets ferry hand the bucket before this one back to the sender, and at
+            # the round's end this one too: wait until the caller is done with it.
+            tensors = weights_of(views)
+            released = threading.Event()
+            release = released.set  # one object per bucket: the consumer compares them
+            for name, dtype, shape, memory in tensors:
+                put((name, to_torch(dtype, shape, memory), release))
+            if tensors and not round_ends:
+                if held:
+                    wait(held.pop())  # set once the caller moved past this bucket's first
+                held.append(released)
+            else:
+                wait_until_all_taken()  # past every tensor before: nothing is held after
+                held.clear()
 
         try:
-            while receiver._impl.receive_round_buckets(on_bucket).more_follows:
-                pass
+            if receiver._impl.writable_views_error() is None:
+                while receiver._impl.receive_round_buckets_writable(on_ring_bucket).more_follows:
+                    pass
+            else:
+                while receiver._impl.receive_round_buckets(on_bucket).more_follows:
+                    pass
             put(_DONE)
         except BaseException as e:  # handed to the consumer, raised there
             try:
