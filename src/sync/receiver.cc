@@ -67,6 +67,15 @@ struct Receiver::Impl {
   SegmentWalker walker{{}};  // the bucket being received
   DeltaReceiver delta_rx;
   wire::Begin delta_fields;  // the current round's BEGIN delta fields (its manifest moved out)
+  BeginCheck begin_check;
+
+  Status check_begin(std::uint64_t round, const wire::Begin& begin) const {
+    if (!begin_check) return ok_status();
+    std::vector<TensorSpec> targets;
+    for (const wire::DeltaTarget& t : begin.targets) targets.push_back(t.spec);
+    return begin_check(RoundBegin{round, begin.more_follows != 0,
+                                  begin.delta != 0 ? targets : begin.manifest});
+  }
 
   wire::Message message(std::uint64_t round, wire::Body body) const {
     return session_message(conversation.session(), round, std::move(body));
@@ -257,6 +266,7 @@ struct Receiver::Impl {
     const std::vector<std::byte> begin_bytes = wire::encode(*first);
     auto& begin = std::get<wire::Begin>(first->body);
     more_follows = begin.more_follows != 0;
+    FERRY_RETURN_IF_ERROR(check_begin(round, begin));
     FERRY_RETURN_IF_ERROR(delta_rx.check_begin(begin, round));
     // Callback modes keep copies sized by BEGIN: bounded before any is made.
     if (!asked.into_destinations) FERRY_RETURN_IF_ERROR(delta_rx.check_keep(begin, round));
@@ -453,6 +463,8 @@ void Receiver::clear_destinations() {
   impl_->destinations.clear();
   impl_->destinations_resolved = false;
 }
+
+void Receiver::set_begin_check(BeginCheck check) { impl_->begin_check = std::move(check); }
 
 Result<RoundStats> Receiver::receive_round_into() {
   Delivery how;
