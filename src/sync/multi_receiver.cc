@@ -160,7 +160,8 @@ Result<std::unique_ptr<MultiReceiver>> MultiReceiver::connect(
   for (std::size_t i = 0; i < addresses.size(); ++i) {
     auto r = Receiver::connect(addresses[i], receiver_id, each);
     if (!r.ok()) return r.status().with_context(names[i]);
-    (*r)->set_begin_check([shared, i](const RoundBegin& b) { return shared->agreement.check(i, b); });
+    (*r)->set_begin_check(
+        [shared, i](const RoundBegin& b) { return shared->agreement.check(i, b); });
     impl->receivers.push_back(std::move(*r));
   }
   return std::unique_ptr<MultiReceiver>(new MultiReceiver(std::move(impl)));

@@ -73,8 +73,8 @@ struct Receiver::Impl {
     if (!begin_check) return ok_status();
     std::vector<TensorSpec> targets;
     for (const wire::DeltaTarget& t : begin.targets) targets.push_back(t.spec);
-    return begin_check(RoundBegin{round, begin.more_follows != 0,
-                                  begin.delta != 0 ? targets : begin.manifest});
+    return begin_check(
+        RoundBegin{round, begin.more_follows != 0, begin.delta != 0 ? targets : begin.manifest});
   }
 
   wire::Message message(std::uint64_t round, wire::Body body) const {

@@ -15,8 +15,8 @@ Result<std::vector<std::vector<std::size_t>>> split_into_parts(std::span<const T
   std::unordered_set<std::string_view> names;
   for (const TensorSpec& t : tensors) {
     if (!names.insert(t.name).second) {
-      return invalid_argument(
-          fmt::format("split_into_parts: tensor '{}' is given twice; names must be unique", t.name));
+      return invalid_argument(fmt::format(
+          "split_into_parts: tensor '{}' is given twice; names must be unique", t.name));
     }
   }
   std::vector<std::size_t> order(tensors.size());

@@ -105,7 +105,8 @@ std::vector<std::unique_ptr<PartSender>> start_senders(
   EXPECT_OK(parts);
   std::vector<std::unique_ptr<PartSender>> out;
   for (std::uint32_t k = 0; k < senders; ++k) {
-    out.push_back(std::make_unique<PartSender>(next_address(), options, model, (*parts)[k], rounds));
+    out.push_back(
+        std::make_unique<PartSender>(next_address(), options, model, (*parts)[k], rounds));
   }
   return out;
 }
@@ -229,8 +230,7 @@ TEST(MultiReceiver, TwoAndThreeNetSendersDeliverEveryByte) {
   o.token_file = token;
   const std::vector<TensorSpec> model = {
       *TensorSpec::make("embed", DType::kBF16, {300, 512}),  // 300 KiB: spans buckets
-      *TensorSpec::make("norm", DType::kF32, {37}),
-      *TensorSpec::make("empty", DType::kF16, {0}),
+      *TensorSpec::make("norm", DType::kF32, {37}), *TensorSpec::make("empty", DType::kF16, {0}),
       *TensorSpec::make("lm_head", DType::kF32, {100, 129}),
       *TensorSpec::make("layer.0", DType::kF32, {64, 64})};
   for (std::uint32_t n : {2u, 3u}) {
@@ -318,10 +318,11 @@ TEST(MultiReceiver, ASenderFailingMidRoundFailsTheRoundNamingIt) {
     std::vector<TensorSpec> specs;
     for (const TensorView& v : views) specs.push_back(v.spec);
     // The producer fails after the first tensor (the embedding, many buckets) went out.
-    (void)(*sender)->send_round_streamed(specs, [&](std::size_t i) -> Result<std::span<const std::byte>> {
-      if (i == 0) return views[0].data;
-      return io_error("the trainer's copy failed");
-    });
+    (void)(*sender)->send_round_streamed(specs,
+                                         [&](std::size_t i) -> Result<std::span<const std::byte>> {
+                                           if (i == 0) return views[0].data;
+                                           return io_error("the trainer's copy failed");
+                                         });
   });
   auto rx = MultiReceiver::connect({failing, healthy.address()}, 0, o);
   ASSERT_OK(rx);
