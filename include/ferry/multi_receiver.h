@@ -19,8 +19,10 @@
 //   failed round in destination mode may leave destinations partly written.
 // A round is OK only when every sender's round ended and checked out. Any error (a sender that
 // dies or fails, a broken rule, a callback's error) fails the round naming the sender's
-// address, aborts the other senders' rounds, and closes every session: later calls return
-// that first error. Connect anew; the senders' next accept() takes the new connection.
+// address and aborts the other senders' rounds (each within about 100 ms, or once the net
+// segment it is taking in arrives or options.timeout passes), and every session is closed,
+// also those whose round went through: later calls return that first error. Connect anew; the
+// senders' next accept() takes the new connection. Delta rounds work as with one sender.
 //
 // Thread safety: a MultiReceiver is used by one thread at a time. SyncOptions::interrupt is
 // called from the senders' threads, one call at a time.

@@ -118,9 +118,11 @@ std::vector<std::string> addresses_of(const std::vector<std::unique_ptr<PartSend
 }
 
 // N senders, 3 rounds, destination mode then callback mode: every tensor bit-exact each round.
+// With options.delta on, rounds after the first must be delta rounds.
 void expect_every_byte_from(std::uint32_t n, const std::vector<TensorSpec>& model,
                             const SyncOptions& options,
                             const std::function<std::string()>& next_address) {
+  const bool deltas = options.delta == DeltaMode::kOn;
   constexpr int kRounds = 3;
   for (const bool into_destinations : {true, false}) {
     SCOPED_TRACE(into_destinations ? "destination mode" : "callback mode");
@@ -144,6 +146,7 @@ void expect_every_byte_from(std::uint32_t n, const std::vector<TensorSpec>& mode
       EXPECT_EQ(stats->round, static_cast<std::uint64_t>(r));
       EXPECT_EQ(stats->tensors, model.size());
       EXPECT_EQ(stats->bytes, model_bytes);
+      EXPECT_EQ(stats->delta, deltas && r > 1);
       ASSERT_EQ((*rx)->sender_stats().size(), n);
       for (const RoundStats& s : (*rx)->sender_stats()) EXPECT_EQ(s.round, stats->round);
       for (std::size_t i = 0; i < model.size(); ++i) {
@@ -217,6 +220,12 @@ TEST(MultiReceiver, TwoAndThreeShmSendersDeliverEveryByte) {
     SCOPED_TRACE(std::to_string(n) + " senders");
     expect_every_byte_from(n, small_model(), tiny_options(), unique_address);
   }
+}
+
+TEST(MultiReceiver, DeltaRoundsFromTwoSendersDeliverEveryByte) {
+  SyncOptions o = tiny_options();
+  o.delta = DeltaMode::kOn;
+  expect_every_byte_from(2, small_model(), o, unique_address);
 }
 
 TEST(MultiReceiver, TwoAndThreeNetSendersDeliverEveryByte) {
