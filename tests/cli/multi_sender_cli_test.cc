@@ -84,5 +84,25 @@ TEST(MultiSenderCli, BadPartOrRepeatedAddressIsAUsageErrorNamingIt) {
   EXPECT_NE(twice.err.find("'@ferry-cli-twice' is given twice"), std::string::npos) << twice.err;
 }
 
+TEST(MultiSenderCli, BenchSendersJsonReportsEachCountAgainstOneSender) {
+  auto r = run_ferry({"bench", "sync", "--senders", "1,2", "--tensors", "8", "--tensor-bytes",
+                      "262144", "--bucket-mb", "1", "--rounds", "1", "--json"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const auto j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["mode"], "senders");
+  ASSERT_EQ(j["results"].size(), 2u);
+  for (std::size_t i = 0; i < 2; ++i) {
+    const auto& row = j["results"][i];
+    EXPECT_EQ(row["senders"].get<std::uint32_t>(), i + 1);
+    EXPECT_EQ(row["tensors"].get<std::uint32_t>(), 8u);  // every sender's part together
+    EXPECT_EQ(row["bytes"].get<std::uint64_t>(), 8u * 262144);
+    EXPECT_GT(row["gbps"].get<double>(), 0);
+  }
+  EXPECT_DOUBLE_EQ(j["results"][0]["ratio_to_one_sender"].get<double>(), 1.0);
+  auto net = run_ferry({"bench", "sync", "--senders", "2", "--net"});
+  EXPECT_EQ(net.exit_code, 2) << net.err;
+  EXPECT_NE(net.err.find("--senders"), std::string::npos) << net.err;
+}
+
 }  // namespace
 }  // namespace ferry
