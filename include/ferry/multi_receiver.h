@@ -8,15 +8,19 @@
 //   (*rx)->receive_round_into();                         // one round from every sender
 //
 // One round of a MultiReceiver is one round of every sender, received at once (a thread per
-// sender, the caller's for the first). The senders' rounds must fit together; each rule is
-// checked as a sender's BEGIN arrives, before any of that sender's tensors is delivered:
-// - the same round number from every sender (RoundStats::version; a Sender counts its rounds
-//   from 1, so senders created together and sending in lockstep agree; one restarted alone
-//   counts anew and is refused as out of step until the others restart too), and the same
-//   more_follows; otherwise kFailedPrecondition naming both senders and what they announced;
+// sender, the caller's for the first): the k-th round of each since connect() pairs with the
+// k-th of the others. Two rules are checked as each sender's BEGIN arrives, before any of that
+// sender's tensors is delivered:
 // - disjoint tensors: a name that two senders send in one round is kInvalidArgument naming the
 //   tensor and both senders. The first sender's copy may already be written by then, as any
-//   failed round in destination mode may leave destinations partly written.
+//   failed round in destination mode may leave destinations partly written;
+// - the same more_follows (an update split into the same rounds), else kFailedPrecondition
+//   naming both senders.
+// Round numbers (RoundStats::version) are not compared: each Sender counts its own, and after a
+// failure they legitimately differ (a sender whose round went through fails its next one
+// instead, so it counts one more), which would refuse every later session. ferry does not know
+// the trainer's step; senders that must send the same step pair their rounds by sending them
+// in lockstep.
 // A round is OK only when every sender's round ended and checked out. Any error (a sender that
 // dies or fails, a broken rule, a callback's error) fails the round naming the sender's
 // address and aborts the other senders' rounds (each within about 100 ms, or once the net
@@ -59,9 +63,10 @@ class FERRY_EXPORT MultiReceiver {
   void clear_destinations();
 
   // One round from every sender into the destinations. RoundStats: tensors, buckets, bytes
-  // and wire_bytes summed over the senders; seconds the whole round's; round, version and
-  // more_follows the ones every sender agreed on; delta when any sender's round was one;
-  // checksum a hash of the senders' round checksums in address order.
+  // and wire_bytes summed over the senders; seconds the whole round's; more_follows the one
+  // they agreed on; round, version and base_version the first sender's (each sender's own in
+  // sender_stats()); delta when any sender's round was one; checksum a hash of the senders'
+  // round checksums in address order.
   Result<RoundStats> receive_round_into();
   // The same with per-tensor delivery; `on_tensor` is called from one thread at a time.
   Result<RoundStats> receive_round(const TensorCallback& on_tensor);

@@ -1,6 +1,7 @@
 // Several senders, each serving a disjoint part of a model, and one MultiReceiver that
 // assembles the union: every byte over several rounds in both delivery modes, over shm and
-// the net transport, and the rules (disjoint names, rounds in step, any failure fails all).
+// the net transport, and the rules (disjoint names, updates split alike, any failure fails
+// all).
 #include "ferry/multi_receiver.h"
 
 #include <gtest/gtest.h>
@@ -278,37 +279,73 @@ TEST(MultiReceiver, ATensorTwoSendersSendIsRefusedNamingItAndBoth) {
   EXPECT_NE(later.status().message().find("is sent by both"), std::string::npos);
 }
 
-TEST(MultiReceiver, SendersOutOfStepAreRefusedNamingBoth) {
+// After a recovery senders count their rounds differently: rounds pair in order regardless.
+TEST(MultiReceiver, SendersWhoseRoundNumbersDifferArePairedInOrder) {
   const SyncOptions o = tiny_options();
   const std::vector<TensorSpec> model = small_model();
-  // The second sender sent a round to another receiver first: it is one round ahead.
+  const Weights w = round_weights(model, 1);
+  // The second sender sent a round to a bystander first: its next round is its round 2.
   const std::string ahead = unique_address();
   auto early = Sender::create(ahead, o);
   ASSERT_OK(early);
   std::thread bystander([&] {
     auto r = Receiver::connect(ahead, 9, o);
     ASSERT_OK(r);
-    ASSERT_OK((*r)->receive_round([](const TensorView&) { return ok_status(); }));
-    (void)(*r)->receive_round([](const TensorView&) { return ok_status(); });  // aborted
+    for (int round = 0; round < 2; ++round) {
+      ASSERT_OK((*r)->receive_round([](const TensorView&) { return ok_status(); }));
+    }
   });
   ASSERT_OK((*early)->accept(1));
-  const Weights w = round_weights(model, 1);
-  ASSERT_OK((*early)->send_round(part_views(w, {1})));
+  const std::vector<std::size_t> rest = {1, 2, 3, 4, 5, 6};
+  ASSERT_OK((*early)->send_round(part_views(w, rest)));
   PartSender first(unique_address(), o, model, {0}, 1);
+  Status second_sent;
   std::thread second([&] {
-    if (!(*early)->accept(1).ok()) return;
-    (void)(*early)->send_round(part_views(w, {1}));
+    second_sent = (*early)->accept(1);
+    if (second_sent.ok()) second_sent = (*early)->send_round(part_views(w, rest)).status();
   });
   auto rx = MultiReceiver::connect({first.address(), ahead}, 0, o);
   ASSERT_OK(rx);
-  auto stats = (*rx)->receive_round([](const TensorView&) { return ok_status(); });
+  Destinations dst(model);
+  ASSERT_OK(dst.register_all(**rx));
+  auto stats = (*rx)->receive_round_into();
   second.join();
   bystander.join();
+  ASSERT_OK(stats);
+  EXPECT_OK(second_sent);
+  EXPECT_OK(first.status());
+  ASSERT_EQ((*rx)->sender_stats().size(), 2u);
+  EXPECT_EQ((*rx)->sender_stats()[0].round, 1u);
+  EXPECT_EQ((*rx)->sender_stats()[1].round, 2u);
+  EXPECT_EQ(stats->round, 1u);  // the first sender's
+  for (std::size_t i = 0; i < model.size(); ++i) {
+    EXPECT_TRUE(dst.data[i] == w.data[i]) << model[i].name;
+  }
+}
+
+TEST(MultiReceiver, AnUpdateSplitIntoDifferentRoundsIsRefusedNamingBoth) {
+  const SyncOptions o = tiny_options();
+  const std::vector<TensorSpec> model = small_model();
+  const Weights w = round_weights(model, 1);
+  const std::string split = unique_address();
+  auto sender = Sender::create(split, o);
+  ASSERT_OK(sender);
+  std::thread serve([&] {
+    if (!(*sender)->accept(1).ok()) return;
+    (void)(*sender)->send_round(part_views(w, {0}), RoundOptions{.more_follows = true});
+  });
+  PartSender whole(unique_address(), o, model, {1, 2}, 1);
+  auto rx = MultiReceiver::connect({split, whole.address()}, 0, o);
+  ASSERT_OK(rx);
+  auto stats = (*rx)->receive_round([](const TensorView&) { return ok_status(); });
+  serve.join();
   ASSERT_FALSE(stats.ok());
   EXPECT_EQ(stats.status().code(), Code::kFailedPrecondition) << stats.status().to_string();
-  EXPECT_NE(stats.status().message().find("out of step"), std::string::npos)
-      << stats.status().message();
-  EXPECT_NE(stats.status().message().find(ahead), std::string::npos) << stats.status().message();
+  const std::string& m = stats.status().message();
+  EXPECT_NE(m.find("sender 0 (" + split + ") (its round 1) says more rounds of the update follow"),
+            std::string::npos)
+      << m;
+  EXPECT_NE(m.find("sender 1 (" + whole.address() + ")"), std::string::npos) << m;
 }
 
 TEST(MultiReceiver, ASenderFailingMidRoundFailsTheRoundNamingIt) {
