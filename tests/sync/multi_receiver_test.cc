@@ -160,6 +160,26 @@ void expect_every_byte_from(std::uint32_t n, const std::vector<TensorSpec>& mode
   }
 }
 
+// Net sessions on 127.0.0.1 with a token in `dir`, and a model whose embedding spans buckets.
+SyncOptions net_options(ferry::testing::TempDir& dir) {
+  const std::string token = dir.file("token");
+  ferry::testing::write_bytes(token, "multi-sender-s3cret-0123456789");
+  EXPECT_EQ(::chmod(token.c_str(), 0600), 0);
+  SyncOptions o;
+  o.bucket_bytes = 64 << 10;
+  o.timeout = std::chrono::milliseconds(10'000);
+  o.token_file = token;
+  return o;
+}
+
+std::vector<TensorSpec> net_model() {
+  return {*TensorSpec::make("embed", DType::kBF16, {300, 512}),  // 300 KiB: spans buckets
+          *TensorSpec::make("norm", DType::kF32, {37}),
+          *TensorSpec::make("empty", DType::kF16, {0}),
+          *TensorSpec::make("lm_head", DType::kF32, {100, 129}),
+          *TensorSpec::make("layer.0", DType::kF32, {64, 64})};
+}
+
 TEST(SenderParts, SplitIsDisjointCompleteBalancedAndOrderFree) {
   std::vector<TensorSpec> model;
   for (int i = 0; i < 40; ++i) {
@@ -232,22 +252,55 @@ TEST(MultiReceiver, DeltaRoundsFromTwoSendersDeliverEveryByte) {
 
 TEST(MultiReceiver, TwoAndThreeNetSendersDeliverEveryByte) {
   ferry::testing::TempDir dir;
-  const std::string token = dir.file("token");
-  ferry::testing::write_bytes(token, "multi-sender-s3cret-0123456789");
-  ASSERT_EQ(::chmod(token.c_str(), 0600), 0);
-  SyncOptions o;
-  o.bucket_bytes = 64 << 10;
-  o.timeout = std::chrono::milliseconds(10'000);
-  o.token_file = token;
-  const std::vector<TensorSpec> model = {
-      *TensorSpec::make("embed", DType::kBF16, {300, 512}),  // 300 KiB: spans buckets
-      *TensorSpec::make("norm", DType::kF32, {37}), *TensorSpec::make("empty", DType::kF16, {0}),
-      *TensorSpec::make("lm_head", DType::kF32, {100, 129}),
-      *TensorSpec::make("layer.0", DType::kF32, {64, 64})};
+  const SyncOptions o = net_options(dir);
+  const std::vector<TensorSpec> model = net_model();
   for (std::uint32_t n : {2u, 3u}) {
     SCOPED_TRACE(std::to_string(n) + " senders");
     expect_every_byte_from(n, model, o, [] { return std::string("127.0.0.1:0"); });
   }
+}
+
+// Senders on other nodes: each net sender feeds a relay, and the MultiReceiver joins the
+// relays' local addresses, as a rollout on a receiving node would.
+TEST(MultiReceiver, TwoNetSendersThroughTheirRelaysDeliverEveryByte) {
+  ferry::testing::TempDir dir;
+  const SyncOptions o = net_options(dir);
+  const std::vector<TensorSpec> model = net_model();
+  constexpr int kRounds = 2;
+  auto parts = split_into_parts(model, 2);
+  ASSERT_OK(parts);
+  std::vector<std::unique_ptr<PartSender>> senders;
+  std::vector<std::string> locals;
+  std::vector<Status> relayed(2);
+  std::vector<std::thread> relays;
+  for (std::uint32_t k = 0; k < 2; ++k) {
+    senders.push_back(std::make_unique<PartSender>("127.0.0.1:0", o, model, (*parts)[k], kRounds));
+    locals.push_back(unique_address());
+  }
+  for (std::uint32_t k = 0; k < 2; ++k) {
+    relays.emplace_back([&, k] {
+      auto relay = Relay::connect(senders[k]->address(), 1, locals[k], o);
+      relayed[k] = relay.status();
+      if (relay.ok()) relayed[k] = (*relay)->accept(1);
+      for (int r = 0; r < kRounds && relayed[k].ok(); ++r) {
+        relayed[k] = (*relay)->relay_round().status();
+      }
+    });
+  }
+  auto rx = MultiReceiver::connect(locals, 0, o);
+  ASSERT_OK(rx);
+  Destinations dst(model);
+  ASSERT_OK(dst.register_all(**rx));
+  for (int r = 1; r <= kRounds; ++r) {
+    ASSERT_OK((*rx)->receive_round_into());
+    const Weights want = round_weights(model, r);
+    for (std::size_t i = 0; i < model.size(); ++i) {
+      EXPECT_TRUE(dst.data[i] == want.data[i]) << "round " << r << " " << model[i].name;
+    }
+  }
+  for (std::thread& t : relays) t.join();
+  for (const Status& s : relayed) EXPECT_OK(s);
+  for (auto& s : senders) EXPECT_OK(s->status());
 }
 
 TEST(MultiReceiver, ATensorTwoSendersSendIsRefusedNamingItAndBoth) {
