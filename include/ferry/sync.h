@@ -201,6 +201,15 @@ using BucketCallback = std::function<Status(std::span<const TensorView> weights,
 using WritableBucketCallback = std::function<Status(std::span<const MutableTensorView> weights,
                                                     bool is_last, bool round_ends)>;
 
+// What a round's BEGIN announces, before any of the round is delivered.
+struct RoundBegin {
+  std::uint64_t round = 0;  // the sender's round number: the round's RoundStats::version
+  bool more_follows = false;
+  std::span<const TensorSpec> tensors;  // what the round delivers (a delta round's targets)
+};
+// Checks a round as it begins; an error aborts it (MultiReceiver's checks across senders).
+using BeginCheck = std::function<Status(const RoundBegin& begin)>;
+
 class FERRY_EXPORT Receiver {
  public:
   // Connects (retrying until options.timeout while the sender is not up yet), says
@@ -218,6 +227,10 @@ class FERRY_EXPORT Receiver {
   // valid while rounds are received. Replaces an earlier registration of the name.
   Status set_destination(MutableTensorView destination);
   void clear_destinations();
+
+  // Called with each round's BEGIN before any of the round is delivered; an error aborts
+  // the round with it, as any error does (the sender is told, the session breaks).
+  void set_begin_check(BeginCheck check);
 
   // Receives one round into the registered destinations. Every tensor of the round
   // must have a destination of the same dtype and shape; otherwise the error lists

@@ -8,6 +8,7 @@
 
 #include "cli/commands.h"
 #include "tools/delta_sync_bench.h"
+#include "tools/multi_sender_bench.h"
 #include "tools/sync_bench.h"
 
 namespace ferry::cli {
@@ -27,7 +28,68 @@ struct BenchArgs {
   std::vector<std::string> wire_protect;  // --net: modes to measure; empty: the default
   CLI::Option* bucket_option = nullptr;   // --net has its own default bucket sizes
   std::vector<double> delta_densities;    // --delta-density: delta rounds against dense
+  std::vector<std::uint32_t> senders;     // --senders: one model from several senders
 };
+
+// --senders: one model split among S senders into one MultiReceiver, against one sender.
+int run_bench_sync_senders(BenchArgs& a) {
+  if (a.net) return usage_error("--senders runs over shm on this node: no --net");
+  if (a.dtypes.size() != 1) return usage_error("--senders takes one --dtype");
+  auto t = parse_dtype(a.dtypes[0]);
+  if (!t.ok()) return usage_error(t.status());
+  tools::MultiSenderBenchConfig c;
+  c.preset = a.config.preset;
+  c.dtype = *t;
+  c.senders = a.senders;
+  c.slots = a.config.slots;
+  c.rounds = a.config.rounds;
+  c.checksums = a.config.checksums;
+  c.tensor_count = a.config.tensor_count;
+  c.tensor_bytes = a.config.tensor_bytes;
+  if (a.bucket_option != nullptr && a.bucket_option->count() > 0) {
+    if (a.config.bucket_mb.size() != 1) return usage_error("--senders takes one --bucket-mb");
+    c.bucket_mb = a.config.bucket_mb[0];
+  }
+  if (Status s = check_bucket_mb("--bucket-mb", c.bucket_mb); !s.ok()) return usage_error(s);
+  for (std::uint32_t n : c.senders) {
+    if (n < 1) return usage_error("--senders: give counts of 1 or more");
+  }
+  if (!a.json) {
+    std::printf(
+        "%s %s, %llu MiB buckets, shm: the model split among S senders (threads), one "
+        "MultiReceiver into destinations, mean of %d rounds\n",
+        c.preset.c_str(), a.dtypes[0].c_str(), static_cast<unsigned long long>(c.bucket_mb),
+        c.rounds);
+    std::printf("%-8s %-8s %-9s %-8s %-7s %s\n", "senders", "tensors", "GB", "seconds", "GB/s",
+                "vs_1_sender");
+    std::fflush(stdout);
+  }
+  auto results = tools::run_multi_sender_bench(c, [&](const tools::MultiSenderBenchResult& r) {
+    if (a.json) return;
+    std::printf("%-8u %-8u %-9.3f %-8.4f %-7.2f %.2f\n", r.senders, r.tensors, r.bytes / 1e9,
+                r.seconds, r.gbps, r.ratio_to_one_sender);
+    std::fflush(stdout);
+  });
+  if (!results.ok()) return report_error(results.status());
+  if (a.json) {
+    nlohmann::ordered_json list = nlohmann::ordered_json::array();
+    for (const auto& r : *results) {
+      list.push_back({{"senders", r.senders},
+                      {"tensors", r.tensors},
+                      {"bytes", r.bytes},
+                      {"seconds", r.seconds},
+                      {"gbps", r.gbps},
+                      {"ratio_to_one_sender", r.ratio_to_one_sender}});
+    }
+    nlohmann::ordered_json j = {{"mode", "senders"},
+                                {"preset", c.preset},
+                                {"dtype", a.dtypes[0]},
+                                {"bucket_mb", c.bucket_mb},
+                                {"results", list}};
+    std::cout << j.dump(2) << "\n";
+  }
+  return kExitOk;
+}
 
 // --delta-density: each update sent dense and as a delta, in the same run.
 int run_bench_sync_delta(BenchArgs& a) {
@@ -247,6 +309,7 @@ int run_bench_sync(BenchArgs& a) {
     if (Status s = check_host_port("--connect", a.connect); !s.ok()) return usage_error(s);
   }
   if (!a.delta_densities.empty()) return run_bench_sync_delta(a);
+  if (!a.senders.empty()) return run_bench_sync_senders(a);
   if (a.net) return run_bench_sync_net(a);
   a.config.dtypes.clear();
   for (const auto& d : a.dtypes) {
@@ -348,6 +411,10 @@ void add_bench_command(CLI::App& app, Dispatch& dispatch) {
                   "Delta rounds: change this fraction of elements per update (and one Adam step, "
                   "bf16), each sent dense and as a delta in the same run (0.001,0.01,0.1,1.0); "
                   "with --net, through one relay per session over TCP, counting link bytes")
+      ->delimiter(',');
+  cmd->add_option("--senders", args->senders,
+                  "Several senders: the model split among S senders (1,2), each its own shm "
+                  "session, into one MultiReceiver; aggregate GB/s against 1 sender")
       ->delimiter(',');
   auto* net = cmd->add_flag("--net", args->net,
                             "Across nodes: a net sender, relays with local receivers, against "

@@ -2,13 +2,16 @@
 // scripts (tests/netns drives them across network namespaces).
 #include <fmt/format.h>
 
+#include <charconv>
 #include <chrono>
 #include <cstdio>
 #include <iostream>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <span>
+#include <string_view>
 #include <thread>
+#include <vector>
 
 #define XXH_INLINE_ALL
 #include <xxhash.h>
@@ -16,7 +19,9 @@
 #include "cli/commands.h"
 #include "cli/progress.h"
 #include "ferry/model.h"
+#include "ferry/multi_receiver.h"
 #include "ferry/relay_topology.h"
+#include "ferry/sender_parts.h"
 #include "ferry/sync.h"
 
 namespace ferry::cli {
@@ -31,7 +36,11 @@ constexpr const char* kShmAddressHelp =
 
 struct SyncArgs {
   std::string address = "ferry-sync";  // a socket in this user's private directory
-  std::string net_address;             // --listen (serve) or --connect (recv, relay): host:port
+  std::string net_address;             // --listen (serve) or --connect (relay): host:port
+  // recv: the senders' addresses (--address or --connect, each given once per sender)
+  std::vector<std::string> addresses = {"ferry-sync"};
+  std::vector<std::string> net_addresses;
+  std::string part;  // serve: "K/N", only part K of N of the model (empty: all of it)
   std::string preset = "qwen2.5-0.5b";
   std::string dtype = "bf16";
   std::int64_t layers = 0;  // serve: 0 = the preset's depth
@@ -80,6 +89,32 @@ struct ContentHash {
   }
 };
 
+// serve --part K/N: part K (1..N) of the model split among N senders.
+struct Part {
+  std::uint32_t index = 0;  // K - 1
+  std::uint32_t count = 1;  // N
+};
+
+// The whole of `text` as a number, else 0.
+std::uint32_t whole_number(std::string_view text) {
+  std::uint32_t n = 0;
+  const char* end = text.data() + text.size();
+  const auto [stop, error] = std::from_chars(text.data(), end, n);
+  return error == std::errc() && stop == end ? n : 0;
+}
+
+Result<Part> parse_part(const std::string& text) {
+  const auto slash = text.find('/');
+  const std::string_view whole(text);
+  const std::uint32_t k = slash == std::string::npos ? 0 : whole_number(whole.substr(0, slash));
+  const std::uint32_t n = slash == std::string::npos ? 0 : whole_number(whole.substr(slash + 1));
+  if (k < 1 || k > n) {
+    return invalid_argument(
+        fmt::format("--part '{}': give K/N, part K of N (1 <= K <= N), e.g. --part 1/2", text));
+  }
+  return Part{k - 1, n};
+}
+
 // What is wrong in the command line, found before anything is served or joined. `role`
 // is "serve", "recv" or "relay"; `net_flag` names the host:port flag of that role.
 Status check_args(const SyncArgs& a, const std::string& role, const std::string& net_flag) {
@@ -107,6 +142,12 @@ Status check_args(const SyncArgs& a, const std::string& role, const std::string&
   }
   if (!a.net_address.empty()) {
     if (Status st = check_host_port(net_flag, a.net_address); !st.ok()) return st;
+  }
+  for (const std::string& address : a.net_addresses) {
+    if (Status st = check_host_port(net_flag, address); !st.ok()) return st;
+  }
+  if (!a.part.empty()) {
+    if (auto p = parse_part(a.part); !p.ok()) return p.status();
   }
   if (role == "serve") {
     if (Status st = check_bucket_mb("--bucket-mb", a.bucket_mb); !st.ok()) return st;
@@ -175,7 +216,18 @@ int run_serve(const SyncArgs& a) {
   if (a.layers > 0) cfg->num_layers = a.layers;
   auto dtype = parse_dtype(a.dtype);
   if (!dtype.ok()) return report_error(dtype.status());
-  const std::vector<TensorSpec> specs = model::hf_tensor_specs(*cfg, *dtype);
+  std::vector<TensorSpec> specs = model::hf_tensor_specs(*cfg, *dtype);
+  std::string what = a.preset;
+  if (!a.part.empty()) {
+    // The same split in every `serve --part` process: each serves its own tensors.
+    auto part = parse_part(a.part);
+    auto parts = sync::split_into_parts(specs, part->count);
+    if (!parts.ok()) return report_error(parts.status());
+    std::vector<TensorSpec> mine;
+    for (std::size_t i : (*parts)[part->index]) mine.push_back(specs[i]);
+    specs = std::move(mine);
+    what = fmt::format("part {} of {}", a.part, a.preset);
+  }
   std::vector<std::span<std::byte>> data;
   std::vector<std::unique_ptr<std::byte[]>> storage;
   std::vector<TensorView> views;
@@ -191,7 +243,7 @@ int run_serve(const SyncArgs& a) {
   // Always said, on stderr under --json: with port 0 it is how scripts learn the port.
   std::fprintf(a.json ? stderr : stdout,
                "serving %s (%zu tensors) on %s, session %016llx; waiting for %u receiver(s)\n",
-               a.preset.c_str(), specs.size(), (*sender)->address().c_str(),
+               what.c_str(), specs.size(), (*sender)->address().c_str(),
                static_cast<unsigned long long>((*sender)->session_id()), a.receivers);
   std::fflush(a.json ? stderr : stdout);
   Status s = (*sender)->accept(a.receivers);
@@ -235,22 +287,49 @@ auto rejoin(const SyncArgs& a, Join join) -> decltype(join()) {
   }
 }
 
+// recv's session: a Receiver for one sender, a MultiReceiver for several.
+class RecvSession {
+ public:
+  static Result<RecvSession> join(const std::vector<std::string>& addresses, const SyncArgs& a) {
+    RecvSession session;
+    if (addresses.size() == 1) {
+      auto one = sync::Receiver::connect(addresses[0], a.id, options_of(a));
+      if (!one.ok()) return one.status();
+      session.one_ = std::move(*one);
+    } else {
+      auto many = sync::MultiReceiver::connect(addresses, a.id, options_of(a));
+      if (!many.ok()) return many.status();
+      session.many_ = std::move(*many);
+    }
+    return session;
+  }
+  Result<sync::RoundStats> receive_round(const sync::TensorCallback& on_tensor) {
+    return one_ ? one_->receive_round(on_tensor) : many_->receive_round(on_tensor);
+  }
+
+ private:
+  std::unique_ptr<sync::Receiver> one_;
+  std::unique_ptr<sync::MultiReceiver> many_;
+};
+
 int run_recv(const SyncArgs& a) {
   if (Status s = check_args(a, "recv", "--connect"); !s.ok()) return usage_error(s);
-  auto rx = sync::Receiver::connect(address_of(a), a.id, options_of(a));
+  const std::vector<std::string>& addresses =
+      a.net_addresses.empty() ? a.addresses : a.net_addresses;
+  auto rx = RecvSession::join(addresses, a);
   if (!rx.ok()) return report_error(rx.status());
   for (int r = 1; r <= a.rounds; ++r) {
     // Per-tensor delivery; the round checksum printed below is what both ends agreed on.
     ContentHash content;
-    auto st = (*rx)->receive_round([&](const TensorView& t) {
+    auto st = rx->receive_round([&](const TensorView& t) {
       content.add(t);
       return ok_status();
     });
     if (!st.ok()) {
       if (!a.keep_going || r == a.rounds) return report_error(st.status());
       report_round_failure(st.status(), r);
-      rx->reset();
-      rx = rejoin(a, [&] { return sync::Receiver::connect(address_of(a), a.id, options_of(a)); });
+      rx = internal_error("unset");  // closes the old sessions before joining anew
+      rx = rejoin(a, [&] { return RecvSession::join(addresses, a); });
       if (!rx.ok()) return report_error(rx.status());
       continue;
     }
@@ -364,6 +443,9 @@ void add_sync_command(CLI::App& app, Dispatch& dispatch) {
                    "host:port to serve relays and receivers on other nodes (port 0: any)")
       ->excludes(where);
   serve->add_option("--preset", args->preset, "Model shapes to send")->capture_default_str();
+  serve->add_option("--part", args->part,
+                    "K/N: serve only part K of the model split among N senders (disjoint "
+                    "parts of about equal bytes; `ferry sync recv` with N addresses takes all)");
   serve->add_option("--dtype", args->dtype, "dtype of the tensors")->capture_default_str();
   serve
       ->add_option("--layers", args->layers,
@@ -380,15 +462,19 @@ void add_sync_command(CLI::App& app, Dispatch& dispatch) {
   auto rargs = std::make_shared<SyncArgs>();
   CLI::App* recv = add_command(
       *sync, dispatch, "recv",
-      "Join a session and receive rounds (per-tensor delivery, checksummed)",
+      "Join a session (or one of each of several senders') and receive rounds (per-tensor "
+      "delivery, checksummed)",
       "ferry sync recv --address @job42 --id 0 --rounds 3\n"
+      "  ferry sync recv --address @job42-part1 --address @job42-part2   # two senders\n"
       "  FERRY_TOKEN_FILE=~/.ferry/token ferry sync recv --connect 10.0.0.1:5555 --id 0",
       [rargs] { return run_recv(*rargs); });
   auto* from = recv->add_option(
-      "--address", rargs->address,
-      std::string("Sender's (or this node's relay's) address: ") + kShmAddressHelp);
+      "--address", rargs->addresses,
+      std::string("Sender's (or this node's relay's) address, once per sender (serve --part): ") +
+          kShmAddressHelp);
   from->capture_default_str();
-  recv->add_option("--connect", rargs->net_address, "Sender's host:port on another node")
+  recv->add_option("--connect", rargs->net_addresses,
+                   "Sender's host:port on another node, once per sender (serve --part)")
       ->excludes(from);
   recv->add_option("--id", rargs->id, "This receiver's id (unique in the session)")
       ->capture_default_str();

@@ -175,7 +175,12 @@ Result<Prediction> predict(const ClusterSpec& c, const Calibration& cal) {
     slowest_fill = copy_fill;
   }
   p.seconds = slowest->seconds + fill - slowest_fill;
-  if (c.senders > 1) p.notes.push_back("several senders are issue 19 part 2, not built yet");
+  if (c.senders > 1) {
+    p.notes.push_back(
+        "several senders: each rank sends a disjoint part over its own session and receivers "
+        "take the union (sync::MultiReceiver, `ferry sync serve --part`); receivers that are TP "
+        "shards still take whole tensors: slicing them per shard is not built");
+  }
   return p;
 }
 

@@ -29,8 +29,8 @@ struct ClusterSpec {
   std::uint64_t model_bytes = 0;    // one full update, dense
   // GPUs one rollout replica spans (TP x EP ...): a receiver needs model_bytes / shard_ways.
   std::uint32_t shard_ways = 1;
-  // Trainer ranks sending disjoint parts over the sender node's NICs; ferry today sends
-  // from one (several senders is issue 19 part 2).
+  // Trainer ranks sending disjoint parts over the sender node's NICs, each over its own
+  // session (sync::MultiReceiver takes the union).
   std::uint32_t senders = 1;
   Topology topology = Topology::kStar;
   std::uint32_t fanout = 2;  // children per node, tree only

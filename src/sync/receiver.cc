@@ -84,6 +84,16 @@ struct Receiver::Impl {
   // memory for each would fault its pages in again every round.
   std::vector<std::vector<std::byte>> assembled_spare;
 
+  BeginCheck begin_check;
+
+  Status check_begin(std::uint64_t round, const wire::Begin& begin) const {
+    if (!begin_check) return ok_status();
+    std::vector<TensorSpec> targets;
+    for (const wire::DeltaTarget& t : begin.targets) targets.push_back(t.spec);
+    return begin_check(
+        RoundBegin{round, begin.more_follows != 0, begin.delta != 0 ? targets : begin.manifest});
+  }
+
   wire::Message message(std::uint64_t round, wire::Body body) const {
     return session_message(conversation.session(), round, std::move(body));
   }
@@ -324,6 +334,7 @@ struct Receiver::Impl {
     const std::vector<std::byte> begin_bytes = wire::encode(*first);
     auto& begin = std::get<wire::Begin>(first->body);
     more_follows = begin.more_follows != 0;
+    FERRY_RETURN_IF_ERROR(check_begin(round, begin));
     FERRY_RETURN_IF_ERROR(delta_rx.check_begin(begin, round));
     // Callback modes keep copies sized by BEGIN: bounded before any is made.
     if (!asked.into_destinations) FERRY_RETURN_IF_ERROR(delta_rx.check_keep(begin, round));
@@ -542,6 +553,8 @@ void Receiver::clear_destinations() {
   impl_->destinations.clear();
   impl_->destinations_resolved = false;
 }
+
+void Receiver::set_begin_check(BeginCheck check) { impl_->begin_check = std::move(check); }
 
 Result<RoundStats> Receiver::receive_round_into() {
   Delivery how;
