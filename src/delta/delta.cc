@@ -149,7 +149,11 @@ Encoding encode_auto(std::span<const std::byte> previous, std::span<const std::b
   const std::size_t runs_estimate = scale(runs_sample_size(previous, current, ranges), ranges, n);
   Encoding best = runs_estimate < n ? Encoding::kRuns : Encoding::kDense;
   if (xor_zstd_pays(std::min(runs_estimate, n))) best = Encoding::kXorZstd;
-  if (side != nullptr) side->update_limit = std::numeric_limits<std::size_t>::max();
+  if (side != nullptr) {
+    // The choice is made: nothing reads `previous` after the runs, so no limit and no undo.
+    side->update_limit = std::numeric_limits<std::size_t>::max();
+    side->undo = nullptr;
+  }
   if (best != Encoding::kDense && encode_body(best, previous, current, level, n, out, count,
                                               best == Encoding::kRuns ? side : nullptr)) {
     return best;

@@ -204,14 +204,17 @@ class RunWriter {
 
 // RunsSideWork's snapshot update: each run's new bytes copied into the snapshot right after
 // the writer took them (the scan has read those chunks of `previous` already), its old ones
-// kept in the undo body first, until the body passes the limit.
+// kept in the undo body first (when asked), until the body passes the limit.
 class SnapshotUpdater {
  public:
   SnapshotUpdater(std::span<const std::byte> previous, std::span<const std::byte> current,
                   RunsSideWork* side)
-      : current_(current),
-        side_(side),
-        undo_(previous, std::numeric_limits<std::size_t>::max(), clear(side->undo)) {}
+      : current_(current), side_(side) {
+    if (side->undo != nullptr) {
+      side->undo->clear();
+      undo_.emplace(previous, std::numeric_limits<std::size_t>::max(), side->undo);
+    }
+  }
 
   void add(std::size_t start, std::size_t end, std::size_t body_bytes) {
     if (!active_) return;
@@ -219,24 +222,22 @@ class SnapshotUpdater {
       active_ = false;
       return;
     }
-    undo_.add(start, end);
+    if (undo_) undo_->add(start, end);
     copy_run(side_->snapshot + start, current_.data() + start, end - start);
   }
   // Every run was copied when `all_written`: the scan ended within the cap.
   void finish(bool all_written) {
-    undo_.finish();
-    side_->undo_runs = undo_.runs();
+    if (undo_) {
+      undo_->finish();
+      side_->undo_runs = undo_->runs();
+    }
     side_->updated_all = all_written && active_;
   }
 
  private:
-  static std::vector<std::byte>* clear(std::vector<std::byte>* v) {
-    v->clear();
-    return v;
-  }
   std::span<const std::byte> current_;
   RunsSideWork* side_;
-  RunWriter undo_;  // over `previous`: takes a run's old bytes
+  std::optional<RunWriter> undo_;  // over `previous`: takes a run's old bytes
   bool active_ = true;
 };
 

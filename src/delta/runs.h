@@ -31,7 +31,7 @@ inline constexpr std::size_t kMaxMergedGap = 2;
 struct RunsSideWork {
   std::byte* snapshot = nullptr;  // previous.data(), writable
   std::size_t update_limit = 0;
-  std::vector<std::byte>* undo = nullptr;  // cleared by encode_runs
+  std::vector<std::byte>* undo = nullptr;  // cleared by encode_runs; null: keep no undo
   std::uint64_t undo_runs = 0;
   bool updated_all = false;      // out: every run was copied, so previous == current
   XXH3_state_t* hash = nullptr;  // reset by the caller
