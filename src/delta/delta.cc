@@ -1,8 +1,5 @@
 #include "delta/delta.h"
 
-#ifndef XXH_STATIC_LINKING_ONLY
-#define XXH_STATIC_LINKING_ONLY  // XXH3_state_t on the stack
-#endif
 #include <xxhash.h>
 
 #include <algorithm>
@@ -73,14 +70,14 @@ void append_dense(std::span<const std::byte> current, std::vector<std::byte>* ou
 // the body would pass `cap`.
 bool encode_body(Encoding encoding, std::span<const std::byte> previous,
                  std::span<const std::byte> current, int level, std::size_t cap,
-                 std::vector<std::byte>* out, std::uint64_t* count, RunsSideWork* side = nullptr) {
+                 std::vector<std::byte>* out, std::uint64_t* count) {
   *count = 0;
   switch (encoding) {
     case Encoding::kDense:
       append_dense(current, out);
       return true;
     case Encoding::kRuns:
-      if (encode_runs(previous, current, cap, out, count, side)) return true;
+      if (encode_runs(previous, current, cap, out, count)) return true;
       out->resize(kHeaderBytes);
       return false;
     case Encoding::kXorZstd:
@@ -89,12 +86,10 @@ bool encode_body(Encoding encoding, std::span<const std::byte> previous,
   return false;
 }
 
-// auto: the smallest by estimate, encoded with dense's size as the cap. `side` (optional,
-// encode_and_update): a runs encoding also updates the snapshot and the hash, and
-// side->updated_all says whether the snapshot now equals `current`.
+// auto: the smallest by estimate, encoded with dense's size as the cap.
 Encoding encode_auto(std::span<const std::byte> previous, std::span<const std::byte> current,
                      const EncodeOptions& options, std::vector<std::byte>* out,
-                     std::uint64_t* count, RunsSideWork* side = nullptr) {
+                     std::uint64_t* count) {
   const int level = options.zstd_level;
   const std::size_t n = current.size();
   *count = 0;
@@ -119,14 +114,7 @@ Encoding encode_auto(std::span<const std::byte> previous, std::span<const std::b
   };
   if (differing * kExactRunsWordShare <= sampled_words) {
     // Sparse: exact runs cost little more than the scan; zstd only if its estimate is smaller.
-    // The snapshot is updated only while the runs stay within the share below which zstd is
-    // not estimated: the estimate and zstd's encode need `previous` as it was.
-    if (side != nullptr) side->update_limit = n / kXorZstdWorthShare;
-    const bool runs_fit = encode_runs(previous, current, n, out, count, side);
-    if (side != nullptr && side->snapshot != nullptr && !(runs_fit && side->updated_all)) {
-      apply_runs(*side->undo, side->undo_runs, std::span(side->snapshot, n));
-      side->updated_all = false;
-    }
+    const bool runs_fit = encode_runs(previous, current, n, out, count);
     if (!runs_fit) {
       out->resize(kHeaderBytes);
       *count = 0;
@@ -149,13 +137,7 @@ Encoding encode_auto(std::span<const std::byte> previous, std::span<const std::b
   const std::size_t runs_estimate = scale(runs_sample_size(previous, current, ranges), ranges, n);
   Encoding best = runs_estimate < n ? Encoding::kRuns : Encoding::kDense;
   if (xor_zstd_pays(std::min(runs_estimate, n))) best = Encoding::kXorZstd;
-  if (side != nullptr) {
-    // The choice is made: nothing reads `previous` after the runs, so no limit and no undo.
-    side->update_limit = std::numeric_limits<std::size_t>::max();
-    side->undo = nullptr;
-  }
-  if (best != Encoding::kDense && encode_body(best, previous, current, level, n, out, count,
-                                              best == Encoding::kRuns ? side : nullptr)) {
+  if (best != Encoding::kDense && encode_body(best, previous, current, level, n, out, count)) {
     return best;
   }
   *count = 0;
@@ -188,11 +170,8 @@ Result<std::vector<std::byte>> encode(std::span<const std::byte> previous,
   return out;
 }
 
-namespace {
-
-Status encode_with(std::span<const std::byte> previous, std::span<const std::byte> current,
-                   const EncodeOptions& options, std::vector<std::byte>* out_buffer,
-                   RunsSideWork* side) {
+Status encode_into(std::span<const std::byte> previous, std::span<const std::byte> current,
+                   const EncodeOptions& options, std::vector<std::byte>* out_buffer) {
   if (previous.size() != current.size()) {
     return invalid_argument("delta encode: previous holds " + std::to_string(previous.size()) +
                             " bytes, current " + std::to_string(current.size()));
@@ -204,7 +183,7 @@ Status encode_with(std::span<const std::byte> previous, std::span<const std::byt
   const std::size_t unbounded = std::numeric_limits<std::size_t>::max();
   switch (options.choice) {
     case Choice::kAuto:
-      header.encoding = encode_auto(previous, current, options, &out, &header.count, side);
+      header.encoding = encode_auto(previous, current, options, &out, &header.count);
       break;
     case Choice::kDense:
       header.encoding = Encoding::kDense;
@@ -228,37 +207,6 @@ Status encode_with(std::span<const std::byte> previous, std::span<const std::byt
   }
   header.body_bytes = out.size() - kHeaderBytes;
   write_header(header, std::span(out).subspan(kHeaderBytes), out.data());
-  return Status();
-}
-
-}  // namespace
-
-Status encode_into(std::span<const std::byte> previous, std::span<const std::byte> current,
-                   const EncodeOptions& options, std::vector<std::byte>* out) {
-  return encode_with(previous, current, options, out, nullptr);
-}
-
-Status encode_and_update(std::span<std::byte> previous, std::span<const std::byte> current,
-                         const EncodeOptions& options, std::vector<std::byte>* out,
-                         std::uint64_t* current_hash) {
-  if (options.choice != Choice::kAuto) {
-    FERRY_RETURN_IF_ERROR(encode_into_hashed(previous, current, options, out, current_hash));
-    if (!current.empty()) std::memcpy(previous.data(), current.data(), current.size());
-    return Status();
-  }
-  thread_local std::vector<std::byte> undo;
-  XXH3_state_t hash;
-  XXH3_64bits_reset(&hash);
-  RunsSideWork side;
-  side.snapshot = previous.data();
-  side.undo = &undo;
-  side.hash = &hash;
-  FERRY_RETURN_IF_ERROR(encode_with(previous, current, options, out, &side));
-  XXH3_64bits_update(&hash, current.data() + side.hashed, current.size() - side.hashed);
-  *current_hash = XXH3_64bits_digest(&hash);
-  if (!side.updated_all && !current.empty()) {
-    std::memcpy(previous.data(), current.data(), current.size());
-  }
   return Status();
 }
 

@@ -54,14 +54,6 @@ Status encode_into_hashed(std::span<const std::byte> previous, std::span<const s
                           const EncodeOptions& options, std::vector<std::byte>* out,
                           std::uint64_t* current_hash);
 
-// encode_into_hashed for a sender that keeps what it sent: `previous` (its snapshot) then
-// holds `current`. Same delta and hash, read in one pass where it can: a runs encoding
-// (kAuto's choice for sparse updates) copies each run into the snapshot and hashes
-// `current` just behind its scan, so `current` is not read again to hash and copy it.
-Status encode_and_update(std::span<std::byte> previous, std::span<const std::byte> current,
-                         const EncodeOptions& options, std::vector<std::byte>* out,
-                         std::uint64_t* current_hash);
-
 // Applies `encoded` (untrusted: from a peer) onto `destination`, which holds the previous
 // bytes. Everything is validated first (header, checksum, every run, the zstd frame), so
 // on any error `destination` is unchanged; errors are kCorruption and name `what` (the

@@ -4,8 +4,6 @@
 #include <bit>
 #include <cstdint>
 #include <cstring>
-#include <limits>
-#include <optional>
 #include <string>
 
 #if defined(__SSE2__)
@@ -110,25 +108,6 @@ std::uint64_t run_bytes(std::uint64_t changed, std::uint64_t before, std::uint64
   return changed | (at_minus_1 & (at_plus_1 | at_plus_2)) | (at_minus_2 & at_plus_1);
 }
 
-// Copies a run's payload. Up to 16 bytes (most runs of a sparse update) by two fixed-size
-// copies that overlap in the middle and write nothing outside [0, n), not a memcpy call.
-[[gnu::always_inline]] inline void copy_run(std::byte* to, const std::byte* from, std::size_t n) {
-  if (n > 16) {
-    std::memcpy(to, from, n);
-  } else if (n >= 8) {
-    std::memcpy(to, from, 8);
-    std::memcpy(to + n - 8, from + n - 8, 8);
-  } else if (n >= 4) {
-    std::memcpy(to, from, 4);
-    std::memcpy(to + n - 4, from + n - 4, 4);
-  } else if (n >= 2) {
-    std::memcpy(to, from, 2);
-    std::memcpy(to + n - 2, from + n - 2, 2);
-  } else if (n == 1) {
-    *to = *from;
-  }
-}
-
 constexpr std::size_t kMaxVarintBytes = 10;
 // A short payload is copied as one 16-byte block, not by a variable-length memcpy call: the
 // room reserved allows it, and the excess is overwritten or trimmed.
@@ -143,15 +122,12 @@ std::byte* put_varint(std::byte* w, std::uint64_t v) {
   return w;
 }
 
-class SnapshotUpdater;
-
 // Appends runs to the body through a raw pointer into room grown geometrically ahead:
 // per-byte push_back was most of the old encoder's time on dense-ish updates.
 class RunWriter {
  public:
-  RunWriter(std::span<const std::byte> current, std::size_t cap, std::vector<std::byte>* out,
-            SnapshotUpdater* updater = nullptr)
-      : current_(current), budget_(cap), out_(out), base_(out->size()), updater_(updater) {
+  RunWriter(std::span<const std::byte> current, std::size_t cap, std::vector<std::byte>* out)
+      : current_(current), budget_(cap), out_(out), base_(out->size()) {
     w_ = room_end_ = out->data() + base_;
   }
 
@@ -172,7 +148,6 @@ class RunWriter {
     budget_ -= bytes;
     last_end_ = end;
     ++runs_;
-    if (updater_ != nullptr) update_snapshot(start, end);
     return true;
   }
   // Bytes left under the cap: a run that long cannot fit.
@@ -183,7 +158,6 @@ class RunWriter {
 
  private:
   std::size_t written() const { return static_cast<std::size_t>(w_ - out_->data()); }
-  void update_snapshot(std::size_t start, std::size_t end);
   [[gnu::noinline]] void grow(std::size_t room) {
     const std::size_t size = written();
     out_->resize(std::max(size + room, 2 * (out_->size() - base_) + 4096));
@@ -199,78 +173,21 @@ class RunWriter {
   std::byte* room_end_;
   std::size_t last_end_ = 0;
   std::uint64_t runs_ = 0;
-  SnapshotUpdater* updater_;
 };
-
-// RunsSideWork's snapshot update: each run's new bytes copied into the snapshot right after
-// the writer took them (the scan has read those chunks of `previous` already), its old ones
-// kept in the undo body first (when asked), until the body passes the limit.
-class SnapshotUpdater {
- public:
-  SnapshotUpdater(std::span<const std::byte> previous, std::span<const std::byte> current,
-                  RunsSideWork* side)
-      : current_(current), side_(side) {
-    if (side->undo != nullptr) {
-      side->undo->clear();
-      undo_.emplace(previous, std::numeric_limits<std::size_t>::max(), side->undo);
-    }
-  }
-
-  void add(std::size_t start, std::size_t end, std::size_t body_bytes) {
-    if (!active_) return;
-    if (body_bytes > side_->update_limit) {
-      active_ = false;
-      return;
-    }
-    if (undo_) undo_->add(start, end);
-    copy_run(side_->snapshot + start, current_.data() + start, end - start);
-  }
-  // Every run was copied when `all_written`: the scan ended within the cap.
-  void finish(bool all_written) {
-    if (undo_) {
-      undo_->finish();
-      side_->undo_runs = undo_->runs();
-    }
-    side_->updated_all = all_written && active_;
-  }
-
- private:
-  std::span<const std::byte> current_;
-  RunsSideWork* side_;
-  std::optional<RunWriter> undo_;  // over `previous`: takes a run's old bytes
-  bool active_ = true;
-};
-
-void RunWriter::update_snapshot(std::size_t start, std::size_t end) {
-  updater_->add(start, end, written() - base_);
-}
-
-// Hashes `current` just behind the scan, in blocks of this size, while they are in cache.
-constexpr std::size_t kHashBlock = 16 * 1024;
 
 // Runs over the whole segment, chunk by chunk; false when the body would pass the cap.
-// `side` (optional): its hash takes `current` just behind the scan.
 bool write_runs(std::span<const std::byte> previous, std::span<const std::byte> current,
-                RunWriter* writer, RunsSideWork* side) {
+                RunWriter* writer) {
   const std::byte* a = previous.data();
   const std::byte* b = current.data();
   const std::size_t n = current.size();
-  XXH3_state_t* const hash = side != nullptr ? side->hash : nullptr;
-  std::size_t hashed = 0;
   std::uint64_t before = 0;  // changed bytes of the previous chunk
   std::uint64_t changed = changed_mask(a, b, 0, n);
   bool open = false;  // a run reaches the end of the previous chunk
   std::size_t run_start = 0;
   for (std::size_t pos = 0; pos < n;) {
-    if (hash != nullptr && pos >= hashed + kHashBlock) {
-      XXH3_64bits_update(hash, b + hashed, pos - hashed);
-      hashed = pos;
-      side->hashed = hashed;
-    }
     if (changed == 0 && !open) {  // no run here: skip to the next chunk with a change
-      // Hashing, a skip stops after a block, so the hash reads what the skip just did.
-      const std::size_t skip_end = hash != nullptr ? std::min(n, pos + kChunk + kHashBlock) : n;
-      pos = next_changed_chunk(a, b, pos + kChunk, skip_end);
+      pos = next_changed_chunk(a, b, pos + kChunk, n);
       before = 0;
       changed = pos < n ? changed_mask(a, b, pos, n) : 0;
       continue;
@@ -309,15 +226,11 @@ bool write_runs(std::span<const std::byte> previous, std::span<const std::byte> 
 }  // namespace
 
 bool encode_runs(std::span<const std::byte> previous, std::span<const std::byte> current,
-                 std::size_t cap, std::vector<std::byte>* out, std::uint64_t* runs,
-                 RunsSideWork* side) {
-  std::optional<SnapshotUpdater> updater;
-  if (side != nullptr && side->snapshot != nullptr) updater.emplace(previous, current, side);
-  RunWriter writer(current, cap, out, updater ? &*updater : nullptr);
-  const bool fits = write_runs(previous, current, &writer, side);
+                 std::size_t cap, std::vector<std::byte>* out, std::uint64_t* runs) {
+  RunWriter writer(current, cap, out);
+  const bool fits = write_runs(previous, current, &writer);
   writer.finish();
   *runs = writer.runs();
-  if (updater) updater->finish(fits);
   return fits;
 }
 
@@ -360,6 +273,25 @@ bool get_varint_slow(std::span<const std::byte> body, std::size_t* pos, std::uin
     }
   }
   return get_varint_slow(body, pos, value);
+}
+
+// Copies a run's payload. Up to 16 bytes (most runs of a sparse update) by two fixed-size
+// copies that overlap in the middle and write nothing outside [0, n), not a memcpy call.
+[[gnu::always_inline]] inline void copy_run(std::byte* to, const std::byte* from, std::size_t n) {
+  if (n > 16) {
+    std::memcpy(to, from, n);
+  } else if (n >= 8) {
+    std::memcpy(to, from, 8);
+    std::memcpy(to + n - 8, from + n - 8, 8);
+  } else if (n >= 4) {
+    std::memcpy(to, from, 4);
+    std::memcpy(to + n - 4, from + n - 4, 4);
+  } else if (n >= 2) {
+    std::memcpy(to, from, 2);
+    std::memcpy(to + n - 2, from + n - 2, 2);
+  } else if (n == 1) {
+    *to = *from;
+  }
 }
 
 }  // namespace

@@ -6,8 +6,6 @@
 #include <algorithm>
 #include <cstdint>
 #include <iostream>
-#include <random>
-#include <set>
 #include <string>
 #include <vector>
 
@@ -102,70 +100,6 @@ TEST(Delta, EncodeIntoHashedGivesXxh3OfCurrentAndTheSameDelta) {
       }
     }
   }
-}
-
-// Changes every `step`th byte of [from, to) (a stretch auto's sample does not see): by a
-// constant (zstd shrinks the XOR to nearly nothing) or at random (it cannot).
-void change_stretch(std::vector<std::byte>& bytes, std::size_t from, std::size_t to,
-                    std::size_t step, bool random) {
-  std::mt19937 rng(7);
-  for (std::size_t i = from; i < to; i += step) {
-    bytes[i] ^= random ? static_cast<std::byte>(rng() | 1) : std::byte{0x5a};
-  }
-}
-
-// A sender's snapshot update: encode_and_update must give encode_into_hashed's delta and hash
-// and leave the snapshot equal to `current`, whichever path it takes: runs copied during the
-// scan, runs past the share where auto estimates zstd (the snapshot restored, then zstd
-// chosen when it pays), runs past the cap (dense), zstd or dense chosen up front.
-TEST(Delta, EncodeAndUpdateGivesTheSameDeltaAndHashAndLeavesTheSnapshotCurrent) {
-  struct Update {
-    std::string name;
-    double density;               // random element changes
-    bool stripe = false;          // or every 4th byte of two sixteenths, between sample pieces
-    bool all_but_sample = false;  // or every byte outside the sample pieces
-  };
-  const std::vector<Update> updates = {
-      {"none", 0.0},   {"0.1%", 0.001},     {"1%", 0.01},
-      {"1.5%", 0.015}, {"4%", 0.04},        {"10%", 0.1},
-      {"100%", 1.0},   {"stripe", 0, true}, {"all but the sample", 0, false, true}};
-  std::set<Encoding> chosen;  // every path taken
-  for (const std::size_t size :
-       {std::size_t{0}, std::size_t{5}, std::size_t{1000}, std::size_t{16 * 1024},
-        std::size_t{(64 << 10) + 17}, std::size_t{(1 << 20) + 3}, std::size_t{3 << 20}}) {
-    for (const Update& u : updates) {
-      std::vector<std::byte> previous(size);
-      change_elements(31, 1.0, 2, previous);
-      std::vector<std::byte> current = previous;
-      if (u.density > 0) change_elements(32, u.density, 2, current);
-      const std::size_t stride = size / 16;
-      if (u.stripe && stride > 4096) {
-        // Runs of one byte, 3 body bytes each: past 1/32 of dense after many runs.
-        change_stretch(current, 5 * stride + 4096, 6 * stride, 4, false);
-        change_stretch(current, 11 * stride + 4096, 12 * stride, 4, false);
-      }
-      if (u.all_but_sample && stride > 4096) {
-        for (std::size_t k = 0; k < 16; ++k) {
-          change_stretch(current, k * stride + 4096, k + 1 < 16 ? (k + 1) * stride : size, 1, true);
-        }
-      }
-      for (const double zstd_advantage : {0.5, 1.0}) {
-        SCOPED_TRACE(std::to_string(size) + " bytes, " + u.name + ", xor_zstd_advantage " +
-                     std::to_string(zstd_advantage));
-        const EncodeOptions options{.xor_zstd_advantage = zstd_advantage};
-        std::vector<std::byte> want, got;
-        std::uint64_t want_hash = 0, got_hash = 0;
-        ASSERT_OK(encode_into_hashed(previous, current, options, &want, &want_hash));
-        std::vector<std::byte> snapshot = previous;
-        ASSERT_OK(encode_and_update(snapshot, current, options, &got, &got_hash));
-        EXPECT_TRUE(got == want) << "encoding " << static_cast<int>(encoding_of(want));
-        EXPECT_EQ(got_hash, want_hash);
-        EXPECT_TRUE(snapshot == current);
-        if (!want.empty()) chosen.insert(encoding_of(want));
-      }
-    }
-  }
-  EXPECT_EQ(chosen, (std::set<Encoding>{Encoding::kDense, Encoding::kRuns, Encoding::kXorZstd}));
 }
 
 TEST(Delta, EmptySegmentsEncodeAndApplyForEveryChoice) {
