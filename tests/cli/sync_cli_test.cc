@@ -58,6 +58,13 @@ TEST(SyncCli, BadBucketIsAUsageErrorNamingTheFlag) {
   EXPECT_EQ(r.err.find("bucket_bytes"), std::string::npos) << r.err;
 }
 
+TEST(SyncCli, UnknownDeltaModeIsAUsageErrorNamingTheChoices) {
+  auto r = run_ferry({"sync", "serve", "--address", "@ferry-cli-delta", "--delta", "yes"});
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_NE(r.err.find("--delta"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("off, on or auto"), std::string::npos) << r.err;
+}
+
 TEST(SyncCli, ListenWithoutAPortIsAUsageErrorAndLeavesNoSocketFile) {
   auto r = run_ferry({"sync", "serve", "--listen", "127.0.0.1", "--timeout", "1"});
   EXPECT_EQ(r.exit_code, 2) << r.err;
