@@ -152,7 +152,9 @@ void print_round(const SyncArgs& a, const sync::RoundStats& s, const char* role,
                                 {"buckets", s.buckets},
                                 {"bytes", s.bytes},
                                 {"seconds", s.seconds},
-                                {"checksum", fmt::format("{:016x}", s.checksum)}};
+                                {"checksum", fmt::format("{:016x}", s.checksum)},
+                                {"delta", s.delta},
+                                {"wire_bytes", s.wire_bytes}};
     if (content != nullptr) j["content_hash"] = fmt::format("{:016x}", content->value);
     std::cout << j.dump() << std::endl;
     return;
