@@ -1,10 +1,10 @@
 // `ferry bench sync --delta-density`: delta rounds against dense rounds of the same update
 // in the same run (docs/benchmarks.md). One sender process sends each update twice, on two
-// sessions: dense (delta off) and delta (auto), each to its own receiver process in
-// destination mode (`delta`: auto unless told); the ratio of their round times is what a user
-// gains. With `net`, each session is a net sender on loopback feeding one relay (a forked node with
-// one local receiver, sync_bench's run_net_bench_node), and the bytes the sender's TCP sockets sent
-// are counted per round: what a delta saves on the sender's link.
+// sessions: dense (delta off) and delta (`delta`: auto unless told), each to its own
+// receiver process in destination mode; the ratio of their round times is what a user
+// gains. With `net`, each session is a net sender on loopback feeding one relay (a forked
+// node with one local receiver, sync_bench's run_net_bench_node), and the bytes the
+// sender's TCP sockets sent are counted per round: what a delta saves on the sender's link.
 #pragma once
 
 #include <cstdint>
@@ -41,12 +41,12 @@ struct DeltaBenchResult {
   std::string update;  // "density 0.01" or "adam lr 1e-06"
   double density = 0;  // the fraction of elements that changed (measured for Adam)
   std::uint64_t bytes = 0;
-  double dense_seconds = 0;              // median dense round
-  double delta_seconds = 0;              // median round of the delta session (auto may go dense)
-  double speedup = 0;                    // dense_seconds / delta_seconds
-  bool went_delta = false;               // the median delta-session round was a delta
-  std::uint64_t wire_bytes = 0;          // the delta session's bytes on the ring
-  double wire_ratio = 0;                 // bytes / wire_bytes
+  double dense_seconds = 0;      // median dense round
+  double delta_seconds = 0;      // median round of the delta session (auto: it may go dense)
+  double speedup = 0;            // dense_seconds / delta_seconds
+  bool went_delta = false;       // the median delta-session round was a delta
+  std::uint64_t wire_bytes = 0;  // the delta session's bytes on the ring
+  double wire_ratio = 0;         // bytes / wire_bytes
   std::uint64_t sender_extra_bytes = 0;  // the delta sender's snapshot and encode buffers
   // --net: bytes the sender's TCP sockets sent in the round (median round of each session).
   std::uint64_t dense_link_bytes = 0;
