@@ -39,9 +39,14 @@ namespace ferry::sync {
 // Whether a Sender sends delta rounds (docs/delta.md): only what changed since the version
 // every receiver holds, encoded per tensor, checked against a hash of each resulting tensor.
 enum class DeltaMode : std::uint8_t {
-  kOff,   // every round sends every byte
-  kOn,    // every round that can be a delta is one
-  kAuto,  // a delta unless its encoded bytes exceed ~0.9 of the dense round's
+  kOff,  // every round sends every byte
+  kOn,   // every round that can be a delta is one
+  // Dense when every peer maps the ring (shm receivers on this node: a dense round is one
+  // copy, cheaper than encoding, applying and hashing a delta; no snapshot is kept).
+  // With any peer over the network (a relay, a net receiver): a delta unless a sample
+  // shows over 25% of 8-byte words changed or its encoded bytes exceed 0.9 of the dense
+  // round's.
+  kAuto,
 };
 // "off", "on", "auto" (CLI flags, Python's SyncOptions(delta=...)).
 FERRY_EXPORT std::string_view delta_mode_name(DeltaMode mode);

@@ -551,8 +551,9 @@ void bind_sync(py::module_& m) {
       .def_property(
           "delta", [](const SyncOptions& o) { return std::string(sync::delta_mode_name(o.delta)); },
           [](SyncOptions& o, const std::string& s) { o.delta = check(sync::parse_delta_mode(s)); },
-          "'off', 'on' or 'auto': send only what changed since the last round (docs/delta.md). "
-          "Sender only.")
+          "'off', 'on' or 'auto': send only what changed since the last round (docs/delta.md); "
+          "'auto' only when some peer is over the network and little changed, dense rounds "
+          "when all peers are shm receivers on this node. Sender only.")
       .def_readwrite("delta_keep_limit", &SyncOptions::delta_keep_limit,
                      "Most bytes a receiver keeps in copies for delta rounds when it hands "
                      "tensors to callbacks (the model's bytes; destinations keep none). A round "

@@ -29,6 +29,7 @@ struct BenchArgs {
   CLI::Option* bucket_option = nullptr;   // --net has its own default bucket sizes
   std::vector<double> delta_densities;    // --delta-density: delta rounds against dense
   std::vector<std::uint32_t> senders;     // --senders: one model from several senders
+  std::string delta = "auto";             // --delta-density: the delta session's mode
 };
 
 // --senders: one model split among S senders into one MultiReceiver, against one sender.
@@ -100,6 +101,9 @@ int run_bench_sync_delta(BenchArgs& a) {
   c.preset = a.config.preset;
   c.dtype = *t;
   c.densities = a.delta_densities;
+  auto mode = sync::parse_delta_mode(a.delta);
+  if (!mode.ok()) return usage_error(mode.status().with_context("--delta"));
+  c.delta = *mode;
   c.slots = a.config.slots;
   c.rounds = a.config.rounds;
   c.tensor_count = a.config.tensor_count;
@@ -117,9 +121,10 @@ int run_bench_sync_delta(BenchArgs& a) {
   if (!a.json) {
     std::printf(
         "%s %s, %llu MiB buckets, %s, 1 receiver per session in destination mode: each "
-        "update sent dense (delta off) and on a delta session (auto), median of %d\n",
+        "update sent dense (delta off) and on a delta session (%s), median of %d\n",
         c.preset.c_str(), a.dtypes[0].c_str(), static_cast<unsigned long long>(c.bucket_mb),
-        c.net ? "net (UCX_TLS=tcp) on loopback through one relay" : "shm", c.rounds);
+        c.net ? "net (UCX_TLS=tcp) on loopback through one relay" : "shm", a.delta.c_str(),
+        c.rounds);
     std::printf("%-18s %-9s %-9s %-9s %-8s %-6s %-10s %-9s %-15s %s\n", "update", "density",
                 "dense_s", "delta_s", "speedup", "delta", "wire_MB", "bytes/wire",
                 "sender_extra_MB", c.net ? "link_MB dense/delta, ratio" : "");
@@ -161,6 +166,7 @@ int run_bench_sync_delta(BenchArgs& a) {
                                 {"preset", c.preset},
                                 {"dtype", a.dtypes[0]},
                                 {"bucket_mb", c.bucket_mb},
+                                {"delta_mode", a.delta},
                                 {"results", list}};
     std::cout << j.dump(2) << "\n";
   }
@@ -416,6 +422,10 @@ void add_bench_command(CLI::App& app, Dispatch& dispatch) {
                   "Several senders: the model split among S senders (1,2), each its own shm "
                   "session, into one MultiReceiver; aggregate GB/s against 1 sender")
       ->delimiter(',');
+  cmd->add_option("--delta", args->delta,
+                  "--delta-density: the delta session's mode, auto (dense rounds on shm alone) "
+                  "or on (deltas on shm too, to measure them)")
+      ->capture_default_str();
   auto* net = cmd->add_flag("--net", args->net,
                             "Across nodes: a net sender, relays with local receivers, against "
                             "ucx_perftest on the same path (loopback unless --listen/--connect)");

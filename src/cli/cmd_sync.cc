@@ -59,6 +59,7 @@ struct SyncArgs {
   bool keep_going = false;            // after a failed round, rejoin (or re-accept) and go on
   std::string serve_relays;           // relay: host:port where downstream relays join
   std::uint32_t downstream = 0;       // relay: downstream relays to wait for
+  std::string delta = "off";          // serve: SyncOptions::delta
   // recv: SyncOptions::delta_keep_limit in MiB
   std::uint64_t delta_keep_limit_mb = sync::SyncOptions{}.delta_keep_limit >> 20;
 };
@@ -156,6 +157,9 @@ Status check_args(const SyncArgs& a, const std::string& role, const std::string&
     }
     if (auto cfg = model::preset(a.preset); !cfg.ok()) return cfg.status();
     if (auto dtype = parse_dtype(a.dtype); !dtype.ok()) return dtype.status();
+    if (auto d = sync::parse_delta_mode(a.delta); !d.ok()) {
+      return invalid_argument("--delta: " + d.status().message());
+    }
   }
   return ok_status();
 }
@@ -176,6 +180,7 @@ sync::SyncOptions options_of(const SyncArgs& a) {
   o.token_file = a.token_file;
   o.delta_keep_limit = a.delta_keep_limit_mb << 20;
   if (auto p = parse_wire_protect(a.wire_protect); p.ok()) o.wire_protect = *p;
+  if (auto d = sync::parse_delta_mode(a.delta); d.ok()) o.delta = *d;
   return o;
 }
 
@@ -188,7 +193,9 @@ void print_round(const SyncArgs& a, const sync::RoundStats& s, const char* role,
                                 {"buckets", s.buckets},
                                 {"bytes", s.bytes},
                                 {"seconds", s.seconds},
-                                {"checksum", fmt::format("{:016x}", s.checksum)}};
+                                {"checksum", fmt::format("{:016x}", s.checksum)},
+                                {"delta", s.delta},
+                                {"wire_bytes", s.wire_bytes}};
     if (content != nullptr) j["content_hash"] = fmt::format("{:016x}", content->value);
     std::cout << j.dump() << std::endl;
     return;
@@ -458,6 +465,14 @@ void add_sync_command(CLI::App& app, Dispatch& dispatch) {
   serve->add_option("--receivers", args->receivers, "Receivers (or relays) to wait for")
       ->capture_default_str();
   serve->add_flag("--no-checksums", args->no_checksums, "Skip per-bucket XXH3 checksums");
+  serve
+      ->add_option("--delta", args->delta,
+                   "Delta rounds (docs/delta.md): off; on: each round sends only what changed "
+                   "since the version every receiver holds; auto: deltas only when some peer is "
+                   "over the network (a relay or net receiver) and little changed, every round "
+                   "dense when all peers are shm receivers on this node (a dense round is "
+                   "cheaper there)")
+      ->capture_default_str();
   add_common(serve, args.get());
   auto rargs = std::make_shared<SyncArgs>();
   CLI::App* recv = add_command(

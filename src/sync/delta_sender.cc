@@ -131,9 +131,17 @@ bool DeltaSender::mostly_changed(std::span<const GatheredTensor> tensors,
   return words > 0 && static_cast<double>(changed) > kAutoChangedWords * static_cast<double>(words);
 }
 
-Result<PreparedRound> DeltaSender::prepare(std::span<const GatheredTensor> tensors) {
+Result<PreparedRound> DeltaSender::prepare(std::span<const GatheredTensor> tensors,
+                                           bool all_peers_share_memory) {
   finish_round();
   PreparedRound round;
+  if (options_.delta == DeltaMode::kAuto && all_peers_share_memory) {
+    // No link to save bytes on. Peers only change through accept(), which asks for a dense
+    // round; should a delta come anyway, tensors without a valid snapshot go dense-encoded.
+    for (auto& [name, e] : entries_) e.valid = false;
+    round.keep_for_delta = false;
+    return round;
+  }
   std::vector<Entry*> entries;
   entries.reserve(tensors.size());
   std::unordered_set<std::string_view> names;

@@ -19,6 +19,9 @@ namespace ferry::sync {
 // One round as the DeltaSender prepared it.
 struct PreparedRound {
   bool delta = false;  // false: send the caller's tensors as a dense round
+  // Later rounds may be deltas against this one (BEGIN's keep_for_delta): receivers in
+  // callback modes keep a copy of it.
+  bool keep_for_delta = true;
   // Delta: one U8 blob per tensor, named like it (parts point into the DeltaSender's
   // buffers or, for a dense-encoded tensor, [its header, the caller's bytes]).
   std::vector<GatheredTensor> blobs;
@@ -41,7 +44,11 @@ class DeltaSender {
 
   // Prepares a round of `tensors` and takes their bytes into the snapshot; a dense round's
   // copy runs beside the round until finish_round(), which must come before `tensors` go.
-  Result<PreparedRound> prepare(std::span<const GatheredTensor> tensors);
+  // `all_peers_share_memory`: every peer maps the ring (Fanout::all_peers_share_memory), so
+  // kAuto sends the round dense and keeps no snapshot: a dense round is then one copy, and
+  // a delta's encode, apply and hashes cost more than the bytes it saves.
+  Result<PreparedRound> prepare(std::span<const GatheredTensor> tensors,
+                                bool all_peers_share_memory);
   void finish_round();
 
   // The sender's extra memory: the snapshot and the encode buffers.

@@ -67,6 +67,11 @@ Status Fanout::explain_send_failure(Peer& p, Status failed) {
   return peer_error(p, failed);
 }
 
+bool Fanout::all_peers_share_memory() const {
+  return std::all_of(peers_.begin(), peers_.end(),
+                     [](const Peer& p) { return p.link.shares_memory(); });
+}
+
 // Net transport errors name only the address ("peer 10.0.0.2:4100 is gone"); shm ones name
 // the peer as admit() called it. Either way the error says which peer, by id.
 Status Fanout::peer_error(const Peer& p, const Status& s) const {

@@ -79,6 +79,8 @@ class Fanout {
   void drop_peers() { peers_.clear(); }
 
   std::vector<Peer>& peers() { return peers_; }
+  // True when every peer maps the ring (shm on this node): no segment crosses a link.
+  bool all_peers_share_memory() const;
   shm::MemfdRing& ring() { return *ring_; }
   const std::string& address() const { return address_; }
 

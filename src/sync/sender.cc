@@ -292,10 +292,10 @@ struct Sender::Impl {
   Result<RoundStats> send_with_delta(std::span<const GatheredTensor> tensors,
                                      const RoundOptions& round_options) {
     const auto start = Clock::now();  // the round's time includes encoding it
-    auto prepared = delta->prepare(tensors);
+    auto prepared = delta->prepare(tensors, fanout->all_peers_share_memory());
     if (!prepared.ok()) return prepared.status();
     wire::Begin fields;
-    fields.keep_for_delta = 1;
+    fields.keep_for_delta = static_cast<std::uint8_t>(prepared->keep_for_delta);
     fields.delta = static_cast<std::uint8_t>(prepared->delta);
     fields.base_version = prepared->base_version;
     fields.targets = std::move(prepared->targets);

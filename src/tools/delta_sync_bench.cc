@@ -181,7 +181,10 @@ Result<std::vector<DeltaBenchResult>> run_delta_sync_bench(
   dense_options.bucket_bytes = config.bucket_mb << 20;
   dense_options.slots = config.slots;
   sync::SyncOptions delta_options = dense_options;
-  delta_options.delta = sync::DeltaMode::kAuto;
+  if (config.delta == sync::DeltaMode::kOff) {
+    return invalid_argument("--delta off: the delta session needs on or auto");
+  }
+  delta_options.delta = config.delta;
   const bool adam = config.adam && config.dtype == DType::kBF16;
   // The base, a delta of nothing, each density's rounds, and Adam's two (the weights before
   // it, the step).

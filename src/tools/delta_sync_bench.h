@@ -1,10 +1,10 @@
 // `ferry bench sync --delta-density`: delta rounds against dense rounds of the same update
 // in the same run (docs/benchmarks.md). One sender process sends each update twice, on two
-// sessions: dense (delta off) and delta (auto), each to its own receiver process in
-// destination mode; the ratio of their round times is what a user gains. With `net`, each
-// session is a net sender on loopback feeding one relay (a forked node with one local
-// receiver, sync_bench's run_net_bench_node), and the bytes the sender's TCP sockets sent
-// are counted per round: what a delta saves on the sender's link.
+// sessions: dense (delta off) and delta (`delta`: auto unless told), each to its own
+// receiver process in destination mode; the ratio of their round times is what a user
+// gains. With `net`, each session is a net sender on loopback feeding one relay (a forked
+// node with one local receiver, sync_bench's run_net_bench_node), and the bytes the
+// sender's TCP sockets sent are counted per round: what a delta saves on the sender's link.
 #pragma once
 
 #include <cstdint>
@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "ferry/status.h"
+#include "ferry/sync.h"
 #include "ferry/tensor.h"
 
 namespace ferry::tools {
@@ -21,6 +22,9 @@ struct DeltaBenchConfig {
   std::string preset = "qwen2.5-0.5b";
   DType dtype = DType::kBF16;
   std::vector<double> densities = {0.001, 0.01, 0.1, 1.0};
+  // The delta session's mode: auto (what a user gets; on shm alone it sends dense rounds),
+  // or on, which sends deltas on shm too and so measures the delta path itself.
+  sync::DeltaMode delta = sync::DeltaMode::kAuto;
   bool adam = true;  // and one Adam step with lr 1e-6 (bf16 only), its density measured
   std::uint64_t bucket_mb = 64;
   std::uint32_t slots = 2;

@@ -58,6 +58,13 @@ TEST(SyncCli, BadBucketIsAUsageErrorNamingTheFlag) {
   EXPECT_EQ(r.err.find("bucket_bytes"), std::string::npos) << r.err;
 }
 
+TEST(SyncCli, UnknownDeltaModeIsAUsageErrorNamingTheChoices) {
+  auto r = run_ferry({"sync", "serve", "--address", "@ferry-cli-delta", "--delta", "yes"});
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_NE(r.err.find("--delta"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("off, on or auto"), std::string::npos) << r.err;
+}
+
 TEST(SyncCli, ListenWithoutAPortIsAUsageErrorAndLeavesNoSocketFile) {
   auto r = run_ferry({"sync", "serve", "--listen", "127.0.0.1", "--timeout", "1"});
   EXPECT_EQ(r.exit_code, 2) << r.err;
@@ -103,18 +110,31 @@ TEST(SyncCli, DemoDeltaSendsOnlyWhatChangedVerified) {
 }
 
 TEST(SyncCli, BenchDeltaDensityJsonAndBadDensity) {
-  auto r = run_ferry({"bench", "sync", "--delta-density", "0.01,1.0", "--tensors", "4",
-                      "--tensor-bytes", "262144", "--bucket-mb", "1", "--rounds", "1", "--json"});
+  // --delta on: deltas on shm too, whatever changed.
+  auto r =
+      run_ferry({"bench", "sync", "--delta-density", "0.01,1.0", "--tensors", "4", "--tensor-bytes",
+                 "262144", "--bucket-mb", "1", "--rounds", "1", "--delta", "on", "--json"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   auto j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["delta_mode"], "on");
   ASSERT_EQ(j["results"].size(), 3u);  // two densities and the Adam step
-  EXPECT_TRUE(j["results"][0]["delta"].get<bool>());
+  for (const auto& row : j["results"]) EXPECT_TRUE(row["delta"].get<bool>()) << row;
   EXPECT_GT(j["results"][0]["bytes_over_wire"].get<double>(), 10);
-  EXPECT_FALSE(j["results"][1]["delta"].get<bool>());  // auto: everything changed
   EXPECT_GT(j["results"][0]["sender_extra_bytes"].get<std::uint64_t>(), 0u);
+  // auto (the default) on shm alone: every round dense.
+  auto automatic =
+      run_ferry({"bench", "sync", "--delta-density", "0.01", "--tensors", "4", "--tensor-bytes",
+                 "262144", "--bucket-mb", "1", "--rounds", "1", "--json"});
+  ASSERT_EQ(automatic.exit_code, 0) << automatic.err;
+  j = nlohmann::json::parse(automatic.out);
+  EXPECT_EQ(j["delta_mode"], "auto");
+  for (const auto& row : j["results"]) EXPECT_FALSE(row["delta"].get<bool>()) << row;
   auto bad = run_ferry({"bench", "sync", "--delta-density", "1.5"});
   EXPECT_NE(bad.exit_code, 0);
   EXPECT_NE(bad.err.find("--delta-density 1.5"), std::string::npos) << bad.err;
+  auto off = run_ferry({"bench", "sync", "--delta-density", "0.01", "--delta", "off"});
+  EXPECT_NE(off.exit_code, 0);
+  EXPECT_NE(off.err.find("--delta off"), std::string::npos) << off.err;
 }
 
 // Through a relay over TCP: the sender's link carries the dense bytes on the dense session and

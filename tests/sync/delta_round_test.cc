@@ -391,14 +391,24 @@ TEST(DeltaRound, ReceiverKilledMidDeltaRoundThenNextRoundsAreCorrect) {
   expect_next_session_dense_then_delta(**sender, w, address, 4, o, Mode::kBucket, 30);
 }
 
-// kAuto sends a round whose delta would be nearly as large as the weights dense.
+std::string write_token(ferry::testing::TempDir& dir) {
+  const std::string path = dir.file("token");
+  ferry::testing::write_bytes(path, "s3cret-0123456789abcdefghij");
+  EXPECT_EQ(::chmod(path.c_str(), 0600), 0);
+  return path;
+}
+
+// kAuto with a peer over the network sends deltas, but a round whose delta would be nearly
+// as large as the weights goes dense.
 TEST(DeltaRound, AutoGoesDenseWhenEverythingChanged) {
-  const std::string address = unique_address();
-  auto sender = Sender::create(address, delta_options(DeltaMode::kAuto));
+  ferry::testing::TempDir dir;
+  SyncOptions o = delta_options(DeltaMode::kAuto);
+  o.token_file = write_token(dir);
+  auto sender = Sender::create("127.0.0.1:0", o);
   ASSERT_OK(sender);
   std::vector<std::uint64_t> got;
   std::thread rx([&] {
-    auto r = Receiver::connect(address, 0, delta_options());
+    auto r = Receiver::connect((*sender)->address(), 0, o);
     ASSERT_OK(r);
     got = receive_rounds(**r, Mode::kDestination, 7, delta_model());
   });
@@ -417,6 +427,46 @@ TEST(DeltaRound, AutoGoesDenseWhenEverythingChanged) {
   rx.join();
   EXPECT_EQ(sent_delta, (std::vector<bool>{false, false, true, false, false, true, true}));
   EXPECT_EQ(got, want);
+}
+
+// kAuto on shm alone sends every round dense, however little changed: a dense round is one
+// copy into the ring, cheaper than a delta's encode, apply and hashes. Its BEGINs do not ask
+// receivers to keep copies, so a callback-mode receiver with no room for them receives.
+TEST(DeltaRound, AutoSendsDenseRoundsWhenEveryPeerSharesMemory) {
+  const std::string address = unique_address();
+  auto sender = Sender::create(address, delta_options(DeltaMode::kAuto));
+  ASSERT_OK(sender);
+  constexpr int kRounds = 4;
+  std::vector<std::vector<std::uint64_t>> got(2);
+  std::vector<std::vector<bool>> received_delta(2);
+  std::vector<std::thread> rx;
+  for (int m = 0; m < 2; ++m) {
+    rx.emplace_back([&, m] {
+      SyncOptions o = delta_options();
+      o.delta_keep_limit = 0;
+      auto r = Receiver::connect(address, static_cast<std::uint32_t>(m), o);
+      ASSERT_OK(r);
+      got[m] = receive_rounds(**r, m == 0 ? Mode::kDestination : Mode::kBucket, kRounds,
+                              delta_model(), &received_delta[m]);
+    });
+  }
+  ASSERT_OK((*sender)->accept(2));
+  Weights w = make_weights(delta_model(), 5);
+  std::vector<std::uint64_t> want;
+  for (int round = 0; round < kRounds; ++round) {
+    if (round > 0) update(w, round, round == 1 ? 0.001 : 0.01);
+    auto views = w.views();
+    auto stats = (*sender)->send_round(views);
+    ASSERT_OK(stats);
+    EXPECT_FALSE(stats->delta) << "round " << round;
+    EXPECT_EQ(stats->wire_bytes, stats->bytes) << "round " << round;
+    want.push_back(hash_all(w.data));
+  }
+  for (auto& t : rx) t.join();
+  for (int m = 0; m < 2; ++m) {
+    EXPECT_EQ(got[m], want) << "receiver " << m;
+    EXPECT_EQ(received_delta[m], std::vector<bool>(kRounds, false)) << "receiver " << m;
+  }
 }
 
 // A snapshot limit leaves later tensors without a base: they go dense-encoded inside delta
@@ -452,13 +502,6 @@ TEST(DeltaRound, SnapshotLimitSendsTensorsPastItDense) {
   }
   rx.join();
   EXPECT_EQ(got, want);
-}
-
-std::string write_token(ferry::testing::TempDir& dir) {
-  const std::string path = dir.file("token");
-  ferry::testing::write_bytes(path, "s3cret-0123456789abcdefghij");
-  EXPECT_EQ(::chmod(path.c_str(), 0600), 0);
-  return path;
 }
 
 // Through a relay with two local receivers: bit-exact, and the delta round crosses the
