@@ -39,10 +39,15 @@ from .. import _ferry
 from .._tensors import _error, arg_bytes, tensor_arg, to_torch, typed
 from .._verl_compat import CheckpointEngineRegistry, CheckpointEngineWithCache
 from ..sync import Receiver, Relay, Sender, SyncOptions
+from ._memory import backed_buffer
 from . import _items  # a sync or async generator of (name, tensor), as verl gives either
 
 VERSION_TENSOR = "__ferry.global_steps__"
 DEFAULT_TIMEOUT_S = 600.0  # verl's wait for a peer; a dead peer is seen at once anyway
+# The master's staging buffer, where a staged update (the first) gathers the tensors it must
+# copy: small, as each of its pages costs a fault once (a tensor that does not fit is sent
+# from the caller's memory instead, so a larger buffer saves only rounds).
+DEFAULT_ROUND_BYTES = 64 << 20
 # engine_kwargs.ferry.* this backend reads; any other is warned about once, by name.
 ENGINE_KWARGS = frozenset({"token_file", "slots", "interface", "port", "timeout_s",
                            "node_id", "checksums", "round_bytes", "cache"})
@@ -120,8 +125,7 @@ class FerryCheckpointEngine(CheckpointEngineWithCache):
         self.timeout_s = float(engine_kwargs.get("timeout_s", DEFAULT_TIMEOUT_S))
         self.checksums = bool(engine_kwargs.get("checksums", True))
         self.node_id = str(engine_kwargs.get("node_id") or node_identity())
-        self.round_bytes = int(engine_kwargs.get("round_bytes",
-                                                 max(2 * self.bucket_size, 1 << 30)))
+        self.round_bytes = int(engine_kwargs.get("round_bytes", DEFAULT_ROUND_BYTES))
         # Per engine, not per process: "" leaves FERRY_TOKEN / FERRY_TOKEN_FILE to the C++ side.
         self.token_file = str(engine_kwargs.get("token_file") or "")
         self.cache = bool(engine_kwargs.get("cache", False))
@@ -267,15 +271,17 @@ class FerryCheckpointEngine(CheckpointEngineWithCache):
 
         try:
             async for name, tensor in _items(weights):
-                if names and (name in names or not staging.fits(tensor, self.round_bytes)):
+                if name in names:  # a name twice needs two rounds
                     await send(more_follows=True)
-                # A private copy at yield time: verl's generators may refill their buffer.
+                # A private copy at yield time (verl's generators may refill their buffer),
+                # or, for a tensor the staging buffer has no room left for, none: it ends the
+                # round and is sent from the caller's memory before the generator is pulled
+                # again, so it is never held past a refill.
                 staged = staging.copy(tensor, self.round_bytes)
                 if staged is not None:
                     arg, owner = tensor_arg(name, staged)
-                else:  # not a torch tensor, or larger than a round
-                    arg, owner = tensor_arg(name, tensor, copy=True)
-                    staging.used += arg_bytes(arg)  # counts towards the round all the same
+                else:
+                    arg, owner = tensor_arg(name, tensor)
                 size = arg_bytes(arg)
                 if manifest is not None:
                     # A name twice needs two rounds; a streamed update is one: keep staging.
@@ -289,6 +295,8 @@ class FerryCheckpointEngine(CheckpointEngineWithCache):
                 held += size
                 total_bytes += size
                 tensors += 1
+                if staged is None:
+                    await send(more_follows=True)
             await send(more_follows=False)
         except BaseException:
             self._broken = True
@@ -573,9 +581,10 @@ def _pulled_on(loop: asyncio.AbstractEventLoop, weights: Iterable | AsyncIterato
 
 
 class _Staging:
-    """One host buffer of round_bytes that the master copies yielded tensors into, reused by
-    every round and update. A fresh tensor per yield faulted a model's worth of new pages in
-    every update (measured on qwen2.5-0.5b: 5.8 s of 9.2 s per update on a loaded VM)."""
+    """One host buffer of round_bytes that the master copies yielded tensors into, backed at
+    once and reused by every staged round and update. A fresh tensor per yield faulted a
+    model's worth of new pages in every update (measured on qwen2.5-0.5b: 5.8 s of 9.2 s per
+    update on a loaded VM); a buffer of the whole model faulted it in the first one."""
 
     ALIGN = 64
 
@@ -601,7 +610,7 @@ class _Staging:
         if not self._stageable(tensor) or not self.fits(tensor, capacity):
             return None
         if self.buffer is None or self.buffer.numel() != capacity:
-            self.buffer = torch.empty(capacity, dtype=torch.uint8)
+            self.buffer = backed_buffer(capacity)
         start, size = self._start(), tensor.numel() * tensor.element_size()
         view = self.buffer[start:start + size].view(tensor.dtype).view(tensor.shape)
         view.copy_(tensor.detach().resolve_conj().resolve_neg())
@@ -649,7 +658,7 @@ class _ReceiveBuffers:
             end = starts[-1] + memory.nbytes
         buffer = self._buffers[index]
         if buffer is None or buffer.numel() < end:  # a tensor larger than a bucket: grows
-            buffer = torch.empty(max(end, self.bucket_size), dtype=torch.uint8)
+            buffer = backed_buffer(max(end, self.bucket_size))
             self._buffers[index] = buffer
         staged = []
         for (name, dtype, shape, memory), start in zip(tensors, starts):
