@@ -137,6 +137,10 @@ class FerryCheckpointEngine(CheckpointEngineWithCache):
         # Master: one Sender per kind of peer; rollout: one Receiver.
         self._senders: dict[str, Sender] = {}
         self._receiver: Receiver | None = None
+        # Master: its shm session's Sender, created from construction on in the background
+        # (binding and backing its ring of slots x bucket_size is the first update's largest
+        # cost otherwise: ~3.5 s per GiB on a VM); taken by the first _serve that needs it.
+        self._early_shm = _EarlySender(self._shm_address, self._options()) if is_master else None
         self._relay: _RelayThread | None = None  # on the rank hosting its node's relay
         self._cached: dict[str, torch.Tensor] | None = None  # engine_kwargs cache: the last update
         self._staging = _Staging()  # master: where yielded tensors are copied, every update
@@ -220,7 +224,7 @@ class FerryCheckpointEngine(CheckpointEngineWithCache):
             return
         if plan == self._plan and not self._broken and self._sessions_alive():
             return
-        self.close()
+        self._close_sessions()
         if role == "master":
             self._serve(plan)
         else:
@@ -408,6 +412,12 @@ class FerryCheckpointEngine(CheckpointEngineWithCache):
 
     def close(self) -> None:
         """Ends this rank's sessions (the peers see them end)."""
+        self._close_sessions()
+        if self._early_shm is not None:
+            self._early_shm.close()
+            self._early_shm = None
+
+    def _close_sessions(self) -> None:
         for sender in self._senders.values():
             sender.close()
         self._senders.clear()
@@ -455,9 +465,14 @@ class FerryCheckpointEngine(CheckpointEngineWithCache):
     def _serve(self, plan: dict) -> None:
         wanted = {k: plan[f"{k}_receivers"] for k in ("shm", "net") if plan[f"{k}_receivers"]}
         try:
+            early, self._early_shm = self._early_shm, None
+            if early is not None and "shm" in wanted and plan["shm"] == self._shm_address:
+                self._senders["shm"] = early.take()
+            elif early is not None:  # no rollout rank on this node: free its ring
+                early.close()
             for kind in wanted:
-                sender = Sender(plan[kind], options=self._options())
-                self._senders[kind] = sender
+                if kind not in self._senders:
+                    self._senders[kind] = Sender(plan[kind], options=self._options())
             with ThreadPoolExecutor(len(wanted) or 1) as pool:  # both kinds join at once
                 for f in [pool.submit(self._senders[k].accept, n) for k, n in wanted.items()]:
                     f.result()
@@ -666,6 +681,36 @@ class _ReceiveBuffers:
             view.copy_(to_torch(dtype, shape, memory))
             staged.append((name, view))
         return index, staged
+
+
+class _EarlySender:
+    """A Sender being created in a background thread (the GIL is released while its ring is
+    backed), so the first update finds it ready."""
+
+    def __init__(self, address: str, options: SyncOptions) -> None:
+        self._sender: Sender | None = None
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._create, args=(address, options),
+                                        name="ferry-early-sender", daemon=True)
+        self._thread.start()
+
+    def _create(self, address: str, options: SyncOptions) -> None:
+        try:
+            self._sender = Sender(address, options=options)
+        except BaseException as e:  # raised by take()
+            self._error = e
+
+    def take(self) -> Sender:
+        """The Sender, once created; raises what creating it raised."""
+        self._thread.join()
+        if self._error is not None:
+            raise self._error
+        return self._sender
+
+    def close(self) -> None:
+        self._thread.join()
+        if self._sender is not None:
+            self._sender.close()
 
 
 class _RelayThread:
