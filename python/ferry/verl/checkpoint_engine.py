@@ -232,6 +232,7 @@ class FerryCheckpointEngine(CheckpointEngineWithCache):
                 self._relay = _RelayThread(plan["net"], relay_id, plan["relays"][relay_id],
                                            self._options())
             address = plan["shm"] if kind == "shm" else plan["relays"][relay_id]["local"]
+            self._receive_buffers.back_in_background()  # while this rank joins
             self._join(address, receiver_id)
         self._plan = plan
         self._broken = False
@@ -647,7 +648,20 @@ class _ReceiveBuffers:
         self._buffers: list[torch.Tensor | None] = [None, None]
         self._free = [threading.Event(), threading.Event()]
         self._next = 0
+        self._backing: threading.Thread | None = None
         self.reset()
+
+    def back_in_background(self) -> None:
+        """Backs both buffers in a thread now, so a new session's first buckets need not."""
+        if self._backing is None and None in self._buffers:
+            self._backing = threading.Thread(target=self._back, daemon=True,
+                                             name="ferry-receive-buffers")
+            self._backing.start()
+
+    def _back(self) -> None:
+        for index, buffer in enumerate(self._buffers):
+            if buffer is None:
+                self._buffers[index] = backed_buffer(self.bucket_size)
 
     def reset(self) -> None:
         """A new update: the last update's consumer holds neither buffer any more."""
@@ -671,6 +685,9 @@ class _ReceiveBuffers:
         for *_, memory in tensors:
             starts.append(-(-end // self.ALIGN) * self.ALIGN)
             end = starts[-1] + memory.nbytes
+        if self._backing is not None:
+            self._backing.join()
+            self._backing = None
         buffer = self._buffers[index]
         if buffer is None or buffer.numel() < end:  # a tensor larger than a bucket: grows
             buffer = backed_buffer(max(end, self.bucket_size))
