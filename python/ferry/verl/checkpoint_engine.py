@@ -653,7 +653,7 @@ class _ReceiveBuffers:
 
     def back_in_background(self) -> None:
         """Backs both buffers in a thread now, so a new session's first buckets need not."""
-        if self._backing is None and None in self._buffers:
+        if self._backing is None and any(b is None for b in self._buffers):
             self._backing = threading.Thread(target=self._back, daemon=True,
                                              name="ferry-receive-buffers")
             self._backing.start()
