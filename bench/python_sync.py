@@ -130,7 +130,9 @@ def run_verl(weights: dict, preset: str, rounds: int, bucket_mb: int,
 def _backend_rollout(conn, preset: str, bucket_bytes: int, device: str = "cpu") -> None:
     """One rollout rank of the checkpoint engine: runs the manager calls it is sent."""
     from ferry.verl.checkpoint_engine import FerryCheckpointEngine
-    model = {n: torch.empty(s, dtype=torch.bfloat16, device=device)
+    # Written once before timing starts: a rollout's model is resident when verl updates it
+    # (untouched, its first-touch page faults were ~4 s of the first update on a VM).
+    model = {n: torch.zeros(s, dtype=torch.bfloat16, device=device)
              for n, _, s in ferry.hf_tensor_specs(preset, ferry.DType.BF16)}
     engine = FerryCheckpointEngine(bucket_bytes)
     conn.send("ready")  # the first update is timed from here: process start-up is no part of it

@@ -503,13 +503,15 @@ def test_non_master_actor_rank_iterates_its_generator_and_sends_nothing():
     assert taken == [name for name, _ in _weights(1)]
 
 
-def test_small_rounds_reuse_the_staging_buffer_bit_exact():
-    """round_bytes of 1 MiB: the update goes as several rounds through one reused staging
-    buffer, and the 3 MiB embedding, larger than a round, is copied on its own."""
+def test_small_rounds_send_what_does_not_fit_from_the_refilled_buffer_bit_exact():
+    """round_bytes of 1 MiB: the staged first update goes as several rounds through one
+    reused staging buffer; a tensor it has no room left for (the 3 MiB embedding, larger than
+    all of it, among them) ends the round uncopied, sent from the generator's buffer before
+    the generator refills it for the next tensor."""
     manager = _Manager([_Rank(is_master=True, round_bytes=1 << 20)], [_Rank()])
     try:
         for step in (1, 2):
-            _assert_bit_exact(manager.update(step), step)
+            _assert_bit_exact(manager.update(step, weights="reused"), step, "reused")
     finally:
         manager.stop()
 

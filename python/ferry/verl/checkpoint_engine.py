@@ -40,10 +40,15 @@ from .. import _ferry
 from .._tensors import _error, arg_bytes, tensor_arg, to_torch, typed
 from .._verl_compat import CheckpointEngineRegistry, CheckpointEngineWithCache
 from ..sync import Receiver, Relay, Sender, SyncOptions
+from ._memory import backed_buffer
 from . import _items  # a sync or async generator of (name, tensor), as verl gives either
 
 VERSION_TENSOR = "__ferry.global_steps__"
 DEFAULT_TIMEOUT_S = 600.0  # verl's wait for a peer; a dead peer is seen at once anyway
+# The master's staging buffer, where a staged update (the first) gathers the tensors it must
+# copy: small, as each of its pages costs a fault once (a tensor that does not fit is sent
+# from the caller's memory instead, so a larger buffer saves only rounds).
+DEFAULT_ROUND_BYTES = 64 << 20
 # engine_kwargs.ferry.* this backend reads; any other is warned about once, by name.
 ENGINE_KWARGS = frozenset({"token_file", "slots", "interface", "port", "timeout_s",
                            "node_id", "checksums", "round_bytes", "cache"})
@@ -121,8 +126,7 @@ class FerryCheckpointEngine(CheckpointEngineWithCache):
         self.timeout_s = float(engine_kwargs.get("timeout_s", DEFAULT_TIMEOUT_S))
         self.checksums = bool(engine_kwargs.get("checksums", True))
         self.node_id = str(engine_kwargs.get("node_id") or node_identity())
-        self.round_bytes = int(engine_kwargs.get("round_bytes",
-                                                 max(2 * self.bucket_size, 1 << 30)))
+        self.round_bytes = int(engine_kwargs.get("round_bytes", DEFAULT_ROUND_BYTES))
         # Per engine, not per process: "" leaves FERRY_TOKEN / FERRY_TOKEN_FILE to the C++ side.
         self.token_file = str(engine_kwargs.get("token_file") or "")
         self.cache = bool(engine_kwargs.get("cache", False))
@@ -134,6 +138,10 @@ class FerryCheckpointEngine(CheckpointEngineWithCache):
         # Master: one Sender per kind of peer; rollout: one Receiver.
         self._senders: dict[str, Sender] = {}
         self._receiver: Receiver | None = None
+        # Master: its shm session's Sender, created from construction on in the background
+        # (binding and backing its ring of slots x bucket_size is the first update's largest
+        # cost otherwise: ~3.5 s per GiB on a VM); taken by the first _serve that needs it.
+        self._early_shm = _EarlySender(self._shm_address, self._options()) if is_master else None
         self._relay: _RelayThread | None = None  # on the rank hosting its node's relay
         self._cached: dict[str, torch.Tensor] | None = None  # engine_kwargs cache: the last update
         self._staging = _Staging()  # master: where yielded tensors are copied, every update
@@ -217,7 +225,7 @@ class FerryCheckpointEngine(CheckpointEngineWithCache):
             return
         if plan == self._plan and not self._broken and self._sessions_alive():
             return
-        self.close()
+        self._close_sessions()
         if role == "master":
             self._serve(plan)
         else:
@@ -226,6 +234,10 @@ class FerryCheckpointEngine(CheckpointEngineWithCache):
                                            self._options())
             address = plan["shm"] if kind == "shm" else plan["relays"][relay_id]["local"]
             self._join(address, receiver_id)
+            if self._receiver._impl.writable_views_error() is not None:
+                # No copy-on-write views of this ring: buckets are copied into the receive
+                # buffers, backed now while the first update is on its way.
+                self._receive_buffers.back_in_background()
         self._plan = plan
         self._broken = False
         self.sessions_built += 1
@@ -268,15 +280,17 @@ class FerryCheckpointEngine(CheckpointEngineWithCache):
 
         try:
             async for name, tensor in _items(weights):
-                if names and (name in names or not staging.fits(tensor, self.round_bytes)):
+                if name in names:  # a name twice needs two rounds
                     await send(more_follows=True)
-                # A private copy at yield time: verl's generators may refill their buffer.
+                # A private copy at yield time (verl's generators may refill their buffer),
+                # or, for a tensor the staging buffer has no room left for, none: it ends the
+                # round and is sent from the caller's memory before the generator is pulled
+                # again, so it is never held past a refill.
                 staged = staging.copy(tensor, self.round_bytes)
                 if staged is not None:
                     arg, owner = tensor_arg(name, staged)
-                else:  # not a torch tensor, or larger than a round
-                    arg, owner = tensor_arg(name, tensor, copy=True)
-                    staging.used += arg_bytes(arg)  # counts towards the round all the same
+                else:
+                    arg, owner = tensor_arg(name, tensor)
                 size = arg_bytes(arg)
                 if manifest is not None:
                     # A name twice needs two rounds; a streamed update is one: keep staging.
@@ -290,6 +304,8 @@ class FerryCheckpointEngine(CheckpointEngineWithCache):
                 held += size
                 total_bytes += size
                 tensors += 1
+                if staged is None:
+                    await send(more_follows=True)
             await send(more_follows=False)
         except BaseException:
             self._broken = True
@@ -406,6 +422,12 @@ class FerryCheckpointEngine(CheckpointEngineWithCache):
 
     def close(self) -> None:
         """Ends this rank's sessions (the peers see them end)."""
+        self._close_sessions()
+        if self._early_shm is not None:
+            self._early_shm.close()
+            self._early_shm = None
+
+    def _close_sessions(self) -> None:
         for sender in self._senders.values():
             sender.close()
         self._senders.clear()
@@ -453,9 +475,14 @@ class FerryCheckpointEngine(CheckpointEngineWithCache):
     def _serve(self, plan: dict) -> None:
         wanted = {k: plan[f"{k}_receivers"] for k in ("shm", "net") if plan[f"{k}_receivers"]}
         try:
+            early, self._early_shm = self._early_shm, None
+            if early is not None and "shm" in wanted and plan["shm"] == self._shm_address:
+                self._senders["shm"] = early.take()
+            elif early is not None:  # no rollout rank on this node: free its ring
+                early.close()
             for kind in wanted:
-                sender = Sender(plan[kind], options=self._options())
-                self._senders[kind] = sender
+                if kind not in self._senders:
+                    self._senders[kind] = Sender(plan[kind], options=self._options())
             with ThreadPoolExecutor(len(wanted) or 1) as pool:  # both kinds join at once
                 for f in [pool.submit(self._senders[k].accept, n) for k, n in wanted.items()]:
                     f.result()
@@ -613,9 +640,10 @@ def _pulled_on(loop: asyncio.AbstractEventLoop, weights: Iterable | AsyncIterato
 
 
 class _Staging:
-    """One host buffer of round_bytes that the master copies yielded tensors into, reused by
-    every round and update. A fresh tensor per yield faulted a model's worth of new pages in
-    every update (measured on qwen2.5-0.5b: 5.8 s of 9.2 s per update on a loaded VM)."""
+    """One host buffer of round_bytes that the master copies yielded tensors into, backed at
+    once and reused by every staged round and update. A fresh tensor per yield faulted a
+    model's worth of new pages in every update (measured on qwen2.5-0.5b: 5.8 s of 9.2 s per
+    update on a loaded VM); a buffer of the whole model faulted it in the first one."""
 
     ALIGN = 64
 
@@ -641,7 +669,7 @@ class _Staging:
         if not self._stageable(tensor) or not self.fits(tensor, capacity):
             return None
         if self.buffer is None or self.buffer.numel() != capacity:
-            self.buffer = torch.empty(capacity, dtype=torch.uint8)
+            self.buffer = backed_buffer(capacity)
         start, size = self._start(), tensor.numel() * tensor.element_size()
         view = self.buffer[start:start + size].view(tensor.dtype).view(tensor.shape)
         view.copy_(tensor.detach().resolve_conj().resolve_neg())
@@ -663,7 +691,20 @@ class _ReceiveBuffers:
         self._buffers: list[torch.Tensor | None] = [None, None]
         self._free = [threading.Event(), threading.Event()]
         self._next = 0
+        self._backing: threading.Thread | None = None
         self.reset()
+
+    def back_in_background(self) -> None:
+        """Backs both buffers in a thread now, so a new session's first buckets need not."""
+        if self._backing is None and any(b is None for b in self._buffers):
+            self._backing = threading.Thread(target=self._back, daemon=True,
+                                             name="ferry-receive-buffers")
+            self._backing.start()
+
+    def _back(self) -> None:
+        for index, buffer in enumerate(self._buffers):
+            if buffer is None:
+                self._buffers[index] = backed_buffer(self.bucket_size)
 
     def reset(self) -> None:
         """A new update: the last update's consumer holds neither buffer any more."""
@@ -687,9 +728,12 @@ class _ReceiveBuffers:
         for *_, memory in tensors:
             starts.append(-(-end // self.ALIGN) * self.ALIGN)
             end = starts[-1] + memory.nbytes
+        if self._backing is not None:
+            self._backing.join()
+            self._backing = None
         buffer = self._buffers[index]
         if buffer is None or buffer.numel() < end:  # a tensor larger than a bucket: grows
-            buffer = torch.empty(max(end, self.bucket_size), dtype=torch.uint8)
+            buffer = backed_buffer(max(end, self.bucket_size))
             self._buffers[index] = buffer
         staged = []
         for (name, dtype, shape, memory), start in zip(tensors, starts):
@@ -697,6 +741,36 @@ class _ReceiveBuffers:
             view.copy_(to_torch(dtype, shape, memory))
             staged.append((name, view))
         return index, staged
+
+
+class _EarlySender:
+    """A Sender being created in a background thread (the GIL is released while its ring is
+    backed), so the first update finds it ready."""
+
+    def __init__(self, address: str, options: SyncOptions) -> None:
+        self._sender: Sender | None = None
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._create, args=(address, options),
+                                        name="ferry-early-sender", daemon=True)
+        self._thread.start()
+
+    def _create(self, address: str, options: SyncOptions) -> None:
+        try:
+            self._sender = Sender(address, options=options)
+        except BaseException as e:  # raised by take()
+            self._error = e
+
+    def take(self) -> Sender:
+        """The Sender, once created; raises what creating it raised."""
+        self._thread.join()
+        if self._error is not None:
+            raise self._error
+        return self._sender
+
+    def close(self) -> None:
+        self._thread.join()
+        if self._sender is not None:
+            self._sender.close()
 
 
 class _RelayThread:
