@@ -38,6 +38,16 @@ Result<double> number_field(const Json& j, const std::string& field,
   return it->get<double>();
 }
 
+// A small file whole; errors name `what` and the path.
+Result<std::string> read_whole(const std::string& path, const std::string& what) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return not_found(what + " " + path + ": cannot open");
+  std::ostringstream text;
+  text << in.rdbuf();
+  if (in.bad()) return io_error(what + " " + path + ": read failed");
+  return text.str();
+}
+
 }  // namespace
 
 double Calibration::net_efficiency() const {
@@ -197,23 +207,15 @@ Result<BenchNetRound> net_round_from_bench_json(const std::string& text) {
 }
 
 Result<BenchNetRound> read_net_round(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return not_found("net bench result " + path + ": cannot open");
-  std::ostringstream text;
-  text << in.rdbuf();
-  if (in.bad()) return io_error("net bench result " + path + ": read failed");
-  auto r = net_round_from_bench_json(text.str());
+  FERRY_ASSIGN_OR_RETURN(const std::string text, read_whole(path, "net bench result"));
+  auto r = net_round_from_bench_json(text);
   if (!r.ok()) return r.status().with_context(path);
   return r;
 }
 
 Result<Calibration> read_calibration(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return not_found("calibration file " + path + ": cannot open");
-  std::ostringstream text;
-  text << in.rdbuf();
-  if (in.bad()) return io_error("calibration file " + path + ": read failed");
-  auto c = calibration_from_json(text.str());
+  FERRY_ASSIGN_OR_RETURN(const std::string text, read_whole(path, "calibration file"));
+  auto c = calibration_from_json(text);
   if (!c.ok()) return c.status().with_context(path);
   return c;
 }
