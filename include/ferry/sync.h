@@ -106,9 +106,15 @@ struct SyncOptions {
   // Bounds a receiver's copies in callback modes (the model's bytes; see `delta`): a round
   // whose tensors, with the copies kept from earlier rounds, would pass it is refused at
   // BEGIN (kResourceExhausted naming this option) before any of it is allocated, and the
-  // session breaks as on any error. 64 GiB holds a 32B-parameter model in bf16; raise it for
-  // larger ones, or receive into destinations, which keep nothing. Receiver only.
+  // session breaks as on any error. 64 GiB
+  // holds a 32B-parameter model in bf16; raise it for larger ones, or receive into destinations,
+  // which keep nothing. Receiver only.
   std::uint64_t delta_keep_limit = 64ull << 30;
+  // Bounds the one tensor larger than a bucket that a receiver in callback modes assembles
+  // whole (in memory of its size, which only the sender's BEGIN gives): a round with a larger
+  // one is refused at BEGIN (kResourceExhausted naming the tensor and this option) before any
+  // of it is allocated. Destinations need no assembly. Receiver only.
+  std::uint64_t max_assembled_tensor_bytes = 64ull << 30;
   // Threads that encode a delta round's tensors; 0: hardware concurrency, at most 4.
   std::uint32_t delta_threads = 0;
 };

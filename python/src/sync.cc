@@ -498,7 +498,7 @@ void bind_sync(py::module_& m) {
       .def(py::init([](std::uint64_t bucket_bytes, std::uint32_t slots, double timeout,
                        double idle_timeout, bool checksums, const std::string& wire_protect,
                        const std::string& token_file, const std::string& delta,
-                       std::uint64_t delta_keep_limit) {
+                       std::uint64_t delta_keep_limit, std::uint64_t max_assembled_tensor_bytes) {
              SyncOptions o;
              o.delta = check(sync::parse_delta_mode(delta));
              o.wire_protect = check(parse_wire_protect(wire_protect));
@@ -509,6 +509,7 @@ void bind_sync(py::module_& m) {
              o.checksums = checksums;
              o.token_file = token_file;
              o.delta_keep_limit = delta_keep_limit;
+             o.max_assembled_tensor_bytes = max_assembled_tensor_bytes;
              return o;
            }),
            py::kw_only(), py::arg("bucket_bytes") = SyncOptions{}.bucket_bytes,
@@ -520,6 +521,7 @@ void bind_sync(py::module_& m) {
            py::arg("token_file") = SyncOptions{}.token_file,
            py::arg("delta") = std::string(sync::delta_mode_name(SyncOptions{}.delta)),
            py::arg("delta_keep_limit") = SyncOptions{}.delta_keep_limit,
+           py::arg("max_assembled_tensor_bytes") = SyncOptions{}.max_assembled_tensor_bytes,
            "Options by keyword; each one left out keeps the C++ default.")
       .def_readwrite("bucket_bytes", &SyncOptions::bucket_bytes,
                      "Bytes of one bucket (ring slot), a multiple of 16; larger tensors stream "
@@ -559,6 +561,10 @@ void bind_sync(py::module_& m) {
                      "tensors to callbacks (the model's bytes; destinations keep none). A round "
                      "that would pass it raises ResourceExhaustedError before anything is "
                      "allocated. Default 64 GiB. Receiver only.")
+      .def_readwrite("max_assembled_tensor_bytes", &SyncOptions::max_assembled_tensor_bytes,
+                     "Largest tensor spanning buckets that a receiver assembles whole for its "
+                     "callbacks (destinations need none); a round with a larger one raises "
+                     "ResourceExhaustedError at its start. Default 64 GiB. Receiver only.")
       .def("__repr__", [](const SyncOptions& o) {
         return fmt::format(
             "SyncOptions(bucket_bytes={}, slots={}, timeout={}, idle_timeout={}, checksums={}, "

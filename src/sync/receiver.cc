@@ -148,6 +148,22 @@ struct Receiver::Impl {
     return invalid_argument(text);
   }
 
+  // Callback modes assemble a tensor that spans buckets in memory of its size, which only the
+  // sender's BEGIN gives: bounded before any of it is allocated.
+  Status check_assembly(std::uint64_t round) const {
+    const std::uint64_t limit = options.max_assembled_tensor_bytes;
+    for (std::size_t i = 0; i < manifest.size(); ++i) {
+      if (plan.piece_count[i] > 1 && manifest[i].bytes() > limit) {
+        return resource_exhausted(fmt::format(
+            "round {}: tensor '{}' spans buckets, so it is assembled whole in {} bytes of this "
+            "receiver's memory; that passes its limit of {} bytes "
+            "(SyncOptions::max_assembled_tensor_bytes): raise it, or receive into destinations",
+            round, manifest[i].name, manifest[i].bytes(), limit));
+      }
+    }
+    return ok_status();
+  }
+
   // Maps the copy-on-write view once; OK when writable bucket mode can run.
   Status map_writable_views() {
     if (!cow_error) {
@@ -370,6 +386,7 @@ struct Receiver::Impl {
       return corruption(fmt::format("round {}: BEGIN says {} buckets, the plan has {}", round,
                                     delta_fields.bucket_count, plan.bucket_count()));
     }
+    if (!how.into_destinations) FERRY_RETURN_IF_ERROR(check_assembly(round));
     if (asked.into_destinations) {
       Status s = resolve_destinations();
       if (!s.ok()) return s;

@@ -164,3 +164,12 @@ def test_delta_keep_limit_refuses_a_round_past_it_and_the_next_session_works():
     assert first != "ok" and "delta_keep_limit" in first, first
     assert second_delta is False
     assert sums == {name: digest(t) for name, t in make_weights(1)}
+
+
+def test_sync_options_max_assembled_tensor_bytes_defaults_to_64_gib():
+    """The bound on a tensor spanning buckets that a callback receiver assembles."""
+    import ferry
+
+    assert ferry.SyncOptions().max_assembled_tensor_bytes == 64 << 30
+    assert ferry.SyncOptions(max_assembled_tensor_bytes=4096).max_assembled_tensor_bytes == 4096
+

@@ -1,6 +1,7 @@
 // SyncOptions::delta_keep_limit: a callback-mode receiver's copies for delta rounds are sized
 // by the sender's BEGIN, so a round that would take them past the limit is refused before
-// any copy is made, and the receiver's next session works.
+// any copy is made, and the receiver's next session works. (And max_assembled_tensor_bytes,
+// the same kind of bound on a tensor larger than a bucket.)
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
@@ -239,6 +240,56 @@ TEST(DeltaKeepLimit, ReceiverOneByteShortRefusesThenNextSessionWorks) {
   ASSERT_OK(got.status);
   EXPECT_EQ(got.delta, (std::vector<bool>{false, true}));
   expect_holds(got, w);
+}
+
+// A tensor larger than a bucket is assembled whole in callback modes, in memory of the size
+// BEGIN gives: a hostile sender could name an exabyte. max_assembled_tensor_bytes bounds it,
+// at BEGIN; destination mode assembles nothing and takes the same tensor under the same limit.
+TEST(AssembledTensorLimit, ATensorSpanningBucketsPastTheLimitIsRefusedInCallbackModes) {
+  const TensorSpec big = bytes_tensor("embed", 10'000);  // 3 buckets of 4 KiB
+  SyncOptions o = options(SyncOptions{}.delta_keep_limit);
+  o.delta = DeltaMode::kOff;
+  o.max_assembled_tensor_bytes = 9'999;
+  const std::string address = unique_address();
+  auto sender = Sender::create(address, o);
+  ASSERT_OK(sender);
+  Status refused;
+  std::thread rx([&] {
+    auto r = Receiver::connect(address, 0, o);
+    if (!r.ok()) {
+      refused = r.status();
+      return;
+    }
+    refused = (*r)->receive_round([](const TensorView&) { return ok_status(); }).status();
+  });
+  ASSERT_OK((*sender)->accept(1));
+  const Weights w = make_weights({big}, 5);
+  auto views = w.views();
+  EXPECT_FALSE((*sender)->send_round(views).ok());
+  rx.join();
+  EXPECT_EQ(refused.code(), Code::kResourceExhausted) << refused.to_string();
+  EXPECT_NE(refused.message().find("tensor 'embed' spans buckets"), std::string::npos)
+      << refused.message();
+  EXPECT_NE(refused.message().find("limit of 9999 bytes (SyncOptions::max_assembled_tensor_bytes)"),
+            std::string::npos)
+      << refused.message();
+
+  std::vector<std::byte> into(big.bytes());
+  Status got;
+  std::thread dst([&] {
+    auto r = Receiver::connect(address, 0, o);
+    if (!r.ok()) {
+      got = r.status();
+      return;
+    }
+    got = (*r)->set_destination({big, into});
+    if (got.ok()) got = (*r)->receive_round_into().status();
+  });
+  ASSERT_OK((*sender)->accept(1));
+  EXPECT_OK((*sender)->send_round(views).status());
+  dst.join();
+  EXPECT_OK(got);
+  EXPECT_EQ(into, w.data[0]);
 }
 
 }  // namespace
