@@ -281,6 +281,11 @@ class Relay(_Endpoint):
         relay.accept(2)                   # this node's receivers
         while True: relay.relay_round()   # one call per round; raises when the session ends
 
+    Relays may feed relays (a chain or tree: `ferry sync topology` says which feeds which):
+    given relays_address ("host:port", port 0 picks one), a relay also serves downstream
+    relays there, which pass it as their upstream; accept(n, downstream_relays=k) waits for
+    them, and each segment goes on to them as soon as it arrived.
+
     Calls run with the GIL released. stop(), from any thread, ends a relay's waits (for local
     receivers, for its peers in a round, for the sender's next round) within about 100 ms:
     the call raises AbortedError.
@@ -288,14 +293,17 @@ class Relay(_Endpoint):
 
     def __init__(self, upstream: str, relay_id: int, local_address: str, *,
                  timeout: float = 60.0, idle_timeout: float | None = None,
-                 token_file: str = "", options: SyncOptions | None = None) -> None:
+                 token_file: str = "", options: SyncOptions | None = None,
+                 relays_address: str = "") -> None:
         opts = _options(options, timeout=timeout, idle_timeout=idle_timeout,
                         token_file=str(token_file))
-        self._impl = _ferry.Relay.connect(upstream, relay_id, local_address, opts)
+        self._impl = _ferry.Relay.connect(upstream, relay_id, local_address, opts,
+                                          relays_address)
 
-    def accept(self, local_receivers: int = 1) -> None:
-        """Waits for `local_receivers` more local receivers (each within the timeout)."""
-        self._impl.accept(local_receivers)
+    def accept(self, local_receivers: int = 1, downstream_relays: int = 0) -> None:
+        """Waits for `local_receivers` more local receivers, then `downstream_relays` more
+        relays (which needs relays_address), each within the timeout; either may be 0."""
+        self._impl.accept(local_receivers, downstream_relays)
 
     def relay_round(self) -> RoundStats:
         """Forwards the next round whole; returns its RoundStats."""
@@ -308,3 +316,8 @@ class Relay(_Endpoint):
     @property
     def local_address(self) -> str:
         return self._impl.local_address
+
+    @property
+    def relays_address(self) -> str:
+        """Where downstream relays connect; '' when this relay serves none."""
+        return self._impl.relays_address

@@ -434,25 +434,26 @@ class PyRelay : public Endpoint<sync::Relay> {
   PyRelay(const PyRelay&) = delete;
   PyRelay& operator=(const PyRelay&) = delete;
   static std::unique_ptr<PyRelay> connect(const std::string& upstream, std::uint32_t relay_id,
-                                          const std::string& local_address, const SyncOptions& o) {
+                                          const std::string& local_address, const SyncOptions& o,
+                                          const std::string& relays_address) {
     auto r = std::make_unique<PyRelay>();
     SyncOptions options = o;
     options.interrupt = r->hook();
     Result<std::unique_ptr<sync::Relay>> c = [&] {
       py::gil_scoped_release nogil;
-      return sync::Relay::connect(upstream, relay_id, local_address, options);
+      return sync::Relay::connect(upstream, relay_id, local_address, options, relays_address);
     }();
     r->interrupts_.raise_pending();
     r->impl_ = check(std::move(c));
     return r;
   }
 
-  void accept(std::uint32_t local_receivers) {
+  void accept(std::uint32_t local_receivers, std::uint32_t downstream_relays) {
     UseGuard use(mutex_, what_);
     sync::Relay& r = get();
     Status st = [&] {
       py::gil_scoped_release nogil;
-      return r.accept(local_receivers);
+      return r.accept(local_receivers, downstream_relays);
     }();
     interrupts_.raise_pending();
     check(st);
@@ -663,10 +664,12 @@ void bind_sync(py::module_& m) {
                       "A node's relay: one network copy from upstream, fanned out over shared "
                       "memory (use ferry.Relay).")
       .def_static("connect", &PyRelay::connect, py::arg("upstream"), py::arg("relay_id"),
-                  py::arg("local_address"), py::arg("options"),
-                  "Joins the sender at `upstream` and serves this node at `local_address`.")
-      .def("accept", &PyRelay::accept, py::arg("local_receivers"),
-           "Waits for `local_receivers` receivers on this node to join.")
+                  py::arg("local_address"), py::arg("options"), py::arg("relays_address") = "",
+                  "Joins the sender (or upstream relay) at `upstream` and serves this node at "
+                  "`local_address`, and downstream relays at `relays_address` if given.")
+      .def("accept", &PyRelay::accept, py::arg("local_receivers"), py::arg("downstream_relays") = 0,
+           "Waits for `local_receivers` receivers on this node, then `downstream_relays` "
+           "relays, to join.")
       .def("relay_round", &PyRelay::relay_round,
            "Passes one round from upstream to the local receivers.")
       .def("stop", &PyRelay::stop,
@@ -677,7 +680,11 @@ void bind_sync(py::module_& m) {
           "session_id", [](const PyRelay& r) { return r.get().session_id(); }, "The session's id.")
       .def_property_readonly(
           "local_address", [](const PyRelay& r) { return r.get().local_address(); },
-          "The address this node's receivers connect to.");
+          "The address this node's receivers connect to.")
+      .def_property_readonly(
+          "relays_address", [](const PyRelay& r) { return r.get().relays_address(); },
+          "Where downstream relays connect (\"host:port\", the port picked for a port 0); "
+          "'' when none are served.");
 }
 
 }  // namespace ferry::python

@@ -60,3 +60,74 @@ def test_relay_needs_a_net_upstream_and_a_local_address():
         ferry.Relay("@not-net", 0, unique_address(), timeout=1)
     with pytest.raises(ferry.InvalidArgumentError, match="must be a shm address"):
         ferry.Relay("127.0.0.1:1", 0, "127.0.0.1:2", timeout=1)
+
+
+def test_a_relay_feeds_a_relay_bit_exact(tmp_path):
+    """sender -> relay 0 (serves relays) -> relay 1 -> a receiver on relay 1's node."""
+    import torch
+
+    from ferry.verl.checkpoint_engine import _free_port
+
+    token = _token(tmp_path / "token")
+    upstream = f"127.0.0.1:{_free_port('127.0.0.1')}"
+    rounds = [{f"w{i}": torch.randn(300 + 97 * i, generator=torch.Generator().manual_seed(10 * r + i))
+               for i in range(4)} for r in range(2)]
+    errors: list[BaseException] = []
+    got: list[dict] = []
+
+    def run(target) -> threading.Thread:
+        def body() -> None:
+            try:
+                target()
+            except BaseException as e:  # reported by the test
+                errors.append(e)
+        t = threading.Thread(target=body)
+        t.start()
+        return t
+
+    with ferry.Sender(upstream, bucket_bytes=4096, timeout=30, token_file=token) as sender:
+        joined = run(lambda: sender.accept(1))
+        first = ferry.Relay(upstream, 0, unique_address(), timeout=30, token_file=token,
+                            relays_address="127.0.0.1:0")
+        assert first.relays_address.startswith("127.0.0.1:")
+        assert not first.relays_address.endswith(":0")
+
+        def first_forwards() -> None:
+            first.accept(0, downstream_relays=1)
+            for _ in rounds:
+                first.relay_round()
+
+        forwarding = run(first_forwards)
+        second = ferry.Relay(first.relays_address, 1, unique_address(), timeout=30,
+                             token_file=token)
+        assert second.relays_address == ""
+
+        def second_forwards() -> None:
+            second.accept(1)
+            for _ in rounds:
+                second.relay_round()
+
+        forwarding_on = run(second_forwards)
+
+        def receive() -> None:
+            receiver = ferry.Receiver(second.local_address, 0, timeout=30)
+            for _ in rounds:
+                this: dict = {}
+                receiver.receive_round(lambda name, t: this.__setitem__(name, t.clone()))
+                got.append(this)
+
+        receiving = run(receive)
+        joined.join(30)
+        for weights in rounds:
+            sender.send_round(weights)
+        for t in (forwarding, forwarding_on, receiving):
+            t.join(30)
+    assert not errors, errors
+    assert len(got) == len(rounds)
+    for sent, received in zip(rounds, got):
+        assert sorted(received) == sorted(sent)
+        for name, tensor in sent.items():
+            assert torch.equal(received[name], tensor), name
+    first.close()
+    second.close()
+
