@@ -17,6 +17,7 @@
 #include "delta/training_update.h"
 #include "support/status_matchers.h"
 #include "support/test_support.h"
+#include "sync/net_test_util.h"
 #include "sync/sync_test_util.h"
 #include "sync/testing.h"
 
@@ -26,6 +27,7 @@ namespace {
 using testing::make_weights;
 using testing::unique_address;
 using testing::Weights;
+using testing::write_token;
 
 // Mixed dtypes and sizes; "embed" spans many buckets of delta_options().
 std::vector<TensorSpec> delta_model() {
@@ -389,13 +391,6 @@ TEST(DeltaRound, ReceiverKilledMidDeltaRoundThenNextRoundsAreCorrect) {
   ASSERT_FALSE(killed.ok());
   EXPECT_EQ(wait_exit(kid), 128 + SIGKILL);
   expect_next_session_dense_then_delta(**sender, w, address, 4, o, Mode::kBucket, 30);
-}
-
-std::string write_token(ferry::testing::TempDir& dir) {
-  const std::string path = dir.file("token");
-  ferry::testing::write_bytes(path, "s3cret-0123456789abcdefghij");
-  EXPECT_EQ(::chmod(path.c_str(), 0600), 0);
-  return path;
 }
 
 // kAuto with a peer over the network sends deltas, but a round whose delta would be nearly

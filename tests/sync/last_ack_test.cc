@@ -21,6 +21,7 @@
 #include "base/subprocess.h"
 #include "support/status_matchers.h"
 #include "support/test_support.h"
+#include "sync/net_test_util.h"
 #include "sync/sync_test_util.h"
 
 namespace ferry::sync {
@@ -29,6 +30,7 @@ namespace {
 using std::chrono::milliseconds;
 using testing::make_weights;
 using testing::small_model;
+using testing::write_token;
 
 constexpr const char* kChildVariable = "FERRY_LAST_ACK_TEST_CHILD";
 constexpr int kRounds = 3;
@@ -116,13 +118,6 @@ void run_session(const std::string& address, const std::string& token_file, End 
     ASSERT_TRUE(exit.has_value()) << kid.name() << " did not exit";
     EXPECT_EQ(exit->code, 0) << kid.name();
   }
-}
-
-std::string write_token(ferry::testing::TempDir& dir) {
-  const std::string path = dir.file("token");
-  ferry::testing::write_bytes(path, "last-ack-0123456789abcdefghijkl");
-  EXPECT_EQ(::chmod(path.c_str(), 0600), 0);
-  return path;
 }
 
 TEST(LastAck, ShmReceiversThatCloseRightAfterTheirLastAck) {

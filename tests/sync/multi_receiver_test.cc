@@ -21,6 +21,7 @@
 #include "ferry/sender_parts.h"
 #include "support/status_matchers.h"
 #include "support/test_support.h"
+#include "sync/net_test_util.h"
 #include "sync/sync_test_util.h"
 #include "sync/testing.h"
 
@@ -28,6 +29,7 @@ namespace ferry::sync {
 namespace {
 
 using testing::make_weights;
+using testing::net_options;
 using testing::small_model;
 using testing::tiny_options;
 using testing::unique_address;
@@ -160,18 +162,7 @@ void expect_every_byte_from(std::uint32_t n, const std::vector<TensorSpec>& mode
   }
 }
 
-// Net sessions on 127.0.0.1 with a token in `dir`, and a model whose embedding spans buckets.
-SyncOptions net_options(ferry::testing::TempDir& dir) {
-  const std::string token = dir.file("token");
-  ferry::testing::write_bytes(token, "multi-sender-s3cret-0123456789");
-  EXPECT_EQ(::chmod(token.c_str(), 0600), 0);
-  SyncOptions o;
-  o.bucket_bytes = 64 << 10;
-  o.timeout = std::chrono::milliseconds(10'000);
-  o.token_file = token;
-  return o;
-}
-
+// Net sessions on 127.0.0.1 (testing::net_options), and a model whose embedding spans buckets.
 std::vector<TensorSpec> net_model() {
   return {*TensorSpec::make("embed", DType::kBF16, {300, 512}),  // 300 KiB: spans buckets
           *TensorSpec::make("norm", DType::kF32, {37}),

@@ -11,6 +11,7 @@
 
 #include "support/status_matchers.h"
 #include "support/test_support.h"
+#include "sync/net_test_util.h"
 #include "sync/sync_test_util.h"
 
 namespace ferry::sync {
@@ -19,13 +20,7 @@ namespace {
 using std::chrono::milliseconds;
 using testing::make_weights;
 using testing::Weights;
-
-std::string write_token(ferry::testing::TempDir& dir) {
-  const std::string path = dir.file("token");
-  ferry::testing::write_bytes(path, "stall-0123456789abcdefghijklmnop");
-  EXPECT_EQ(::chmod(path.c_str(), 0600), 0);
-  return path;
-}
+using testing::write_token;
 
 // Buckets far larger than the socket buffers, so a receiver that does not read leaves the
 // sender's sends queued.

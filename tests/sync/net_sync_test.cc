@@ -10,6 +10,7 @@
 
 #include "support/status_matchers.h"
 #include "support/test_support.h"
+#include "sync/net_test_util.h"
 #include "sync/sync_test_util.h"
 
 namespace ferry::sync {
@@ -17,6 +18,7 @@ namespace {
 
 using testing::make_weights;
 using testing::Weights;
+using testing::write_token;
 
 SyncOptions net_options(const std::string& token_file) {
   SyncOptions o;
@@ -24,14 +26,6 @@ SyncOptions net_options(const std::string& token_file) {
   o.timeout = std::chrono::milliseconds(10'000);
   o.token_file = token_file;
   return o;
-}
-
-std::string write_token(ferry::testing::TempDir& dir, const std::string& secret,
-                        const std::string& name = "token") {
-  const std::string path = dir.file(name);
-  ferry::testing::write_bytes(path, secret);
-  EXPECT_EQ(::chmod(path.c_str(), 0600), 0);
-  return path;
 }
 
 std::vector<TensorSpec> net_model() {

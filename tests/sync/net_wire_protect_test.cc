@@ -9,6 +9,7 @@
 
 #include "support/status_matchers.h"
 #include "support/test_support.h"
+#include "sync/net_test_util.h"
 #include "sync/sync_test_util.h"
 #include "transport/net/testing.h"
 
@@ -31,13 +32,7 @@ std::vector<TensorSpec> model() {
 class NetWireProtectSync : public ::testing::Test {
  protected:
   SyncOptions options(WireProtect mode) {
-    const std::string path = dir_.file("token");
-    ferry::testing::write_bytes(path, "s3cret-0123456789abcdefghij-wire");
-    EXPECT_EQ(::chmod(path.c_str(), 0600), 0);
-    SyncOptions o;
-    o.bucket_bytes = 64 << 10;
-    o.timeout = std::chrono::milliseconds(10'000);
-    o.token_file = path;
+    SyncOptions o = testing::net_options(dir_);
     o.wire_protect = mode;
     return o;
   }

@@ -11,6 +11,7 @@
 
 #include "support/status_matchers.h"
 #include "support/test_support.h"
+#include "sync/net_test_util.h"
 #include "sync/sync_test_util.h"
 
 namespace ferry::sync {
@@ -19,16 +20,7 @@ namespace {
 using testing::make_weights;
 using testing::Weights;
 
-SyncOptions chain_options(ferry::testing::TempDir& dir) {
-  const std::string path = dir.file("token");
-  ferry::testing::write_bytes(path, "s3cret-0123456789abcdefghij");
-  EXPECT_EQ(::chmod(path.c_str(), 0600), 0);
-  SyncOptions o;
-  o.bucket_bytes = 64 << 10;
-  o.timeout = std::chrono::milliseconds(10'000);
-  o.token_file = path;
-  return o;
-}
+SyncOptions chain_options(ferry::testing::TempDir& dir) { return testing::net_options(dir); }
 
 std::vector<TensorSpec> chain_model() {
   return {*TensorSpec::make("embed", DType::kBF16, {300, 512}),  // 300 KiB: spans buckets

@@ -17,6 +17,7 @@
 #include "base/clock.h"
 #include "support/status_matchers.h"
 #include "support/test_support.h"
+#include "sync/net_test_util.h"
 #include "sync/sync_test_util.h"
 
 namespace ferry::sync {
@@ -26,14 +27,9 @@ using testing::make_weights;
 using testing::Weights;
 
 SyncOptions relay_options(ferry::testing::TempDir& dir) {
-  const std::string path = dir.file("token");
-  ferry::testing::write_bytes(path, "s3cret-0123456789abcdefghij");
-  EXPECT_EQ(::chmod(path.c_str(), 0600), 0);
-  SyncOptions o;
+  SyncOptions o = testing::net_options(dir);
   o.bucket_bytes = 16 << 10;  // ~20 buckets a round
   o.slots = 4;
-  o.timeout = std::chrono::milliseconds(10'000);
-  o.token_file = path;
   return o;
 }
 
