@@ -268,8 +268,10 @@ struct Receiver::Impl {
           const TensorSpec& spec = manifest[p.tensor];
           if (plan.piece_count[p.tensor] == 1) {
             // Zero-copy: a view into the ring, whose earlier segments stay until RELEASE.
+            std::byte* writable =
+                writable_slot != nullptr ? writable_slot + p.bucket_offset : nullptr;
             status = finish_tensor(p.tensor, TensorView{spec, {slot + p.bucket_offset, p.length}},
-                                   how, writable_slot + p.bucket_offset);
+                                   how, writable);
           } else if (p.tensor_offset + p.length == spec.bytes() && how.on_writable != nullptr) {
             // Kept until the caller is done with this bucket, as the ring's views are.
             std::vector<std::byte>& whole = assembled_now.emplace_back();

@@ -28,6 +28,10 @@ Status RoundAgreement::check(std::size_t sender, const RoundBegin& begin) {
   }
   for (const TensorSpec& t : begin.tensors) {
     const auto [it, added] = owner_.try_emplace(t.name, sender);
+    if (!added && it->second == sender) {
+      return corruption(
+          fmt::format("{} names tensor '{}' twice in one round", senders_[sender], t.name));
+    }
     if (!added) {
       return invalid_argument(
           fmt::format("tensor '{}' is sent by both {} and {}: the senders' parts must be disjoint",

@@ -290,6 +290,32 @@ TEST(AssembledTensorLimit, ATensorSpanningBucketsPastTheLimitIsRefusedInCallback
   dst.join();
   EXPECT_OK(got);
   EXPECT_EQ(into, w.data[0]);
+
+  // Exactly at the limit, callback mode assembles it (a session of its own: receiver 0 of
+  // the last one still counts as joined).
+  SyncOptions at_limit = o;
+  at_limit.max_assembled_tensor_bytes = big.bytes();
+  const std::string other = unique_address();
+  auto second = Sender::create(other, at_limit);
+  ASSERT_OK(second);
+  std::vector<std::byte> assembled;
+  std::thread cb([&] {
+    auto r = Receiver::connect(other, 0, at_limit);
+    if (!r.ok()) {
+      got = r.status();
+      return;
+    }
+    got = (*r)->receive_round([&](const TensorView& t) {
+                assembled.assign(t.data.begin(), t.data.end());
+                return ok_status();
+              })
+              .status();
+  });
+  ASSERT_OK((*second)->accept(1));
+  EXPECT_OK((*second)->send_round(views).status());
+  cb.join();
+  EXPECT_OK(got);
+  EXPECT_EQ(assembled, w.data[0]);
 }
 
 }  // namespace
