@@ -17,7 +17,7 @@ raises AbortedError naming it) and is raised again unchanged by the receiver.
 from __future__ import annotations
 
 import asyncio
-from typing import Any, Callable, Iterable, Mapping, Self, Sequence
+from typing import Any, AsyncIterator, Callable, Iterable, Mapping, Self, Sequence
 
 from . import _ferry
 from ._tensors import (CONVERTERS, Weights, _error, destination_arg, ferry_dtype, tensor_arg,
@@ -113,6 +113,35 @@ class Sender(_Endpoint):
         return self._impl.send_round_streamed(manifest, _StreamedTensors(manifest, weights),
                                               more_follows)
 
+    async def send_round_streamed_async(self, specs: Sequence[tuple],
+                                        weights: Iterable[tuple[str, Any]] | AsyncIterator,
+                                        more_follows: bool = False) -> RoundStats:
+        """send_round_streamed() from a coroutine, for generators that must run on the event
+        loop's thread (verl's: they may run collectives and refill one buffer per yield).
+
+        `weights` (a sync or async iterable of (name, tensor)) is pulled on the calling
+        thread; the round runs in a worker thread, which copies each tensor into the ring
+        before the next is pulled. The loop is held while one tensor is copied, as verl's
+        own backends hold it, and is free while the sender waits for a free slot or for
+        acknowledgements. Errors as send_round_streamed(); a cancelled call aborts the round.
+        """
+        manifest = [(str(n), ferry_dtype(d), tuple(int(x) for x in shape))
+                    for n, d, shape in specs]
+        feed = _ferry.TensorFeed()
+        loop = asyncio.get_running_loop()
+        sending = loop.run_in_executor(None, self._impl.send_round_streamed, manifest, feed,
+                                       more_follows)
+        try:
+            await _feed(feed, manifest, weights, loop)
+        except BaseException as e:  # aborts the round; raised here unchanged
+            feed.fail(f"the sender's weights raised {type(e).__name__}: {e}")
+            try:
+                await asyncio.shield(sending)
+            except BaseException:
+                pass
+            raise
+        return await sending
+
     async def send_round_async(self, weights: Weights, more_follows: bool = False) -> RoundStats:
         """send_round() as an awaitable: the transfer runs in a worker thread.
 
@@ -140,6 +169,68 @@ class Sender(_Endpoint):
     @property
     def address(self) -> str:
         return self._impl.address
+
+
+# How long the loop thread waits for the sender to take one tensor before it waits in a
+# worker instead (so a coroutine on the same loop, e.g. a colocated receiver, can run while
+# the sender waits for it): a tensor's copy, not a slot's.
+_FEED_HOLD_S = 0.005
+
+
+async def _feed(feed: Any, manifest: list[tuple], weights: Any,
+                loop: asyncio.AbstractEventLoop) -> None:
+    """Pulls `weights` and offers each tensor to the feed once the sender took the last."""
+    count, index = len(manifest), 0
+    async for name, tensor in _each(weights):
+        if feed.stopped:
+            return  # the round failed: awaiting it raises why
+        if index == count:
+            raise _error(_ferry.InvalidArgumentError,
+                         f"tensor {index} '{name}' is one more than the {count} of the manifest")
+        arg, owner = tensor_arg(name, tensor)
+        _check_spec(index, arg, manifest[index])
+        if len(arg) == 5:
+            feed.offer(arg[3], arg[4])
+        else:
+            owner = _addressable(arg[3])
+            feed.offer(*owner[:2])
+        if not feed.wait_taken(_FEED_HOLD_S):
+            await loop.run_in_executor(None, feed.wait_taken, -1.0)
+        del owner  # in the ring: the generator may reuse its memory
+        index += 1
+    if index < count and not feed.stopped:
+        raise _error(_ferry.InvalidArgumentError,
+                     f"the tensors ended before tensor {index} '{manifest[index][0]}' (the "
+                     f"manifest has {count})")
+    feed.end()
+
+
+async def _each(weights: Any) -> AsyncIterator:
+    if hasattr(weights, "__aiter__"):
+        async for item in weights:
+            yield item
+    else:
+        for item in weights:
+            yield item
+
+
+def _check_spec(index: int, arg: tuple, want: tuple) -> None:
+    got = (arg[0], arg[1], tuple(arg[2]))
+    if got != want:
+        raise _error(_ferry.InvalidArgumentError,
+                     f"tensor {index} is '{got[0]}' {got[1].name}{list(got[2])}, but the "
+                     f"manifest has '{want[0]}' {want[1].name}{list(want[2])} there")
+
+
+def _addressable(buffer: Any) -> tuple[int, int, Any]:
+    """(address, nbytes, owner) of a buffer object's bytes; owner keeps them alive."""
+    import ctypes
+    view = memoryview(buffer).cast("B")
+    if view.nbytes == 0:
+        return 0, 0, view
+    if view.readonly:  # ctypes takes writable buffers only: a private copy of the few that are not
+        view = memoryview(bytearray(view))
+    return ctypes.addressof(ctypes.c_char.from_buffer(view)), view.nbytes, view
 
 
 class _StreamedTensors:
@@ -170,11 +261,7 @@ class _StreamedTensors:
                          f"has {count})")
         name, tensor = item
         arg, self._owner = tensor_arg(name, tensor)
-        got = (arg[0], arg[1], tuple(arg[2]))
-        if got != want:
-            raise _error(_ferry.InvalidArgumentError,
-                         f"tensor {index} is '{got[0]}' {got[1].name}{list(got[2])}, but the "
-                         f"manifest has '{want[0]}' {want[1].name}{list(want[2])} there")
+        _check_spec(index, arg, want)
         return (arg[3], arg[4]) if len(arg) == 5 else arg[3]
 
 

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "bindings.h"
+#include "tensor_feed.h"
 
 namespace ferry::python {
 namespace {
@@ -210,7 +211,7 @@ class PySender : public Endpoint<sync::Sender> {
   // next call; next(len(specs)) returns None once the stream is over. Runs with the GIL
   // released, taking it only inside next; an exception there aborts the round (the
   // receivers hear why) and is raised again here, unchanged.
-  RoundStats send_round_streamed(const py::sequence& specs, const py::function& next,
+  RoundStats send_round_streamed(const py::sequence& specs, const py::object& next,
                                  bool more_follows) {
     UseGuard use(mutex_, what_);
     sync::Sender& s = get();
@@ -221,6 +222,20 @@ class PySender : public Endpoint<sync::Sender> {
       if (t.size() != 3) throw StatusError(invalid_argument("a spec is (name, dtype, shape)"));
       manifest.push_back(check(
           TensorSpec::make(t[0].cast<std::string>(), t[1].cast<DType>(), shape_from_python(t[2]))));
+    }
+    // A TensorFeed is served without the GIL: its puller runs on another thread.
+    if (py::isinstance<TensorFeed>(next)) {
+      std::shared_ptr<TensorFeed> feed = next.cast<std::shared_ptr<TensorFeed>>();
+      const sync::TensorStream stream = [&](std::size_t) { return feed->take(); };
+      Result<RoundStats> r = [&] {
+        py::gil_scoped_release nogil;
+        Result<RoundStats> result =
+            s.send_round_streamed(manifest, stream, sync::RoundOptions{more_follows});
+        feed->stop();
+        return result;
+      }();
+      interrupts_.raise_pending();
+      return check(std::move(r));
     }
     std::optional<py::error_already_set> raised;
     py::object current;                // what next returned last: the bytes it owns

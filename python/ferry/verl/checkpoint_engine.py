@@ -317,21 +317,20 @@ class FerryCheckpointEngine(CheckpointEngineWithCache):
     async def _send_streamed(self, weights: Iterable | AsyncIterator,
                              global_steps: int | None) -> dict[str, Any]:
         """An update whose manifest the last one taught: one round, each yielded tensor
-        pulled from the generator (on the event loop, where it would run anyway) only when
-        the ring has room for it and copied straight into the ring slot before the next is
-        pulled: one copy, no staging. A tensor that differs from the manifest (name, order,
+        pulled from the generator on the event loop's thread (where it would run anyway),
+        handed to the sender's thread as the ring has room for it and copied straight into
+        the ring slot before the next is pulled: one copy, no staging. A tensor that differs from the manifest (name, order,
         dtype, shape, missing, extra) fails the update naming it; the next update then
         rebuilds the sessions and relearns the manifest through staging."""
-        loop = asyncio.get_running_loop()
         ((kind, sender),) = self._senders.items()
-        specs, items = list(self._manifest), _pulled_on(loop, weights)
+        specs, items = list(self._manifest), weights
         if global_steps is not None:
             specs.insert(0, (VERSION_TENSOR, _ferry.DType.I64, (1,)))
-            items = _chain([(VERSION_TENSOR, torch.tensor([int(global_steps)],
-                                                          dtype=torch.int64))], items)
+            items = _chain((VERSION_TENSOR, torch.tensor([int(global_steps)], dtype=torch.int64)),
+                           _items(weights))
         start = time.monotonic()
         try:
-            stats = await loop.run_in_executor(None, sender.send_round_streamed, specs, items)
+            stats = await sender.send_round_streamed_async(specs, items)
         except BaseException:
             self._broken = True
             self._manifest = None
@@ -622,21 +621,10 @@ def _metrics(total_bytes: int, tensors: int, seconds: float, session_seconds: di
             **{f"ferry/{kind}_bytes": b for kind, b in session_bytes.items()}}
 
 
-def _chain(first: list, rest: Iterable) -> Iterable:
-    yield from first
-    yield from rest
-
-
-def _pulled_on(loop: asyncio.AbstractEventLoop, weights: Iterable | AsyncIterator) -> Iterable:
-    """A plain iterator, for a worker thread, over verl's sync or async generator: each
-    item is pulled on the event loop (which awaits the worker meanwhile), in the thread
-    the generator would run in without ferry (CUDA's current device is per thread)."""
-    items = _items(weights).__aiter__()
-    while True:
-        try:
-            yield asyncio.run_coroutine_threadsafe(items.__anext__(), loop).result()
-        except StopAsyncIteration:
-            return
+async def _chain(first: tuple, rest: AsyncIterator) -> AsyncIterator:
+    yield first
+    async for item in rest:
+        yield item
 
 
 class _Staging:
