@@ -1,0 +1,117 @@
+"""The verl checkpoint engine at real size: every tensor of qwen2.5-0.5b (290, 0.99 GB bf16),
+128 MiB buckets (the 272 MB embedding spans three), a master and two rollout ranks in their
+own processes, three updates in verl's manager order: the first staged, the later ones
+streamed into the ring. Each rollout rank checks every byte against its own copy of what was
+sent, and one of them writes into what it is given (verl's loaders may), which no later
+update and no other rank may see."""
+
+from __future__ import annotations
+
+import asyncio
+import multiprocessing as mp
+
+import pytest
+import torch
+
+import ferry
+
+PRESET = "qwen2.5-0.5b"
+BUCKET = 128 << 20
+STEPS = 3
+TIMEOUT_S = 300
+
+
+def _base() -> list[tuple[str, torch.Tensor]]:
+    g = torch.Generator().manual_seed(5)
+    return [(name, torch.empty(shape, dtype=torch.bfloat16).uniform_(-1, 1, generator=g))
+            for name, _, shape in ferry.hf_tensor_specs(PRESET, ferry.DType.BF16)]
+
+
+def _step_value(step: int) -> float:
+    return 0.125 * step  # exact in bf16 beside values in [-1, 1): no two steps alike
+
+
+def _rollout(conn, writes: bool) -> None:
+    """A rollout rank: runs the manager's calls; per update answers the names received and
+    the names whose bytes differ from base + step."""
+    from ferry.verl.checkpoint_engine import FerryCheckpointEngine
+    base = dict(_base())
+    engine = FerryCheckpointEngine(BUCKET)
+
+    async def receive(step: int) -> tuple[list, list]:
+        names, wrong = [], []
+        async for name, tensor in engine.receive_weights(global_steps=step):
+            names.append(name)
+            if not torch.equal(tensor, base[name] + _step_value(step)):
+                wrong.append(name)
+            if writes:
+                tensor.fill_(-7.0)  # into the ring's pages: private to this rank and round
+        return names, wrong
+
+    while True:
+        cmd, *args = conn.recv()
+        try:
+            if cmd == "prepare":
+                out = engine.prepare()
+            elif cmd == "init":
+                out = engine.init_process_group(**args[0])
+            elif cmd == "receive":
+                out = asyncio.run(receive(args[0]))
+            else:
+                engine.close()
+                conn.send(("ok", None))
+                return
+            conn.send(("ok", out))
+        except Exception as e:  # reported to the test
+            conn.send(("error", type(e).__name__, str(e)))
+
+
+def _answer(conn) -> tuple:
+    if not conn.poll(TIMEOUT_S):
+        pytest.fail(f"a rollout rank gave no answer in {TIMEOUT_S} s")
+    return conn.recv()
+
+
+def test_full_depth_model_updates_bit_exact_staged_then_streamed():
+    from ferry.verl.checkpoint_engine import FerryCheckpointEngine
+    base = _base()
+    ctx = mp.get_context("spawn")
+    conns, procs = [], []
+    for writes in (False, True):
+        conn, child = ctx.Pipe()
+        procs.append(ctx.Process(target=_rollout, args=(child, writes), daemon=True))
+        procs[-1].start()
+        conns.append(conn)
+    master = FerryCheckpointEngine(BUCKET, is_master=True)
+    try:
+        for step in range(1, STEPS + 1):
+            for conn in conns:
+                conn.send(("prepare",))
+            metadata = [master.prepare()] + [_answer(c)[1] for c in conns]
+            trainer_kw, rollout_kw = FerryCheckpointEngine.build_topology(1, 2, metadata)
+            for i, conn in enumerate(conns):
+                conn.send(("init", {k: v[i] for k, v in rollout_kw.items()}))
+            master.init_process_group(**{k: v[0] for k, v in trainer_kw.items()})
+            assert [_answer(c)[0] for c in conns] == ["ok", "ok"]
+            for conn in conns:
+                conn.send(("receive", step))
+            sent = ((name, t + _step_value(step)) for name, t in base)  # a generator, as verl's
+            metrics = asyncio.run(master.send_weights(sent, global_steps=step))
+            received = [_answer(c) for c in conns]
+            master.finalize()
+            for rank, answer in enumerate(received):
+                assert answer[0] == "ok", f"step {step}, rank {rank}: {answer}"
+                names, wrong = answer[1]
+                assert names == [n for n, _ in base], f"step {step}, rank {rank}: names"
+                assert not wrong, f"step {step}, rank {rank}: wrong bytes for {wrong[:5]}"
+            assert metrics["ferry/tensors"] == len(base) == 290
+            assert metrics["ferry/bytes"] == sum(t.numel() * 2 for _, t in base)
+            assert metrics["ferry/streamed"] == (0.0 if step == 1 else 1.0), (step, metrics)
+    finally:
+        for conn in conns:
+            conn.send(("exit",))
+        for proc in procs:
+            proc.join(30)
+            if proc.is_alive():
+                proc.kill()
+        master.close()
