@@ -286,6 +286,10 @@ class FERRY_EXPORT Receiver {
   // bucket size is a multiple of the page size and the kernel allowed the private mapping
   // (made on the first call, then kept). Otherwise the reason; callers then copy.
   Status writable_views_error();
+  // The ring as this process maps it (read-only where the sender shares its memory), for a
+  // caller that page-locks it with a device runtime once so copies out of it are DMA. Valid
+  // until the Receiver is destroyed.
+  std::span<const std::byte> ring_memory() const;
 
   std::uint64_t session_id() const;
   std::uint64_t last_round() const;

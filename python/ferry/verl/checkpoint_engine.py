@@ -40,6 +40,8 @@ from .. import _ferry
 from .._tensors import _error, arg_bytes, tensor_arg, to_torch, typed
 from .._verl_compat import CheckpointEngineRegistry, CheckpointEngineWithCache
 from ..sync import Receiver, Relay, Sender, SyncOptions
+from ._device import device_for
+from ._device_path import DevicePath
 from ._memory import backed_buffer
 from . import _items  # a sync or async generator of (name, tensor), as verl gives either
 
@@ -51,7 +53,7 @@ DEFAULT_TIMEOUT_S = 600.0  # verl's wait for a peer; a dead peer is seen at once
 DEFAULT_ROUND_BYTES = 64 << 20
 # engine_kwargs.ferry.* this backend reads; any other is warned about once, by name.
 ENGINE_KWARGS = frozenset({"token_file", "slots", "interface", "port", "timeout_s",
-                           "node_id", "checksums", "round_bytes", "cache"})
+                           "node_id", "checksums", "round_bytes", "cache", "device"})
 _warned: set[str] = set()
 _DONE = object()
 
@@ -130,6 +132,11 @@ class FerryCheckpointEngine(CheckpointEngineWithCache):
         # Per engine, not per process: "" leaves FERRY_TOKEN / FERRY_TOKEN_FILE to the C++ side.
         self.token_file = str(engine_kwargs.get("token_file") or "")
         self.cache = bool(engine_kwargs.get("cache", False))
+        # Where the rollout's tensors go and the master's come from; not "cpu": the device
+        # path (_device_path.py), no host copy between the device and the ring.
+        self.device = str(engine_kwargs.get("device", "cpu"))
+        device = device_for(self.device)  # a bad or absent device fails here, by name
+        self._device_path = DevicePath(device, self.bucket_size) if device.kind != "cpu" else None
         self._interface = engine_kwargs.get("interface")
         self._port = engine_kwargs.get("port")
         self._shm_address = f"@ferry-verl-{os.getpid()}-{uuid.uuid4().hex[:12]}"
@@ -330,8 +337,10 @@ class FerryCheckpointEngine(CheckpointEngineWithCache):
             items = _chain([(VERSION_TENSOR, torch.tensor([int(global_steps)],
                                                           dtype=torch.int64))], items)
         start = time.monotonic()
+        send = (sender.send_round_streamed if self._device_path is None
+                else functools.partial(self._device_path.send, sender))
         try:
-            stats = await loop.run_in_executor(None, sender.send_round_streamed, specs, items)
+            stats = await loop.run_in_executor(None, send, specs, items)
         except BaseException:
             self._broken = True
             self._manifest = None
@@ -366,6 +375,10 @@ class FerryCheckpointEngine(CheckpointEngineWithCache):
         if self._receiver is None:
             raise _error(_ferry.FailedPreconditionError,
                          "receive_weights before init_process_group joined a session")
+        if self._device_path is not None:
+            async for item in self._device_path.receiving.receive(self, global_steps):
+                yield item
+            return
         loop = asyncio.get_running_loop()
         items: queue.Queue = queue.Queue(maxsize=64)  # bounds what waits for the consumer
         stop = threading.Event()
@@ -428,6 +441,8 @@ class FerryCheckpointEngine(CheckpointEngineWithCache):
             self._early_shm = None
 
     def _close_sessions(self) -> None:
+        if self._device_path is not None:
+            self._device_path.release()  # before the rings are unmapped
         for sender in self._senders.values():
             sender.close()
         self._senders.clear()
