@@ -189,6 +189,28 @@ def test_the_next_bucket_is_copied_while_the_caller_reads_the_current_one():
     assert overlapped > 0, device.log
 
 
+@pytest.mark.parametrize("change, message", [
+    (lambda w: w + [("model.extra", torch.ones(3))], "'model.extra' is one more than the 16"),
+    (lambda w: w[:-1], "ended before tensor 15 'lm_head.weight'"),
+    (lambda w: [(n, t.t() if n == "lm_head.weight" else t) for n, t in w],
+     "tensor 15 is 'lm_head.weight' F16[77, 300], but the manifest has 'lm_head.weight' "
+     "F16[300, 77]"),
+])
+def test_tensors_that_differ_from_the_manifest_abort_the_filled_round_by_name(change, message):
+    fake_device.use()
+    pair = _Pair()
+    try:
+        pair.update(1, _weights(1))
+        sent, received = pair.update(2, change(_weights(2)))
+        assert isinstance(sent, ferry.InvalidArgumentError), sent
+        assert message in str(sent)
+        assert isinstance(received, BaseException)  # aborted before END: never delivered
+        sent, received = pair.update(3, _weights(3))  # the sessions are rebuilt
+        assert received == _expected(_weights(3))
+    finally:
+        pair.close()
+
+
 def test_a_device_that_is_not_here_fails_at_construction_naming_it():
     if torch.cuda.is_available():
         pytest.skip("this machine has CUDA")

@@ -14,6 +14,7 @@ caller moved past the bucket it holds, with the lifetime receive_weights' docstr
 from __future__ import annotations
 
 import asyncio
+import math
 import queue
 import threading
 from typing import Any, AsyncIterator, Iterable
@@ -53,20 +54,30 @@ class DeviceFill:
         self._items = iter(items)
         self._pulled: dict[int, torch.Tensor] = {}  # index -> its bytes, until flushed
         self._next = 0  # tensors [0, _next) were pulled
+        # Bytes filled so far, of the round's total: the flush that completes them checks the
+        # end of the iterator, so a missing or extra tensor aborts the round before its END.
+        self._filled, self._finished = 0, False
+        self._total = sum((math.prod(shape) * dtype.bits + 7) // 8 for _, dtype, shape in manifest)
 
     def fill(self, index: int, tensor_offset: int, ring_offset: int, nbytes: int) -> None:
         src = self._tensor(index)[tensor_offset:tensor_offset + nbytes]
         self.device.copy_async(self.ring[ring_offset:ring_offset + nbytes], src)
+        self._filled += nbytes
 
     def flush(self) -> None:
         self.device.synchronize()
         # Every copy so far is done; only the last tensor may have pieces in the next segment.
         last = self._next - 1
         self._pulled = {i: t for i, t in self._pulled.items() if i == last}
+        if self._filled == self._total:
+            self.finish()
 
     def finish(self) -> None:
-        """After the round: tensors the ring never reached (empty ones at the end) are pulled
-        and checked, and the iterator must be over."""
+        """Once every byte was filled: tensors the ring never reached (empty ones at the end)
+        are pulled and checked, and the iterator must be over."""
+        if self._finished:
+            return
+        self._finished = True
         if self.manifest:
             self._tensor(len(self.manifest) - 1)
         extra = next(self._items, None)
