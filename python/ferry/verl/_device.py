@@ -45,6 +45,14 @@ class Device:
         """Blocks until every copy started so far completed."""
         self.wait(self.record())
 
+    def fence(self) -> Any:
+        """Marks the work queued so far on the calling thread's current stream (a caller still
+        reading a buffer); copies started after copy_after(fence) wait for it."""
+        return None
+
+    def copy_after(self, fence: Any) -> None:
+        """The next copies start only after `fence`'s work."""
+
     def empty(self, nbytes: int) -> torch.Tensor:
         """A device buffer of `nbytes` bytes (uint8)."""
         return torch.empty(nbytes, dtype=torch.uint8, device=self.torch_device)
@@ -90,6 +98,14 @@ class CudaDevice(Device):
     def wait(self, event: Any) -> None:
         event.synchronize()
 
+    def fence(self) -> Any:
+        event = torch.cuda.Event()
+        event.record(torch.cuda.current_stream(self.torch_device))
+        return event
+
+    def copy_after(self, fence: Any) -> None:
+        self.stream.wait_event(fence)
+
     def register_host(self, address: int, nbytes: int, read_only: bool) -> bool:
         flags = self._PORTABLE | (self._READ_ONLY if read_only else 0)
         err = torch.cuda.cudart().cudaHostRegister(address, nbytes, flags)
@@ -123,6 +139,11 @@ class NpuDevice(CudaDevice):
     def record(self) -> Any:
         event = torch.npu.Event()
         event.record(self.stream)
+        return event
+
+    def fence(self) -> Any:
+        event = torch.npu.Event()
+        event.record(torch.npu.current_stream(self.torch_device))
         return event
 
     def register_host(self, address: int, nbytes: int, read_only: bool) -> bool:

@@ -122,6 +122,7 @@ class _Buffer:
         self.memory: torch.Tensor | None = None
         self.free = threading.Event()
         self.free.set()
+        self.fence: Any = None  # the caller's stream when it released the buffer
 
 
 class DeviceReceive:
@@ -178,6 +179,7 @@ class DeviceReceive:
         items: queue.Queue = queue.Queue(maxsize=64)
         stop = threading.Event()
         for b in self.buffers:  # the last update's caller is done with both
+            b.fence = self.device.fence()
             b.free.set()
         worker = threading.Thread(target=self._receive_update, name="ferry-device-receive",
                                   args=(engine, receiver, global_steps, items, stop), daemon=True)
@@ -245,7 +247,12 @@ class DeviceReceive:
                 count[0] += 1
                 wait(buffer.free)  # the caller moved past the bucket it held
                 buffer.free.clear()
-                release = buffer.free.set  # one object per bucket: the consumer compares them
+                if buffer.fence is not None:  # and its kernels reading it have run
+                    self.device.copy_after(buffer.fence)
+
+                def release(buffer: _Buffer = buffer) -> None:  # one per bucket: compared
+                    buffer.fence = self.device.fence()  # on the caller's thread and stream
+                    buffer.free.set()
                 for name, tensor in self._copy_bucket(buffer, tensors):
                     put((name, tensor, release))
             if is_last:
