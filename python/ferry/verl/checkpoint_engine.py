@@ -375,7 +375,7 @@ class FerryCheckpointEngine(CheckpointEngineWithCache):
         if self._receiver is None:
             raise _error(_ferry.FailedPreconditionError,
                          "receive_weights before init_process_group joined a session")
-        if self._device_path is not None:
+        if self._device_path is not None:  # device tensors, the same lifetime (_device_path.py)
             async for item in self._device_path.receiving.receive(self, global_steps):
                 yield item
             return
