@@ -2,13 +2,13 @@
 # Device check (issue #17 item 3), for a machine with a CUDA GPU and torch; run it whenever
 # one is at hand (a few minutes). It prints, for a bf16 qwen2.5-0.5b-shaped model:
 #   - torch's own copy rates: D2H and H2D, into/from pinned and pageable host memory;
-#   - the backend's two device legs as they run today: the actor's D2H (each yielded CUDA
-#     tensor copied to a host tensor, as the streamed send does before the ring) and the
-#     rollout's H2D (each received host tensor copied into a CUDA model, as load_weights);
-#   - whole updates through the checkpoint engine, colocated, CUDA tensors on both ends
-#     (bench/python_sync.py --device).
-# Today device tensors cross through pageable host memory (issue #17 item 3 is not done):
-# the figures show what a device-to-ring copy and a page-locked ring would gain.
+#   - the device path's two legs (engine_kwargs.ferry.device, python/ferry/verl/_device_path.py)
+#     with its own code: the master's D2H, each tensor copied from the GPU straight into a
+#     ring page-locked once (ferry.Sender.ring_memory, cudaHostRegister), waited for once per
+#     16 MiB segment as send_round_filled does; the rollout's H2D, each bucket copied from
+#     the registered ring into a device buffer (DeviceReceive); each against torch's pinned rate;
+#   - whole updates through the checkpoint engine, colocated, CUDA tensors on both ends and
+#     engine_kwargs.ferry.device=cuda:0 (bench/python_sync.py --device).
 #
 # Offline use: ferry comes as a bundle made on the build machine, holding the Python
 # package and every shared library it loads beyond glibc, so the CUDA machine needs
@@ -125,22 +125,74 @@ print(f"torch D2H pageable {rate(lambda: pageable.copy_(flat)):6.2f} GB/s")
 print(f"torch H2D pinned   {rate(lambda: flat.copy_(pinned, non_blocking=True)):6.2f} GB/s")
 print(f"torch H2D pageable {rate(lambda: flat.copy_(pageable)):6.2f} GB/s")
 
-# The backend's legs as they run today, per tensor (ferry._tensors.tensor_arg on the actor,
-# the rollout's load into its CUDA model).
-from ferry._tensors import tensor_arg
+pinned_d2h = rate(lambda: pinned.copy_(flat, non_blocking=True))
+pinned_h2d = rate(lambda: flat.copy_(pinned, non_blocking=True))
 
-owners = []
+# The device path's legs with its own code: the ring of a real ferry.Sender (2 slots of
+# 512 MiB, registered as the master registers it) and the rollout's DeviceReceive.
+from ferry.verl._device import byte_view, device_for, host_view
+from ferry.verl._device_path import DeviceReceive, RingRegistration
+
+device = device_for(DEVICE)
+BUCKET, SEGMENT = 512 << 20, 16 << 20
+sender = ferry.Sender(f"@ferry-device-check-{time.monotonic_ns()}", bucket_bytes=BUCKET, slots=2)
+address, nbytes = sender.ring_memory()
+registration = RingRegistration(device, address, nbytes, read_only=False)
+ring = host_view(address, nbytes)
+print(f"ring: {nbytes >> 20} MiB, page-locked: {registration.registered}")
+sources = [byte_view(t) for t in model.values()]
 
 
-def to_host() -> None:
-    owners[:] = [tensor_arg(n, t)[1] for n, t in model.items()]
+def d2h_into_ring() -> None:
+    """Each tensor into the ring, in order, in pieces of at most a segment, waited for once
+    per 16 MiB segment (as DeviceFill's fill and flush run)."""
+    at = since_wait = 0
+    for src in sources:
+        for start in range(0, src.numel(), SEGMENT):
+            piece = src[start:start + SEGMENT]
+            n = piece.numel()
+            if at + n > nbytes:
+                at = 0
+            device.copy_async(ring[at:at + n], piece)
+            at += n
+            since_wait += n
+            if since_wait >= SEGMENT:
+                device.synchronize()
+                since_wait = 0
+    device.synchronize()
 
 
-print(f"backend D2H (actor, per tensor to host)  {rate(to_host):6.2f} GB/s")
-host = {n: t.cpu() for n, t in model.items()}
-print(f"backend H2D (rollout, per tensor load)   "
-      f"{rate(lambda: [model[n].copy_(t) for n, t in host.items()]):6.2f} GB/s")
+d2h = rate(d2h_into_ring)
+print(f"device path D2H into the ring  {d2h:6.2f} GB/s = {d2h / pinned_d2h:.2f} x torch pinned")
+
+# The rollout's leg: the bytes laid out in buckets in the ring, each copied into a device
+# buffer and viewed as its tensors (DeviceReceive._copy_bucket; the ring registered
+# read-only there, as a receiver's is; here the sender's registration serves).
+receive = DeviceReceive(device, BUCKET)
+buckets, bucket, used = [], [], 0
+for (name, tensor), src in zip(model.items(), sources):
+    n = src.numel()
+    assert n <= BUCKET, f"{name}: larger than a bucket (the receiver assembles it on the host)"
+    if used + n > BUCKET and bucket:
+        buckets.append(bucket)
+        bucket, used = [], 0
+    at = (len(buckets) % 2) * BUCKET + used
+    view = memoryview(ring[at:at + n].numpy())
+    bucket.append((name, ferry.DType.BF16, tuple(tensor.shape), view))
+    used += n
+buckets.append(bucket)
+
+
+def h2d_from_ring() -> None:
+    for i, b in enumerate(buckets):
+        receive._copy_bucket(receive.buffers[i % 2], b)
+
+
+h2d = rate(h2d_from_ring)
+print(f"device path H2D from the ring  {h2d:6.2f} GB/s = {h2d / pinned_h2d:.2f} x torch pinned")
+registration.release()
+sender.close()
 EOF
 
-echo "checkpoint engine, colocated, CUDA tensors on the actor and the rollout:"
+echo "checkpoint engine, colocated, CUDA tensors on both ends, engine_kwargs.ferry.device=cuda:0:"
 "$PYTHON" "$bench" --paths backend --device "cuda:0" --bucket-mb 512 --rounds 3

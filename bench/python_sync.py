@@ -18,7 +18,8 @@ Paths, each trainer process -> a spawned rollout process, one copy on each side:
           beside receive_weights, its tensors copied into the model -> finalize); timed whole.
           The first update (new session: ring, sockets, join; staged, it teaches the
           manifest) is reported apart; later ones stream. --device cuda:N puts both ends'
-          tensors on that device (bench/device_check.sh)
+          tensors on that device and gives the engines engine_kwargs.ferry.device, the
+          device path: D2H into the ring, H2D from it (bench/device_check.sh)
   memcpy  one torch copy of the same bytes in one process (the machine's limit)
 and the C++ engine alone (`ferry bench sync --json`) in both delivery modes: destinations
 (against cpp) and `--bucket-callback` (against buckets and verl, which deliver the same way).
@@ -134,7 +135,7 @@ def _backend_rollout(conn, preset: str, bucket_bytes: int, device: str = "cpu") 
     # (untouched, its first-touch page faults were ~4 s of the first update on a VM).
     model = {n: torch.zeros(s, dtype=torch.bfloat16, device=device)
              for n, _, s in ferry.hf_tensor_specs(preset, ferry.DType.BF16)}
-    engine = FerryCheckpointEngine(bucket_bytes)
+    engine = FerryCheckpointEngine(bucket_bytes, device=device)
     conn.send("ready")  # the first update is timed from here: process start-up is no part of it
 
     async def receive() -> None:
@@ -168,7 +169,7 @@ def run_backend(weights: dict, preset: str, rounds: int, bucket_mb: int,
     conn, child = ctx.Pipe()
     proc = ctx.Process(target=_backend_rollout, args=(child, preset, bucket_mb << 20, device))
     proc.start()
-    master = FerryCheckpointEngine(bucket_mb << 20, is_master=True)
+    master = FerryCheckpointEngine(bucket_mb << 20, is_master=True, device=device)
     assert conn.recv() == "ready"
     times, metrics = [], []
     for step in range(rounds + 1):
@@ -237,7 +238,8 @@ def main() -> None:
     parser.add_argument("--bucket-mb", type=int, default=64)
     parser.add_argument("--ferry", default="build/src/cli/ferry", help="the ferry CLI")
     parser.add_argument("--device", default="cpu",
-                        help="torch device of the backend path's tensors on both ends")
+                        help="torch device of the backend path's tensors on both ends, and "
+                             "its engine_kwargs.ferry.device (the device path)")
     parser.add_argument("--paths", default="memcpy,cpp,stream,buckets,verl,verl128,backend",
                         help="comma-separated paths to run (see above)")
     args = parser.parse_args()

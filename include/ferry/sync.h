@@ -155,6 +155,16 @@ struct GatheredTensor {
 // has another tensor). An error aborts the round with it.
 using TensorStream = std::function<Result<std::span<const std::byte>>(std::size_t index)>;
 
+// send_round_filled's producer, which writes into the ring slot itself: fills `dst` with
+// bytes [offset, offset + dst.size()) of tensor `index`. It may only start the copy (a
+// device's asynchronous D2H): `dst` is read only after the next flush. Called in bucket
+// order; a tensor larger than a segment is filled in several calls.
+using TensorFill =
+    std::function<Status(std::size_t index, std::uint64_t offset, std::span<std::byte> dst)>;
+// Completes every fill started since the last flush; called once per segment, before the
+// segment is hashed and published.
+using FillFlush = std::function<Status()>;
+
 class FERRY_EXPORT Sender {
  public:
   // Binds `address` ("@name": abstract socket; else a file path created 0600) and
@@ -185,6 +195,18 @@ class FERRY_EXPORT Sender {
   Result<RoundStats> send_round_streamed(std::span<const TensorSpec> specs,
                                          const TensorStream& next,
                                          const RoundOptions& round_options = {});
+  // The same, with the producer copying into the slot itself (one copy, which may be
+  // asynchronous: a device tensor's D2H straight into the ring): `fill` for each piece of a
+  // segment, then `flush` once, then the segment is hashed from the slot and published. An
+  // error from `fill` or `flush` aborts the round (and breaks the session) naming the tensor.
+  // Not with delta rounds (kFailedPrecondition).
+  Result<RoundStats> send_round_filled(std::span<const TensorSpec> specs, const TensorFill& fill,
+                                       const FillFlush& flush,
+                                       const RoundOptions& round_options = {});
+  // The whole ring (options.slots x options.bucket_bytes), for a producer that registers it
+  // with a device runtime once (page-locked, so send_round_filled's D2H copies are DMA). The
+  // memory lives as long as the Sender; it is written only inside send_round_filled's fill.
+  std::span<std::byte> ring_memory() const;
 
   std::uint64_t session_id() const;
   std::uint64_t rounds_sent() const;
@@ -264,6 +286,10 @@ class FERRY_EXPORT Receiver {
   // bucket size is a multiple of the page size and the kernel allowed the private mapping
   // (made on the first call, then kept). Otherwise the reason; callers then copy.
   Status writable_views_error();
+  // The ring as this process maps it (read-only where the sender shares its memory), for a
+  // caller that page-locks it with a device runtime once so copies out of it are DMA. Valid
+  // until the Receiver is destroyed.
+  std::span<const std::byte> ring_memory() const;
 
   std::uint64_t session_id() const;
   std::uint64_t last_round() const;

@@ -142,6 +142,26 @@ class Sender(_Endpoint):
             raise
         return await sending
 
+    def send_round_filled(self, specs: Sequence[tuple], fill: Callable[[int, int, int, int], None],
+                          flush: Callable[[], None], more_follows: bool = False) -> RoundStats:
+        """Sends one round whose producer copies into the ring itself (a device's D2H).
+
+        specs: (name, dtype, shape) of each tensor, in order. For each piece of a segment
+        (in ring order) fill(index, tensor_offset, ring_offset, nbytes) copies bytes
+        [tensor_offset, +nbytes) of tensor `index` to bytes [ring_offset, +nbytes) of
+        ring_memory(), or only starts that copy; flush() then completes the segment's copies,
+        once per segment, before the segment is hashed and published. An exception in either
+        aborts the round (the session breaks, as any failed round) and is raised here unchanged.
+        """
+        manifest = [(str(n), ferry_dtype(d), tuple(int(x) for x in shape))
+                    for n, d, shape in specs]
+        return self._impl.send_round_filled(manifest, fill, flush, more_follows)
+
+    def ring_memory(self) -> tuple[int, int]:
+        """The ring as (address, nbytes), for send_round_filled's fill to copy into (and to
+        page-lock once with a device runtime). Valid until close(); unregister it before."""
+        return self._impl.ring_memory()
+
     async def send_round_async(self, weights: Weights, more_follows: bool = False) -> RoundStats:
         """send_round() as an awaitable: the transfer runs in a worker thread.
 
@@ -343,6 +363,12 @@ class Receiver(_Endpoint):
                        for name, dtype, shape, memory in views], is_last, round_ends)
 
         return self._impl.receive_round_buckets_writable(call)
+
+    def ring_memory(self) -> tuple[int, int]:
+        """The ring as (address, nbytes), mapped read-only where the sender shares it: for
+        page-locking it with a device runtime once (ferry.verl's device path). Valid until
+        close(); unregister it before."""
+        return self._impl.ring_memory()
 
     @property
     def writable_views_error(self) -> str | None:

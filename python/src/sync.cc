@@ -278,6 +278,58 @@ class PySender : public Endpoint<sync::Sender> {
     return check(std::move(r));
   }
 
+  // fill(i, tensor_offset, ring_offset, nbytes) copies bytes [tensor_offset, +nbytes) of
+  // tensor i to ring_memory()'s [ring_offset, +nbytes), or starts the copy; flush() completes
+  // the copies started since the last flush (once per segment, before it is published). Runs
+  // with the GIL released, taking it only inside fill and flush; an exception there aborts
+  // the round (the receivers hear why) and is raised again here, unchanged.
+  RoundStats send_round_filled(const py::sequence& specs, const py::function& fill,
+                               const py::function& flush, bool more_follows) {
+    UseGuard use(mutex_, what_);
+    sync::Sender& s = get();
+    std::vector<TensorSpec> manifest;
+    manifest.reserve(specs.size());
+    for (const py::handle& item : specs) {
+      const auto t = item.cast<py::tuple>();
+      if (t.size() != 3) throw StatusError(invalid_argument("a spec is (name, dtype, shape)"));
+      manifest.push_back(check(
+          TensorSpec::make(t[0].cast<std::string>(), t[1].cast<DType>(), shape_from_python(t[2]))));
+    }
+    const std::byte* ring = s.ring_memory().data();
+    std::optional<py::error_already_set> raised;
+    auto call = [&](const char* what, auto&& f) -> Status {
+      py::gil_scoped_acquire gil;
+      try {
+        f();
+        return ok_status();
+      } catch (py::error_already_set& e) {
+        std::string type = py::str(e.type().attr("__name__"));
+        std::string text = py::str(e.value());
+        if (!raised) raised.emplace(std::move(e));
+        return aborted(fmt::format("the sender's {}() raised {}: {}", what, type, text));
+      }
+    };
+    const sync::TensorFill on_fill = [&](std::size_t i, std::uint64_t offset,
+                                         std::span<std::byte> dst) {
+      return call("fill", [&] {
+        fill(i, offset, static_cast<std::uint64_t>(dst.data() - ring), dst.size());
+      });
+    };
+    const sync::FillFlush on_flush = [&] { return call("flush", [&] { flush(); }); };
+    Result<RoundStats> r = [&] {
+      py::gil_scoped_release nogil;
+      return s.send_round_filled(manifest, on_fill, on_flush, sync::RoundOptions{more_follows});
+    }();
+    interrupts_.raise_pending();
+    if (raised) throw *raised;
+    return check(std::move(r));
+  }
+
+  py::tuple ring_memory() const {
+    const std::span<std::byte> ring = get().ring_memory();
+    return py::make_tuple(reinterpret_cast<std::uintptr_t>(ring.data()), ring.size());
+  }
+
   void close() { reset(); }
 };
 
@@ -418,6 +470,11 @@ class PyReceiver : public Endpoint<sync::Receiver> {
   }
 
   // None when receive_round_buckets_writable can run, else why not.
+  py::tuple ring_memory() const {
+    const std::span<const std::byte> ring = get().ring_memory();
+    return py::make_tuple(reinterpret_cast<std::uintptr_t>(ring.data()), ring.size());
+  }
+
   std::optional<std::string> writable_views_error() {
     UseGuard use(mutex_, what_);
     const Status s = get().writable_views_error();
@@ -629,6 +686,14 @@ void bind_sync(py::module_& m) {
            "Sends one round whose tensors `next(i)` returns one at a time, in the order of "
            "`specs` (name, dtype, shape); each is copied into the ring before the next call "
            "(use ferry.Sender.send_round_streamed).")
+      .def("send_round_filled", &PySender::send_round_filled, py::arg("specs"), py::arg("fill"),
+           py::arg("flush"), py::arg("more_follows") = false,
+           "Sends one round whose producer copies into the ring itself: fill(i, tensor_offset, "
+           "ring_offset, nbytes) per piece, flush() once per segment before it is published "
+           "(use ferry.Sender.send_round_filled).")
+      .def("ring_memory", &PySender::ring_memory,
+           "The ring as (address, nbytes): writable, valid until close(); written only inside "
+           "send_round_filled's fill.")
       .def("close", &PySender::close, "Ends the session; the receivers are told.")
       .def_property_readonly("closed", &PySender::closed, "True once close() ran.")
       .def_property_readonly(
@@ -664,6 +729,8 @@ void bind_sync(py::module_& m) {
            "Receives one round, calling on_bucket(tensors, is_last, round_ends) per bucket "
            "with writable copy-on-write views, valid until the callback for the round's next "
            "bucket returns.")
+      .def("ring_memory", &PyReceiver::ring_memory,
+           "The ring as (address, nbytes), read-only: for page-locking it with a device once.")
       .def("writable_views_error", &PyReceiver::writable_views_error,
            "None when receive_round_buckets_writable can run, else the reason it cannot.")
       .def("close", &PyReceiver::close, "Leaves the session.")

@@ -603,6 +603,11 @@ Result<RoundStats> Receiver::receive_round_buckets_writable(
 
 Status Receiver::writable_views_error() { return impl_->map_writable_views(); }
 
+std::span<const std::byte> Receiver::ring_memory() const {
+  const shm::MemfdRing& ring = impl_->ring;
+  if (ring.slots() == 0) return {};
+  return {ring.slot(0), static_cast<std::size_t>(ring.slots()) * ring.slot_bytes()};
+}
 std::uint64_t Receiver::session_id() const { return impl_->conversation.session(); }
 std::uint64_t Receiver::last_round() const { return impl_->conversation.round(); }
 

@@ -141,6 +141,48 @@ struct StreamSource {
   }
 };
 
+// The producer writes into the slot itself (send_round_filled). Its copies may still be
+// in flight when fill returns, so the segment is hashed from the slot after flush, not
+// while it is copied.
+struct FillSource {
+  std::span<const TensorSpec> specs;
+  const TensorFill* fill;
+  const FillFlush* flush;
+
+  std::size_t size() const { return specs.size(); }
+  const TensorSpec& spec(std::size_t i) const { return specs[i]; }
+  std::uint64_t bytes_given(std::size_t i) const { return specs[i].bytes(); }
+
+  // Fills slot bytes [begin, end) and waits for the copies: nothing is read before that.
+  Status fill_segment(std::byte* slot, SegmentWalker& walker, std::uint64_t begin,
+                      std::uint64_t end, bool last) const {
+    Status error;
+    std::size_t first_tensor = specs.size();
+    std::size_t last_tensor = 0;
+    walker.walk(
+        begin, end, last,
+        [&](const Piece& p, std::uint64_t at, std::uint64_t n) {
+          if (!error.ok() || n == 0) return;
+          first_tensor = std::min<std::size_t>(first_tensor, p.tensor);
+          last_tensor = p.tensor;
+          Status s = (*fill)(p.tensor, p.tensor_offset + at,
+                             std::span<std::byte>(slot + p.bucket_offset + at, n));
+          if (!s.ok()) {
+            error = Status(s.code(), fmt::format("tensor {} '{}': {}", p.tensor,
+                                                 specs[p.tensor].name, s.message()));
+          }
+        },
+        [](const Piece&) {});
+    if (!error.ok()) return error;
+    Status s = (*flush)();
+    if (s.ok()) return s;
+    if (first_tensor == specs.size()) return s;
+    return Status(s.code(), fmt::format("flushing tensors {} '{}' to {} '{}': {}", first_tensor,
+                                        specs[first_tensor].name, last_tensor,
+                                        specs[last_tensor].name, s.message()));
+  }
+};
+
 }  // namespace
 
 struct Sender::Impl {
@@ -171,7 +213,12 @@ struct Sender::Impl {
       const std::uint64_t end = std::min(used, begin + kSegmentBytes);
       const bool last = end == used;
       std::uint64_t sum = 0;
-      {
+      if constexpr (std::is_same_v<Source, FillSource>) {
+        profiler::Span span("sync.fill", profiler::Detail::kBucket);
+        Status s = weights.fill_segment(slot, walker, begin, end, last);
+        if (!s.ok()) return s;  // nothing of this segment is published
+        if (options.checksums) sum = BucketHash(slot, begin).finish(end);
+      } else {
         profiler::Span span("sync.pack", profiler::Detail::kBucket);
         BucketHash hash(slot, begin);
         walker.walk(
@@ -390,6 +437,27 @@ Result<RoundStats> Sender::send_round_streamed(std::span<const TensorSpec> specs
     return failed_precondition("send_round: no receiver has joined");
   }
   return impl_->send_round(StreamSource{specs, &next}, round_options);
+}
+
+Result<RoundStats> Sender::send_round_filled(std::span<const TensorSpec> specs,
+                                             const TensorFill& fill, const FillFlush& flush,
+                                             const RoundOptions& round_options) {
+  if (!impl_->broken.ok()) {
+    return failed_precondition("the session failed earlier: " + impl_->broken.to_string());
+  }
+  if (impl_->fanout->peers().empty()) {
+    return failed_precondition("send_round: no receiver has joined");
+  }
+  if (impl_->delta) {
+    return failed_precondition(
+        "send_round_filled: delta rounds need the tensors in memory (use send_round)");
+  }
+  return impl_->send_round(FillSource{specs, &fill, &flush}, round_options);
+}
+
+std::span<std::byte> Sender::ring_memory() const {
+  shm::MemfdRing& ring = impl_->fanout->ring();
+  return {ring.slot(0), static_cast<std::size_t>(ring.slots()) * ring.slot_bytes()};
 }
 
 std::uint64_t Sender::session_id() const { return impl_->fanout->session(); }

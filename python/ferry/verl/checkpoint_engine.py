@@ -40,6 +40,8 @@ from .. import _ferry
 from .._tensors import _error, arg_bytes, tensor_arg, to_torch, typed
 from .._verl_compat import CheckpointEngineRegistry, CheckpointEngineWithCache
 from ..sync import Receiver, Relay, Sender, SyncOptions
+from ._device import device_for
+from ._device_path import DevicePath
 from ._memory import backed_buffer
 from . import _items  # a sync or async generator of (name, tensor), as verl gives either
 
@@ -51,7 +53,7 @@ DEFAULT_TIMEOUT_S = 600.0  # verl's wait for a peer; a dead peer is seen at once
 DEFAULT_ROUND_BYTES = 64 << 20
 # engine_kwargs.ferry.* this backend reads; any other is warned about once, by name.
 ENGINE_KWARGS = frozenset({"token_file", "slots", "interface", "port", "timeout_s",
-                           "node_id", "checksums", "round_bytes", "cache"})
+                           "node_id", "checksums", "round_bytes", "cache", "device"})
 _warned: set[str] = set()
 _DONE = object()
 
@@ -130,6 +132,11 @@ class FerryCheckpointEngine(CheckpointEngineWithCache):
         # Per engine, not per process: "" leaves FERRY_TOKEN / FERRY_TOKEN_FILE to the C++ side.
         self.token_file = str(engine_kwargs.get("token_file") or "")
         self.cache = bool(engine_kwargs.get("cache", False))
+        # Where the rollout's tensors go and the master's come from; not "cpu": the device
+        # path (_device_path.py), no host copy between the device and the ring.
+        self.device = str(engine_kwargs.get("device", "cpu"))
+        device = device_for(self.device)  # a bad or absent device fails here, by name
+        self._device_path = DevicePath(device, self.bucket_size) if device.kind != "cpu" else None
         self._interface = engine_kwargs.get("interface")
         self._port = engine_kwargs.get("port")
         self._shm_address = f"@ferry-verl-{os.getpid()}-{uuid.uuid4().hex[:12]}"
@@ -319,9 +326,11 @@ class FerryCheckpointEngine(CheckpointEngineWithCache):
         """An update whose manifest the last one taught: one round, each yielded tensor
         pulled from the generator on the event loop's thread (where it would run anyway),
         handed to the sender's thread as the ring has room for it and copied straight into
-        the ring slot before the next is pulled: one copy, no staging. A tensor that differs from the manifest (name, order,
-        dtype, shape, missing, extra) fails the update naming it; the next update then
-        rebuilds the sessions and relearns the manifest through staging."""
+        the ring slot before the next is pulled: one copy, no staging (on the device path,
+        the sender's thread pulls each tensor through the loop and starts its copy from the
+        device). A tensor that differs from the manifest (name, order, dtype, shape, missing,
+        extra) fails the update naming it; the next update then rebuilds the sessions and
+        relearns the manifest through staging."""
         ((kind, sender),) = self._senders.items()
         specs, items = list(self._manifest), weights
         if global_steps is not None:
@@ -330,7 +339,12 @@ class FerryCheckpointEngine(CheckpointEngineWithCache):
                            _items(weights))
         start = time.monotonic()
         try:
-            stats = await sender.send_round_streamed_async(specs, items)
+            if self._device_path is None:
+                stats = await sender.send_round_streamed_async(specs, items)
+            else:  # the device's copies into the ring are started by the sender's thread
+                loop = asyncio.get_running_loop()
+                stats = await loop.run_in_executor(None, self._device_path.send, sender, specs,
+                                                   _pulled_on(loop, items))
         except BaseException:
             self._broken = True
             self._manifest = None
@@ -365,6 +379,10 @@ class FerryCheckpointEngine(CheckpointEngineWithCache):
         if self._receiver is None:
             raise _error(_ferry.FailedPreconditionError,
                          "receive_weights before init_process_group joined a session")
+        if self._device_path is not None:  # device tensors, the same lifetime (_device_path.py)
+            async for item in self._device_path.receiving.receive(self, global_steps):
+                yield item
+            return
         loop = asyncio.get_running_loop()
         items: queue.Queue = queue.Queue(maxsize=64)  # bounds what waits for the consumer
         stop = threading.Event()
@@ -427,6 +445,8 @@ class FerryCheckpointEngine(CheckpointEngineWithCache):
             self._early_shm = None
 
     def _close_sessions(self) -> None:
+        if self._device_path is not None:
+            self._device_path.release()  # before the rings are unmapped
         for sender in self._senders.values():
             sender.close()
         self._senders.clear()
@@ -625,6 +645,18 @@ async def _chain(first: tuple, rest: AsyncIterator) -> AsyncIterator:
     yield first
     async for item in rest:
         yield item
+
+
+def _pulled_on(loop: asyncio.AbstractEventLoop, weights: Iterable | AsyncIterator) -> Iterable:
+    """A plain iterator, for a worker thread, over verl's sync or async generator: each
+    item is pulled on the event loop (which awaits the worker meanwhile), in the thread
+    the generator would run in without ferry (CUDA's current device is per thread)."""
+    items = _items(weights).__aiter__()
+    while True:
+        try:
+            yield asyncio.run_coroutine_threadsafe(items.__anext__(), loop).result()
+        except StopAsyncIteration:
+            return
 
 
 class _Staging:

@@ -1,0 +1,300 @@
+"""engine_kwargs.ferry.device != "cpu": device tensors move between the device and the ring
+without a host copy in between (docs/verl.md, "Device tensors").
+
+Master (DeviceFill): a streamed update copies each yielded tensor from its device straight into
+the ring slot (Sender.send_round_filled): the copies of a segment are started, then waited for
+once, before the segment is hashed and published. The ring is page-locked once, so they are DMA.
+
+Rollout (DeviceReceive): each bucket is copied from the ring (page-locked once, read-only) into
+one of two device buffers, and its tensors are yielded as views of that buffer. The next
+bucket's copy runs while the caller reads the current one; a buffer is refilled only once the
+caller moved past the bucket it holds, with the lifetime receive_weights' docstring gives.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import queue
+import threading
+from typing import Any, AsyncIterator, Iterable
+
+import torch
+
+from .. import _ferry
+from .._tensors import _error, ferry_dtype, to_torch, typed
+from ..sync import Receiver, Sender
+from ._device import Device, byte_view, host_view
+
+_ALIGN = 256  # device views start at offsets torch's kernels accept for every dtype
+
+
+class RingRegistration:
+    """A ring page-locked with a device once; undone before the ring is unmapped."""
+
+    def __init__(self, device: Device, address: int, nbytes: int, read_only: bool) -> None:
+        self.device, self.address = device, address
+        self.registered = device.register_host(address, nbytes, read_only)
+
+    def release(self) -> None:
+        if self.registered:
+            self.device.unregister_host(self.address)
+            self.registered = False
+
+
+class DeviceFill:
+    """fill/flush for Sender.send_round_filled over a (name, tensor) iterator: tensor i is
+    pulled when the ring reaches it, checked against the manifest and kept referenced until
+    the flush after its last piece (its copy may still read it until then)."""
+
+    def __init__(self, device: Device, sender: Sender, manifest: list[tuple],
+                 items: Iterable) -> None:
+        self.device, self.manifest = device, manifest
+        self.ring = host_view(*sender.ring_memory())
+        self._items = iter(items)
+        self._pulled: dict[int, torch.Tensor] = {}  # index -> its bytes, until flushed
+        self._next = 0  # tensors [0, _next) were pulled
+        # Bytes filled so far, of the round's total: the flush that completes them checks the
+        # end of the iterator, so a missing or extra tensor aborts the round before its END.
+        self._filled, self._finished = 0, False
+        self._total = sum((math.prod(shape) * dtype.bits + 7) // 8 for _, dtype, shape in manifest)
+
+    def fill(self, index: int, tensor_offset: int, ring_offset: int, nbytes: int) -> None:
+        src = self._tensor(index)[tensor_offset:tensor_offset + nbytes]
+        self.device.copy_async(self.ring[ring_offset:ring_offset + nbytes], src)
+        self._filled += nbytes
+
+    def flush(self) -> None:
+        self.device.synchronize()
+        # Every copy so far is done; only the last tensor may have pieces in the next segment.
+        last = self._next - 1
+        self._pulled = {i: t for i, t in self._pulled.items() if i == last}
+        if self._filled == self._total:
+            self.finish()
+
+    def finish(self) -> None:
+        """Once every byte was filled: tensors the ring never reached (empty ones at the end)
+        are pulled and checked, and the iterator must be over."""
+        if self._finished:
+            return
+        self._finished = True
+        if self.manifest:
+            self._tensor(len(self.manifest) - 1)
+        extra = next(self._items, None)
+        if extra is not None:
+            raise _error(_ferry.InvalidArgumentError,
+                         f"tensor {len(self.manifest)} '{extra[0]}' is one more than the "
+                         f"{len(self.manifest)} of the manifest")
+        self._pulled.clear()
+
+    def _tensor(self, index: int) -> torch.Tensor:
+        while self._next <= index:
+            want = self.manifest[self._next]
+            item = next(self._items, None)
+            if item is None:
+                raise _error(_ferry.InvalidArgumentError,
+                             f"the tensors ended before tensor {self._next} '{want[0]}' (the "
+                             f"manifest has {len(self.manifest)})")
+            name, tensor = item
+            got = (str(name), ferry_dtype(tensor.dtype), tuple(tensor.shape))
+            if got != tuple(want):
+                raise _error(_ferry.InvalidArgumentError,
+                             f"tensor {self._next} is '{got[0]}' {got[1].name}{list(got[2])}, "
+                             f"but the manifest has '{want[0]}' {want[1].name}{list(want[2])} "
+                             "there")
+            self._pulled[self._next] = byte_view(tensor)
+            self._next += 1
+        return self._pulled[index]
+
+
+def send_filled(device: Device, sender: Sender, specs: list[tuple], items: Iterable) -> Any:
+    """One streamed round through DeviceFill; returns its RoundStats."""
+    fill = DeviceFill(device, sender, specs, items)
+    stats = sender.send_round_filled(specs, fill.fill, fill.flush)
+    fill.finish()
+    return stats
+
+
+class _Buffer:
+    """One of the two device buffers: refilled only once the caller released it."""
+
+    def __init__(self) -> None:
+        self.memory: torch.Tensor | None = None
+        self.free = threading.Event()
+        self.free.set()
+        self.fence: Any = None  # the caller's stream when it released the buffer
+
+
+class DeviceReceive:
+    """The rollout's device path; kept across updates (its buffers and the ring's
+    registration stay)."""
+
+    def __init__(self, device: Device, bucket_size: int) -> None:
+        self.device, self.bucket_size = device, bucket_size
+        self.buffers = [_Buffer(), _Buffer()]
+        self.registration: RingRegistration | None = None
+        self._registered_for: Receiver | None = None
+
+    def register(self, receiver: Receiver) -> None:
+        """Page-locks the receiver's ring (read-only) once per session."""
+        if self._registered_for is receiver:
+            return
+        self.release()
+        address, nbytes = receiver.ring_memory()
+        if nbytes:
+            self.registration = RingRegistration(self.device, address, nbytes, read_only=True)
+        self._registered_for = receiver
+
+    def release(self) -> None:
+        """Before the receiver's ring is unmapped."""
+        if self.registration is not None:
+            self.registration.release()
+            self.registration = None
+        self._registered_for = None
+
+    def _copy_bucket(self, buffer: _Buffer, tensors: list) -> list:
+        """Starts the bucket's copies into `buffer`, waits for them; the device views."""
+        offsets, end = [], 0
+        for _, _, _, memory in tensors:
+            offsets.append(end)
+            end += -(-memory.nbytes // _ALIGN) * _ALIGN
+        if buffer.memory is None or buffer.memory.numel() < end:
+            buffer.memory = self.device.empty(max(end, self.bucket_size))
+        out = []
+        for (name, dtype, shape, memory), at in zip(tensors, offsets):
+            dst = buffer.memory[at:at + memory.nbytes]
+            if memory.nbytes:
+                self.device.copy_async(dst, byte_view(to_torch(dtype, shape, memory)))
+            tensor = typed(dst, dtype, shape)
+            out.append((name, tensor.to(dst.device)))  # an empty one comes on the CPU
+        # The ring slot is handed back when the callback returns: the copies must be done.
+        self.device.synchronize()
+        return out
+
+    async def receive(self, engine: Any, global_steps: int | None) -> AsyncIterator:
+        """receive_weights for the device path (engine: the FerryCheckpointEngine)."""
+        receiver = engine._receiver
+        self.register(receiver)
+        loop = asyncio.get_running_loop()
+        items: queue.Queue = queue.Queue(maxsize=64)
+        stop = threading.Event()
+        for b in self.buffers:  # the last update's caller is done with both
+            b.fence = self.device.fence()
+            b.free.set()
+        worker = threading.Thread(target=self._receive_update, name="ferry-device-receive",
+                                  args=(engine, receiver, global_steps, items, stop), daemon=True)
+        worker.start()
+        cache: dict[str, torch.Tensor] | None = {} if engine.cache else None
+        previous = None
+        try:
+            while True:
+                item = await loop.run_in_executor(None, items.get)
+                if item is _DONE:
+                    if cache is not None:
+                        engine._cached = cache
+                    break
+                if isinstance(item, threading.Event):  # the update's end: all was taken
+                    item.set()
+                    continue
+                if isinstance(item, BaseException):
+                    engine._broken = True
+                    raise item
+                name, tensor, release = item
+                if cache is not None:
+                    cache.pop(name, None)
+                    cache[name] = tensor.to("cpu", copy=True)
+                yield name, tensor
+                # Past this bucket's first tensor: the bucket before may be refilled.
+                if previous is not None and previous is not release:
+                    previous()
+                previous = release
+        finally:
+            stop.set()
+            await loop.run_in_executor(None, worker.join)
+
+    def _receive_update(self, engine: Any, receiver: Receiver, required: int | None,
+                        items: queue.Queue, stop: threading.Event) -> None:
+        from .checkpoint_engine import VERSION_TENSOR
+
+        def abandoned() -> BaseException:
+            return _error(_ferry.AbortedError, "receive_weights was abandoned by its caller")
+
+        def put(item: Any) -> None:
+            while not stop.is_set():
+                try:
+                    items.put(item, timeout=0.1)
+                    return
+                except queue.Full:
+                    continue
+            raise abandoned()
+
+        def wait(event: threading.Event) -> None:
+            while not event.wait(0.1):
+                if stop.is_set():
+                    raise abandoned()
+
+        count = [0]
+
+        def on_bucket(views: list, is_last: bool) -> None:
+            tensors = []
+            for name, dtype, shape, memory in views:
+                if name == VERSION_TENSOR:
+                    engine._check_version(int(to_torch(dtype, shape, memory)[0]), required)
+                else:
+                    tensors.append((name, dtype, shape, memory))
+            if tensors:
+                buffer = self.buffers[count[0] % 2]
+                count[0] += 1
+                wait(buffer.free)  # the caller moved past the bucket it held
+                buffer.free.clear()
+                if buffer.fence is not None:  # and its kernels reading it have run
+                    self.device.copy_after(buffer.fence)
+
+                def release(buffer: _Buffer = buffer) -> None:  # one per bucket: compared
+                    buffer.fence = self.device.fence()  # on the caller's thread and stream
+                    buffer.free.set()
+                for name, tensor in self._copy_bucket(buffer, tensors):
+                    put((name, tensor, release))
+            if is_last:
+                # Acknowledged only once the caller took every tensor, as on the CPU path.
+                end = threading.Event()
+                put(end)
+                wait(end)
+
+        try:
+            while receiver._impl.receive_round_buckets(on_bucket).more_follows:
+                pass
+            put(_DONE)
+        except BaseException as e:  # handed to the consumer, raised there
+            try:
+                items.put(e, timeout=1.0)
+            except queue.Full:
+                pass
+
+
+_DONE = object()
+
+
+class DevicePath:
+    """What a FerryCheckpointEngine with engine_kwargs.ferry.device != "cpu" keeps: the
+    device, the master's ring registrations (one per Sender) and the rollout's DeviceReceive."""
+
+    def __init__(self, device: Device, bucket_size: int) -> None:
+        self.device = device
+        self.receiving = DeviceReceive(device, bucket_size)
+        self._senders: dict[int, RingRegistration] = {}  # id(Sender) -> its ring's
+
+    def send(self, sender: Sender, specs: list[tuple], items: Iterable) -> Any:
+        """A streamed round whose tensors are copied from their device into the ring."""
+        if id(sender) not in self._senders:
+            address, nbytes = sender.ring_memory()
+            self._senders[id(sender)] = RingRegistration(self.device, address, nbytes,
+                                                         read_only=False)
+        return send_filled(self.device, sender, specs, items)
+
+    def release(self) -> None:
+        """Unregisters every ring: before the sessions (and their rings) are closed."""
+        for registration in self._senders.values():
+            registration.release()
+        self._senders.clear()
+        self.receiving.release()

@@ -1,0 +1,83 @@
+"""A fake device for ferry.verl's device path on CPU: device string "fake:N". Its tensors are
+CPU tensors, but its copies land late: each runs on a worker thread, in issue order, after
+`delay_s`; an event completes when the worker passes it. So a path that reads what it copied
+before waiting reads the old bytes. `skip_waits` ("send" or "receive") makes wait() return at once on
+that side (a path missing its waits), to show the tests would catch one. Every issue, landing and wait is logged."""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+
+import torch
+
+from ferry.verl import _device
+
+
+class FakeDevice(_device.Device):
+    kind = "fake"
+
+    def __init__(self, spec: str, delay_s: float = 0.0, skip_waits: str = "") -> None:
+        super().__init__("cpu")
+        self.spec = spec
+        self.delay_s, self.skip_waits = delay_s, skip_waits
+        self.log: list[tuple] = []
+        self.registered: list[tuple[int, int, bool]] = []
+        self.unregistered: list[int] = []
+        self._lock = threading.Lock()
+        self._work: queue.Queue = queue.Queue()
+        threading.Thread(target=self._run, daemon=True).start()
+
+    def note(self, *entry) -> None:
+        with self._lock:
+            self.log.append(entry)
+
+    def _run(self) -> None:
+        while True:
+            job = self._work.get()
+            if isinstance(job, threading.Event):
+                job.set()
+                continue
+            dst, src = job
+            time.sleep(self.delay_s)
+            dst.copy_(src)
+            self.note("land", dst.numel())
+
+    def copy_async(self, dst: torch.Tensor, src: torch.Tensor) -> None:
+        self.note("issue", dst.numel())
+        self._work.put((dst, src))
+
+    def record(self) -> threading.Event:
+        event = threading.Event()
+        self._work.put(event)
+        return event
+
+    def wait(self, event: threading.Event) -> None:
+        receiving = threading.current_thread().name == "ferry-device-receive"
+        self.note("wait", "receive" if receiving else "send")
+        if self.skip_waits != ("receive" if receiving else "send"):
+            event.wait()
+
+    def drain(self) -> None:
+        """Waits for every copy issued (with skip_waits some are still queued: they must land
+        before the ring they read or write is unmapped)."""
+        self.record().wait()
+
+    def register_host(self, address: int, nbytes: int, read_only: bool) -> bool:
+        self.registered.append((address, nbytes, read_only))
+        return True
+
+    def unregister_host(self, address: int) -> None:
+        self.unregistered.append(address)
+
+
+_current: dict[str, FakeDevice] = {}
+
+
+def use(delay_s: float = 0.0, skip_waits: str = "") -> FakeDevice:
+    """Makes "fake:N" give one new FakeDevice (returned, to read its log)."""
+    device = FakeDevice("fake:0", delay_s, skip_waits)
+    _current["device"] = device
+    _device.register_kind("fake", lambda spec, index: _current["device"])
+    return device
