@@ -2,9 +2,11 @@
 // reader sees must not depend on how far that thread got, and freeing or replacing a
 // mapping while it runs must stop it first.
 #include <gtest/gtest.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
+#include <csignal>
 #include <cstddef>
 #include <cstring>
 
@@ -56,6 +58,29 @@ TEST(ShmRingPrefault, FreeingOrReplacingAMappingStopsItsPrefaultFirst) {
   EXPECT_EQ(reader.slot(1)[12345], std::byte{0x11});
   // Stopped, not waited out: 21 whole prefaults of 128 MiB would take far longer on a VM.
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(20));
+}
+
+TEST(ShmRingPrefault, AForkedChildFreesAMappingWhoseThreadItDoesNotHave) {
+  MemfdRing ring = filled_ring();
+  MemfdRing reader = reader_of(ring);  // its thread most likely still running
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    // The prefault thread is the parent's: the child must free the mapping without it.
+    const bool ok = reader.slot(1)[7] == std::byte{0x11};
+    reader = MemfdRing();
+    ::_exit(ok ? 0 : 1);
+  }
+  int status = 0;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  pid_t done = 0;
+  while ((done = ::waitpid(child, &status, WNOHANG)) == 0 &&
+         std::chrono::steady_clock::now() < deadline) {
+    ::usleep(10'000);
+  }
+  if (done == 0) ::kill(child, SIGKILL);
+  ASSERT_EQ(done, child) << "the child hung freeing its mapping";
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
 }
 
 TEST(ShmRingPrefault, CopyOnWriteViewKeepsWritesPrivateAndForgetsThemWhilePrefaultRuns) {

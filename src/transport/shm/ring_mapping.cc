@@ -59,7 +59,7 @@ void RingMapping::wait_prefaulted() {
 void RingMapping::stop_prefault() {
   if (!prefault_.joinable()) return;
   if (::getpid() != prefault_pid_) {
-    prefault_.detach();  // a forked child: the thread is its parent's, not to be joined here
+    prefault_.detach();  // a forked child: the thread is its parent's; joining it is undefined
     return;
   }
   prefault_.request_stop();
