@@ -8,7 +8,6 @@
 #include <algorithm>
 #include <cerrno>
 
-#include "base/prefault.h"
 #include "base/status_macros.h"
 
 namespace ferry::shm {
@@ -44,9 +43,11 @@ Result<CowView> CowView::map(int ring_fd, std::uint32_t slots, std::uint64_t slo
   if (addr == MAP_FAILED) {
     return errno_status("mmap(MAP_PRIVATE, PROT_WRITE)", "the ring's copy-on-write view", errno);
   }
-  prefault_readable(addr, size);
   CowView view;
-  view.region_ = MappedRegion(addr, size);
+  // A read maps the ring's page (no copy); forget_writes() may drop pages meanwhile: they
+  // read the ring again either way.
+  view.region_ = RingMapping(MappedRegion(addr, size));
+  view.region_.prefault_in_background(slots, slot_bytes);
   view.slot_bytes_ = slot_bytes;
   view.pagemap_.reset(::open("/proc/self/pagemap", O_RDONLY | O_CLOEXEC));
   return view;

@@ -18,6 +18,7 @@
 
 #include "base/file_util.h"
 #include "ferry/status.h"
+#include "transport/shm/ring_mapping.h"
 
 namespace ferry::shm {
 
@@ -28,8 +29,8 @@ class CowView {
   CowView& operator=(CowView&&) noexcept = default;
 
   // Maps `ring_fd` (slots x slot_bytes, opened read-only or not) privately and writable,
-  // and loads once from each page so round 1 does not fault them in. Errors name the
-  // mmap call that the kernel refused.
+  // and faults its pages in for reading from a background thread, so round 1 need not
+  // (RingMapping). Errors name the mmap call that the kernel refused.
   static Result<CowView> map(int ring_fd, std::uint32_t slots, std::uint64_t slot_bytes);
 
   bool mapped() const { return region_.data() != nullptr; }
@@ -44,11 +45,13 @@ class CowView {
 
   // Pages forget_writes() dropped so far (tests and benchmarks).
   std::uint64_t pages_dropped() const { return pages_dropped_; }
+  // Waits until the view's pages are faulted in (tests, benchmarks).
+  void wait_prefaulted() { region_.wait_prefaulted(); }
 
  private:
   Status drop(std::byte* from, std::size_t bytes);
 
-  MappedRegion region_;
+  RingMapping region_;
   ScopedFd pagemap_;                    // /proc/self/pagemap; invalid where it cannot be opened
   std::vector<std::uint64_t> entries_;  // pagemap entries read per call, reused
   std::uint64_t slot_bytes_ = 0;

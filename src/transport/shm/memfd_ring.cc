@@ -47,7 +47,7 @@ Result<MemfdRing> MemfdRing::create(std::uint32_t slots, std::uint64_t slot_byte
   }
   void* addr = ::mmap(nullptr, *size, PROT_READ | PROT_WRITE, MAP_SHARED, ring.fd_.get(), 0);
   if (addr == MAP_FAILED) return errno_status("mmap", "ferry-ring", errno);
-  ring.region_ = MappedRegion(addr, *size);
+  ring.region_ = RingMapping(MappedRegion(addr, *size));
   // Backed once per session (a store per page), so the first round does not pay for it:
   // MAP_POPULATE alone left the first round's copies into the ring ~15x slower.
   prefault_writable(addr, *size);
@@ -83,12 +83,13 @@ Result<MemfdRing> MemfdRing::map_readonly(ScopedFd fd, std::uint32_t slots,
   }
   void* addr = ::mmap(nullptr, *size, PROT_READ, MAP_SHARED, fd.get(), 0);
   if (addr == MAP_FAILED) return errno_status("mmap", "ring from " + peer, errno);
-  // At join, not in round 1: this process's first read of each ring page is a fault of
-  // its own (MAP_POPULATE alone left round 1 ~3x round 2 on a PVM guest).
-  prefault_readable(addr, *size);
   MemfdRing ring;
   ring.fd_ = std::move(fd);
-  ring.region_ = MappedRegion(addr, *size);
+  ring.region_ = RingMapping(MappedRegion(addr, *size));
+  // Not in round 1: this process's first read of each ring page is a fault of its own
+  // (MAP_POPULATE alone left round 1 ~3x round 2 on a PVM guest). Nor at join, which it
+  // would delay by ~1 s per GiB on such a guest: beside it.
+  ring.region_.prefault_in_background(slots, slot_bytes);
   ring.slots_ = slots;
   ring.slot_bytes_ = slot_bytes;
   return ring;

@@ -16,6 +16,7 @@
 
 #include "base/file_util.h"
 #include "ferry/status.h"
+#include "transport/shm/ring_mapping.h"
 
 namespace ferry::shm {
 
@@ -29,7 +30,7 @@ class MemfdRing {
   // resizing and against new writes or writable mappings, and pre-faulted.
   static Result<MemfdRing> create(std::uint32_t slots, std::uint64_t slot_bytes);
   // Maps a ring received from `peer` read-only, after checking its seals and size, and
-  // loads once from each page so round 1 does not fault them in (base/prefault.h).
+  // faults its pages in from a background thread, so round 1 need not (RingMapping).
   static Result<MemfdRing> map_readonly(ScopedFd fd, std::uint32_t slots, std::uint64_t slot_bytes,
                                         const std::string& peer);
 
@@ -40,11 +41,13 @@ class MemfdRing {
   std::uint64_t slot_bytes() const { return slot_bytes_; }
   // REQUIRES: i < slots(). Writable only on the ring's creator.
   std::byte* slot(std::uint32_t i) const { return region_.data() + i * slot_bytes_; }
+  // Waits until a mapped ring's pages are faulted in (tests, benchmarks).
+  void wait_prefaulted() { region_.wait_prefaulted(); }
 
  private:
   ScopedFd fd_;
   ScopedFd reader_fd_;
-  MappedRegion region_;
+  RingMapping region_;
   std::uint32_t slots_ = 0;
   std::uint64_t slot_bytes_ = 0;
 };
