@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <vector>
 
 #include "base/prefault.h"
 #include "base/status_macros.h"
@@ -52,7 +53,7 @@ Result<CowView> CowView::map(int ring_fd, std::uint32_t slots, std::uint64_t slo
   return view;
 }
 
-Status CowView::forget_writes(std::uint32_t i) {
+Status CowView::forget_writes(std::uint32_t i) const {
   std::byte* const begin = slot(i);
   if (!pagemap_.valid()) return drop(begin, slot_bytes_);
   const std::size_t page = page_size();
@@ -60,16 +61,17 @@ Status CowView::forget_writes(std::uint32_t i) {
   const std::uint64_t first_page = reinterpret_cast<std::uintptr_t>(begin) / page;
   std::byte* run_start = nullptr;  // the written pages not yet dropped: [run_start, run_end)
   std::byte* run_end = nullptr;
+  std::vector<std::uint64_t> entries;  // per call: calls for other slots may run at once
   for (std::size_t done = 0; done < pages;) {
     const std::size_t n = std::min(kEntriesPerRead, pages - done);
-    entries_.resize(n);
+    entries.resize(n);
     const off_t at = static_cast<off_t>((first_page + done) * sizeof(std::uint64_t));
-    const ssize_t got = ::pread(pagemap_.get(), entries_.data(), n * sizeof(std::uint64_t), at);
+    const ssize_t got = ::pread(pagemap_.get(), entries.data(), n * sizeof(std::uint64_t), at);
     if (got != static_cast<ssize_t>(n * sizeof(std::uint64_t))) {
       return drop(begin, slot_bytes_);  // pagemap refused (or came short): drop them all
     }
     for (std::size_t k = 0; k < n; ++k) {
-      if (!written(entries_[k])) continue;
+      if (!written(entries[k])) continue;
       std::byte* p = begin + (done + k) * page;
       if (p != run_end) {
         if (run_start != nullptr) FERRY_RETURN_IF_ERROR(drop(run_start, run_end - run_start));
@@ -83,12 +85,11 @@ Status CowView::forget_writes(std::uint32_t i) {
   return ok_status();
 }
 
-Status CowView::drop(std::byte* from, std::size_t bytes) {
+Status CowView::drop(std::byte* from, std::size_t bytes) const {
   // On a private file mapping, the next touch of a dropped page reads the file again.
   if (::madvise(from, bytes, MADV_DONTNEED) != 0) {
     return errno_status("madvise(MADV_DONTNEED)", "the ring's copy-on-write view", errno);
   }
-  pages_dropped_ += bytes / page_size();
   return ok_status();
 }
 
