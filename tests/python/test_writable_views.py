@@ -1,5 +1,6 @@
-"""ferry.Receiver.receive_round_buckets_writable (and its per-segment form): a callback writes into the tensors it is
-handed, in place, and neither the ring, another receiver nor the next round sees it."""
+"""ferry.Receiver.receive_round_buckets_writable (and its per-segment form): a callback
+writes into the tensors it is handed, in place, and neither the ring, another receiver nor
+the next round sees it."""
 
 from __future__ import annotations
 
