@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <numeric>
 #include <vector>
 
 #include "base/prefault.h"
@@ -49,13 +50,14 @@ Result<CowView> CowView::map(int ring_fd, std::uint32_t slots, std::uint64_t slo
   CowView view;
   view.region_ = MappedRegion(addr, size);
   view.slot_bytes_ = slot_bytes;
+  view.dropped_.assign(slots, 0);
   view.pagemap_.reset(::open("/proc/self/pagemap", O_RDONLY | O_CLOEXEC));
   return view;
 }
 
-Status CowView::forget_writes(std::uint32_t i) const {
+Status CowView::forget_writes(std::uint32_t i) {
   std::byte* const begin = slot(i);
-  if (!pagemap_.valid()) return drop(begin, slot_bytes_);
+  if (!pagemap_.valid()) return drop(i, begin, slot_bytes_);
   const std::size_t page = page_size();
   const std::size_t pages = slot_bytes_ / page;
   const std::uint64_t first_page = reinterpret_cast<std::uintptr_t>(begin) / page;
@@ -68,28 +70,33 @@ Status CowView::forget_writes(std::uint32_t i) const {
     const off_t at = static_cast<off_t>((first_page + done) * sizeof(std::uint64_t));
     const ssize_t got = ::pread(pagemap_.get(), entries.data(), n * sizeof(std::uint64_t), at);
     if (got != static_cast<ssize_t>(n * sizeof(std::uint64_t))) {
-      return drop(begin, slot_bytes_);  // pagemap refused (or came short): drop them all
+      return drop(i, begin, slot_bytes_);  // pagemap refused (or came short): drop them all
     }
     for (std::size_t k = 0; k < n; ++k) {
       if (!written(entries[k])) continue;
       std::byte* p = begin + (done + k) * page;
       if (p != run_end) {
-        if (run_start != nullptr) FERRY_RETURN_IF_ERROR(drop(run_start, run_end - run_start));
+        if (run_start != nullptr) FERRY_RETURN_IF_ERROR(drop(i, run_start, run_end - run_start));
         run_start = p;
       }
       run_end = p + page;
     }
     done += n;
   }
-  if (run_start != nullptr) return drop(run_start, run_end - run_start);
+  if (run_start != nullptr) return drop(i, run_start, run_end - run_start);
   return ok_status();
 }
 
-Status CowView::drop(std::byte* from, std::size_t bytes) const {
+std::uint64_t CowView::pages_dropped() const {
+  return std::accumulate(dropped_.begin(), dropped_.end(), std::uint64_t{0});
+}
+
+Status CowView::drop(std::uint32_t i, std::byte* from, std::size_t bytes) {
   // On a private file mapping, the next touch of a dropped page reads the file again.
   if (::madvise(from, bytes, MADV_DONTNEED) != 0) {
     return errno_status("madvise(MADV_DONTNEED)", "the ring's copy-on-write view", errno);
   }
+  dropped_[i] += bytes / page_size();
   return ok_status();
 }
 

@@ -14,6 +14,7 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "base/file_util.h"
 #include "ferry/status.h"
@@ -41,14 +42,20 @@ class CowView {
   // but each page then faults in again). REQUIRES: no view of slot i is in use. Calls for
   // different slots may run at once, on different threads (a receiver scans one slot in the
   // background while it hands out views of the other).
-  Status forget_writes(std::uint32_t i) const;
+  Status forget_writes(std::uint32_t i);
+
+  // Pages forget_writes() dropped so far (tests and benchmarks); not while one runs.
+  std::uint64_t pages_dropped() const;
 
  private:
-  Status drop(std::byte* from, std::size_t bytes) const;
+  Status drop(std::uint32_t i, std::byte* from, std::size_t bytes);
 
   MappedRegion region_;
   ScopedFd pagemap_;  // /proc/self/pagemap; invalid where it cannot be opened
   std::uint64_t slot_bytes_ = 0;
+  // Pages dropped per slot: each call writes only its own slot's count, so calls for
+  // different slots may run at once.
+  std::vector<std::uint64_t> dropped_;
 };
 
 }  // namespace ferry::shm
