@@ -233,6 +233,20 @@ using BucketCallback = std::function<Status(std::span<const TensorView> weights,
 // call only (its slot is released when it returns, as the round's ACK needs).
 using WritableBucketCallback = std::function<Status(std::span<const MutableTensorView> weights,
                                                     bool is_last, bool round_ends)>;
+// Writable per-segment delivery (Receiver::receive_round_segments_writable): the writable
+// views of the tensors that complete in one segment (at most 16 MiB of a bucket),
+// handed out as soon as that segment is verified, so the caller copies a bucket while the
+// sender still fills it. Called for every segment that completes a tensor and for every
+// bucket's last segment (tensors may then be empty). A view stays valid as in the bucket
+// mode: until the call for the round's next bucket's last segment returns; a view of the
+// round's last bucket until the call for that bucket's last segment returns.
+struct WritableSegment {
+  std::span<const MutableTensorView> tensors;  // completed in this segment, in send order
+  bool bucket_ends = false;                    // the bucket's last segment
+  bool is_last = false;     // the update's last segment: round_ends without more_follows
+  bool round_ends = false;  // the round's last segment (an empty round: its only call)
+};
+using WritableSegmentCallback = std::function<Status(const WritableSegment& segment)>;
 
 // What a round's BEGIN announces, before any of the round is delivered.
 struct RoundBegin {
@@ -282,7 +296,11 @@ class FERRY_EXPORT Receiver {
   // writable_views_error() is not OK, and fails a delta round (the session breaks): delta
   // rounds are received with receive_round_buckets.
   Result<RoundStats> receive_round_buckets_writable(const WritableBucketCallback& on_bucket);
-  // OK when receive_round_buckets_writable can run: the ring has 2 slots or more, its
+  // The same views per segment instead of per bucket (WritableSegmentCallback), with the same
+  // lifetimes, release and preconditions: a tensor reaches the caller as soon as the segment
+  // completing it arrived, not once its whole bucket did.
+  Result<RoundStats> receive_round_segments_writable(const WritableSegmentCallback& on_segment);
+  // OK when the writable modes can run: the ring has 2 slots or more, its
   // bucket size is a multiple of the page size and the kernel allowed the private mapping
   // (made on the first call, then kept). Otherwise the reason; callers then copy.
   Status writable_views_error();

@@ -370,9 +370,26 @@ class Receiver(_Endpoint):
         close(); unregister it before."""
         return self._impl.ring_memory()
 
+    def receive_round_segments_writable(
+            self, on_segment: Callable[[list[tuple[str, Any]], bool, bool, bool], None]
+    ) -> RoundStats:
+        """receive_round_buckets_writable per segment (at most 16 MiB of a bucket): calls
+        on_segment(weights, bucket_ends, is_last, round_ends) for each segment that completes a
+        tensor, as soon as it arrived, and for each bucket's last segment (weights may then be
+        empty). A tensor stays valid until the call for the round's next bucket's last segment
+        returns; one of the round's last bucket until that bucket's last call returns."""
+        convert = self._convert
+
+        def call(views: list, bucket_ends: bool, is_last: bool, round_ends: bool) -> None:
+            on_segment([(name, convert(dtype, shape, memory))
+                        for name, dtype, shape, memory in views], bucket_ends, is_last,
+                       round_ends)
+
+        return self._impl.receive_round_segments_writable(call)
+
     @property
     def writable_views_error(self) -> str | None:
-        """None when receive_round_buckets_writable can run; else why not (a ring of one
+        """None when the writable modes can run; else why not (a ring of one
         slot, buckets not a whole number of pages, or the kernel refused the mapping)."""
         return self._impl.writable_views_error()
 

@@ -449,21 +449,32 @@ class PyReceiver : public Endpoint<sync::Receiver> {
     CallbackBridge bridge;
     const sync::WritableBucketCallback cb = [&](std::span<const MutableTensorView> views,
                                                 bool is_last, bool round_ends) {
-      return bridge.call([&] {
-        py::list weights(views.size());
-        for (std::size_t i = 0; i < views.size(); ++i) {
-          const MutableTensorView& v = views[i];
-          weights[i] =
-              py::make_tuple(v.spec.name, v.spec.dtype, py::tuple(py::cast(v.spec.shape)),
-                             py::memoryview::from_memory(static_cast<void*>(v.data.data()),
-                                                         static_cast<py::ssize_t>(v.data.size())));
-        }
-        on_bucket(weights, is_last, round_ends);
-      });
+      return bridge.call([&] { on_bucket(writable_list(views), is_last, round_ends); });
     };
     Result<RoundStats> result = [&] {
       py::gil_scoped_release nogil;
       return r.receive_round_buckets_writable(cb);
+    }();
+    interrupts_.raise_pending();
+    return bridge.finish(std::move(result));
+  }
+
+  // on_segment(tensors, bucket_ends, is_last, round_ends) per segment that completes a tensor
+  // and per bucket's last segment, with the writable mode's tensors and lifetimes (include/
+  // ferry/sync.h's WritableSegmentCallback).
+  RoundStats receive_round_segments_writable(const py::function& on_segment) {
+    UseGuard use(mutex_, what_);
+    sync::Receiver& r = get();
+    CallbackBridge bridge;
+    const sync::WritableSegmentCallback cb = [&](const sync::WritableSegment& segment) {
+      return bridge.call([&] {
+        on_segment(writable_list(segment.tensors), segment.bucket_ends, segment.is_last,
+                   segment.round_ends);
+      });
+    };
+    Result<RoundStats> result = [&] {
+      py::gil_scoped_release nogil;
+      return r.receive_round_segments_writable(cb);
     }();
     interrupts_.raise_pending();
     return bridge.finish(std::move(result));
@@ -488,6 +499,19 @@ class PyReceiver : public Endpoint<sync::Receiver> {
   }
 
  private:
+  // (name, dtype, shape, writable memoryview) per view. REQUIRES: the GIL.
+  static py::list writable_list(std::span<const MutableTensorView> views) {
+    py::list weights(views.size());
+    for (std::size_t i = 0; i < views.size(); ++i) {
+      const MutableTensorView& v = views[i];
+      weights[i] =
+          py::make_tuple(v.spec.name, v.spec.dtype, py::tuple(py::cast(v.spec.shape)),
+                         py::memoryview::from_memory(static_cast<void*>(v.data.data()),
+                                                     static_cast<py::ssize_t>(v.data.size())));
+    }
+    return weights;
+  }
+
   std::map<std::string, std::unique_ptr<BufferHold>> holds_;
 };
 
@@ -731,6 +755,11 @@ void bind_sync(py::module_& m) {
            "bucket returns.")
       .def("ring_memory", &PyReceiver::ring_memory,
            "The ring as (address, nbytes), read-only: for page-locking it with a device once.")
+      .def("receive_round_segments_writable", &PyReceiver::receive_round_segments_writable,
+           py::arg("on_segment"),
+           "Receives one round, calling on_segment(tensors, bucket_ends, is_last, round_ends) "
+           "per segment that completes a tensor and per bucket's last segment, with the views "
+           "and lifetimes of receive_round_buckets_writable.")
       .def("writable_views_error", &PyReceiver::writable_views_error,
            "None when receive_round_buckets_writable can run, else the reason it cannot.")
       .def("close", &PyReceiver::close, "Leaves the session.")

@@ -3,6 +3,7 @@
 #include <xxhash.h>
 
 #include <chrono>
+#include <future>
 #include <optional>
 #include <unordered_map>
 
@@ -33,11 +34,14 @@ struct Delivery {
   const TensorCallback* on_tensor = nullptr;
   const BucketCallback* on_bucket = nullptr;
   const WritableBucketCallback* on_writable = nullptr;
+  const WritableSegmentCallback* on_writable_segment = nullptr;
   bool into_destinations = false;
   // A delta round: finished blobs are applied (onto destinations, or onto the copies
   // whose views the callbacks get).
   bool delta = false;
   bool delta_into_destinations = false;
+
+  bool writable() const { return on_writable != nullptr || on_writable_segment != nullptr; }
 };
 
 }  // namespace
@@ -83,6 +87,13 @@ struct Receiver::Impl {
   // Their memory once the caller is done with it, reused for the next split tensors: fresh
   // memory for each would fault its pages in again every round.
   std::vector<std::vector<std::byte>> assembled_spare;
+  // The pages the caller wrote into a released slot's views are dropped before the slot's
+  // views are handed out again. The scan (pagemap) takes ~15 ms per 512 MiB, so it runs in
+  // the background: a slot held for the next bucket is scanned as soon as it is released; the
+  // round's last bucket, whose views stay readable and keep their writes until the sender
+  // refills the slot, when the next writable round begins. After cow: joined before it unmaps.
+  std::vector<bool> writes_to_forget;           // per slot: released, not yet scanned
+  std::vector<std::future<Status>> forgetting;  // per slot: the scan running, if any
 
   BeginCheck begin_check;
 
@@ -175,10 +186,27 @@ struct Receiver::Impl {
       } else {
         auto view = shm::CowView::map(ring.fd(), ring.slots(), ring.slot_bytes());
         cow_error = view.status();
-        if (view.ok()) cow = std::move(*view);
+        if (view.ok()) {
+          cow = std::move(*view);
+          writes_to_forget.assign(ring.slots(), false);
+          forgetting.resize(ring.slots());
+        }
       }
     }
     return *cow_error;
+  }
+
+  // Starts dropping the pages written into slot i's views, in the background.
+  void start_forgetting(std::uint32_t i) {
+    writes_to_forget[i] = false;
+    forgetting[i] = std::async(std::launch::async, [this, i] { return cow.forget_writes(i); });
+  }
+
+  // Waits until slot i shows the ring's bytes again in the copy-on-write view.
+  Status forgotten(std::uint32_t i) {
+    if (writes_to_forget[i]) start_forgetting(i);
+    if (!forgetting[i].valid()) return ok_status();
+    return forgetting[i].get();
   }
 
   // Hands finished tensor i to the tensor callback, or keeps it for the bucket callback.
@@ -199,7 +227,7 @@ struct Receiver::Impl {
     } else if (delta_fields.keep_for_delta != 0) {
       delta_rx.keep(tensor);
     }
-    if (how.on_writable != nullptr) {
+    if (how.writable()) {
       writable_views.push_back({tensor.spec, {writable, tensor.data.size()}});
       return ok_status();
     }
@@ -217,17 +245,17 @@ struct Receiver::Impl {
   Status deliver(const wire::Filled& f, const std::byte* slot, const Delivery& how,
                  BucketHash* hash) {
     std::byte* writable_slot = nullptr;
-    if (how.on_writable != nullptr) {
+    if (how.writable()) {
       writable_slot = cow.slot(f.slot);
       if (f.offset == 0) {
         // The slot's last bucket was released, so its views are done with: pages the caller
         // wrote then read the ring again. The held bucket's views stay valid.
-        FERRY_RETURN_IF_ERROR(cow.forget_writes(f.slot));
-        writable_views.clear();
+        FERRY_RETURN_IF_ERROR(forgotten(f.slot));
         for (auto& done : assembled_held) assembled_spare.push_back(std::move(done));
         assembled_held = std::move(assembled_now);
         assembled_now.clear();
       }
+      if (f.offset == 0 || how.on_writable_segment != nullptr) writable_views.clear();
     }
     if (f.offset == 0) {
       walker = SegmentWalker(plan.bucket(f.bucket));
@@ -272,7 +300,7 @@ struct Receiver::Impl {
                 writable_slot != nullptr ? writable_slot + p.bucket_offset : nullptr;
             status = finish_tensor(p.tensor, TensorView{spec, {slot + p.bucket_offset, p.length}},
                                    how, writable);
-          } else if (p.tensor_offset + p.length == spec.bytes() && how.on_writable != nullptr) {
+          } else if (p.tensor_offset + p.length == spec.bytes() && how.writable()) {
             // Kept until the caller is done with this bucket, as the ring's views are.
             std::vector<std::byte>& whole = assembled_now.emplace_back();
             whole.swap(staging);
@@ -285,6 +313,15 @@ struct Receiver::Impl {
           }
         });
     if (!status.ok()) return status;
+    if (how.on_writable_segment != nullptr && (last || !writable_views.empty())) {
+      const bool round_ends = last && f.bucket + 1 == plan.bucket_count();
+      const WritableSegment segment{writable_views, last, round_ends && !more_follows, round_ends};
+      Status s = (*how.on_writable_segment)(segment);
+      if (!s.ok()) {
+        return s.with_context(fmt::format("segment callback for bucket {} bytes {}-{}", f.bucket,
+                                          f.offset, f.used_bytes));
+      }
+    }
     if ((how.on_bucket != nullptr || how.on_writable != nullptr) && last) {
       const bool round_ends = f.bucket + 1 == plan.bucket_count();
       const bool update_ends = round_ends && !more_follows;
@@ -359,7 +396,7 @@ struct Receiver::Impl {
     // A delta round is received as blobs, as the callback modes receive tensors.
     Delivery how = asked;
     how.delta = begin.delta != 0;
-    if (how.delta && asked.on_writable != nullptr) {
+    if (how.delta && asked.writable()) {
       return failed_precondition(
           fmt::format("round {} is a delta round: writable views cannot be given for it (the "
                       "views would be the copies deltas apply onto); receive it with "
@@ -367,6 +404,13 @@ struct Receiver::Impl {
                       round));
     }
     held.reset();
+    if (how.writable()) {
+      // The sender refills the slots of the last round's last buckets now: their pages the
+      // caller wrote go, while this round's first buckets arrive.
+      for (std::uint32_t i = 0; i < writes_to_forget.size(); ++i) {
+        if (writes_to_forget[i]) start_forgetting(i);
+      }
+    }
     how.delta_into_destinations = how.delta && asked.into_destinations;
     if (how.delta) {
       how.into_destinations = false;
@@ -427,6 +471,9 @@ struct Receiver::Impl {
           Status cb = ok_status();
           if (how.on_bucket != nullptr) cb = (*how.on_bucket)({}, true);
           if (how.on_writable != nullptr) cb = (*how.on_writable)({}, true, true);
+          if (how.on_writable_segment != nullptr) {
+            cb = (*how.on_writable_segment)(WritableSegment{{}, true, true, true});
+          }
           if (!cb.ok()) return cb;
         }
         return stats;
@@ -453,9 +500,10 @@ struct Receiver::Impl {
       round_sum.add_bucket(f.bucket, f.used_bytes, f.checksum);
       if (f.last == 0) continue;  // the slot is released with the bucket's last segment
       profiler::Span span("sync.release", profiler::Detail::kBucket);
-      if (how.on_writable != nullptr) {
+      if (how.writable()) {
         // The caller held the bucket before until this one's callback returned.
         if (held) {
+          start_forgetting(held->slot);
           s = channel.send(wire::encode(message(round, *held)), options.timeout);
           held.reset();
           if (!s.ok()) return s;
@@ -464,6 +512,7 @@ struct Receiver::Impl {
           held = wire::Release{f.slot, f.bucket};
           continue;
         }
+        writes_to_forget[f.slot] = true;
       }
       s = channel.send(wire::encode(message(round, wire::Release{f.slot, f.bucket})),
                        options.timeout);
@@ -598,6 +647,14 @@ Result<RoundStats> Receiver::receive_round_buckets_writable(
   if (impl_->broken.ok()) FERRY_RETURN_IF_ERROR(impl_->map_writable_views());
   Delivery how;
   how.on_writable = &on_bucket;
+  return impl_->run(how);
+}
+
+Result<RoundStats> Receiver::receive_round_segments_writable(
+    const WritableSegmentCallback& on_segment) {
+  if (impl_->broken.ok()) FERRY_RETURN_IF_ERROR(impl_->map_writable_views());
+  Delivery how;
+  how.on_writable_segment = &on_segment;
   return impl_->run(how);
 }
 

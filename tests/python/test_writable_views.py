@@ -1,5 +1,6 @@
-"""ferry.Receiver.receive_round_buckets_writable: a callback writes into the tensors it is
-handed, in place, and neither the ring, another receiver nor the next round sees it."""
+"""ferry.Receiver.receive_round_buckets_writable (and its per-segment form): a callback
+writes into the tensors it is handed, in place, and neither the ring, another receiver nor
+the next round sees it."""
 
 from __future__ import annotations
 
@@ -90,3 +91,49 @@ def test_a_ring_of_one_slot_says_why_it_gives_no_writable_views():
     finally:
         accepted.join(30)
         sender.close()
+
+
+def test_segment_delivery_hands_out_a_tensor_before_its_bucket_is_filled():
+    """receive_round_segments_writable: the first segment's tensors reach the callback while
+    the sender still waits to pack the rest of the bucket (its producer blocks until they
+    did), bit-exact and writable; one call ends the bucket, and with it the round."""
+    mib = 1 << 20
+    address = unique_address()
+    sender = ferry.Sender(address, bucket_bytes=48 * mib, slots=2, timeout=30)
+    g = torch.Generator().manual_seed(5)
+    weights = [(f"layer.{i}", torch.randn(mib, generator=g)) for i in range(8)]  # 4 MiB each
+    expected = dict(weights)
+    seen_first = threading.Event()
+    calls: list[tuple[list[str], bool, bool, bool]] = []
+    errors: list[str] = []
+
+    def produce():
+        for i, (name, tensor) in enumerate(weights):
+            if i == 4 and not seen_first.wait(20):  # the first 16 MiB segment is published
+                errors.append("no tensor reached the receiver before the bucket was filled")
+            yield name, tensor
+
+    def receive() -> None:
+        with ferry.Receiver(address, 0, timeout=30) as receiver:
+            def on_segment(tensors, bucket_ends, is_last, round_ends):
+                calls.append(([n for n, _ in tensors], bucket_ends, is_last, round_ends))
+                for name, tensor in tensors:
+                    if not torch.equal(tensor, expected[name]):
+                        errors.append(f"wrong bytes in {name}")
+                    tensor.fill_(-7)
+                seen_first.set()
+
+            receiver.receive_round_segments_writable(on_segment)
+
+    thread = threading.Thread(target=receive)
+    thread.start()
+    try:
+        sender.accept(1)
+        sender.send_round_streamed([(n, t.dtype, t.shape) for n, t in weights], produce())
+    finally:
+        thread.join(60)
+        sender.close()
+    assert not errors, errors
+    assert [n for names, *_ in calls for n in names] == [n for n, _ in weights]
+    assert calls[0][0] and calls[0][1:] == (False, False, False), calls
+    assert [c[1:] for c in calls if c[1]] == [(True, True, True)], calls

@@ -408,16 +408,17 @@ class FerryCheckpointEngine(CheckpointEngineWithCache):
                 if isinstance(item, BaseException):
                     self._broken = True
                     raise item
-                name, tensor, release = item
-                if cache is not None:  # before the caller may write into its tensor
-                    cache.pop(name, None)  # a name sent twice: the last one, at the end
-                    cache[name] = tensor.clone()
-                yield name, tensor
-                # The caller moved past this tensor: where it was its bucket's first, the caller
-                # is done with the bucket before, whose slot or buffer may be refilled.
-                if previous is not None and previous is not release:
-                    previous()
-                previous = release
+                tensors, release = item  # one segment's (or bucket's) tensors: one hop each
+                for name, tensor in tensors:
+                    if cache is not None:  # before the caller may write into its tensor
+                        cache.pop(name, None)  # a name sent twice: the last one, at the end
+                        cache[name] = tensor.clone()
+                    yield name, tensor
+                    # The caller moved past this tensor: where it was its bucket's first, the
+                    # caller is done with the bucket before, whose slot or buffer may be refilled.
+                    if previous is not None and previous is not release:
+                        previous()
+                    previous = release
         finally:
             stop.set()
             await loop.run_in_executor(None, worker.join)
@@ -543,10 +544,12 @@ class FerryCheckpointEngine(CheckpointEngineWithCache):
 
     def _receive_update(self, required: int | None, items: queue.Queue,
                         stop: threading.Event) -> None:
-        """Receiver thread: receives the update's rounds and queues (name, writable view,
-        release) for the consumer, which calls release() once it is done with the view's
-        bucket. The views are the ring's copy-on-write views where the receiver gives them
-        (on_ring_bucket), else copies in the free receive buffer (on_bucket)."""
+        """Receiver thread: receives the update's rounds and queues ([(name, writable view)],
+        release) for the consumer, which calls release() once it is done with the views'
+        bucket. The views are the ring's copy-on-write views where the receiver gives them,
+        queued per segment as soon as it arrived (on_ring_segment), else copies in the free
+        receive buffer, queued per bucket (on_bucket). One item per segment, not per tensor:
+        each item costs the consumer a hop to an executor thread."""
         receiver = self._receiver
         buffers = self._receive_buffers
 
@@ -583,35 +586,42 @@ class FerryCheckpointEngine(CheckpointEngineWithCache):
             tensors = weights_of(views)
             if tensors:
                 buffer, staged = buffers.fill(tensors, stop)
-                release = functools.partial(buffers.release, buffer)
-                for name, tensor in staged:
-                    put((name, tensor, release))
+                put((staged, functools.partial(buffers.release, buffer)))
             if is_last:
                 # The update is acknowledged only once the caller took every tensor, so a
                 # rank that dies while loading fails the sender's send_weights too.
                 wait_until_all_taken()
 
         held: list[threading.Event] = []  # the ring bucket the caller may still be reading
+        # The bucket being received, once a segment completed a tensor: its release event and
+        # that event's set(), one object per bucket (the consumer compares them).
+        current: list = []
 
-        def on_ring_bucket(views: list, is_last: bool, round_ends: bool) -> None:
+        def on_ring_segment(views: list, bucket_ends: bool, is_last: bool,
+                            round_ends: bool) -> None:
+            tensors = weights_of(views)
+            if tensors:
+                if not current:
+                    released = threading.Event()
+                    current.extend((released, released.set))
+                put(([(name, to_torch(dtype, shape, memory))
+                      for name, dtype, shape, memory in tensors], current[1]))
+            if not bucket_ends:
+                return  # nothing is released before the bucket's last segment
             # Returning lets ferry hand the bucket before this one back to the sender, and at
             # the round's end this one too: wait until the caller is done with it.
-            tensors = weights_of(views)
-            released = threading.Event()
-            release = released.set  # one object per bucket: the consumer compares them
-            for name, dtype, shape, memory in tensors:
-                put((name, to_torch(dtype, shape, memory), release))
-            if tensors and not round_ends:
+            if current and not round_ends:
                 if held:
                     wait(held.pop())  # set once the caller moved past this bucket's first
-                held.append(released)
+                held.append(current[0])
             else:
                 wait_until_all_taken()  # past every tensor before: nothing is held after
                 held.clear()
+            current.clear()
 
         try:
             if receiver._impl.writable_views_error() is None:
-                while receiver._impl.receive_round_buckets_writable(on_ring_bucket).more_follows:
+                while receiver._impl.receive_round_segments_writable(on_ring_segment).more_follows:
                     pass
             else:
                 while receiver._impl.receive_round_buckets(on_bucket).more_follows:

@@ -7,6 +7,8 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <numeric>
+#include <vector>
 
 #include "base/status_macros.h"
 
@@ -49,47 +51,53 @@ Result<CowView> CowView::map(int ring_fd, std::uint32_t slots, std::uint64_t slo
   view.region_ = RingMapping(MappedRegion(addr, size));
   view.region_.prefault_in_background(slots, slot_bytes);
   view.slot_bytes_ = slot_bytes;
+  view.dropped_.assign(slots, 0);
   view.pagemap_.reset(::open("/proc/self/pagemap", O_RDONLY | O_CLOEXEC));
   return view;
 }
 
 Status CowView::forget_writes(std::uint32_t i) {
   std::byte* const begin = slot(i);
-  if (!pagemap_.valid()) return drop(begin, slot_bytes_);
+  if (!pagemap_.valid()) return drop(i, begin, slot_bytes_);
   const std::size_t page = page_size();
   const std::size_t pages = slot_bytes_ / page;
   const std::uint64_t first_page = reinterpret_cast<std::uintptr_t>(begin) / page;
   std::byte* run_start = nullptr;  // the written pages not yet dropped: [run_start, run_end)
   std::byte* run_end = nullptr;
+  std::vector<std::uint64_t> entries;  // per call: calls for other slots may run at once
   for (std::size_t done = 0; done < pages;) {
     const std::size_t n = std::min(kEntriesPerRead, pages - done);
-    entries_.resize(n);
+    entries.resize(n);
     const off_t at = static_cast<off_t>((first_page + done) * sizeof(std::uint64_t));
-    const ssize_t got = ::pread(pagemap_.get(), entries_.data(), n * sizeof(std::uint64_t), at);
+    const ssize_t got = ::pread(pagemap_.get(), entries.data(), n * sizeof(std::uint64_t), at);
     if (got != static_cast<ssize_t>(n * sizeof(std::uint64_t))) {
-      return drop(begin, slot_bytes_);  // pagemap refused (or came short): drop them all
+      return drop(i, begin, slot_bytes_);  // pagemap refused (or came short): drop them all
     }
     for (std::size_t k = 0; k < n; ++k) {
-      if (!written(entries_[k])) continue;
+      if (!written(entries[k])) continue;
       std::byte* p = begin + (done + k) * page;
       if (p != run_end) {
-        if (run_start != nullptr) FERRY_RETURN_IF_ERROR(drop(run_start, run_end - run_start));
+        if (run_start != nullptr) FERRY_RETURN_IF_ERROR(drop(i, run_start, run_end - run_start));
         run_start = p;
       }
       run_end = p + page;
     }
     done += n;
   }
-  if (run_start != nullptr) return drop(run_start, run_end - run_start);
+  if (run_start != nullptr) return drop(i, run_start, run_end - run_start);
   return ok_status();
 }
 
-Status CowView::drop(std::byte* from, std::size_t bytes) {
+std::uint64_t CowView::pages_dropped() const {
+  return std::accumulate(dropped_.begin(), dropped_.end(), std::uint64_t{0});
+}
+
+Status CowView::drop(std::uint32_t i, std::byte* from, std::size_t bytes) {
   // On a private file mapping, the next touch of a dropped page reads the file again.
   if (::madvise(from, bytes, MADV_DONTNEED) != 0) {
     return errno_status("madvise(MADV_DONTNEED)", "the ring's copy-on-write view", errno);
   }
-  pages_dropped_ += bytes / page_size();
+  dropped_[i] += bytes / page_size();
   return ok_status();
 }
 

@@ -40,22 +40,25 @@ class CowView {
   // Drops every page of slot i this process wrote, so the slot shows the ring's bytes
   // again. Finds them in /proc/self/pagemap (a written page is no longer a file page), so
   // clean pages stay mapped; where pagemap cannot be read, drops the whole slot (correct,
-  // but each page then faults in again). REQUIRES: no view of slot i is in use.
+  // but each page then faults in again). REQUIRES: no view of slot i is in use. Calls for
+  // different slots may run at once, on different threads (a receiver scans one slot in the
+  // background while it hands out views of the other).
   Status forget_writes(std::uint32_t i);
 
-  // Pages forget_writes() dropped so far (tests and benchmarks).
-  std::uint64_t pages_dropped() const { return pages_dropped_; }
+  // Pages forget_writes() dropped so far (tests and benchmarks); not while one runs.
+  std::uint64_t pages_dropped() const;
   // Waits until the view's pages are faulted in (tests, benchmarks).
   void wait_prefaulted() { region_.wait_prefaulted(); }
 
  private:
-  Status drop(std::byte* from, std::size_t bytes);
+  Status drop(std::uint32_t i, std::byte* from, std::size_t bytes);
 
   RingMapping region_;
-  ScopedFd pagemap_;                    // /proc/self/pagemap; invalid where it cannot be opened
-  std::vector<std::uint64_t> entries_;  // pagemap entries read per call, reused
+  ScopedFd pagemap_;  // /proc/self/pagemap; invalid where it cannot be opened
   std::uint64_t slot_bytes_ = 0;
-  std::uint64_t pages_dropped_ = 0;
+  // Pages dropped per slot: each call writes only its own slot's count, so calls for
+  // different slots may run at once.
+  std::vector<std::uint64_t> dropped_;
 };
 
 }  // namespace ferry::shm
