@@ -226,6 +226,7 @@ async def _feed(feed: Any, manifest: list[tuple], weights: Any,
 
 
 async def _each(weights: Any) -> AsyncIterator:
+    """The items of a sync or async iterable, as an async generator (verl gives either)."""
     if hasattr(weights, "__aiter__"):
         async for item in weights:
             yield item

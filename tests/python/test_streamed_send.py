@@ -4,25 +4,10 @@ and what aborts a round: a tensor differing from the manifest, or the generator 
 
 from __future__ import annotations
 
-import torch
 
 from conftest import digest, run_peers, unique_address
-from weights import BUCKET_BYTES, make_weights
-
-
-def _specs(weights) -> list[tuple]:
-    return [(name, t.dtype, tuple(t.shape)) for name, t in weights]
-
-
-def _from_one_buffer(weights):
-    """Each tensor as a view of one buffer, refilled (and scribbled over) for the next."""
-    buffer = torch.empty(4 << 20, dtype=torch.uint8)
-    for name, tensor in weights:
-        view = buffer[:tensor.numel() * tensor.element_size()].view(tensor.dtype)
-        view = view.view(tensor.shape)
-        view.copy_(tensor)
-        yield name, view
-        buffer.fill_(0xee)
+from weights import BUCKET_BYTES, from_one_buffer as _from_one_buffer, make_weights, \
+    specs_of as _specs
 
 
 def _raising(weights, at: int):

@@ -13,24 +13,10 @@ import torch
 
 import ferry
 from conftest import digest, unique_address
-from weights import BUCKET_BYTES, make_weights
+from weights import BUCKET_BYTES, from_one_buffer as _from_one_buffer, make_weights, \
+    specs_of as _specs
 
 TIMEOUT_S = 60
-
-
-def _specs(weights) -> list[tuple]:
-    return [(name, t.dtype, tuple(t.shape)) for name, t in weights]
-
-
-def _from_one_buffer(weights):
-    """Each tensor as a view of one buffer, refilled (and scribbled over) for the next."""
-    buffer = torch.empty(4 << 20, dtype=torch.uint8)
-    for name, tensor in weights:
-        view = buffer[:tensor.numel() * tensor.element_size()].view(tensor.dtype)
-        view = view.view(tensor.shape)
-        view.copy_(tensor)
-        yield name, view
-        buffer.fill_(0xee)
 
 
 async def _async_from_one_buffer(weights):

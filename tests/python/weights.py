@@ -25,3 +25,21 @@ def make_weights(round_index: int) -> list[tuple[str, torch.Tensor]]:
         weights.append((f"small.{i}.fp32", torch.randn(1 + i % 13, generator=g)))
     weights.append(("tail.int8", torch.arange(33, dtype=torch.int8)))
     return weights
+
+
+def specs_of(weights) -> list[tuple]:
+    """(name, dtype, shape) of each tensor: a streamed round's manifest."""
+    return [(name, t.dtype, tuple(t.shape)) for name, t in weights]
+
+
+def from_one_buffer(weights):
+    """Each tensor as a view of one buffer, refilled (and scribbled over) for the next, as
+    verl's nixl engine with device=cpu yields them: right only if each is taken before the
+    next is asked for."""
+    buffer = torch.empty(4 << 20, dtype=torch.uint8)
+    for name, tensor in weights:
+        view = buffer[:tensor.numel() * tensor.element_size()].view(tensor.dtype)
+        view = view.view(tensor.shape)
+        view.copy_(tensor)
+        yield name, view
+        buffer.fill_(0xee)

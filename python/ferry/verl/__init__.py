@@ -27,6 +27,7 @@ from typing import Any, AsyncIterator, Callable, Iterable, Tuple
 from .. import _ferry
 from .._tensors import _error, _frombuffer, arg_bytes, tensor_arg, to_torch, typed
 from ..sync import Receiver, Sender
+from ..sync import _each as _items  # a sync or async generator of (name, tensor)
 
 try:
     import torch
@@ -111,15 +112,6 @@ def _drop(cache: dict, address: str, session: Any) -> None:
             del cache[address]
     if not session.closed:
         session.close()
-
-
-async def _items(weights: Iterable[NamedTensor] | AsyncIterator[NamedTensor]):
-    if hasattr(weights, "__aiter__"):
-        async for item in weights:
-            yield item
-    else:
-        for item in weights:
-            yield item
 
 
 class BucketedWeightSender:
