@@ -77,7 +77,7 @@ void bind_tensor_feed(py::module_& m) {
       m, "TensorFeed",
       "Hands a streamed round's tensors from the pulling thread to the sender's thread: pass "
       "it as send_round_streamed's `next` (use ferry.Sender.send_round_streamed_async).")
-      .def(py::init<>())
+      .def(py::init<>(), "A feed with nothing offered yet; one per round.")
       .def(
           "offer",
           [](TensorFeed& f, std::uintptr_t address, std::size_t nbytes) {
