@@ -25,6 +25,7 @@ from .. import _ferry
 from .._tensors import _error, ferry_dtype, to_torch, typed
 from ..sync import Receiver, Sender
 from ._device import Device, byte_view, host_view
+from ._handoff import DONE, EndOfUpdate, Handoff
 
 _ALIGN = 256  # device views start at offsets torch's kernels accept for every dtype
 
@@ -189,12 +190,12 @@ class DeviceReceive:
         try:
             while True:
                 item = await loop.run_in_executor(None, items.get)
-                if item is _DONE:
+                if item is DONE:
                     if cache is not None:
                         engine._cached = cache
                     break
-                if isinstance(item, threading.Event):  # the update's end: all was taken
-                    item.set()
+                if isinstance(item, EndOfUpdate):  # the caller took all before it
+                    item.taken.set()
                     continue
                 if isinstance(item, BaseException):
                     engine._broken = True
@@ -216,22 +217,8 @@ class DeviceReceive:
                         items: queue.Queue, stop: threading.Event) -> None:
         from .checkpoint_engine import VERSION_TENSOR
 
-        def abandoned() -> BaseException:
-            return _error(_ferry.AbortedError, "receive_weights was abandoned by its caller")
-
-        def put(item: Any) -> None:
-            while not stop.is_set():
-                try:
-                    items.put(item, timeout=0.1)
-                    return
-                except queue.Full:
-                    continue
-            raise abandoned()
-
-        def wait(event: threading.Event) -> None:
-            while not event.wait(0.1):
-                if stop.is_set():
-                    raise abandoned()
+        handoff = Handoff(items, stop)
+        put, wait = handoff.put, handoff.wait
 
         count = [0]
 
@@ -255,24 +242,14 @@ class DeviceReceive:
                     buffer.free.set()
                 for name, tensor in self._copy_bucket(buffer, tensors):
                     put((name, tensor, release))
-            if is_last:
-                # Acknowledged only once the caller took every tensor, as on the CPU path.
-                end = threading.Event()
-                put(end)
-                wait(end)
+            if is_last:  # acknowledged only once the caller took every tensor
+                handoff.wait_until_all_taken()
 
-        try:
+        def receive() -> None:
             while receiver._impl.receive_round_buckets(on_bucket).more_follows:
                 pass
-            put(_DONE)
-        except BaseException as e:  # handed to the consumer, raised there
-            try:
-                items.put(e, timeout=1.0)
-            except queue.Full:
-                pass
 
-
-_DONE = object()
+        handoff.run(receive)
 
 
 class DevicePath:

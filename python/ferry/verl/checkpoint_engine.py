@@ -42,6 +42,7 @@ from .._verl_compat import CheckpointEngineRegistry, CheckpointEngineWithCache
 from ..sync import Receiver, Relay, Sender, SyncOptions
 from ._device import device_for
 from ._device_path import DevicePath
+from ._handoff import DONE, EndOfUpdate, Handoff
 from ._memory import backed_buffer
 from . import _items  # a sync or async generator of (name, tensor), as verl gives either
 
@@ -55,7 +56,6 @@ DEFAULT_ROUND_BYTES = 64 << 20
 ENGINE_KWARGS = frozenset({"token_file", "slots", "interface", "port", "timeout_s",
                            "node_id", "checksums", "round_bytes", "cache", "device"})
 _warned: set[str] = set()
-_DONE = object()
 
 
 def _warn_unknown(kwargs: dict) -> None:
@@ -101,13 +101,6 @@ def _free_port(host: str) -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind((host, 0))
         return s.getsockname()[1]
-
-
-class _EndOfUpdate:
-    """Queued after an update's last tensor; set once the consumer reached it."""
-
-    def __init__(self) -> None:
-        self.taken = threading.Event()
 
 
 @CheckpointEngineRegistry.register("ferry")
@@ -398,11 +391,11 @@ class FerryCheckpointEngine(CheckpointEngineWithCache):
         try:
             while True:
                 item = await loop.run_in_executor(None, items.get)
-                if item is _DONE:
+                if item is DONE:
                     if cache is not None:
                         self._cached = cache
                     break
-                if isinstance(item, _EndOfUpdate):
+                if isinstance(item, EndOfUpdate):
                     item.taken.set()
                     continue
                 if isinstance(item, BaseException):
@@ -553,25 +546,8 @@ class FerryCheckpointEngine(CheckpointEngineWithCache):
         receiver = self._receiver
         buffers = self._receive_buffers
 
-        def put(item: Any) -> None:
-            while not stop.is_set():
-                try:
-                    items.put(item, timeout=0.1)
-                    return
-                except queue.Full:
-                    continue
-            raise _error(_ferry.AbortedError, "receive_weights was abandoned by its caller")
-
-        def wait(event: threading.Event) -> None:
-            while not event.wait(0.1):
-                if stop.is_set():
-                    raise _error(_ferry.AbortedError,
-                                 "receive_weights was abandoned by its caller")
-
-        def wait_until_all_taken() -> None:
-            end = _EndOfUpdate()
-            put(end)
-            wait(end.taken)
+        handoff = Handoff(items, stop)
+        put, wait, wait_until_all_taken = handoff.put, handoff.wait, handoff.wait_until_all_taken
 
         def weights_of(views: list) -> list:
             tensors = []
@@ -619,19 +595,15 @@ class FerryCheckpointEngine(CheckpointEngineWithCache):
                 held.clear()
             current.clear()
 
-        try:
+        def receive() -> None:
             if receiver._impl.writable_views_error() is None:
                 while receiver._impl.receive_round_segments_writable(on_ring_segment).more_follows:
                     pass
             else:
                 while receiver._impl.receive_round_buckets(on_bucket).more_follows:
                     pass
-            put(_DONE)
-        except BaseException as e:  # handed to the consumer, raised there
-            try:
-                items.put(e, timeout=1.0)
-            except queue.Full:
-                pass
+
+        handoff.run(receive)
 
     def _check_version(self, version: int, required: int | None) -> None:
         known = [v for v in (self._last_version, required) if v is not None]
