@@ -13,9 +13,8 @@ caller moved past the bucket it holds, with the lifetime receive_weights' docstr
 
 from __future__ import annotations
 
-import asyncio
+import functools
 import math
-import queue
 import threading
 from typing import Any, AsyncIterator, Iterable
 
@@ -25,7 +24,7 @@ from .. import _ferry
 from .._tensors import _error, ferry_dtype, to_torch, typed
 from ..sync import Receiver, Sender
 from ._device import Device, byte_view, host_view
-from ._handoff import DONE, EndOfUpdate, Handoff
+from ._handoff import Handoff, handed_out
 
 _ALIGN = 256  # device views start at offsets torch's kernels accept for every dtype
 
@@ -176,49 +175,18 @@ class DeviceReceive:
         """receive_weights for the device path (engine: the FerryCheckpointEngine)."""
         receiver = engine._receiver
         self.register(receiver)
-        loop = asyncio.get_running_loop()
-        items: queue.Queue = queue.Queue(maxsize=64)
-        stop = threading.Event()
         for b in self.buffers:  # the last update's caller is done with both
             b.fence = self.device.fence()
             b.free.set()
-        worker = threading.Thread(target=self._receive_update, name="ferry-device-receive",
-                                  args=(engine, receiver, global_steps, items, stop), daemon=True)
-        worker.start()
-        cache: dict[str, torch.Tensor] | None = {} if engine.cache else None
-        previous = None
-        try:
-            while True:
-                item = await loop.run_in_executor(None, items.get)
-                if item is DONE:
-                    if cache is not None:
-                        engine._cached = cache
-                    break
-                if isinstance(item, EndOfUpdate):  # the caller took all before it
-                    item.taken.set()
-                    continue
-                if isinstance(item, BaseException):
-                    engine._broken = True
-                    raise item
-                name, tensor, release = item
-                if cache is not None:
-                    cache.pop(name, None)
-                    cache[name] = tensor.to("cpu", copy=True)
-                yield name, tensor
-                # Past this bucket's first tensor: the bucket before may be refilled.
-                if previous is not None and previous is not release:
-                    previous()
-                previous = release
-        finally:
-            stop.set()
-            await loop.run_in_executor(None, worker.join)
+        receive = functools.partial(self._receive_update, engine, receiver, global_steps)
+        async for item in handed_out(engine, receive, "ferry-device-receive"):
+            yield item
 
     def _receive_update(self, engine: Any, receiver: Receiver, required: int | None,
-                        items: queue.Queue, stop: threading.Event) -> None:
+                        handoff: Handoff) -> None:
         from .checkpoint_engine import VERSION_TENSOR
 
-        handoff = Handoff(items, stop)
-        put, wait = handoff.put, handoff.wait
+        wait = handoff.wait
 
         count = [0]
 
@@ -240,16 +208,12 @@ class DeviceReceive:
                 def release(buffer: _Buffer = buffer) -> None:  # one per bucket: compared
                     buffer.fence = self.device.fence()  # on the caller's thread and stream
                     buffer.free.set()
-                for name, tensor in self._copy_bucket(buffer, tensors):
-                    put((name, tensor, release))
+                handoff.put((self._copy_bucket(buffer, tensors), release))  # one hop a bucket
             if is_last:  # acknowledged only once the caller took every tensor
                 handoff.wait_until_all_taken()
 
-        def receive() -> None:
-            while receiver._impl.receive_round_buckets(on_bucket).more_follows:
-                pass
-
-        handoff.run(receive)
+        while receiver._impl.receive_round_buckets(on_bucket).more_follows:
+            pass
 
 
 class DevicePath:

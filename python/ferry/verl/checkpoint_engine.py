@@ -24,7 +24,6 @@ from __future__ import annotations
 import asyncio
 import functools
 import os
-import queue
 import random
 import socket
 import threading
@@ -42,7 +41,7 @@ from .._verl_compat import CheckpointEngineRegistry, CheckpointEngineWithCache
 from ..sync import Receiver, Relay, Sender, SyncOptions
 from ._device import device_for
 from ._device_path import DevicePath
-from ._handoff import DONE, EndOfUpdate, Handoff
+from ._handoff import Handoff, handed_out
 from ._memory import backed_buffer
 from . import _items  # a sync or async generator of (name, tensor), as verl gives either
 
@@ -378,43 +377,10 @@ class FerryCheckpointEngine(CheckpointEngineWithCache):
             async for item in self._device_path.receiving.receive(self, global_steps):
                 yield item
             return
-        loop = asyncio.get_running_loop()
-        items: queue.Queue = queue.Queue(maxsize=64)  # bounds what waits for the consumer
-        stop = threading.Event()
-        buffers = self._receive_buffers
-        buffers.reset()  # the last update's caller is done with both
-        worker = threading.Thread(target=self._receive_update,
-                                  args=(global_steps, items, stop), daemon=True)
-        worker.start()
-        cache: dict[str, torch.Tensor] | None = {} if self.cache else None
-        previous = None  # releases the bucket of the tensor yielded last
-        try:
-            while True:
-                item = await loop.run_in_executor(None, items.get)
-                if item is DONE:
-                    if cache is not None:
-                        self._cached = cache
-                    break
-                if isinstance(item, EndOfUpdate):
-                    item.taken.set()
-                    continue
-                if isinstance(item, BaseException):
-                    self._broken = True
-                    raise item
-                tensors, release = item  # one segment's (or bucket's) tensors: one hop each
-                for name, tensor in tensors:
-                    if cache is not None:  # before the caller may write into its tensor
-                        cache.pop(name, None)  # a name sent twice: the last one, at the end
-                        cache[name] = tensor.clone()
-                    yield name, tensor
-                    # The caller moved past this tensor: where it was its bucket's first, the
-                    # caller is done with the bucket before, whose slot or buffer may be refilled.
-                    if previous is not None and previous is not release:
-                        previous()
-                    previous = release
-        finally:
-            stop.set()
-            await loop.run_in_executor(None, worker.join)
+        self._receive_buffers.reset()  # the last update's caller is done with both
+        receive = functools.partial(self._receive_update, global_steps)
+        async for item in handed_out(self, receive, "ferry-receive"):
+            yield item
 
     async def get_weights(self) -> AsyncIterator:
         """verl's CheckpointEngineWithCache: yields (name, tensor) of the last complete update
@@ -535,8 +501,7 @@ class FerryCheckpointEngine(CheckpointEngineWithCache):
                        for k, s in self._senders.items()}
             return {k: f.result() for k, f in futures.items()}
 
-    def _receive_update(self, required: int | None, items: queue.Queue,
-                        stop: threading.Event) -> None:
+    def _receive_update(self, required: int | None, handoff: Handoff) -> None:
         """Receiver thread: receives the update's rounds and queues ([(name, writable view)],
         release) for the consumer, which calls release() once it is done with the views'
         bucket. The views are the ring's copy-on-write views where the receiver gives them,
@@ -546,7 +511,6 @@ class FerryCheckpointEngine(CheckpointEngineWithCache):
         receiver = self._receiver
         buffers = self._receive_buffers
 
-        handoff = Handoff(items, stop)
         put, wait, wait_until_all_taken = handoff.put, handoff.wait, handoff.wait_until_all_taken
 
         def weights_of(views: list) -> list:
@@ -561,7 +525,7 @@ class FerryCheckpointEngine(CheckpointEngineWithCache):
         def on_bucket(views: list, is_last: bool) -> None:
             tensors = weights_of(views)
             if tensors:
-                buffer, staged = buffers.fill(tensors, stop)
+                buffer, staged = buffers.fill(tensors, handoff.stop)
                 put((staged, functools.partial(buffers.release, buffer)))
             if is_last:
                 # The update is acknowledged only once the caller took every tensor, so a
@@ -595,15 +559,12 @@ class FerryCheckpointEngine(CheckpointEngineWithCache):
                 held.clear()
             current.clear()
 
-        def receive() -> None:
-            if receiver._impl.writable_views_error() is None:
-                while receiver._impl.receive_round_segments_writable(on_ring_segment).more_follows:
-                    pass
-            else:
-                while receiver._impl.receive_round_buckets(on_bucket).more_follows:
-                    pass
-
-        handoff.run(receive)
+        if receiver._impl.writable_views_error() is None:
+            while receiver._impl.receive_round_segments_writable(on_ring_segment).more_follows:
+                pass
+        else:
+            while receiver._impl.receive_round_buckets(on_bucket).more_follows:
+                pass
 
     def _check_version(self, version: int, required: int | None) -> None:
         known = [v for v in (self._last_version, required) if v is not None]
