@@ -67,10 +67,14 @@ int run_demo(const DemoArgs& a) {
         static_cast<unsigned long long>(c.bucket_mb), c.rounds, c.receivers);
     std::fflush(stdout);
   }
-  auto session = start_profiler(a);
-  if (!session.ok()) return report_error(session.status());
+  std::unique_ptr<profiler::Session> session;
   tools::DemoConfig config = c;
-  config.profile = session->get();
+  config.start_profile = [&a, &session]() -> Result<profiler::Session*> {
+    auto started = start_profiler(a);
+    if (!started.ok()) return started.status();
+    session = std::move(*started);
+    return session.get();
+  };
   double setup_seconds = 0;
   auto on_ready = [&a, &setup_seconds](double seconds) {
     setup_seconds = seconds;
@@ -93,11 +97,11 @@ int run_demo(const DemoArgs& a) {
     std::fflush(stdout);
   });
   if (!rounds.ok()) return report_error(rounds.status());
-  if (*session) {
-    auto files = (*session)->stop();
+  if (session) {
+    auto files = session->stop();
     if (!files.ok()) return report_error(files.status());
     std::fprintf(stderr, "profile: traces in %s (ferry trace summarize %s/*.json)\n",
-                 (*session)->config().save_path.c_str(), (*session)->config().save_path.c_str());
+                 session->config().save_path.c_str(), session->config().save_path.c_str());
   }
   bool all_ok = true;
   nlohmann::ordered_json j = nlohmann::ordered_json::array();

@@ -74,6 +74,12 @@ Result<std::vector<DemoRound>> run_sync_demo(
     if (!kid.ok()) return kid.status();
     kids.push_back(std::move(*kid));
   }
+  profiler::Session* profile = nullptr;
+  if (config.start_profile) {
+    auto started = config.start_profile();
+    if (!started.ok()) return started.status();
+    profile = *started;
+  }
   // Backed now, so filling it before round 1 is as fast as before later rounds.
   auto source = map_anonymous(total, true, /*prefault=*/true);
   if (!source.ok()) return source.status();
@@ -87,7 +93,7 @@ Result<std::vector<DemoRound>> run_sync_demo(
   }
   std::vector<DemoRound> rounds;
   std::vector<std::string> want;  // per round, the sender's hashes
-  if (config.profile != nullptr) config.profile->begin_step(1);
+  if (profile != nullptr) profile->begin_step(1);
   for (int r = 0; r < config.rounds; ++r) {
     std::string line;
     for (std::size_t t = 0; t < specs.size(); ++t) {
@@ -103,10 +109,10 @@ Result<std::vector<DemoRound>> run_sync_demo(
       line += fmt::format("{:016x} ", XXH3_64bits(bytes.data(), bytes.size()));
     }
     want.push_back(line);
-    if (config.profile != nullptr) config.profile->begin_task(fmt::format("sync round {}", r + 1));
+    if (profile != nullptr) profile->begin_task(fmt::format("sync round {}", r + 1));
     auto st = (*sender)->send_round(views);
-    if (config.profile != nullptr) {
-      if (auto files = config.profile->end_task(); !files.ok()) return files.status();
+    if (profile != nullptr) {
+      if (auto files = profile->end_task(); !files.ok()) return files.status();
     }
     if (!st.ok()) return st.status();
     DemoRound d;
@@ -121,8 +127,8 @@ Result<std::vector<DemoRound>> run_sync_demo(
     if (on_round) on_round(d);  // receiver_ok is known only when the receivers exit
     rounds.push_back(d);
   }
-  if (config.profile != nullptr) {
-    if (auto files = config.profile->end_step(); !files.ok()) return files.status();
+  if (profile != nullptr) {
+    if (auto files = profile->end_step(); !files.ok()) return files.status();
   }
   sender->reset();  // close the session so receivers exit
   for (Subprocess& k : kids) {

@@ -22,9 +22,12 @@ struct DemoConfig {
   // Delta rounds (SyncOptions::delta = kOn): round 1 is dense, later rounds change 1% of
   // the elements (a training-like update, delta/training_update.h) and send only that.
   bool delta = false;
-  // When set, the demo is one profiler step and each round one task (a trace file per
-  // round with discrete=true). Spans are the sender's; receivers run in other processes.
-  profiler::Session* profile = nullptr;
+  // When set, called once the receivers are forked; the session it returns (null: none)
+  // makes the demo one profiler step and each round one task (a trace file per round with
+  // discrete=true). Spans are the sender's; receivers run in other processes. Started after
+  // the fork: a thread running across fork() can leave a lock held in the child forever
+  // (ASan's allocator deadlocked a receiver's first new thread so).
+  std::function<Result<profiler::Session*>()> start_profile;
 };
 
 struct DemoRound {
