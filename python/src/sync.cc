@@ -16,6 +16,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <string_view>
 #include <vector>
 
 #include "bindings.h"
@@ -79,6 +80,19 @@ TensorArg tensor_arg(const py::handle& item, bool writable) {
     throw StatusError(invalid_argument(fmt::format("tensor '{}': null address", arg.spec.name)));
   }
   return arg;
+}
+
+// A round's manifest given as (name, dtype, shape) tuples.
+std::vector<TensorSpec> manifest_from_python(const py::sequence& specs) {
+  std::vector<TensorSpec> manifest;
+  manifest.reserve(specs.size());
+  for (const py::handle& item : specs) {
+    const auto t = item.cast<py::tuple>();
+    if (t.size() != 3) throw StatusError(invalid_argument("a spec is (name, dtype, shape)"));
+    manifest.push_back(check(
+        TensorSpec::make(t[0].cast<std::string>(), t[1].cast<DType>(), shape_from_python(t[2]))));
+  }
+  return manifest;
 }
 
 // Keeps two Python threads from using one Sender/Receiver at once (the C++ objects
@@ -164,6 +178,34 @@ class Endpoint {
   std::unique_ptr<Impl> impl_;
 };
 
+// Runs a transfer with the GIL released, re-taking it for each Python callback. A Python
+// exception in a callback aborts the round (the peer hears why, `who` raised it) and is
+// then raised again by finish(), unchanged.
+class CallbackBridge {
+ public:
+  template <typename F>
+  Status call(F&& f, std::string_view who = "the receiver's callback") {
+    py::gil_scoped_acquire gil;
+    try {
+      f();
+      return ok_status();
+    } catch (py::error_already_set& e) {
+      std::string type = py::str(e.type().attr("__name__"));
+      std::string text = py::str(e.value());
+      if (!saved_) saved_.emplace(std::move(e));
+      return aborted(fmt::format("{} raised {}: {}", who, type, text));
+    }
+  }
+
+  RoundStats finish(Result<RoundStats> r) {
+    if (saved_) throw *saved_;
+    return check(std::move(r));
+  }
+
+ private:
+  std::optional<py::error_already_set> saved_;
+};
+
 class PySender : public Endpoint<sync::Sender> {
  public:
   PySender() : Endpoint("sender") {}
@@ -215,14 +257,7 @@ class PySender : public Endpoint<sync::Sender> {
                                  bool more_follows) {
     UseGuard use(mutex_, what_);
     sync::Sender& s = get();
-    std::vector<TensorSpec> manifest;
-    manifest.reserve(specs.size());
-    for (const py::handle& item : specs) {
-      const auto t = item.cast<py::tuple>();
-      if (t.size() != 3) throw StatusError(invalid_argument("a spec is (name, dtype, shape)"));
-      manifest.push_back(check(
-          TensorSpec::make(t[0].cast<std::string>(), t[1].cast<DType>(), shape_from_python(t[2]))));
-    }
+    const std::vector<TensorSpec> manifest = manifest_from_python(specs);
     // A TensorFeed is served without the GIL: its puller runs on another thread.
     if (py::isinstance<TensorFeed>(next)) {
       std::shared_ptr<TensorFeed> feed = next.cast<std::shared_ptr<TensorFeed>>();
@@ -287,42 +322,24 @@ class PySender : public Endpoint<sync::Sender> {
                                const py::function& flush, bool more_follows) {
     UseGuard use(mutex_, what_);
     sync::Sender& s = get();
-    std::vector<TensorSpec> manifest;
-    manifest.reserve(specs.size());
-    for (const py::handle& item : specs) {
-      const auto t = item.cast<py::tuple>();
-      if (t.size() != 3) throw StatusError(invalid_argument("a spec is (name, dtype, shape)"));
-      manifest.push_back(check(
-          TensorSpec::make(t[0].cast<std::string>(), t[1].cast<DType>(), shape_from_python(t[2]))));
-    }
+    const std::vector<TensorSpec> manifest = manifest_from_python(specs);
     const std::byte* ring = s.ring_memory().data();
-    std::optional<py::error_already_set> raised;
-    auto call = [&](const char* what, auto&& f) -> Status {
-      py::gil_scoped_acquire gil;
-      try {
-        f();
-        return ok_status();
-      } catch (py::error_already_set& e) {
-        std::string type = py::str(e.type().attr("__name__"));
-        std::string text = py::str(e.value());
-        if (!raised) raised.emplace(std::move(e));
-        return aborted(fmt::format("the sender's {}() raised {}: {}", what, type, text));
-      }
-    };
+    CallbackBridge bridge;
     const sync::TensorFill on_fill = [&](std::size_t i, std::uint64_t offset,
                                          std::span<std::byte> dst) {
-      return call("fill", [&] {
-        fill(i, offset, static_cast<std::uint64_t>(dst.data() - ring), dst.size());
-      });
+      return bridge.call(
+          [&] { fill(i, offset, static_cast<std::uint64_t>(dst.data() - ring), dst.size()); },
+          "the sender's fill()");
     };
-    const sync::FillFlush on_flush = [&] { return call("flush", [&] { flush(); }); };
+    const sync::FillFlush on_flush = [&] {
+      return bridge.call([&] { flush(); }, "the sender's flush()");
+    };
     Result<RoundStats> r = [&] {
       py::gil_scoped_release nogil;
       return s.send_round_filled(manifest, on_fill, on_flush, sync::RoundOptions{more_follows});
     }();
     interrupts_.raise_pending();
-    if (raised) throw *raised;
-    return check(std::move(r));
+    return bridge.finish(std::move(r));
   }
 
   py::tuple ring_memory() const {
@@ -331,34 +348,6 @@ class PySender : public Endpoint<sync::Sender> {
   }
 
   void close() { reset(); }
-};
-
-// Runs a receive with the GIL released, re-taking it for each callback. A Python
-// exception in the callback aborts the round (the sender hears why) and is then
-// raised again here, unchanged.
-class CallbackBridge {
- public:
-  template <typename F>
-  Status call(F&& f) {
-    py::gil_scoped_acquire gil;
-    try {
-      f();
-      return ok_status();
-    } catch (py::error_already_set& e) {
-      std::string type = py::str(e.type().attr("__name__"));
-      std::string text = py::str(e.value());
-      saved_.emplace(std::move(e));
-      return aborted(fmt::format("the receiver's callback raised {}: {}", type, text));
-    }
-  }
-
-  RoundStats finish(Result<RoundStats> r) {
-    if (saved_) throw *saved_;
-    return check(std::move(r));
-  }
-
- private:
-  std::optional<py::error_already_set> saved_;
 };
 
 class PyReceiver : public Endpoint<sync::Receiver> {

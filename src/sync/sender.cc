@@ -10,6 +10,7 @@
 #include "base/clock.h"
 #include "base/log.h"
 #include "base/random.h"
+#include "base/status_macros.h"
 #include "ferry/sync.h"
 #include "profiler/span.h"
 #include "sync/bucket_planner.h"
@@ -195,6 +196,17 @@ struct Sender::Impl {
   std::unique_ptr<DeltaSender> delta;  // set when options.delta is not kOff
 
   wire::Message message(wire::Body body) const { return fanout->message(std::move(body)); }
+
+  // A round may start: the session is intact and has a receiver.
+  Status ready() const {
+    if (!broken.ok()) {
+      return failed_precondition(
+          "the session failed earlier (accept() receivers again to start a new one): " +
+          broken.to_string());
+    }
+    if (fanout->peers().empty()) return failed_precondition("send_round: no receiver has joined");
+    return ok_status();
+  }
 
   Status fail(Status why) {
     if (broken.ok()) broken = why;
@@ -397,15 +409,7 @@ Status Sender::accept(std::uint32_t receivers) {
 
 Result<RoundStats> Sender::send_round(std::span<const TensorView> weights,
                                       const RoundOptions& round_options) {
-  if (!impl_->broken.ok()) {
-    return failed_precondition(
-        "the session failed earlier (accept() receivers again to start "
-        "a new one): " +
-        impl_->broken.to_string());
-  }
-  if (impl_->fanout->peers().empty()) {
-    return failed_precondition("send_round: no receiver has joined");
-  }
+  FERRY_RETURN_IF_ERROR(impl_->ready());
   if (impl_->delta) {
     std::vector<GatheredTensor> tensors;
     tensors.reserve(weights.size());
@@ -417,12 +421,7 @@ Result<RoundStats> Sender::send_round(std::span<const TensorView> weights,
 
 Result<RoundStats> Sender::send_round_gathered(std::span<const GatheredTensor> weights,
                                                const RoundOptions& round_options) {
-  if (!impl_->broken.ok()) {
-    return failed_precondition("the session failed earlier: " + impl_->broken.to_string());
-  }
-  if (impl_->fanout->peers().empty()) {
-    return failed_precondition("send_round: no receiver has joined");
-  }
+  FERRY_RETURN_IF_ERROR(impl_->ready());
   if (impl_->delta) return impl_->send_with_delta(weights, round_options);
   return impl_->send_round(GatheredSource(weights), round_options);
 }
@@ -430,24 +429,14 @@ Result<RoundStats> Sender::send_round_gathered(std::span<const GatheredTensor> w
 Result<RoundStats> Sender::send_round_streamed(std::span<const TensorSpec> specs,
                                                const TensorStream& next,
                                                const RoundOptions& round_options) {
-  if (!impl_->broken.ok()) {
-    return failed_precondition("the session failed earlier: " + impl_->broken.to_string());
-  }
-  if (impl_->fanout->peers().empty()) {
-    return failed_precondition("send_round: no receiver has joined");
-  }
+  FERRY_RETURN_IF_ERROR(impl_->ready());
   return impl_->send_round(StreamSource{specs, &next}, round_options);
 }
 
 Result<RoundStats> Sender::send_round_filled(std::span<const TensorSpec> specs,
                                              const TensorFill& fill, const FillFlush& flush,
                                              const RoundOptions& round_options) {
-  if (!impl_->broken.ok()) {
-    return failed_precondition("the session failed earlier: " + impl_->broken.to_string());
-  }
-  if (impl_->fanout->peers().empty()) {
-    return failed_precondition("send_round: no receiver has joined");
-  }
+  FERRY_RETURN_IF_ERROR(impl_->ready());
   if (impl_->delta) {
     return failed_precondition(
         "send_round_filled: delta rounds need the tensors in memory (use send_round)");
