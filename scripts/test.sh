@@ -14,6 +14,10 @@ step() { printf '\n=== %s (at %d s)\n' "$*" "$SECONDS"; }
 
 step "dependencies"
 bash scripts/install-deps.sh
+# The pinned Python environment first (python3 is its interpreter), then Debian's cmake and
+# ctest ahead of any pip-installed cmake on PATH.
+export PATH="$root/.venv/bin:/usr/bin:$PATH"
+echo "python3: $(command -v python3) ($(python3 --version)); $(cmake --version | head -1) at $(command -v cmake)"
 
 step "build (build/)"
 # Line tables only (-g1): a third less compile time than full debug info, same code.

@@ -61,8 +61,8 @@ void bind_errors(py::module_& m) {
   };
   for (const ClassInfo& info : infos) {
     py::tuple bases = info.builtin != nullptr
-                          ? py::make_tuple(py::handle(base), py::handle(info.builtin))
-                          : py::make_tuple(py::handle(base));
+                          ? py::tuple(py::make_tuple(py::handle(base), py::handle(info.builtin)))
+                          : py::tuple(py::make_tuple(py::handle(base)));
     PyObject* cls = PyErr_NewExceptionWithDoc((module + "." + info.name).c_str(), info.doc,
                                               bases.ptr(), nullptr);
     if (cls == nullptr) throw py::error_already_set();

@@ -1,6 +1,7 @@
 #include "sync/fanout.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <poll.h>
 #include <unistd.h>
 
@@ -267,9 +268,17 @@ Status Fanout::drain_transfers() {
 }
 
 Status Fanout::accept(std::uint32_t n) {
+  const std::size_t before = peers_.size();
   for (std::uint32_t i = 0; i < n; ++i) {
     Status s = accept_one();
-    if (!s.ok()) return s;
+    if (s.ok()) continue;
+    if (s.code() != Code::kTimeout || i == 0) return s;
+    // Some joined: say who, so a user looks for the missing ones, not for a dead sender.
+    std::vector<std::string> joined;
+    for (std::size_t k = before; k < peers_.size(); ++k) joined.push_back(peers_[k].link.peer());
+    return timeout_error(fmt::format("only {} of {} {}s joined {} within {} ms (joined: {})", i,
+                                     n, noun_, address_, options_.timeout.count(),
+                                     fmt::join(joined, ", ")));
   }
   return ok_status();
 }

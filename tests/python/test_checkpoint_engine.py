@@ -79,14 +79,21 @@ def _expected(step: int, weights: str = "mixed") -> dict[str, str]:
     return {name: digest(t) for name, t in WEIGHTS[weights](step)}
 
 
-async def _receive(engine, step: int, die_after: int | None,
-                   weights: str = "mixed") -> dict[str, str]:
+async def _receive(engine, step: int, die_after: int | None, weights: str = "mixed",
+                   raise_after: int | None = None) -> dict[str, str]:
+    """As verl's CheckpointEngineWorker.update_weights: takes the iterator, then hands it to
+    its server adapter, which here loads every tensor, or dies or raises after some."""
     sums = {}
-    async for name, tensor in engine.receive_weights(global_steps=step):
+    received = engine.receive_weights(global_steps=step)
+    if raise_after == 0:  # verl's vLLM adapter checks the wire format before it iterates
+        raise AssertionError("vLLM rollout only consumes full named tensors")
+    async for name, tensor in received:
         sums[name] = digest(tensor)
         tensor.zero_()  # verl's loaders may write into what they were given
         if die_after is not None and len(sums) == die_after:
             os._exit(3)  # killed mid-update
+        if raise_after is not None and len(sums) == raise_after:
+            raise ValueError(f"the loader has no parameter {name}")
     return sums
 
 
@@ -214,7 +221,8 @@ class _Manager:
         return [rank.result() for rank in ranks]
 
     def update(self, step: int, die: dict[int, int] | None = None,
-               slow: bool = False, weights: str = "mixed") -> dict:
+               slow: bool = False, weights: str = "mixed",
+               raises: dict[int, int] | None = None) -> dict:
         from ferry.verl.checkpoint_engine import FerryCheckpointEngine
         ranks = self.actors + self.rollouts
         metadata = self._all(ranks, *[("prepare",)] * len(ranks))
@@ -227,13 +235,13 @@ class _Manager:
                             for i in range(len(self.rollouts))])
         assert all(r[0] == "ok" for r in inits), inits
         start = time.monotonic()
-        die = die or {}
+        die, raises = die or {}, raises or {}
         if slow:  # _bucket_weights, received by _receive_slowly
             moved = self._all(ranks, *[("send", step, "buckets")] * len(self.actors),
                               *[("receive_slowly", step)] * len(self.rollouts))
         else:
             moved = self._all(ranks, *[("send", step, weights)] * len(self.actors),
-                              *[("receive", step, die.get(i), weights)
+                              *[("receive", step, die.get(i), weights, raises.get(i))
                                 for i in range(len(self.rollouts))])
         seconds = time.monotonic() - start
         live = [r for r in ranks if r.proc.is_alive()]
@@ -288,6 +296,31 @@ def test_colocated_updates_are_bit_exact_reuse_one_session_and_refuse_stale_step
         assert status[:2] == ("error", "FailedPreconditionError"), status
         assert "global_steps 2" in status[2]
     _assert_bit_exact(colocated.update(4), 4)  # the next newer update goes through
+
+
+@pytest.mark.parametrize("raise_after", [0, 3], ids=["before-iterating", "after-3-tensors"])
+def test_a_consumer_that_raises_fails_the_trainer_at_once_and_every_rank_recovers(
+        colocated, raise_after):
+    """verl's rollout worker hands receive_weights' iterator to its server adapter; when the
+    adapter raises (before iterating, or part way), the trainer's send_weights fails at once,
+    naming the rank, its pid and the adapter's exception, not at timeout_s; the next update
+    rebuilds the sessions on every rank and is bit-exact everywhere."""
+    _assert_bit_exact(colocated.update(1), 1)
+    result = colocated.update(2, raises={1: raise_after})
+    assert result["seconds"] < 5.0, result
+    sent = result["sent"][0]
+    assert sent[:2] == ("error", "AbortedError"), sent
+    pid = colocated.rollouts[1].proc.pid
+    assert f"rollout rank 1 (pid {pid})" in sent[2], sent
+    cause = ("AssertionError: vLLM rollout only consumes" if raise_after == 0
+             else "ValueError: the loader has no parameter")
+    assert cause in sent[2], sent
+    raised = "ValueError" if raise_after else "AssertionError"
+    assert result["received"][1][:2] == ("error", raised), result
+    again = colocated.update(3)
+    _assert_bit_exact(again, 3)
+    assert [b for b, _ in again["inits"]] == [2, 2, 2], "every rank rebuilt, none alone"
+    _assert_bit_exact(colocated.update(4), 4)
 
 
 def test_colocated_rank_killed_mid_update_fails_both_sides_then_recovers(colocated):
@@ -455,6 +488,7 @@ def test_build_topology_gives_each_other_node_one_relay():
     meta.append({"node": "c", "pid": 6, "relay": "@relay-5"})
     trainer, rollout = FerryCheckpointEngine.build_topology(2, 4, meta)
     assert trainer["role"] == ["idle", "master"]
+    assert rollout["rank"] == [0, 1, 2, 3]
     assert rollout["kind"] == ["relay", "shm", "relay", "relay"]
     assert rollout["relay_id"] == [0, -1, 0, 1]
     assert rollout["receiver_id"] == [0, 0, 1, 0]
@@ -466,6 +500,33 @@ def test_build_topology_gives_each_other_node_one_relay():
     meta[1]["net"] = None  # the master's hostname did not resolve and no interface was set
     with pytest.raises(ferry.InvalidArgumentError, match="engine_kwargs.ferry.interface"):
         FerryCheckpointEngine.build_topology(2, 4, meta)
+
+
+def test_build_topology_keeps_an_epoch_only_when_every_rank_holds_it_healthy():
+    """One decision for every rank: no rank keeps a session its peers rebuild."""
+    from ferry.verl.checkpoint_engine import FerryCheckpointEngine
+
+    def meta(epoch=None, healthy=True, rollout_epochs=("i/3", "i/3"), members=None):
+        master = {"node": "a", "pid": 1, "is_master": True, "shm": "@s", "net": None,
+                  "relay": "@r0", "instance": "i", "epoch": epoch, "healthy": healthy,
+                  "members": members}
+        rollout = [{"node": "a", "pid": 2 + k, "relay": f"@r{k + 1}", "epoch": e,
+                    "healthy": True} for k, e in enumerate(rollout_epochs)]
+        return [master] + rollout
+
+    def epoch(metadata):
+        return FerryCheckpointEngine.build_topology(1, 2, metadata)[1]["plan"][0]["epoch"]
+
+    members = [["a", 2], ["a", 3]]
+    assert epoch(meta()) == "i/1", "a new master starts its first epoch"
+    assert epoch(meta("i/3", members=members)) == "i/3", "all healthy: kept"
+    assert epoch(meta("i/3", healthy=False, members=members)) == "i/4"
+    assert epoch(meta("i/3", rollout_epochs=("i/3", None), members=members)) == "i/4"
+    assert epoch(meta("i/3", rollout_epochs=("i/3", "i/2"), members=members)) == "i/4"
+    assert epoch(meta("i/3", members=[["a", 2], ["a", 9]])) == "i/4", "a rank replaced"
+    bad = meta("i/3", members=members)
+    bad[2]["healthy"] = False  # its last receive failed
+    assert epoch(bad) == "i/4"
 
 
 def test_unknown_engine_kwargs_warn_once_by_name():
@@ -485,7 +546,7 @@ def test_registered_as_ferry_backend():
     from ferry._verl_compat import CheckpointEngineRegistry
     assert CheckpointEngineRegistry.get("ferry") is module.FerryCheckpointEngine
     engine = CheckpointEngineRegistry.new("ferry", bucket_size=BUCKET, is_master=True)
-    assert engine.wire_format == "ferry" and engine.prepare()["is_master"]
+    assert engine.wire_format == "named_tensors" and engine.prepare()["is_master"]
 
 
 def test_non_master_actor_rank_iterates_its_generator_and_sends_nothing():

@@ -10,3 +10,15 @@ if(FERRY_BUILD_PYTHON AND EXISTS ${PROJECT_SOURCE_DIR}/python/CMakeLists.txt)
     LABELS python TIMEOUT 900
     ENVIRONMENT "PYTHONPATH=${PROJECT_BINARY_DIR}/python;PYTHONDONTWRITEBYTECODE=1")
 endif()
+
+# ferry's verl backend under verl's real classes and real Ray (tests/verl_stack/): its own test,
+# as it starts a Ray session and so runs beside python.pytest, not inside it.
+if(FERRY_BUILD_PYTHON AND EXISTS ${PROJECT_SOURCE_DIR}/tests/verl_stack)
+  add_test(NAME python.verl_stack
+           COMMAND $<TARGET_PROPERTY:ferry_python,FERRY_PYTHON_EXECUTABLE> -m pytest -q
+                   -p no:cacheprovider ${PROJECT_SOURCE_DIR}/tests/verl_stack
+           WORKING_DIRECTORY ${PROJECT_BINARY_DIR})
+  set_tests_properties(python.verl_stack PROPERTIES
+    LABELS "python;verl" TIMEOUT 900
+    ENVIRONMENT "PYTHONPATH=${PROJECT_BINARY_DIR}/python;PYTHONDONTWRITEBYTECODE=1;HF_HUB_OFFLINE=1")
+endif()

@@ -2,6 +2,7 @@
 // ring it was handed, a process of another user, and one that connects and says nothing.
 // Issue #14, items 10-12.
 #include <fcntl.h>
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/mman.h>
@@ -164,6 +165,30 @@ TEST(ShmPeers, SilentPeerIsDroppedAtItsOwnDeadline) {
   // Dropped: the sender closed its end, which the silent peer sees as EOF.
   auto got = silent->receive(milliseconds(2000));
   EXPECT_EQ(got.status().code(), Code::kAborted) << got.status().to_string();
+}
+
+// A session that waits for two receivers and sees one says how many joined and which, not
+// "no receiver joined" (a user then looks for the missing rank, not at the sender).
+TEST(ShmPeers, AcceptTimeoutNamesTheReceiversThatJoined) {
+  const std::string address = unique_address();
+  SyncOptions o = tiny_options();
+  o.timeout = milliseconds(400);
+  auto sender = Sender::create(address, o);
+  ASSERT_OK(sender);
+  // Joining waits for the sender's WELCOME, so it runs beside accept().
+  Status joined;
+  std::unique_ptr<Receiver> receiver;
+  std::thread rx([&] {
+    auto r = Receiver::connect(address, 0, tiny_options());
+    joined = r.status();
+    if (r.ok()) receiver = std::move(*r);
+  });
+  Status accepted = (*sender)->accept(2);
+  rx.join();
+  EXPECT_OK(joined);
+  EXPECT_EQ(accepted.code(), Code::kTimeout) << accepted.to_string();
+  EXPECT_THAT(accepted.message(), ::testing::HasSubstr("only 1 of 2 receivers joined"));
+  EXPECT_THAT(accepted.message(), ::testing::HasSubstr("receiver 0"));
 }
 
 }  // namespace

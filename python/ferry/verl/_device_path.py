@@ -16,7 +16,7 @@ from __future__ import annotations
 import functools
 import math
 import threading
-from typing import Any, AsyncIterator, Iterable
+from typing import Any, Iterable
 
 import torch
 
@@ -24,7 +24,7 @@ from .. import _ferry
 from .._tensors import _error, ferry_dtype, to_torch, typed
 from ..sync import Receiver, Sender
 from ._device import Device, byte_view, host_view
-from ._handoff import Handoff, handed_out
+from ._handoff import Handoff, Update
 
 _ALIGN = 256  # device views start at offsets torch's kernels accept for every dtype
 
@@ -171,7 +171,7 @@ class DeviceReceive:
         self.device.synchronize()
         return out
 
-    async def receive(self, engine: Any, global_steps: int | None) -> AsyncIterator:
+    def receive(self, engine: Any, global_steps: int | None, who: str) -> Update:
         """receive_weights for the device path (engine: the FerryCheckpointEngine)."""
         receiver = engine._receiver
         self.register(receiver)
@@ -179,8 +179,7 @@ class DeviceReceive:
             b.fence = self.device.fence()
             b.free.set()
         receive = functools.partial(self._receive_update, engine, receiver, global_steps)
-        async for item in handed_out(engine, receive, "ferry-device-receive"):
-            yield item
+        return Update(engine, receive, "ferry-device-receive", who)
 
     def _receive_update(self, engine: Any, receiver: Receiver, required: int | None,
                         handoff: Handoff) -> None:

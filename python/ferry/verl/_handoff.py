@@ -1,10 +1,15 @@
 """receive_weights' two ends, shared by the CPU and device paths.
 
-receive_weights runs the update's rounds in a thread that queues what it received, a batch
-of tensors at a time (a segment's or a bucket's: each batch costs the caller one hop to an
-executor thread), for the caller (a coroutine) to yield. The thread must never block for
-good on a caller that went away (it stopped iterating): every wait here gives up once the
-caller's end stopped, raising AbortedError, which fails the round and so tells the sender why.
+receive_weights returns an Update: its thread starts receiving the update's rounds at once and
+queues what it received, a batch of tensors at a time (a segment's or a bucket's: each batch
+costs the caller one hop to an executor thread), for the caller (a coroutine) to iterate. The
+thread must never block for good on a caller that went away: every wait here gives up once
+the caller's end stopped, raising AbortedError with the reason, which fails the round and so
+tells the sender (the trainer) at once. The caller's end stops when it closes the iterator,
+when the task that called receive_weights ends before the update did (verl's
+CheckpointEngineWorker.update_weights: its server adapter raised, or returned early; the
+reason names the exception), when the Update is dropped unfinished, or when the engine's
+next prepare() finds it unfinished.
 """
 
 from __future__ import annotations
@@ -12,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import queue
 import threading
+import weakref
 from typing import Any, AsyncIterator, Callable
 
 from .. import _ferry
@@ -27,12 +33,29 @@ class EndOfUpdate:
         self.taken = threading.Event()
 
 
+class Stop:
+    """The caller's end stopped, and why (the first reason wins)."""
+
+    def __init__(self) -> None:
+        self._event = threading.Event()
+        self.reason = ""
+
+    def set(self, reason: str = "receive_weights was abandoned by its caller") -> None:
+        if not self._event.is_set():
+            self.reason = reason
+            self._event.set()
+
+    def is_set(self) -> bool:
+        return self._event.is_set()
+
+
 class Handoff:
-    def __init__(self, items: queue.Queue, stop: threading.Event) -> None:
-        self.items, self.stop = items, stop
+    def __init__(self, items: queue.Queue, stop: Stop, who: str = "") -> None:
+        self.items, self.stop, self.who = items, stop, who
 
     def _abandoned(self) -> BaseException:
-        return _error(_ferry.AbortedError, "receive_weights was abandoned by its caller")
+        prefix = f"{self.who}: " if self.who else ""
+        return _error(_ferry.AbortedError, prefix + self.stop.reason)
 
     def put(self, item: Any) -> None:
         """Queues `item` for the caller, waiting while the queue is full."""
@@ -70,47 +93,117 @@ class Handoff:
                 pass
 
 
-async def handed_out(engine: Any, receive: Callable[[Handoff], None],
-                     thread_name: str) -> AsyncIterator:
-    """The caller's end: runs receive(handoff) in a thread named `thread_name` and yields the
+def _describe(task: "asyncio.Future[Any]") -> str:
+    """Why the task that called receive_weights ended, for the sender's error."""
+    if task.cancelled():
+        return "the task that called receive_weights was cancelled before the update ended"
+    error = task.exception()
+    if error is not None:
+        return ("the caller of receive_weights raised before the update ended: "
+                f"{type(error).__name__}: {error}")
+    return "the caller of receive_weights returned before the update ended"
+
+
+class Update:
+    """What receive_weights returns: an async iterator over the update's (name, tensor).
+
+    Runs receive(handoff) in a thread named `thread_name` from construction on; yields the
     (name, tensor) of each batch it puts, as (tensors, release). release() is called once the
     caller moved past the first tensor of the next batch with another release (the batch's
     bucket may then be refilled). An error the thread raised marks engine._broken and is
-    raised here. With engine.cache, each tensor is copied before the caller may write into it;
-    the copies become engine._cached once the update completed."""
-    loop = asyncio.get_running_loop()
-    items: queue.Queue = queue.Queue(maxsize=64)  # bounds what waits for the caller
-    stop = threading.Event()
-    handoff = Handoff(items, stop)
-    worker = threading.Thread(target=handoff._run, args=(lambda: receive(handoff),),
-                              name=thread_name, daemon=True)
-    worker.start()
-    cache: dict | None = {} if engine.cache else None
-    previous = None  # releases the bucket of the tensor yielded last
-    try:
-        while True:
-            item = await loop.run_in_executor(None, items.get)
-            if item is DONE:
-                if cache is not None:
-                    engine._cached = cache
-                return
-            if isinstance(item, EndOfUpdate):
-                item.taken.set()
-                continue
-            if isinstance(item, BaseException):
-                engine._broken = True
-                raise item
-            tensors, release = item
-            for name, tensor in tensors:
-                if cache is not None:
-                    cache.pop(name, None)  # a name sent twice: the last one, at the end
-                    cache[name] = tensor.to("cpu", copy=True)
-                yield name, tensor
-                # The caller moved past this tensor: where it was its bucket's first, the
-                # caller is done with the bucket before, whose slot or buffer may be refilled.
-                if previous is not None and previous is not release:
-                    previous()
-                previous = release
-    finally:
-        stop.set()
-        await loop.run_in_executor(None, worker.join)
+    raised to the caller. With engine.cache, each tensor is copied before the caller may write
+    into it; the copies become engine._cached once the update completed. `who` names this
+    rank in the errors the sender sees ("rollout rank 1 (pid 4242)").
+    """
+
+    def __init__(self, engine: Any, receive: Callable[[Handoff], None], thread_name: str,
+                 who: str) -> None:
+        self._engine = engine
+        self._items: queue.Queue = queue.Queue(maxsize=64)  # bounds what waits for the caller
+        self._stop = Stop()
+        self.done = False  # the caller reached the update's end (or its error)
+        handoff = Handoff(self._items, self._stop, who)
+        self._worker = threading.Thread(target=self._run, args=(receive, handoff),
+                                        name=thread_name, daemon=True)
+        self._worker.start()
+        self._iterator: AsyncIterator | None = None
+        try:  # the task that asked: when it ends first, its exception says why
+            asyncio.current_task().add_done_callback(self._caller_ended)  # type: ignore[union-attr]
+        except RuntimeError:  # no running loop: the finalizer and close() remain
+            pass
+        self._finalizer = weakref.finalize(self, self._stop.set,
+                                           "receive_weights' iterator was dropped before the "
+                                           "update ended")
+
+    def _run(self, receive: Callable[[Handoff], None], handoff: Handoff) -> None:
+        """Runs `receive` (the update's rounds), then queues DONE, or the error it raised for
+        the caller to raise."""
+        try:
+            receive(handoff)
+            handoff.put(DONE)
+        except BaseException as e:
+            self._engine._broken = True
+            try:
+                self._items.put(e, timeout=1.0)
+            except queue.Full:
+                pass
+
+    def _caller_ended(self, task: "asyncio.Future[Any]") -> None:
+        if not self.done:
+            self.stop(_describe(task))
+
+    def stop(self, reason: str) -> None:
+        """Ends the update from the caller's side: the round fails naming `reason`."""
+        self._stop.set(reason)
+
+    def __aiter__(self) -> "Update":
+        return self
+
+    async def __anext__(self) -> tuple[str, Any]:
+        if self._iterator is None:
+            self._iterator = self._handed_out()
+        return await self._iterator.__anext__()
+
+    async def aclose(self) -> None:
+        """Stops the update (if it has not ended) and waits for its thread."""
+        self.stop("receive_weights' iterator was closed before the update ended")
+        if self._iterator is not None:
+            await self._iterator.aclose()
+        else:
+            await asyncio.get_running_loop().run_in_executor(None, self._worker.join)
+
+    async def _handed_out(self) -> AsyncIterator:
+        engine, items = self._engine, self._items
+        loop = asyncio.get_running_loop()
+        cache: dict | None = {} if engine.cache else None
+        previous = None  # releases the bucket of the tensor yielded last
+        try:
+            while True:
+                item = await loop.run_in_executor(None, items.get)
+                if item is DONE:
+                    self.done = True
+                    if cache is not None:
+                        engine._cached = cache
+                    return
+                if isinstance(item, EndOfUpdate):
+                    item.taken.set()
+                    continue
+                if isinstance(item, BaseException):
+                    self.done = True
+                    engine._broken = True
+                    raise item
+                tensors, release = item
+                for name, tensor in tensors:
+                    if cache is not None:
+                        cache.pop(name, None)  # a name sent twice: the last one, at the end
+                        cache[name] = tensor.to("cpu", copy=True)
+                    yield name, tensor
+                    # The caller moved past this tensor: where it was its bucket's first, the
+                    # caller is done with the bucket before, whose slot or buffer may be
+                    # refilled.
+                    if previous is not None and previous is not release:
+                        previous()
+                    previous = release
+        finally:
+            self._stop.set("receive_weights' iterator was closed before the update ended")
+            await loop.run_in_executor(None, self._worker.join)

@@ -11,8 +11,11 @@ token-authenticated) for one relay per other node. Each such node's first rollou
 the node's relay (ferry.Relay, in a background thread): it receives every byte once from the
 master and republishes it over shm to the node's rollout ranks, itself included. Other actor
 ranks take part in every call and iterate their generator, sending nothing. Sessions persist
-across updates: they are rebuilt only when the rollout membership (node, pid of each rank)
-changed or the last update failed.
+across updates. Whether they do is decided once, for every rank, by build_topology from what
+each rank's prepare() reports: the sessions' epoch (the master's, which names its engine
+instance and counts its rebuilds) and whether they are healthy. Any failed or unfinished
+update, any rank new, replaced or gone, and every rank rebuilds under a new epoch: no rank
+guesses alone, so none waits for a peer that kept its old session.
 
 global_steps travels as the round's first tensor, VERSION_TENSOR (the Python API has no
 version field); a receiver refuses a version older than its last or than the one it asks
@@ -41,7 +44,7 @@ from .._verl_compat import CheckpointEngineRegistry, CheckpointEngineWithCache
 from ..sync import Receiver, Relay, Sender, SyncOptions
 from ._device import device_for
 from ._device_path import DevicePath
-from ._handoff import Handoff, handed_out
+from ._handoff import Handoff, Update
 from ._memory import backed_buffer
 from . import _items  # a sync or async generator of (name, tensor), as verl gives either
 
@@ -110,7 +113,9 @@ class FerryCheckpointEngine(CheckpointEngineWithCache):
     is_master: the actor rank that sends. engine_kwargs: ENGINE_KWARGS (docs/verl.md).
     """
 
-    wire_format = "ferry"
+    # receive_weights yields whole (name, tensor) pairs: what verl's vLLM, SGLang and
+    # TensorRT-LLM server adapters take (vLLM's and TRT-LLM's assert it).
+    wire_format = "named_tensors"
 
     def __init__(self, bucket_size: int, is_master: bool = False, **engine_kwargs: Any) -> None:
         _warn_unknown(engine_kwargs)
@@ -152,34 +157,53 @@ class FerryCheckpointEngine(CheckpointEngineWithCache):
         self._receive_buffers = _ReceiveBuffers(self.bucket_size)  # rollout: yielded views
         self._plan: dict | None = None      # the topology the sessions were built for
         self._role = "idle"
+        self._rank = -1                     # this rank's index among the rollout ranks
+        # The sessions' epoch: the master's "<engine instance>/<rebuilds>", which every rank
+        # of the topology joined; None before the first and after a close.
+        self._epoch: str | None = None
+        self._instance = uuid.uuid4().hex[:12]
         self._broken = False                # the last update failed: rebuild next time
+        self._update: Update | None = None  # rollout: the last receive_weights' iterator
+        self._sending = False               # master: a send_weights is running
         self._last_version: int | None = None
         self.sessions_built = 0             # how often sessions were (re)built, for tests
 
     # -- verl's sequence --------------------------------------------------------------------
 
     def prepare(self) -> dict[str, Any]:
-        """Metadata for build_topology: where this rank runs and, on the master, where it
-        serves (same addresses every update, so sessions can persist)."""
+        """Metadata for build_topology: where this rank runs, the epoch of the sessions it
+        holds and whether they are healthy, and on the master where it serves (same
+        addresses every update, so sessions can persist). A receive_weights the caller never
+        finished is stopped here: its round fails, naming this rank, and the sessions are
+        rebuilt."""
+        if self._update is not None and not self._update.done:
+            self._update.stop("a new update began before the last receive_weights ended")
+            self._broken = True
+        self._update = None
         meta = {"host": socket.gethostname(), "node": self.node_id, "pid": os.getpid(),
-                "is_master": self.is_master, "relay": self._relay_address}
+                "is_master": self.is_master, "relay": self._relay_address,
+                "epoch": self._epoch, "healthy": self._healthy()}
         if self.is_master:
             meta["shm"] = self._shm_address
             meta["net"] = self._net()
+            meta["instance"] = self._instance
+            meta["members"] = self._plan["members"] if self._plan else None
         return meta
 
     @classmethod
-    def build_topology(cls, trainer_world_size: int, rollout_world_size: int,
+    def build_topology(cls, actor_wg_world_size: int, rollout_world_size: int,
                        metadata: list[dict]) -> tuple[dict[str, list], dict[str, list]]:
         """Per-rank init_process_group kwargs: rollout ranks on the master's node join its
         shm session; on every other node the first rollout rank hosts a relay, one receiver of
         the master's net session, and the node's rollout ranks (the host too) join the relay's
-        shm session. Receiver ids count within each shm session."""
-        if len(metadata) != trainer_world_size + rollout_world_size:
+        shm session. Receiver ids count within each shm session. The plan's epoch is the
+        master's when every rank holds healthy sessions of it for the same members, else the
+        next one: then every rank rebuilds."""
+        if len(metadata) != actor_wg_world_size + rollout_world_size:
             raise _error(_ferry.InvalidArgumentError,
                          f"build_topology: {len(metadata)} metadata entries for "
-                         f"{trainer_world_size} trainer + {rollout_world_size} rollout ranks")
-        trainer, rollout = metadata[:trainer_world_size], metadata[trainer_world_size:]
+                         f"{actor_wg_world_size} trainer + {rollout_world_size} rollout ranks")
+        trainer, rollout = metadata[:actor_wg_world_size], metadata[actor_wg_world_size:]
         masters = [m for m in trainer if m.get("is_master")]
         if len(masters) != 1:
             raise _error(_ferry.InvalidArgumentError,
@@ -198,10 +222,11 @@ class FerryCheckpointEngine(CheckpointEngineWithCache):
         for node in remote_nodes:
             ranks = [m for m in rollout if m["node"] == node]
             relays.append({"node": node, "local": ranks[0]["relay"], "receivers": len(ranks)})
+        members = [[m["node"], m["pid"]] for m in rollout]  # lists: as Ray returns them
         plan = {"shm": master["shm"], "net": master["net"],
                 "shm_receivers": sum(m["node"] == master["node"] for m in rollout),
-                "net_receivers": len(remote_nodes), "relays": relays,
-                "members": [(m["node"], m["pid"]) for m in rollout]}
+                "net_receivers": len(remote_nodes), "relays": relays, "members": members,
+                "epoch": _next_epoch(master, rollout, members)}
         kinds, receiver_ids, relay_ids, hosts = [], [], [], []
         joined: dict[str, int] = {}  # receivers so far per node
         for m in rollout:
@@ -212,19 +237,23 @@ class FerryCheckpointEngine(CheckpointEngineWithCache):
             hosts.append(not local and receiver_ids[-1] == 0)
             joined[m["node"]] = receiver_ids[-1] + 1
         trainer_kwargs = {"role": ["master" if m is master else "idle" for m in trainer],
-                          "plan": [plan] * trainer_world_size}
+                          "plan": [plan] * actor_wg_world_size}
         rollout_kwargs = {"role": ["receiver"] * rollout_world_size, "kind": kinds,
                           "receiver_id": receiver_ids, "relay_id": relay_ids,
-                          "hosts_relay": hosts, "plan": [plan] * rollout_world_size}
+                          "hosts_relay": hosts, "plan": [plan] * rollout_world_size,
+                          "rank": list(range(rollout_world_size))}
         return trainer_kwargs, rollout_kwargs
 
     def init_process_group(self, role: str, plan: dict, kind: str = "", receiver_id: int = 0,
-                           relay_id: int = -1, hosts_relay: bool = False) -> None:
-        """Joins the topology; keeps the sessions of the last update when it is unchanged."""
+                           relay_id: int = -1, hosts_relay: bool = False,
+                           rank: int = -1) -> None:
+        """Joins the topology; keeps the sessions of the last update when the plan's epoch is
+        the one this rank holds (build_topology decided so for every rank)."""
         self._role = role
+        self._rank = rank
         if role == "idle":
             return
-        if plan == self._plan and not self._broken and self._sessions_alive():
+        if plan.get("epoch") is not None and plan.get("epoch") == self._epoch:
             return
         self._close_sessions()
         if role == "master":
@@ -240,6 +269,7 @@ class FerryCheckpointEngine(CheckpointEngineWithCache):
                 # buffers, backed now while the first update is on its way.
                 self._receive_buffers.back_in_background()
         self._plan = plan
+        self._epoch = plan.get("epoch")
         self._broken = False
         self.sessions_built += 1
 
@@ -254,8 +284,18 @@ class FerryCheckpointEngine(CheckpointEngineWithCache):
             async for _ in _items(weights):
                 pass
             return {}
-        if self._manifest is not None and len(self._senders) == 1:
-            return await self._send_streamed(weights, global_steps)
+        self._sending = True
+        try:
+            if self._manifest is not None and len(self._senders) == 1:
+                return await self._send_streamed(weights, global_steps)
+            return await self._send_staged(weights, global_steps)
+        finally:
+            self._sending = False
+
+    async def _send_staged(self, weights: Iterable | AsyncIterator,
+                           global_steps: int | None) -> dict[str, Any]:
+        """An update through the staging buffer: the first, and any whose manifest the last
+        one did not teach (see _send_streamed)."""
         loop = asyncio.get_running_loop()
         version = [] if global_steps is None else [
             tensor_arg(VERSION_TENSOR, torch.tensor([int(global_steps)], dtype=torch.int64))]
@@ -348,8 +388,8 @@ class FerryCheckpointEngine(CheckpointEngineWithCache):
                         {kind: stats.seconds}, {kind: tensor_bytes * sender.receivers},
                         streamed=True)
 
-    async def receive_weights(self, global_steps: int | None = None) -> AsyncIterator:
-        """Yields (name, tensor) of one update: writable CPU views of the ring itself,
+    def receive_weights(self, global_steps: int | None = None) -> Update:
+        """An async iterator over (name, tensor) of one update: writable CPU views of the ring itself,
         copy-on-write (reading copies nothing; a write copies the pages written, into this
         rank only), as verl's nccl backend yields views into its double-buffered bucket.
         Where the receiver cannot give such views (a ring of one slot, a bucket size that is
@@ -369,18 +409,24 @@ class FerryCheckpointEngine(CheckpointEngineWithCache):
         version is older than the last one received or than global_steps. With
         engine_kwargs.ferry.cache, a complete update also becomes what get_weights() yields
         (its own copy).
+
+        Receiving starts at once, not at the first iteration. If the task that called this
+        ends before the update did (the server adapter raised, or returned early), or the
+        iterator is closed or dropped first, the round fails at once and the trainer's
+        send_weights raises AbortedError naming this rollout rank, its pid and why (the
+        adapter's exception); the next update rebuilds the sessions on every rank.
         """
         if self._receiver is None:
             raise _error(_ferry.FailedPreconditionError,
                          "receive_weights before init_process_group joined a session")
+        who = f"rollout rank {self._rank} (pid {os.getpid()})"
         if self._device_path is not None:  # device tensors, the same lifetime (_device_path.py)
-            async for item in self._device_path.receiving.receive(self, global_steps):
-                yield item
-            return
+            self._update = self._device_path.receiving.receive(self, global_steps, who)
+            return self._update
         self._receive_buffers.reset()  # the last update's caller is done with both
         receive = functools.partial(self._receive_update, global_steps)
-        async for item in handed_out(self, receive, "ferry-receive"):
-            yield item
+        self._update = Update(self, receive, "ferry-receive", who)
+        return self._update
 
     async def get_weights(self) -> AsyncIterator:
         """verl's CheckpointEngineWithCache: yields (name, tensor) of the last complete update
@@ -419,6 +465,7 @@ class FerryCheckpointEngine(CheckpointEngineWithCache):
             self._relay.close(self.timeout_s)
             self._relay = None
         self._plan = None
+        self._epoch = None
 
     @property
     def session_ids(self) -> dict[str, int]:
@@ -445,6 +492,11 @@ class FerryCheckpointEngine(CheckpointEngineWithCache):
         return SyncOptions(bucket_bytes=self.bucket_size, slots=self.slots,
                            timeout=self.timeout_s, idle_timeout=-1.0, checksums=self.checksums,
                            token_file=self.token_file)
+
+    def _healthy(self) -> bool:
+        """This rank holds sessions of an epoch, and nothing failed or is left running."""
+        return (self._epoch is not None and not self._broken and not self._sending
+                and self._sessions_alive())
 
     def _sessions_alive(self) -> bool:
         if self._relay is not None and not self._relay.alive:
@@ -574,6 +626,17 @@ class FerryCheckpointEngine(CheckpointEngineWithCache):
                          f"stale weights: update for global_steps {version}, but this rollout "
                          f"rank has or requires {floor}")
         self._last_version = version
+
+
+def _next_epoch(master: dict, rollout: list[dict], members: list) -> str:
+    """The epoch every rank of the plan joins: the master's, if every rank holds healthy
+    sessions of it for these members, else the master's next."""
+    epoch, instance = master.get("epoch"), master.get("instance", "master")
+    if (epoch is not None and master.get("healthy") and master.get("members") == members
+            and all(m.get("epoch") == epoch and m.get("healthy") for m in rollout)):
+        return epoch
+    count = int(epoch.rsplit("/", 1)[1]) if epoch and epoch.startswith(instance + "/") else 0
+    return f"{instance}/{count + 1}"
 
 
 def _metrics(total_bytes: int, tensors: int, seconds: float, session_seconds: dict,
