@@ -1,4 +1,4 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """Turns benchmark output into the PNGs of docs/benchmarks.md (Debian's python3-matplotlib).
 
     bench/plot.py sync  OUT.png RUN.json [RUN.json ...]  # `ferry bench sync --json` (shm), any

@@ -1,7 +1,7 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """A Qwen2.5-0.5B-shaped bf16 state dict through ferry.verl, beside the C++ engine, same run.
 
-    PYTHONPATH=build/python /usr/bin/python3 bench/python_sync.py [--rounds 5] [--bucket-mb 64]
+    PYTHONPATH=build/python .venv/bin/python bench/python_sync.py [--rounds 5] [--bucket-mb 64]
         [--paths memcpy,cpp,buckets,verl,verl128,backend]
 
 Paths, each trainer process -> a spawned rollout process, one copy on each side:

@@ -24,8 +24,8 @@ def save_png(rewards: list[float], path: str, title: str) -> str:
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
-        return (f"no PNG written: matplotlib is not importable (Debian: apt-get install "
-                f"python3-matplotlib)")
+        return ("no PNG written: matplotlib is not importable (ferry's Python environment, "
+                "scripts/python-env.sh, has it)")
     fig, ax = plt.subplots(figsize=(6, 3.5))
     ax.plot(range(1, len(rewards) + 1), rewards, marker=".")
     ax.set_xlabel("GRPO step")

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import torch
 
-from model import TinyGPT, completion_logprobs
+from model import completion_logprobs
 
 
 def group_advantages(correct: torch.Tensor, group: int) -> torch.Tensor:
@@ -22,13 +22,14 @@ def group_advantages(correct: torch.Tensor, group: int) -> torch.Tensor:
     return normalized.flip(1).cumsum(1).flip(1)  # this digit's and every later one's
 
 
-def policy_loss(model: TinyGPT, prompts: torch.Tensor, completions: torch.Tensor,
+def policy_loss(model: torch.nn.Module, prompts: torch.Tensor, completions: torch.Tensor,
                 advantages: torch.Tensor) -> torch.Tensor:
     """On-policy (one update per batch of samples), so the clipped ratio of PPO is 1 and the
     loss is the plain policy gradient of GRPO without its KL term."""
     return -(advantages * completion_logprobs(model, prompts, completions)).mean()
 
 
-def supervised_loss(model: TinyGPT, prompts: torch.Tensor, answers: torch.Tensor) -> torch.Tensor:
+def supervised_loss(model: torch.nn.Module, prompts: torch.Tensor,
+                    answers: torch.Tensor) -> torch.Tensor:
     """Cross-entropy on the right answers: the warm-up before RL."""
     return -completion_logprobs(model, prompts, answers).mean()

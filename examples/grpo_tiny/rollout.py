@@ -1,70 +1,52 @@
-"""A rollout process: receives the trainer's weights through ferry's verl checkpoint-engine
-backend, as a verl rollout rank does, and samples completions with them.
+"""The rollout side: verl's CheckpointEngineWorker (through ferry's CPU stand-in for vLLM's
+server adapter, ferry.verl.cpu_rollout), plus what a rollout server would do here: sample.
 
-It answers the commands the trainer sends over its pipe with ("ok", result) or
-("error", message); see Rollout in train.py for the other end."""
+verl's CheckpointEngineManager drives the weight update (receive_weights -> the adapter's
+update_weights, which copies each tensor into its transformers model by name); `generate`
+samples with that same model, so every rollout answers with the weights it received."""
 
 from __future__ import annotations
 
-import asyncio
-import time
-import traceback
-
+import ray
 import torch
+from ferry.verl.cpu_rollout import CpuCheckpointEngineWorker, CpuRolloutReplica
+from verl.single_controller.base.decorator import Dispatch, register
+from verl.single_controller.ray import RayClassWithInitArgs, RayResourcePool, RayWorkerGroup
 
-from model import ModelConfig, TinyGPT, sample, weight_hash
+from model import sample
 from task import AdditionTask
 
 
-async def _load_weights(engine, model: TinyGPT, step: int) -> dict:
-    """Copies every received tensor into the model's parameter of that name, as verl's
-    load_weights does (the engine's tensors are views it reuses for the next bucket)."""
-    start = time.monotonic()
-    params = model.state_dict()
-    received = set()
-    async for name, tensor in engine.receive_weights(global_steps=step):
-        if name not in params:
-            raise KeyError(f"received tensor '{name}' is not a parameter of the rollout model")
-        params[name].copy_(tensor)
-        received.add(name)
-    missing = sorted(set(params) - received)
-    if missing:
-        raise KeyError(f"update for step {step} lacks parameters {missing}")
-    return {"hash": weight_hash(model), "seconds": time.monotonic() - start}
+class RolloutWorker(CpuCheckpointEngineWorker):
+    """One rollout rank. Its adapter's model starts with its own random weights (seeded by
+    its replica rank, unlike the trainer's): only the weight updates make them equal."""
+
+    def __init__(self, rollout_config, model_config, max_operand: int, seed: int) -> None:
+        torch.set_num_threads(1)
+        super().__init__(rollout_config, model_config)
+        self.task = AdditionTask(max_operand)
+        self.seed = seed
+
+    @register(dispatch_mode=Dispatch.DP_COMPUTE)
+    def generate(self, operands: torch.Tensor, group: int, step: int) -> torch.Tensor:
+        """`group` answers (temperature 1) to each "a+b=" of `operands`: [n * group, digits]."""
+        adapter = self.server_adapter
+        generator = torch.Generator().manual_seed(self.seed * 1_000_003 + step * 2 +
+                                                  adapter.replica_rank)
+        prompts = self.task.prompts(operands).repeat_interleave(group, dim=0)
+        return sample(adapter.model, prompts, self.task.answer_digits, generator)
 
 
-def rollout_main(conn, rank: int, config: dict) -> None:
-    torch.set_num_threads(1)
-    torch.manual_seed(1000 + rank)  # unlike the trainer's: only the sync makes them equal
-    from ferry.verl.checkpoint_engine import FerryCheckpointEngine
-
-    task = AdditionTask(config["max_operand"])
-    model = TinyGPT(ModelConfig(**config["model"])).eval()
-    engine = FerryCheckpointEngine(config["bucket_bytes"], is_master=False,
-                                   **config["engine_kwargs"])
-    while True:
-        command, *args = conn.recv()
-        try:
-            if command == "prepare":
-                result = engine.prepare()
-            elif command == "init":
-                result = engine.init_process_group(**args[0])
-            elif command == "receive":
-                result = asyncio.run(_load_weights(engine, model, args[0]))
-            elif command == "finalize":
-                result = engine.finalize()
-            elif command == "generate":
-                step, operands, group = args
-                generator = torch.Generator().manual_seed(config["seed"] * 1_000_003 +
-                                                          step * 2 + rank)
-                prompts = task.prompts(operands).repeat_interleave(group, dim=0)
-                result = sample(model, prompts, task.answer_digits, generator)
-            elif command == "exit":
-                engine.close()
-                conn.send(("ok", None))
-                return
-            else:
-                raise ValueError(f"unknown command '{command}'")
-            conn.send(("ok", result))
-        except Exception as e:
-            conn.send(("error", f"{type(e).__name__}: {e}\n{traceback.format_exc()}"))
+def start_rollouts(count: int, rollout_config, model_config, max_operand: int, seed: int
+                   ) -> tuple[RayWorkerGroup, list[CpuRolloutReplica]]:
+    """`count` one-rank replicas as one verl worker group (CPU only, as verl builds a
+    replica's workers), and the replicas CheckpointEngineManager takes."""
+    pool = RayResourcePool(process_on_nodes=[count], use_gpu=False, max_colocate_count=1)
+    worker = RayClassWithInitArgs(cls=ray.remote(RolloutWorker),
+                                  rollout_config=rollout_config, model_config=model_config,
+                                  max_operand=max_operand, seed=seed)
+    group = RayWorkerGroup(resource_pool=pool, ray_cls_with_init=worker, use_gpu=False,
+                           device_name="cpu", name_prefix="rollout")
+    replicas = [CpuRolloutReplica(rank, rollout_config, model_config, workers=[handle])
+                for rank, handle in enumerate(group.workers)]
+    return group, replicas

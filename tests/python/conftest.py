@@ -1,7 +1,7 @@
 """Helpers for ferry's Python tests: unique addresses, spawned peers, checksums.
 
 Run with the build tree on PYTHONPATH (ctest does: tests/python/tests.cmake):
-    PYTHONPATH=build/python /usr/bin/python3 -m pytest -q tests/python
+    PYTHONPATH=build/python .venv/bin/python -m pytest -q tests/python
 """
 
 from __future__ import annotations
