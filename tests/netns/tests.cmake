@@ -15,4 +15,11 @@ if(FERRY_BUILD_PYTHON AND EXISTS ${PROJECT_SOURCE_DIR}/python/CMakeLists.txt)
                    $<TARGET_PROPERTY:ferry_python,FERRY_PYTHON_EXECUTABLE>)
   set_tests_properties(netns.verl_backend PROPERTIES LABELS netns TIMEOUT 600
                                                      SKIP_RETURN_CODE 77 RUN_SERIAL TRUE)
+  # The same shape under verl's own CheckpointEngineManager and worker classes, over a Ray
+  # cluster of one node per namespace (about 30 s; the driver bounds itself at 300 s).
+  add_test(NAME netns.verl_stack
+           COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/verl_stack_netns.sh ${PROJECT_BINARY_DIR}/python
+                   $<TARGET_PROPERTY:ferry_python,FERRY_PYTHON_EXECUTABLE>)
+  set_tests_properties(netns.verl_stack PROPERTIES LABELS netns TIMEOUT 600
+                                                   SKIP_RETURN_CODE 77 RUN_SERIAL TRUE)
 endif()

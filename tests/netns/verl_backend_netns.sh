@@ -8,6 +8,8 @@
 #                                       --veth-- ns b: node-c, rollout ranks 2, 3 (relay in 2)
 #
 # Exit 77 (skip) without root or netns; everything is torn down on exit, pass or fail.
+# verl_stack_netns.sh (ctest netns.verl_stack) runs the same shape under verl's own
+# CheckpointEngineManager and worker classes over a Ray cluster spanning the namespaces.
 #
 #   sudo bash tests/netns/verl_backend_netns.sh build/python [python3]
 set -uo pipefail

@@ -1,7 +1,12 @@
 """ferry.verl.checkpoint_engine under a harness that replays verl's CheckpointEngineManager
 (issue #17 items 1-2): every rank is its own process; per update the harness runs prepare on
 every rank -> build_topology -> init_process_group -> actor send_weights beside rollout
-receive_weights -> finalize, as verl's manager does through Ray."""
+receive_weights -> finalize, as verl's manager does through Ray.
+
+A replay, not verl's own manager: tests/verl_stack/ runs the backend under verl's real
+CheckpointEngineManager, worker classes and Ray; this harness stays for what Ray makes slow or
+cannot do here (a rank per process started in a second, node-id overrides and network
+namespaces for several nodes, hundreds of ms bounds on failures)."""
 
 from __future__ import annotations
 
@@ -500,6 +505,56 @@ def test_build_topology_gives_each_other_node_one_relay():
     meta[1]["net"] = None  # the master's hostname did not resolve and no interface was set
     with pytest.raises(ferry.InvalidArgumentError, match="engine_kwargs.ferry.interface"):
         FerryCheckpointEngine.build_topology(2, 4, meta)
+
+
+def _node_identity_in_child(new_netns: bool) -> str | None:
+    """node_identity() of a forked child, in a network namespace of its own if asked (None
+    where it cannot have one)."""
+    import ctypes
+    from ferry.verl.checkpoint_engine import node_identity
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: only unshare, readlink, gethostname before _exit
+        code = 1
+        try:
+            os.close(read)
+            if new_netns and ctypes.CDLL(None, use_errno=True).unshare(0x40000000) != 0:
+                code = 2  # CLONE_NEWNET refused (no CAP_SYS_ADMIN here)
+            else:
+                os.write(write, node_identity().encode())
+                code = 0
+        finally:
+            os._exit(code)
+    os.close(write)
+    with os.fdopen(read, "rb") as f:
+        identity = f.read().decode()
+    _, status = os.waitpid(pid, 0)
+    code = os.waitstatus_to_exitcode(status)
+    assert code in (0, 2), f"child (new netns: {new_netns}) exited {code}"
+    return identity if code == 0 else None
+
+
+def test_node_identity_tells_network_namespaces_apart():
+    """Under verl's config every rank gets the same engine_kwargs (no node_id per rank), so
+    the default identity must tell apart ranks that cannot share an shm session: one in
+    another network namespace of this machine cannot reach the master's abstract socket.
+    Same namespace: one node (shm); another: another node (its own relay)."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root to create a network namespace")
+    from ferry.verl.checkpoint_engine import FerryCheckpointEngine, node_identity
+    here = node_identity()
+    assert _node_identity_in_child(new_netns=False) == here
+    there = _node_identity_in_child(new_netns=True)
+    if there is None:
+        pytest.skip("cannot create a network namespace here")
+    assert there != here
+    assert there.rsplit("/", 1)[0] == here.rsplit("/", 1)[0], "same host, same machine-id"
+    meta = [{"node": here, "pid": 1, "is_master": True, "shm": "@s", "net": "h:1"},
+            {"node": here, "pid": 2}, {"node": there, "pid": 3}]
+    for i, m in enumerate(meta):
+        m["relay"] = f"@relay-{i}"
+    _, rollout = FerryCheckpointEngine.build_topology(1, 2, meta)
+    assert rollout["kind"] == ["shm", "relay"] and rollout["hosts_relay"] == [False, True]
 
 
 def test_build_topology_keeps_an_epoch_only_when_every_rank_holds_it_healthy():

@@ -171,7 +171,7 @@ class DeviceReceive:
         self.device.synchronize()
         return out
 
-    def receive(self, engine: Any, global_steps: int | None, who: str) -> Update:
+    def receive(self, engine: Any, global_steps: int | None, who: str, sender: str) -> Update:
         """receive_weights for the device path (engine: the FerryCheckpointEngine)."""
         receiver = engine._receiver
         self.register(receiver)
@@ -179,7 +179,7 @@ class DeviceReceive:
             b.fence = self.device.fence()
             b.free.set()
         receive = functools.partial(self._receive_update, engine, receiver, global_steps)
-        return Update(engine, receive, "ferry-device-receive", who)
+        return Update(engine, receive, "ferry-device-receive", who, sender)
 
     def _receive_update(self, engine: Any, receiver: Receiver, required: int | None,
                         handoff: Handoff) -> None:

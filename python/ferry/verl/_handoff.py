@@ -104,6 +104,14 @@ def _describe(task: "asyncio.Future[Any]") -> str:
     return "the caller of receive_weights returned before the update ended"
 
 
+def _with_context(error: BaseException, context: str) -> BaseException:
+    """`error` again, its message followed by `context`, same class and code."""
+    again = type(error)(f"{error} ({context})")
+    again.code = getattr(error, "code", None)  # type: ignore[attr-defined]
+    again.__cause__ = error
+    return again
+
+
 class Update:
     """What receive_weights returns: an async iterator over the update's (name, tensor).
 
@@ -113,12 +121,15 @@ class Update:
     bucket may then be refilled). An error the thread raised marks engine._broken and is
     raised to the caller. With engine.cache, each tensor is copied before the caller may write
     into it; the copies become engine._cached once the update completed. `who` names this
-    rank in the errors the sender sees ("rollout rank 1 (pid 4242)").
+    rank in the errors the sender sees ("rollout rank 1 (pid 4242)"); `sender` the trainer's
+    sending rank in the errors this rank raises (its session's address alone does not say
+    which process died).
     """
 
     def __init__(self, engine: Any, receive: Callable[[Handoff], None], thread_name: str,
-                 who: str) -> None:
+                 who: str, sender: str = "") -> None:
         self._engine = engine
+        self._sender = sender  # names the trainer's rank in this rank's errors
         self._items: queue.Queue = queue.Queue(maxsize=64)  # bounds what waits for the caller
         self._stop = Stop()
         self.done = False  # the caller reached the update's end (or its error)
@@ -143,6 +154,8 @@ class Update:
             handoff.put(DONE)
         except BaseException as e:
             self._engine._broken = True
+            if self._sender and isinstance(e, _ferry.FerryError) and not self._stop.is_set():
+                e = _with_context(e, f"the update's sender: {self._sender}")
             try:
                 self._items.put(e, timeout=1.0)
             except queue.Full:

@@ -69,17 +69,25 @@ def _warn_unknown(kwargs: dict) -> None:
 
 
 def node_identity() -> str:
-    """This machine's identity: hostname plus machine-id (or boot id), as ranks on one node
-    share shared memory and ranks on two nodes never do, whatever their hostnames."""
+    """This rank's node as ferry's shm sessions see it: hostname plus machine-id (or boot id),
+    plus the network namespace. Ranks on one node share shared memory and ranks on two nodes
+    never do, whatever their hostnames; and ranks in two network namespaces of one machine
+    (containers, or tests/netns) cannot reach each other's abstract sockets, through which an
+    shm session is joined, so they are two nodes: they meet over the net session."""
+    host = socket.gethostname()
     for path in ("/etc/machine-id", "/proc/sys/kernel/random/boot_id"):
         try:
             with open(path) as f:
                 ident = f.read().strip()
             if ident:
-                return f"{socket.gethostname()}/{ident}"
+                host = f"{host}/{ident}"
+                break
         except OSError:
             continue
-    return socket.gethostname()
+    try:  # "net:[4026531840]": the namespace's inode, one per namespace while it exists
+        return f"{host}/{os.readlink('/proc/self/ns/net')}"
+    except OSError:
+        return host
 
 
 def _free_port(host: str) -> int:
@@ -164,6 +172,7 @@ class FerryCheckpointEngine(CheckpointEngineWithCache):
         self._instance = uuid.uuid4().hex[:12]
         self._broken = False                # the last update failed: rebuild next time
         self._update: Update | None = None  # rollout: the last receive_weights' iterator
+        self._master = ""                   # rollout: names the trainer's sending rank
         self._sending = False               # master: a send_weights is running
         self._last_version: int | None = None
         self.sessions_built = 0             # how often sessions were (re)built, for tests
@@ -224,6 +233,7 @@ class FerryCheckpointEngine(CheckpointEngineWithCache):
             relays.append({"node": node, "local": ranks[0]["relay"], "receivers": len(ranks)})
         members = [[m["node"], m["pid"]] for m in rollout]  # lists: as Ray returns them
         plan = {"shm": master["shm"], "net": master["net"],
+                "master": f"trainer master rank (pid {master['pid']} on {master.get('host')})",
                 "shm_receivers": sum(m["node"] == master["node"] for m in rollout),
                 "net_receivers": len(remote_nodes), "relays": relays, "members": members,
                 "epoch": _next_epoch(master, rollout, members)}
@@ -270,6 +280,7 @@ class FerryCheckpointEngine(CheckpointEngineWithCache):
                 self._receive_buffers.back_in_background()
         self._plan = plan
         self._epoch = plan.get("epoch")
+        self._master = str(plan.get("master", ""))
         self._broken = False
         self.sessions_built += 1
 
@@ -421,11 +432,12 @@ class FerryCheckpointEngine(CheckpointEngineWithCache):
                          "receive_weights before init_process_group joined a session")
         who = f"rollout rank {self._rank} (pid {os.getpid()})"
         if self._device_path is not None:  # device tensors, the same lifetime (_device_path.py)
-            self._update = self._device_path.receiving.receive(self, global_steps, who)
+            self._update = self._device_path.receiving.receive(self, global_steps, who,
+                                                               self._master)
             return self._update
         self._receive_buffers.reset()  # the last update's caller is done with both
         receive = functools.partial(self._receive_update, global_steps)
-        self._update = Update(self, receive, "ferry-receive", who)
+        self._update = Update(self, receive, "ferry-receive", who, self._master)
         return self._update
 
     async def get_weights(self) -> AsyncIterator:
