@@ -276,8 +276,8 @@ Status Fanout::accept(std::uint32_t n) {
     // Some joined: say who, so a user looks for the missing ones, not for a dead sender.
     std::vector<std::string> joined;
     for (std::size_t k = before; k < peers_.size(); ++k) joined.push_back(peers_[k].link.peer());
-    return timeout_error(fmt::format("only {} of {} {}s joined {} within {} ms (joined: {})", i,
-                                     n, noun_, address_, options_.timeout.count(),
+    return timeout_error(fmt::format("only {} of {} {}s joined {} within {} ms (joined: {})", i, n,
+                                     noun_, address_, options_.timeout.count(),
                                      fmt::join(joined, ", ")));
   }
   return ok_status();
