@@ -7,11 +7,11 @@ samples with that same model, so every rollout answers with the weights it recei
 
 from __future__ import annotations
 
-import ray
 import torch
-from ferry.verl.cpu_rollout import CpuCheckpointEngineWorker, CpuRolloutReplica
+from ferry.verl.cpu_rollout import (CpuCheckpointEngineWorker, CpuRolloutReplica,
+                                    cpu_rollout_replicas)
 from verl.single_controller.base.decorator import Dispatch, register
-from verl.single_controller.ray import RayClassWithInitArgs, RayResourcePool, RayWorkerGroup
+from verl.single_controller.ray import RayWorkerGroup
 
 from model import sample
 from task import AdditionTask
@@ -21,9 +21,10 @@ class RolloutWorker(CpuCheckpointEngineWorker):
     """One rollout rank. Its adapter's model starts with its own random weights (seeded by
     its replica rank, unlike the trainer's): only the weight updates make them equal."""
 
-    def __init__(self, rollout_config, model_config, max_operand: int, seed: int) -> None:
+    def __init__(self, rollout_config, model_config, max_operand: int, seed: int,
+                 **kwargs) -> None:
         torch.set_num_threads(1)
-        super().__init__(rollout_config, model_config)
+        super().__init__(rollout_config, model_config, **kwargs)
         self.task = AdditionTask(max_operand)
         self.seed = seed
 
@@ -41,12 +42,6 @@ def start_rollouts(count: int, rollout_config, model_config, max_operand: int, s
                    ) -> tuple[RayWorkerGroup, list[CpuRolloutReplica]]:
     """`count` one-rank replicas as one verl worker group (CPU only, as verl builds a
     replica's workers), and the replicas CheckpointEngineManager takes."""
-    pool = RayResourcePool(process_on_nodes=[count], use_gpu=False, max_colocate_count=1)
-    worker = RayClassWithInitArgs(cls=ray.remote(RolloutWorker),
-                                  rollout_config=rollout_config, model_config=model_config,
-                                  max_operand=max_operand, seed=seed)
-    group = RayWorkerGroup(resource_pool=pool, ray_cls_with_init=worker, use_gpu=False,
-                           device_name="cpu", name_prefix="rollout")
-    replicas = [CpuRolloutReplica(rank, rollout_config, model_config, workers=[handle])
-                for rank, handle in enumerate(group.workers)]
-    return group, replicas
+    return cpu_rollout_replicas(rollout_config, model_config, num_replicas=count,
+                                name_prefix="rollout", worker_cls=RolloutWorker,
+                                max_operand=max_operand, seed=seed)

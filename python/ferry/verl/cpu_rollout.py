@@ -286,21 +286,23 @@ class CpuRolloutReplica(RolloutReplica):
 
 def cpu_rollout_replicas(rollout_config: Any, model_config: Any, num_replicas: int = 1,
                          first_replica_rank: int = 0, adapter_hooks: dict | None = None,
-                         name_prefix: str | None = None
+                         name_prefix: str | None = None,
+                         worker_cls: type = CpuCheckpointEngineWorker, **worker_kwargs: Any
                          ) -> tuple[RayWorkerGroup, list[CpuRolloutReplica]]:
     """Starts num_replicas replicas of rollout_config's world size (TP x DP x PP) as one Ray
-    worker group of CpuCheckpointEngineWorker actors (one logical CPU each) and returns
-    (worker_group, replicas). The workers of one group share a gloo process group, as
-    verl's do (CheckpointEngineWorker joins one)."""
+    worker group of `worker_cls` actors (CpuCheckpointEngineWorker or a subclass adding calls
+    of its own, given `worker_kwargs` too; one logical CPU each) and returns (worker_group,
+    replicas). The workers of one group share a gloo process group, as verl's do
+    (CheckpointEngineWorker joins one)."""
     world = _replica_world_size(rollout_config)
     pool = RayResourcePool(process_on_nodes=[num_replicas * world], use_gpu=False,
                            max_colocate_count=1)
     replicas = [CpuRolloutReplica(first_replica_rank + i, rollout_config, model_config)
                 for i in range(num_replicas)]
-    cls = RayClassWithInitArgs(cls=ray.remote(CpuCheckpointEngineWorker),
+    cls = RayClassWithInitArgs(cls=ray.remote(worker_cls),
                                rollout_config=rollout_config, model_config=model_config,
                                adapter_hooks=adapter_hooks,
-                               first_replica_rank=first_replica_rank)
+                               first_replica_rank=first_replica_rank, **worker_kwargs)
     wg = RayWorkerGroup(resource_pool=pool, ray_cls_with_init=cls, use_gpu=False,
                         device_name="cpu", name_prefix=name_prefix)
     for i, replica in enumerate(replicas):
