@@ -266,9 +266,15 @@ def main() -> int:
     thread.join(HANG_S)
     assert not thread.is_alive(), f"manager.update_weights hung {HANG_S} s after the kill"
     assert "error" in result, "manager.update_weights succeeded with a rank killed"
+    # verl's manager may raise first (Ray reports the actor's death to its ray.get at once);
+    # the trainer's send_weights hears of it through node-b's relay: wait for it, bounded.
     record = trainer.state()[0]
+    while record["error"] is None and time.monotonic() < killed_at + KILL_BOUND_S:
+        time.sleep(0.05)
+        record = trainer.state()[0]
     assert record["error"] is not None, (
-        f"the trainer's send_weights did not fail (the manager raised {result['error']!r})")
+        f"the trainer's send_weights did not fail within {KILL_BOUND_S} s of the kill (the "
+        f"manager raised {result['error']!r})")
     took = record["failed_at"] - killed_at
     assert took <= KILL_BOUND_S, f"the trainer failed {took:.1f} s after the kill"
     assert f"pid {pid}" in record["error"] and "local receiver 1" in record["error"], (
