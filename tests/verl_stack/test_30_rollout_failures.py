@@ -7,12 +7,13 @@ for a raised exception, the exception; and the update after must work on every r
 
 from __future__ import annotations
 
+import time
 import uuid
 
 import ray
 
-from verl_stack_checks import (ENGINE_TIMEOUT_S, assert_exact, kill_pid, start_update, update,
-                               wait_for, workers_of)
+from verl_stack_checks import (ENGINE_TIMEOUT_S, assert_exact, kill_pid, settled, start_update,
+                               update, wait_for, workers_of)
 
 FAIL_WITHIN_S = 5.0
 # How long a test waits for the manager to return before calling it hung: past the engine's
@@ -49,7 +50,7 @@ def test_rollout_killed_mid_update(stack):
     wait_for(lambda: _adapter(worker)["paused"], 60, "rollout replica 1 to pause mid-update")
     killed_at = kill_pid(pid)
     finished = pending.wait(HANG_S)
-    record = trainer.record()[0]
+    record = settled(lambda: trainer.record()[0], killed_at, FAIL_WITHIN_S)
     survivor = _adapter(workers_of(replicas)[0])
     print(f"rollout pid {pid} killed; manager returned: {finished}; trainer failed "
           f"{_after(record['failed_at'], killed_at)} after the kill: {record['error']}\n"
@@ -96,7 +97,8 @@ def test_consumer_raises_mid_update(stack):
     finished = pending.wait(HANG_S)
     ray.get(worker.configure_adapter.remote())
     raised = _adapter(worker)
-    record = trainer.record()[0]
+    record = settled(lambda: trainer.record()[0], raised["failed_at"] or time.monotonic(),
+                     FAIL_WITHIN_S)
     other = _adapter(workers_of(replicas)[1])
     print(f"rollout pid {pid} raised '{token}'; manager returned: {finished}; trainer failed "
           f"{_after(record['failed_at'], raised['failed_at'])} after the raise: "

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import ray
 
-from verl_stack_checks import (ENGINE_TIMEOUT_S, assert_exact, kill_pid, start_update, update,
-                               wait_for, workers_of)
+from verl_stack_checks import (ENGINE_TIMEOUT_S, assert_exact, kill_pid, settled, start_update,
+                               update, wait_for, workers_of)
 
 FAIL_WITHIN_S = 5.0
 HANG_S = ENGINE_TIMEOUT_S + 15
@@ -28,7 +28,8 @@ def test_trainer_killed_mid_update(stack):
     wait_for(lambda: trainer.record()[0]["paused"], 60, "the trainer to pause mid-update")
     killed_at = kill_pid(pid)
     finished = pending.wait(HANG_S)
-    states = [ray.get(w.adapter_state.remote()) for w in workers_of(replicas)]
+    states = [settled(lambda w=w: ray.get(w.adapter_state.remote()), killed_at, FAIL_WITHIN_S)
+              for w in workers_of(replicas)]
     for state in states:
         took = "never" if state["failed_at"] is None else f"{state['failed_at'] - killed_at:.2f} s"
         print(f"trainer pid {pid} killed; rollout pid {state['pid']} failed {took} after: "

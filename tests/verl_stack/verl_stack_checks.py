@@ -170,6 +170,18 @@ def wait_for(predicate: Callable[[], bool], timeout: float, what: str) -> None:
         time.sleep(0.05)
 
 
+def settled(read: Callable[[], dict], since: float, bound: float) -> dict:
+    """read() once it has an "error", or at `bound` s after `since` (time.monotonic()):
+    verl's manager may raise before the other side records its failure (Ray reports a dead
+    actor or a raised task to its ray.get at once; the peer hears of it over ferry's session),
+    so a side's error is read once it had its time, not at the manager's return."""
+    state = read()
+    while state["error"] is None and time.monotonic() < since + bound:
+        time.sleep(0.05)
+        state = read()
+    return state
+
+
 def kill_pid(pid: int) -> float:
     """SIGKILL (a crash, no cleanup); returns when it was sent (time.monotonic())."""
     os.kill(pid, signal.SIGKILL)
