@@ -80,18 +80,6 @@ class Handoff:
         self.put(end)
         self.wait(end.taken)
 
-    def _run(self, receive: Callable[[], None]) -> None:
-        """Runs `receive` (the update's rounds), then queues DONE, or the error it raised for
-        the caller to raise."""
-        try:
-            receive()
-            self.put(DONE)
-        except BaseException as e:
-            try:
-                self.items.put(e, timeout=1.0)
-            except queue.Full:
-                pass
-
 
 def _describe(task: "asyncio.Future[Any]") -> str:
     """Why the task that called receive_weights ended, for the sender's error."""
@@ -142,9 +130,8 @@ class Update:
             asyncio.current_task().add_done_callback(self._caller_ended)  # type: ignore[union-attr]
         except RuntimeError:  # no running loop: the finalizer and close() remain
             pass
-        self._finalizer = weakref.finalize(self, self._stop.set,
-                                           "receive_weights' iterator was dropped before the "
-                                           "update ended")
+        weakref.finalize(self, self._stop.set,
+                         "receive_weights' iterator was dropped before the update ended")
 
     def _run(self, receive: Callable[[Handoff], None], handoff: Handoff) -> None:
         """Runs `receive` (the update's rounds), then queues DONE, or the error it raised for

@@ -589,7 +589,7 @@ class FerryCheckpointEngine(CheckpointEngineWithCache):
         def on_bucket(views: list, is_last: bool) -> None:
             tensors = weights_of(views)
             if tensors:
-                buffer, staged = buffers.fill(tensors, handoff.stop)
+                buffer, staged = buffers.fill(tensors, handoff)
                 put((staged, functools.partial(buffers.release, buffer)))
             if is_last:
                 # The update is acknowledged only once the caller took every tensor, so a
@@ -766,13 +766,12 @@ class _ReceiveBuffers:
     def release(self, index: int) -> None:
         self._free[index].set()
 
-    def fill(self, tensors: list, abandoned: threading.Event) -> tuple[int, list]:
-        """Waits for the next buffer to be released, copies `tensors` ((name, dtype, shape,
-        memory) views into the ring) into it: (its index, [(name, writable view)])."""
+    def fill(self, tensors: list, handoff: Handoff) -> tuple[int, list]:
+        """Waits for the next buffer to be released (or the caller's end to stop), copies
+        `tensors` ((name, dtype, shape, memory) views into the ring) into it: (its index,
+        [(name, writable view)])."""
         index = self._next
-        while not self._free[index].wait(0.1):
-            if abandoned.is_set():
-                raise _error(_ferry.AbortedError, "receive_weights was abandoned by its caller")
+        handoff.wait(self._free[index])
         self._free[index].clear()
         self._next = 1 - index
         starts, end = [], 0
