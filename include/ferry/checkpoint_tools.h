@@ -17,6 +17,10 @@
 //   node ferry::checkpoint::pull_replicas({.root = "/ckpt", .from = "node0:7000"});         // the
 //   others
 //
+// The same server and puller also move an arbitrary set of files whose sizes and XXH3s the
+// puller already knows (file-set mode: ReplicateServeOptions::offer, ReplicatePullOptions::
+// only), e.g. the shard files of a torch.distributed.checkpoint on other nodes.
+//
 // Thread safety: the functions share no state; serve_replicas() and pull_replicas() each
 // run their own net context on the calling thread until they return.
 #pragma once
@@ -112,6 +116,11 @@ struct ReplicaSet {
 // writes it last) is held back and said so in `notes`. No tracker: nothing is offered.
 FERRY_EXPORT Result<ReplicaSet> replica_set(const std::string& root);
 
+// XXH3-64 of the contents of the file at `path` (symbolic links followed), read in 8 MiB
+// pieces: a file of many GB is never whole in memory. Errors name the path (not_found when
+// it is missing, io_error when a read fails).
+FERRY_EXPORT Result<std::uint64_t> xxh3_file(const std::string& path);
+
 // ---------------------------------------------------------------------------
 // Verifying the folders of several nodes.
 
@@ -149,7 +158,7 @@ FERRY_EXPORT Result<MegatronVerifyReport> verify_megatron(
 // Replication over the net transport (docs/protocol.md, "Checkpoint replication").
 
 struct ReplicateServeOptions {
-  std::string root;     // the folder whose metadata is given (rank 0's node)
+  std::string root;     // the folder whose metadata (or `offer`'s files) is given
   std::string address;  // "host:port" to listen on; port 0 picks a free one
   // The file holding the session secret (mode 0600). Empty: FERRY_TOKEN, else the file
   // FERRY_TOKEN_FILE names. Pullers must use the same secret.
@@ -169,11 +178,21 @@ struct ReplicateServeOptions {
   // without blocking, so a stalled one never holds up the others; a longer timeout only
   // costs the stalled one's buffered answers in memory. Default 30 s.
   std::chrono::milliseconds send_timeout{30'000};
+  // File-set mode. Empty (the default): each LIST is answered with replica_set(root). Set:
+  // with exactly what this returns (no tracker rule, no folder scan; its `tracker` and `notes`
+  // go out as they are), called on the serving thread for every LIST. Paths are relative to
+  // `root` and must pass validate_relative_path (else the LIST gets a server I/O ERROR); files
+  // are read beneath `root` as in the default mode, never through a symbolic link. On each GET
+  // the file is hashed again from the fd it is sent from (other pullers wait meanwhile), and
+  // one whose size or XXH3 no longer match the offer gets ERROR changed; files are streamed from
+  // disk a chunk at a time, so one of many GB is never whole in memory (the puller's XXH3 check
+  // catches a file changed while it is sent).
+  std::function<Result<ReplicaSet>()> offer;
   // Testing only: called after each data message is sent, with the file and bytes sent so far.
   std::function<void(const std::string& path, std::uint64_t sent)> test_after_chunk;
 };
-// Serves `root`'s replica_set() to pullers until `stop` or `clients`. A puller that fails
-// authentication or breaks the protocol is dropped and logged; the server goes on.
+// Serves `root`'s replica_set() (or `offer`'s files) to pullers until `stop` or `clients`. A puller
+// that fails authentication or breaks the protocol is dropped and logged; the server goes on.
 // Errors: the root is not a folder, the address cannot be bound, no token.
 FERRY_EXPORT Status serve_replicas(const ReplicateServeOptions& options);
 
@@ -211,6 +230,18 @@ struct ReplicatePullOptions {
   std::function<void(const PullRound&)> on_round;
   // Bytes copied so far in this round and the round's total, as data arrives.
   std::function<void(std::uint64_t done, std::uint64_t total)> progress;
+  // File-set mode. Empty (the default): the Megatron metadata the server offers. Non-empty:
+  // exactly these files, one round (`watch` must be false), no tracker. Their sizes and XXH3s
+  // are the caller's, never the server's claim: every path must pass validate_relative_path
+  // and appear once (invalid_argument, before connecting); a file the INDEX lacks is
+  // not_found, one it offers with another size or XXH3 is corruption ("server ADDR offers F
+  // with ... but the caller expects ..."), both naming the server and the file and checked for
+  // every file before any is fetched. A file this folder already holds with the expected size
+  // and XXH3 is not fetched (PullRound::unchanged). The others are streamed into a temp file
+  // as their chunks arrive, hashed as they are written, then fsynced and renamed; bytes that
+  // do not hash to the caller's XXH3, or a server that says its file changed, are corruption
+  // naming the server and the file, and nothing is left at the target.
+  std::vector<ReplicaFile> only;
 };
 // Asks the server for its replica set and copies each file this node lacks or holds with
 // other contents: whole in memory, checked for size and XXH3, then into a temp file beside
@@ -220,6 +251,7 @@ struct ReplicatePullOptions {
 // on the way a symbolic link (invalid_argument otherwise, before anything is written; a link
 // planted later is refused as failed_precondition, one at the file's own name is replaced, never
 // written through). A server that dies mid-file leaves no partial file.
+// File-set mode (`only` non-empty): as `only` says instead.
 FERRY_EXPORT Result<PullResult> pull_replicas(const ReplicatePullOptions& options);
 
 }  // namespace ferry::checkpoint

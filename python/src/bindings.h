@@ -51,5 +51,6 @@ std::vector<std::int64_t> shape_from_python(const py::handle& shape);
 void bind_errors(py::module_& m);
 void bind_tensor(py::module_& m);
 void bind_sync(py::module_& m);
+void bind_checkpoint_files(py::module_& m);
 
 }  // namespace ferry::python

@@ -13,6 +13,9 @@
 // Every message: magic u32 "FRYR", version u8, kind u8, then the body; integers
 // little-endian (wire/coding.h). A decoder checks every length against the bytes left and
 // rejects trailing bytes; paths are checked again by their users (validate_relative_path).
+//
+// File-set mode (ReplicateServeOptions::offer, ReplicatePullOptions::only) uses these same
+// messages: only what the INDEX offers, and whose sizes and XXH3s the puller trusts, differ.
 #pragma once
 
 #include <cstddef>

@@ -1,5 +1,7 @@
 // The replicate puller: copies the metadata files a server offers that this folder lacks or
-// holds different, checking each path before it writes and each file's XXH3 after.
+// holds different, checking each path before it writes and each file's XXH3 after. In
+// file-set mode (ReplicatePullOptions::only) it fetches the caller's files instead, checked
+// against the caller's sizes and XXH3s and streamed to disk as they arrive.
 #include <fmt/format.h>
 #include <sys/stat.h>
 #include <xxhash.h>
@@ -7,7 +9,9 @@
 #include <algorithm>
 #include <chrono>
 #include <filesystem>
+#include <map>
 #include <memory>
+#include <set>
 
 #include "base/clock.h"
 #include "base/file_util.h"
@@ -16,6 +20,7 @@
 #include "checkpoint/megatron_dist_checkpoint.h"
 #include "checkpoint/replicate.h"
 #include "checkpoint/replicate_common.h"
+#include "checkpoint/replicate_files.h"
 #include "ferry/checkpoint.h"
 #include "transport/net/channel.h"
 
@@ -33,23 +38,12 @@ Status send_message(net::Channel& ch, const std::vector<std::byte>& m) {
   return ch.send(m, kSendTimeout);
 }
 
-// Refuses a path from the server that leaves the folder, is not a metadata file or the
-// tracker, or passes through a folder that is a symbolic link (which could lead outside).
-Status check_offered_path(const std::string& root, const std::string& path,
-                          const std::string& peer) {
-  if (Status s = validate_relative_path(path, "file offered by " + peer); !s.ok()) {
-    return invalid_argument(s.message() + ": refused");
-  }
-  if (!megatron::is_replica_path(path)) {
-    return invalid_argument(
-        fmt::format("file offered by {} '{}' is not a Megatron metadata file "
-                    "(common.pt, .metadata, metadata.json in a step folder) "
-                    "or {}: refused",
-                    peer, path, kMegatronTracker));
-  }
-  // The folders on the way: a clear refusal up front. The writes themselves go through
-  // O_NOFOLLOW opens (write_beneath), which is what holds against a link planted later; a
-  // link at the file's own name is replaced by the rename, never written through.
+// Refuses a path whose folders below `root` include a symbolic link (which could lead
+// outside). A clear refusal up front: the writes themselves go through O_NOFOLLOW opens
+// (write_beneath, StreamedFile), which is what holds against a link planted later; a link at
+// the file's own name is replaced by the rename, never written through.
+Status check_no_link_on_the_way(const std::string& root, const std::string& path,
+                                const std::string& peer) {
   std::string at = root;
   for (std::size_t start = 0; start < path.size();) {
     std::size_t end = path.find('/', start);
@@ -67,6 +61,23 @@ Status check_offered_path(const std::string& root, const std::string& path,
   return ok_status();
 }
 
+// Refuses a path from the server that leaves the folder, is not a metadata file or the
+// tracker, or passes through a folder that is a symbolic link.
+Status check_offered_path(const std::string& root, const std::string& path,
+                          const std::string& peer) {
+  if (Status s = validate_relative_path(path, "file offered by " + peer); !s.ok()) {
+    return invalid_argument(s.message() + ": refused");
+  }
+  if (!megatron::is_replica_path(path)) {
+    return invalid_argument(
+        fmt::format("file offered by {} '{}' is not a Megatron metadata file "
+                    "(common.pt, .metadata, metadata.json in a step folder) "
+                    "or {}: refused",
+                    peer, path, kMegatronTracker));
+  }
+  return check_no_link_on_the_way(root, path, peer);
+}
+
 struct XxhState {
   void operator()(XXH3_state_t* s) const { XXH3_freeState(s); }
 };
@@ -80,15 +91,7 @@ class Puller {
   Result<PullRound> round(int number, bool* changed, bool* stopped) {
     PullRound out;
     out.round = number;
-    FERRY_RETURN_IF_ERROR(send_message(ch_, rp::encode_list()));
-    auto m = receive("INDEX");
-    if (!m.ok()) return m.status();
-    auto kind = rp::decode_kind(*m, peer());
-    if (!kind.ok()) return kind.status();
-    if (*kind == rp::Kind::kError) return server_error(*m, "listing");
-    if (*kind != rp::Kind::kIndex)
-      return corruption("replicate: " + peer() + " answered LIST out of order");
-    auto set = rp::decode_index(*m, peer());
+    auto set = list();
     if (!set.ok()) return set.status();
     // Everything is checked before anything is written.
     for (const ReplicaFile& f : set->files) {
@@ -133,9 +136,171 @@ class Puller {
     return out;
   }
 
+  // File-set mode: one LIST, then a GET for each file of `only` this folder does not hold
+  // already. Sizes and XXH3s are the caller's: the INDEX must offer every file with them
+  // (checked for all before anything is fetched), and the bytes that arrive must hash to them.
+  Result<PullRound> fetch_set(bool* stopped) {
+    PullRound out;
+    out.round = 1;
+    const std::string server = "server " + o_.from;
+    auto set = list();
+    if (!set.ok()) return set.status();
+    std::map<std::string_view, const ReplicaFile*> offered;
+    for (const ReplicaFile& f : set->files) offered.emplace(f.path, &f);
+    for (const ReplicaFile& want : o_.only) {
+      const auto it = offered.find(want.path);
+      if (it == offered.end()) {
+        return not_found(fmt::format("replicate: {} does not offer {} (it offers {} files)", server,
+                                     want.path, set->files.size()));
+      }
+      const ReplicaFile& f = *it->second;
+      if (f.bytes != want.bytes || f.xxh3 != want.xxh3) {
+        return corruption(fmt::format(
+            "replicate: {} offers {} with {} bytes, xxh3 {:016x}, but the caller expects {} "
+            "bytes, xxh3 {:016x}: refused",
+            server, want.path, f.bytes, f.xxh3, want.bytes, want.xxh3));
+      }
+      FERRY_RETURN_IF_ERROR(check_no_link_on_the_way(o_.root, want.path, server));
+    }
+    out.notes = set->notes;
+    std::vector<const ReplicaFile*> need;
+    for (const ReplicaFile& want : o_.only) {
+      auto held = holds(want);
+      if (!held.ok()) return held.status();
+      if (*held) {
+        ++out.unchanged;
+      } else {
+        need.push_back(&want);
+      }
+    }
+    done_ = total_ = 0;
+    for (const ReplicaFile* f : need) total_ += f->bytes;
+    for (const ReplicaFile* f : need) {
+      if (o_.stop && o_.stop()) {
+        *stopped = true;
+        return out;
+      }
+      FERRY_RETURN_IF_ERROR(fetch_streamed(*f));
+      out.copied.push_back({f->path, f->bytes});
+    }
+    return out;
+  }
+
   const std::string& peer() const { return ch_.peer(); }
 
  private:
+  // LIST, and the INDEX that answers it.
+  Result<ReplicaSet> list() {
+    FERRY_RETURN_IF_ERROR(send_message(ch_, rp::encode_list()));
+    auto m = receive("INDEX");
+    if (!m.ok()) return m.status();
+    auto kind = rp::decode_kind(*m, peer());
+    if (!kind.ok()) return kind.status();
+    if (*kind == rp::Kind::kError) return server_error(*m, "listing");
+    if (*kind != rp::Kind::kIndex)
+      return corruption("replicate: " + peer() + " answered LIST out of order");
+    return rp::decode_index(*m, peer());
+  }
+
+  // Whether this folder holds `f` already with the caller's size and XXH3: opened without
+  // following links, hashed in big reads, and only when the size matches.
+  Result<bool> holds(const ReplicaFile& f) {
+    std::error_code ec;
+    if (!fs::exists(o_.root, ec)) return false;
+    auto root = megatron::open_root(o_.root);
+    if (!root.ok()) return root.status();
+    struct stat st {};
+    auto fd = megatron::open_file_beneath(root->get(), o_.root, f.path, &st);
+    if (!fd.ok()) {
+      // Missing, or a link or non-file where it goes (replaced by the rename, never followed).
+      const Code c = fd.status().code();
+      if (c == Code::kNotFound || c == Code::kFailedPrecondition) return false;
+      return fd.status();
+    }
+    if (static_cast<std::uint64_t>(st.st_size) != f.bytes) return false;
+    std::uint64_t bytes = 0;
+    auto sum = rp::xxh3_fd(fd->get(), o_.root + "/" + f.path, &bytes);
+    if (!sum.ok()) return sum.status();
+    return bytes == f.bytes && *sum == f.xxh3;
+  }
+
+  // One file of the set, written to a temp file as its chunks arrive and hashed as they are
+  // written (a shard of many GB is never whole in memory); renamed over the target only when
+  // whole and equal to the caller's XXH3, removed otherwise.
+  Status fetch_streamed(const ReplicaFile& f) {
+    const std::string server = "server " + o_.from;
+    FERRY_RETURN_IF_ERROR(send_message(ch_, rp::encode_get(f)));
+    auto m = receive(f.path);
+    if (!m.ok()) return m.status();
+    auto kind = rp::decode_kind(*m, peer());
+    if (!kind.ok()) return kind.status();
+    if (*kind == rp::Kind::kError) return set_error(*m, f);
+    if (*kind != rp::Kind::kFile)
+      return corruption(fmt::format("replicate: {} answered GET {} out of order", server, f.path));
+    auto head = rp::decode_file(*m, peer());
+    if (!head.ok()) return head.status();
+    if (head->path != f.path || head->bytes != f.bytes || head->xxh3 != f.xxh3) {
+      return corruption(fmt::format(
+          "replicate: {} sent '{}' ({} bytes, xxh3 {:016x}) when asked for '{}' ({} bytes, xxh3 "
+          "{:016x})",
+          server, head->path, head->bytes, head->xxh3, f.path, f.bytes, f.xxh3));
+    }
+    auto out = rp::StreamedFile::create(o_.root, f.path);
+    if (!out.ok()) return out.status().with_context("replicate: writing " + f.path);
+    std::uint64_t received = 0;
+    while (received < f.bytes) {
+      auto c = receive("CHUNK");
+      if (!c.ok()) {
+        return c.status().with_context(
+            fmt::format("{} from {} at byte {} of {}", f.path, server, received, f.bytes));
+      }
+      auto k = rp::decode_kind(*c, peer());
+      if (!k.ok()) return k.status();
+      if (*k == rp::Kind::kError) return set_error(*c, f);
+      if (*k != rp::Kind::kChunk)
+        return corruption(fmt::format("replicate: {} interrupted {}", server, f.path));
+      auto chunk = rp::decode_chunk(*c, peer());
+      if (!chunk.ok()) return chunk.status();
+      if (chunk->offset != received || chunk->data.size() > f.bytes - received ||
+          chunk->data.empty()) {
+        return corruption(
+            fmt::format("replicate: {} sent bytes [{}, +{}) of {} out of order or past its {} "
+                        "bytes",
+                        server, chunk->offset, chunk->data.size(), f.path, f.bytes));
+      }
+      if (Status s = out->append(chunk->data); !s.ok())
+        return s.with_context("replicate: writing " + f.path);
+      received += chunk->data.size();
+      done_ += chunk->data.size();
+      if (o_.progress) o_.progress(done_, total_);
+    }
+    if (const std::uint64_t got = out->xxh3(); got != f.xxh3) {
+      return corruption(
+          fmt::format("replicate: {} from {} has XXH3 {:016x}, not the {:016x} the caller "
+                      "expects; discarded",
+                      f.path, server, got, f.xxh3));
+    }
+    if (Status s = out->commit(); !s.ok()) return s.with_context("replicate: writing " + f.path);
+    return ok_status();
+  }
+
+  // An ERROR answering a GET of the set. "changed" is not waited out as in a Megatron pull:
+  // the caller's XXH3 is fixed, so a server whose file no longer has it cannot give it.
+  Status set_error(std::span<const std::byte> m, const ReplicaFile& f) {
+    auto e = rp::decode_error(m, peer());
+    if (!e.ok()) return e.status();
+    const std::string server = "server " + o_.from;
+    if (e->code == rp::ErrorCode::kChanged) {
+      return corruption(
+          fmt::format("replicate: {} no longer has {} as it offered it and the caller expects "
+                      "it ({} bytes, xxh3 {:016x}): {}",
+                      server, f.path, f.bytes, f.xxh3, e->message));
+    }
+    const std::string message =
+        fmt::format("replicate: {} failed sending {}: {}", server, f.path, e->message);
+    return e->code == rp::ErrorCode::kIo ? io_error(message) : failed_precondition(message);
+  }
+
   Result<std::vector<std::byte>> receive(std::string_view what) {
     auto m = ch_.receive(o_.timeout);
     if (!m.ok()) return m.status().with_context(fmt::format("replicate: waiting for {}", what));
@@ -243,6 +408,15 @@ Result<PullResult> pull_replicas(const ReplicatePullOptions& o) {
   if (fs::exists(o.root, ec) && !fs::is_directory(o.root, ec)) {
     return failed_precondition(o.root + " exists and is not a folder");
   }
+  if (!o.only.empty()) {
+    if (o.watch) return invalid_argument("a watch cannot fetch a fixed set of files (only)");
+    std::set<std::string_view> seen;
+    for (const ReplicaFile& f : o.only) {
+      FERRY_RETURN_IF_ERROR(validate_relative_path(f.path, "file to fetch"));
+      if (!seen.insert(f.path).second)
+        return invalid_argument("file to fetch '" + f.path + "' is listed twice");
+    }
+  }
   auto token = rp::load_token(o.token_file);
   if (!token.ok()) return token.status();
   auto ctx = net::Context::create();
@@ -255,7 +429,8 @@ Result<PullResult> pull_replicas(const ReplicatePullOptions& o) {
   constexpr int kOnceRounds = 3;
   while (true) {
     bool changed = false, stopped = false;
-    auto r = puller.round(result.rounds + 1, &changed, &stopped);
+    auto r = o.only.empty() ? puller.round(result.rounds + 1, &changed, &stopped)
+                            : puller.fetch_set(&stopped);
     if (!r.ok()) {
       if (o.watch && r.status().code() == Code::kAborted) {
         result.stopped = r.status().message();

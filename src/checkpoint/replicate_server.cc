@@ -1,9 +1,12 @@
-// The replicate server: offers a verl / Megatron folder's metadata files to pullers over
-// the net transport, answering each peer's requests in turn without blocking on any.
+// The replicate server: offers a verl / Megatron folder's metadata files (or, in file-set
+// mode, what ReplicateServeOptions::offer returns) to pullers over the net transport,
+// answering each peer's requests in turn without blocking on any.
 #include <fmt/format.h>
+#include <unistd.h>
 #include <xxhash.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <deque>
 #include <filesystem>
@@ -15,6 +18,7 @@
 #include "checkpoint/megatron_dist_checkpoint.h"
 #include "checkpoint/replicate.h"
 #include "checkpoint/replicate_common.h"
+#include "checkpoint/replicate_files.h"
 #include "ferry/checkpoint.h"
 #include "transport/net/channel.h"
 
@@ -36,11 +40,21 @@ struct Peer {
   std::deque<std::vector<std::byte>> outbox;
   Clock::time_point last_progress = Clock::now();
   std::size_t in_flight = 0;
-  // The file being sent, cut into CHUNKs as the window allows.
+  // The file being sent, cut into CHUNKs as the window allows: whole in `file_bytes`
+  // (Megatron metadata), or read a chunk at a time from `file_fd` (file-set mode: shards of
+  // many GB), `file_size` bytes.
   std::string file_path, file_bytes;
-  std::size_t file_offset = 0;
+  ScopedFd file_fd;
+  std::uint64_t file_size = 0;
+  std::uint64_t file_offset = 0;
+  std::uint64_t file_total() const { return file_fd.valid() ? file_size : file_bytes.size(); }
+  void end_file() {
+    file_bytes.clear();
+    file_fd.reset();
+    file_size = file_offset = 0;
+  }
   bool idle() {
-    return outbox.empty() && file_offset >= file_bytes.size() && channel.sends_in_flight() == 0;
+    return outbox.empty() && file_offset >= file_total() && channel.sends_in_flight() == 0;
   }
 };
 
@@ -61,7 +75,7 @@ class Server {
     if (!kind.ok()) return kind.status();
     switch (*kind) {
       case rp::Kind::kList: {
-        auto set = megatron::replica_set(o_.root, hashes_);
+        auto set = o_.offer ? offer() : megatron::replica_set(o_.root, hashes_);
         if (!set.ok()) {
           log::warn("replicate: {}", set.status().message());
           return queue(p, rp::encode_error(rp::ErrorCode::kIo, set.status().message()));
@@ -84,6 +98,17 @@ class Server {
   }
 
  private:
+  // File-set mode: the caller's offer, its paths checked as a puller checks them (relative,
+  // no "." or ".."), so a GET can never name a file outside the root.
+  Result<ReplicaSet> offer() {
+    auto set = o_.offer();
+    if (!set.ok()) return set.status();
+    for (const ReplicaFile& f : set->files) {
+      FERRY_RETURN_IF_ERROR(validate_relative_path(f.path, "offered file"));
+    }
+    return set;
+  }
+
   Status send_file(Peer& p, const ReplicaFile& want) {
     const auto offered = std::find_if(p.offered.files.begin(), p.offered.files.end(),
                                       [&](const ReplicaFile& f) { return f.path == want.path; });
@@ -101,6 +126,7 @@ class Server {
       return queue(
           p, rp::encode_error(rp::ErrorCode::kChanged, want.path + " changed since it was listed"));
     };
+    if (o_.offer) return stream_file(p, want, *offered, changed);
     auto root = megatron::open_root(o_.root);
     if (!root.ok()) return root.status();
     struct stat st {};
@@ -119,10 +145,71 @@ class Server {
       return changed();
     }
     FERRY_RETURN_IF_ERROR(queue(p, rp::encode_file(*offered)));
+    p.end_file();
     p.file_path = want.path;
     p.file_bytes = std::move(*text);
-    p.file_offset = 0;
     return ok_status();
+  }
+
+  // File-set mode: the file is opened as above (O_NOFOLLOW beneath the root) and sent a chunk
+  // at a time from that fd, never whole in memory. A file whose size differs from the offer
+  // gets ERROR changed; one whose bytes changed shows as a wrong XXH3 at the puller, which
+  // discards it; one that shrinks while it is sent gets ERROR changed in place of its next CHUNK.
+  template <typename Changed>
+  Status stream_file(Peer& p, const ReplicaFile& want, const ReplicaFile& offered,
+                     const Changed& changed) {
+    const auto io_error_answer = [&](const Status& s) {
+      log::warn("replicate: {}", s.message());
+      return queue(p, rp::encode_error(rp::ErrorCode::kIo, s.message()));
+    };
+    auto root = megatron::open_root(o_.root);
+    if (!root.ok()) return io_error_answer(root.status());
+    struct stat st {};
+    auto fd = megatron::open_file_beneath(root->get(), o_.root, want.path, &st);
+    if (!fd.ok()) {
+      // Gone since it was offered: changed. A link or a non-file: refused, and said why.
+      if (fd.status().code() == Code::kNotFound) return changed();
+      return io_error_answer(fd.status());
+    }
+    if (static_cast<std::uint64_t>(st.st_size) != offered.bytes || want.bytes != offered.bytes ||
+        want.xxh3 != offered.xxh3) {
+      return changed();
+    }
+    // Not hashed here: the puller checks every byte against the XXH3 its caller holds, and a
+    // second read of a multi-GB shard would cost as much as sending it.
+    FERRY_RETURN_IF_ERROR(queue(p, rp::encode_file(offered)));
+    p.end_file();
+    p.file_path = want.path;
+    if (offered.bytes > 0) {
+      p.file_fd = std::move(*fd);
+      p.file_size = offered.bytes;
+    }
+    return ok_status();
+  }
+
+  // The CHUNK of `p`'s streamed file at its offset, `n` bytes read from its fd; an ERROR in
+  // its place when the file shrank under us or cannot be read (the file ends there).
+  std::vector<std::byte> next_streamed_chunk(Peer& p, std::size_t n) {
+    std::vector<std::byte> data(n);
+    std::size_t have = 0;
+    while (have < n) {
+      const ssize_t r = ::pread(p.file_fd.get(), data.data() + have, n - have,
+                                static_cast<off_t>(p.file_offset + have));
+      if (r < 0 && errno == EINTR) continue;
+      if (r <= 0) {
+        const std::string why =
+            r == 0 ? fmt::format("{} shrank to {} bytes while being sent (offered {})", p.file_path,
+                                 p.file_offset + have, p.file_size)
+                   : errno_status("pread", o_.root + "/" + p.file_path, errno).message();
+        log::warn("replicate: {}", why);
+        p.end_file();
+        return rp::encode_error(r == 0 ? rp::ErrorCode::kChanged : rp::ErrorCode::kIo, why);
+      }
+      have += static_cast<std::size_t>(r);
+    }
+    auto m = rp::encode_chunk(p.file_offset, data);
+    p.file_offset += n;
+    return m;
   }
 
  public:
@@ -139,10 +226,16 @@ class Server {
       if (!p.outbox.empty()) {
         m = std::move(p.outbox.front());
         p.outbox.pop_front();
-      } else if (p.file_offset < p.file_bytes.size()) {
+      } else if (p.file_offset < p.file_total() && p.file_fd.valid()) {
+        const std::size_t n =
+            static_cast<std::size_t>(std::min<std::uint64_t>(chunk, p.file_size - p.file_offset));
+        m = next_streamed_chunk(p, n);
+        sent_to = p.file_offset;  // 0 when an ERROR took the CHUNK's place
+      } else if (p.file_offset < p.file_total()) {
         const auto piece =
             as_bytes(p.file_bytes)
-                .subspan(p.file_offset, std::min(chunk, p.file_bytes.size() - p.file_offset));
+                .subspan(p.file_offset,
+                         std::min<std::size_t>(chunk, p.file_bytes.size() - p.file_offset));
         m = rp::encode_chunk(p.file_offset, piece);
         sent_to = p.file_offset += piece.size();
       } else {
@@ -155,10 +248,9 @@ class Server {
       p.last_progress = Clock::now();
       if (sent_to == 0) continue;
       if (o_.test_after_chunk) o_.test_after_chunk(p.file_path, sent_to);
-      if (sent_to == p.file_bytes.size()) {
+      if (sent_to == p.file_total()) {
         event(fmt::format("sent {} ({} bytes) to {}", p.file_path, sent_to, p.channel.peer()));
-        p.file_bytes.clear();
-        p.file_offset = 0;
+        p.end_file();
       }
     }
     p.in_flight = in_flight;

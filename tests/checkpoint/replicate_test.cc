@@ -16,6 +16,7 @@
 
 #include "base/clock.h"
 #include "checkpoint/megatron_fixture.h"
+#include "checkpoint/replicate_server_thread.h"
 #include "ferry/checkpoint_tools.h"
 #include "support/status_matchers.h"
 #include "transport/net/channel.h"
@@ -29,35 +30,6 @@ namespace fs = std::filesystem;
 namespace rp = replicate;
 
 constexpr milliseconds kTimeout{10'000};
-
-// serve_replicas() on its own thread until destroyed.
-class ServerThread {
- public:
-  explicit ServerThread(ReplicateServeOptions o) {
-    std::promise<std::string> bound;
-    auto address = bound.get_future();
-    o.stop = [this] { return stop_.load(); };
-    o.on_listening = [&bound](const std::string& a) { bound.set_value(a); };
-    thread_ = std::thread([this, o = std::move(o), bound = &bound]() mutable {
-      status_ = serve_replicas(o);
-      if (!status_.ok()) bound->set_value("");  // bind failed: no address
-    });
-    address_ = address.get();
-  }
-  ~ServerThread() { stop(); }
-  const Status& stop() {
-    stop_ = true;
-    if (thread_.joinable()) thread_.join();
-    return status_;
-  }
-  const std::string& address() const { return address_; }
-
- private:
-  std::atomic<bool> stop_{false};
-  std::string address_;
-  Status status_;
-  std::thread thread_;
-};
 
 struct Nodes {
   testing::TempDir dir;

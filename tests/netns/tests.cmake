@@ -22,4 +22,12 @@ if(FERRY_BUILD_PYTHON AND EXISTS ${PROJECT_SOURCE_DIR}/python/CMakeLists.txt)
                    $<TARGET_PROPERTY:ferry_python,FERRY_PYTHON_EXECUTABLE>)
   set_tests_properties(netns.verl_stack PROPERTIES LABELS netns TIMEOUT 600
                                                    SKIP_RETURN_CODE 77 RUN_SERIAL TRUE)
+  # ferry.dcp with each node's ranks in a namespace of their own: a load's fetch of the shard
+  # files its node lacks crosses the bridge (about 2 minutes; the driver bounds itself at
+  # 240 s).
+  add_test(NAME netns.dcp
+           COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/dcp_netns.sh ${PROJECT_BINARY_DIR}/python
+                   $<TARGET_PROPERTY:ferry_python,FERRY_PYTHON_EXECUTABLE>)
+  set_tests_properties(netns.dcp PROPERTIES LABELS netns TIMEOUT 300 SKIP_RETURN_CODE 77
+                                            RUN_SERIAL TRUE)
 endif()

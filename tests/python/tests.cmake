@@ -22,3 +22,15 @@ if(FERRY_BUILD_PYTHON AND EXISTS ${PROJECT_SOURCE_DIR}/tests/verl_stack)
     LABELS "python;verl" TIMEOUT 900
     ENVIRONMENT "PYTHONPATH=${PROJECT_BINARY_DIR}/python;PYTHONDONTWRITEBYTECODE=1;HF_HUB_OFFLINE=1")
 endif()
+
+# ferry.dcp under the real torch.distributed.checkpoint and megatron-core (tests/dcp/): jobs of
+# several processes as two nodes, each with its own folder.
+if(FERRY_BUILD_PYTHON AND EXISTS ${PROJECT_SOURCE_DIR}/tests/dcp)
+  add_test(NAME python.dcp
+           COMMAND $<TARGET_PROPERTY:ferry_python,FERRY_PYTHON_EXECUTABLE> -m pytest -q
+                   -p no:cacheprovider ${PROJECT_SOURCE_DIR}/tests/dcp
+           WORKING_DIRECTORY ${PROJECT_BINARY_DIR})
+  set_tests_properties(python.dcp PROPERTIES
+    LABELS "python;dcp" TIMEOUT 900
+    ENVIRONMENT "PYTHONPATH=${PROJECT_BINARY_DIR}/python;PYTHONDONTWRITEBYTECODE=1")
+endif()
