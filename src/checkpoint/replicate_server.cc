@@ -2,6 +2,7 @@
 // mode, what ReplicateServeOptions::offer returns) to pullers over the net transport,
 // answering each peer's requests in turn without blocking on any.
 #include <fmt/format.h>
+#include <poll.h>
 #include <unistd.h>
 #include <xxhash.h>
 
@@ -21,6 +22,7 @@
 #include "checkpoint/replicate_files.h"
 #include "ferry/checkpoint.h"
 #include "transport/net/channel.h"
+#include "transport/net/poller.h"
 
 namespace ferry::checkpoint {
 namespace {
@@ -297,6 +299,7 @@ Status serve_replicas(const ReplicateServeOptions& o) {
   if (!listener.ok()) return listener.status();
   Server server(o);
   if (o.on_listening) o.on_listening(listener->address());
+  net::Poller poller(ctx->get());
   std::vector<Peer> peers;
   // Peers dropped while data we sent them was still queued. Their endpoints stay open until
   // the peer ends or takes it all: UCX 1.13's TCP transport crashed or hung the server when
@@ -368,8 +371,14 @@ Status serve_replicas(const ReplicateServeOptions& o) {
       return true;
     });
     // While answers wait for a peer to take them, look again soon (its completions may not
-    // wake the event fd).
-    if (!busy) (*ctx)->wait(sending ? milliseconds(1) : rp::kPollInterval);
+    // wake the event fd). The listener's fd wakes the wait too: each step of a handshake is
+    // read at once, not at the next poll interval (4 steps cost 200 ms that way).
+    if (!busy && sending) {
+      (*ctx)->wait(milliseconds(1));
+    } else if (!busy) {
+      std::vector<pollfd> fds{{listener->fd(), POLLIN, 0}};
+      (void)poller.wait(fds, rp::kPollInterval);
+    }
   }
   for (Peer& p : peers) p.channel.close();
   for (net::Channel& ch : dropped) ch.abort();
