@@ -97,6 +97,19 @@ TEST(Token, MissingOrEmptyFileIsAnError) {
   EXPECT_EQ(empty.status().code(), Code::kInvalidArgument);
 }
 
+// A FIFO (or a device) at the token's path: refused at once, named. Opened blocking, a FIFO
+// with no writer hung `sync serve` and `token check` forever (issue 31).
+TEST(Token, FifoIsRefusedWithoutBlocking) {
+  ferry::testing::TempDir dir;
+  const std::string path = dir.file("fifo");
+  ASSERT_EQ(::mkfifo(path.c_str(), 0600), 0);
+  auto t = Token::from_file(path);
+  ASSERT_FALSE(t.ok());
+  EXPECT_EQ(t.status().code(), Code::kFailedPrecondition);
+  EXPECT_NE(t.status().message().find(path + " is not a regular file"), std::string::npos)
+      << t.status().message();
+}
+
 class TokenEnv : public ::testing::Test {
  protected:
   void SetUp() override {

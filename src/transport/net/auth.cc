@@ -48,7 +48,8 @@ Result<Token> Token::from_env() {
 }
 
 Result<Token> Token::from_file(const std::string& path) {
-  ScopedFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW));
+  // O_NONBLOCK: a FIFO with no writer would block the open forever; it is refused below.
+  ScopedFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK));
   if (!fd.valid()) return errno_status("open token file", path, errno);
   struct stat st {};
   if (::fstat(fd.get(), &st) != 0) return errno_status("fstat", path, errno);
