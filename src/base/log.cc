@@ -73,4 +73,30 @@ spdlog::logger& get() {
   return *logger;
 }
 
+bool Limiter::allow(std::chrono::steady_clock::time_point now, std::uint64_t* dropped) {
+  *dropped = 0;
+  if (now - window_start_ >= std::chrono::seconds(1)) {
+    window_start_ = now;
+    in_window_ = 0;
+  }
+  if (in_window_ >= per_second_) {
+    ++dropped_;
+    return false;
+  }
+  ++in_window_;
+  *dropped = dropped_;
+  dropped_ = 0;
+  return true;
+}
+
+void warn_limited(Limiter& limiter, const std::string& message) {
+  std::uint64_t dropped = 0;
+  if (!limiter.allow(std::chrono::steady_clock::now(), &dropped)) return;
+  if (dropped > 0) {
+    get().warn("{} ({} similar lines suppressed before this one)", message, dropped);
+  } else {
+    get().warn("{}", message);
+  }
+}
+
 }  // namespace ferry::log

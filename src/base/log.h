@@ -7,6 +7,8 @@
 
 #include <spdlog/spdlog.h>
 
+#include <chrono>
+#include <cstdint>
 #include <string>
 #include <string_view>
 
@@ -41,5 +43,26 @@ template <typename... Args>
 void error(spdlog::format_string_t<Args...> fmt, Args&&... args) {
   get().error(fmt, std::forward<Args>(args)...);
 }
+
+// A cap on how many lines of one kind a source writes per second, so that a peer that can
+// make us refuse it cannot fill the disk with refusals. Each line that is let through after
+// a suppressed run says how many were dropped. Not thread-safe: one per loop.
+class Limiter {
+ public:
+  explicit Limiter(int lines_per_second = 5) : per_second_(lines_per_second) {}
+  // Whether a line may be written at `now`; when it may and lines were dropped since the last
+  // one, *dropped is their count (reset), else 0.
+  bool allow(std::chrono::steady_clock::time_point now, std::uint64_t* dropped);
+
+ private:
+  int per_second_;
+  std::chrono::steady_clock::time_point window_start_{};
+  int in_window_ = 0;
+  std::uint64_t dropped_ = 0;
+};
+
+// log::warn through `limiter`: "<message>", preceded by "(N similar lines suppressed)" after a
+// suppressed run; nothing while the limit holds.
+void warn_limited(Limiter& limiter, const std::string& message);
 
 }  // namespace ferry::log

@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cstdlib>
 
 namespace ferry {
@@ -39,4 +40,20 @@ TEST(Log, ParsesBothVocabularies) {
 }
 
 }  // namespace
+// A flood of refusals writes a few lines a second, and the next line says what was dropped.
+TEST(Log, LimiterLetsAFewLinesASecondThroughAndCountsTheRest) {
+  log::Limiter limiter(2);
+  const auto t0 = std::chrono::steady_clock::time_point{} + std::chrono::hours(1);
+  std::uint64_t dropped = 99;
+  EXPECT_TRUE(limiter.allow(t0, &dropped));
+  EXPECT_EQ(dropped, 0u);
+  EXPECT_TRUE(limiter.allow(t0, &dropped));
+  for (int i = 0; i < 1000; ++i)
+    EXPECT_FALSE(limiter.allow(t0 + std::chrono::milliseconds(500), &dropped));
+  EXPECT_TRUE(limiter.allow(t0 + std::chrono::seconds(1), &dropped));
+  EXPECT_EQ(dropped, 1000u);
+  EXPECT_TRUE(limiter.allow(t0 + std::chrono::seconds(1), &dropped));
+  EXPECT_EQ(dropped, 0u);
+}
+
 }  // namespace ferry

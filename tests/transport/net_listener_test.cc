@@ -230,6 +230,27 @@ TEST(NetListener, PortCanBeBoundAgainRightAfterClose) {
   serve_one(*again, peer);
 }
 
+// Issue 31: silent peers from many sources filled the table and kept a legitimate peer out
+// until their handshakes timed out. A full table now drops its oldest unproven handshake.
+TEST(NetListener, AFullTableMakesRoomByDroppingTheOldestUnprovenHandshake) {
+  auto ctx = *Context::create();
+  ListenerOptions o;
+  o.max_handshakes = 3;
+  o.handshake_timeout = milliseconds(60'000);  // longer than the test: only eviction frees
+  std::vector<std::string> refusals;
+  o.on_refused = [&refusals](const Status& s) { refusals.push_back(s.message()); };
+  Listener l = listen_here(ctx, o);
+  std::vector<int> fds;
+  for (int i = 0; i < 3; ++i) fds.push_back(raw_connect(l.address()));
+  (void)l.accept(milliseconds(100));
+  EXPECT_EQ(l.handshakes(), 3u);
+  GoodPeer peer(l.address());
+  serve_one(l, peer);
+  ASSERT_FALSE(refusals.empty());
+  EXPECT_NE(refusals[0].find("the oldest unproven one"), std::string::npos) << refusals[0];
+  for (int fd : fds) ::close(fd);
+}
+
 TEST(NetListener, PeersOverThePerSourceCapAreClosedAndTheCapFrees) {
   auto ctx = *Context::create();
   ListenerOptions o;

@@ -9,6 +9,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <deque>
@@ -76,6 +77,7 @@ struct Listener::State {
   std::string address;
   std::map<int, std::unique_ptr<Handshake>> handshakes;
   std::map<std::string, std::size_t> per_source;
+  log::Limiter refusals;  // a flood of refused peers writes a few lines a second, not millions
   // Authenticated, endpoint made, UCX still wiring it up; each with its deadline.
   std::deque<std::pair<Channel, Clock::time_point>> wiring;
   std::deque<Channel> ready;
@@ -94,7 +96,7 @@ void Listener::State::drop(int fd, const Status& why) {
   if (it == handshakes.end()) return;
   Handshake& h = *it->second;
   if (!why.ok()) {
-    log::warn("net: {}", why.message());
+    log::warn_limited(refusals, "net: " + why.message());
     if (options.on_refused) options.on_refused(why);
   }
   if (h.local_bulk != 0) ctx->release_bulk_id(h.local_bulk);
@@ -120,15 +122,23 @@ void Listener::State::take_connections() {
     const auto* a = reinterpret_cast<const sockaddr*>(&ss);
     const std::string peer = "peer " + format_address(a);
     const std::string source = host_of(a);
-    if (handshakes.size() >= options.max_handshakes) {
-      log::warn("net: {} refused: {} handshakes in progress already on {}", peer, handshakes.size(),
-                address);
+    if (per_source[source] >= options.max_handshakes_per_source) {
+      log::warn_limited(refusals, fmt::format("net: {} refused: {} handshakes in progress already "
+                                              "from {}",
+                                              peer, per_source[source], source));
       continue;  // closed
     }
-    if (per_source[source] >= options.max_handshakes_per_source) {
-      log::warn("net: {} refused: {} handshakes in progress already from {}", peer,
-                per_source[source], source);
-      continue;
+    if (handshakes.size() >= options.max_handshakes) {
+      // The table is full: the oldest unproven handshake makes room, so that many sources
+      // together cannot keep a legitimate peer out for longer than one handshake (a real one
+      // finishes in milliseconds; only silent or slow peers grow old).
+      auto oldest = std::min_element(handshakes.begin(), handshakes.end(), [](auto& x, auto& y) {
+        return x.second->deadline < y.second->deadline;
+      });
+      drop(oldest->first,
+           resource_exhausted(fmt::format("{} dropped: {} handshakes in progress on {}, it was "
+                                          "the oldest unproven one and {} came",
+                                          oldest->second->peer, handshakes.size(), address, peer)));
     }
     set_nodelay(fd.get());
     epoll_event ev{};
