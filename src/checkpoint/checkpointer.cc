@@ -365,9 +365,17 @@ Status commit(RankGroup& group, const CheckpointOptions& opts, std::int64_t step
   }
   run_save_phase_hook("committed");
   FERRY_RETURN_IF_ERROR(agree(group, s, step_name + " (writing COMMITTED)"));
+  // From here the step is committed on every node and loads whatever happens: a failure
+  // below must not read as a failed save.
   if (leader) s = format::write_latest(opts.root, step);
   run_save_phase_hook("latest");
-  return agree(group, s, step_name + " (updating latest)");
+  Status latest = agree(group, s, step_name + " (updating latest)");
+  if (latest.ok()) return latest;
+  return Status(latest.code(),
+                step_name +
+                    " is committed on every node (it loads: prepare_load takes the newest "
+                    "committed step), then failed updating latest: " +
+                    latest.message());
 }
 
 }  // namespace

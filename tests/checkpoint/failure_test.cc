@@ -225,6 +225,39 @@ INSTANTIATE_TEST_SUITE_P(
                                 DiskFault::kRename, Code::kIoError}),
     [](const ::testing::TestParamInfo<DiskFault>& p) { return std::string(p.param.name); });
 
+// Issue 31: a disk that fills after COMMITTED (writing `latest`) made the save report
+// ENOSPC for a step that was committed. The error now says it is committed, and it loads.
+TEST(DiskFailsAfterCommit, LatestWriteNoSpaceSaysTheStepIsCommittedAndItLoads) {
+  testing::TempDir dir;
+  const auto old_state = make_state(15), new_state = make_state(21);
+  save_state(dir.path(), old_state, 2, 2, 1);
+  testing::FaultEnv env;
+  env.fail_writes_from(1, ENOSPC, "/latest");
+  std::mutex mu;
+  std::map<int, Status> results;
+  {
+    ScopedEnvOverride full_disk(env);
+    run_group(
+        2, [](int r) { return "n" + std::to_string(r); },
+        [&](RankGroup& g) {
+          Checkpointer ckpt(g, {.root = dir.path() + "/" + g.node()});
+          auto slices = cut_all(new_state, g.rank(), g.size(), 0);
+          auto v = test::views(slices);
+          Status s = ckpt.save(2, v);
+          std::lock_guard<std::mutex> lock(mu);
+          results[g.rank()] = s;
+        });
+  }
+  ASSERT_GE(env.faults(), 1);
+  for (const auto& [rank, s] : results) {
+    ASSERT_FALSE(s.ok()) << rank;
+    EXPECT_NE(s.message().find("save step 2 is committed on every node"), std::string::npos)
+        << s.to_string();
+    EXPECT_NE(s.message().find(std::strerror(ENOSPC)), std::string::npos) << s.to_string();
+  }
+  EXPECT_EQ(load_and_check(dir.path(), new_state, 2, 2, 0).step, 2);
+}
+
 // Step 1 from 2 ranks on 2 nodes; returns the manifest entry of `tensor` on rank 1.
 SavedSlice saved_slice(const std::string& root, const std::string& tensor, int rank) {
   auto m = format::read_manifest(root, 1);
