@@ -144,6 +144,26 @@ struct DiskFault {
   Code code;  // of the failing rank's error
 };
 
+// Saves `state` as step 2 (two ranks on n0, n1, roots under `dir`) with `env` as the disk;
+// every rank's status.
+std::map<int, Status> save_step_2(testing::FaultEnv& env, const std::string& dir,
+                                  const std::vector<GlobalTensor>& state) {
+  std::mutex mu;
+  std::map<int, Status> results;
+  ScopedEnvOverride full_disk(env);
+  run_group(
+      2, [](int r) { return "n" + std::to_string(r); },
+      [&](RankGroup& g) {
+        Checkpointer ckpt(g, {.root = dir + "/" + g.node()});
+        auto slices = cut_all(state, g.rank(), g.size(), 0);
+        auto v = test::views(slices);
+        Status s = ckpt.save(2, v);
+        std::lock_guard<std::mutex> lock(mu);
+        results[g.rank()] = s;
+      });
+  return results;
+}
+
 class DiskFailsMidSave : public ::testing::TestWithParam<DiskFault> {};
 
 TEST_P(DiskFailsMidSave, ClearErrorNamingTheFileAndThePreviousStepIsIntact) {
@@ -164,21 +184,7 @@ TEST_P(DiskFailsMidSave, ClearErrorNamingTheFileAndThePreviousStepIsIntact) {
       env.fail_rename(fault.error, fault.file);
       break;
   }
-  std::mutex mu;
-  std::map<int, Status> results;
-  {
-    ScopedEnvOverride full_disk(env);
-    run_group(
-        2, [](int r) { return "n" + std::to_string(r); },
-        [&](RankGroup& g) {
-          Checkpointer ckpt(g, {.root = dir.path() + "/" + g.node()});
-          auto slices = cut_all(new_state, g.rank(), g.size(), 0);
-          auto v = test::views(slices);
-          Status s = ckpt.save(2, v);
-          std::lock_guard<std::mutex> lock(mu);
-          results[g.rank()] = s;
-        });
-  }
+  std::map<int, Status> results = save_step_2(env, dir.path(), new_state);
   EXPECT_GE(env.faults(), 1);
   ASSERT_EQ(results.size(), 2u);
   // Rank 0 fails itself; rank 1 alike or, when it reads rank 0's failure first, is told
@@ -233,21 +239,7 @@ TEST(DiskFailsAfterCommit, LatestWriteNoSpaceSaysTheStepIsCommittedAndItLoads) {
   save_state(dir.path(), old_state, 2, 2, 1);
   testing::FaultEnv env;
   env.fail_writes_from(1, ENOSPC, "/latest");
-  std::mutex mu;
-  std::map<int, Status> results;
-  {
-    ScopedEnvOverride full_disk(env);
-    run_group(
-        2, [](int r) { return "n" + std::to_string(r); },
-        [&](RankGroup& g) {
-          Checkpointer ckpt(g, {.root = dir.path() + "/" + g.node()});
-          auto slices = cut_all(new_state, g.rank(), g.size(), 0);
-          auto v = test::views(slices);
-          Status s = ckpt.save(2, v);
-          std::lock_guard<std::mutex> lock(mu);
-          results[g.rank()] = s;
-        });
-  }
+  std::map<int, Status> results = save_step_2(env, dir.path(), new_state);
   ASSERT_GE(env.faults(), 1);
   for (const auto& [rank, s] : results) {
     ASSERT_FALSE(s.ok()) << rank;
