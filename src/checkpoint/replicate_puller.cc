@@ -78,10 +78,6 @@ Status check_offered_path(const std::string& root, const std::string& path,
   return check_no_link_on_the_way(root, path, peer);
 }
 
-struct XxhState {
-  void operator()(XXH3_state_t* s) const { XXH3_freeState(s); }
-};
-
 class Puller {
  public:
   Puller(const ReplicatePullOptions& o, net::Channel& ch) : o_(o), ch_(ch) {}
@@ -341,8 +337,8 @@ class Puller {
     // Kept in memory until whole and checked (metadata files are small): a server that dies
     // mid-file leaves nothing behind.
     std::vector<std::byte> content;
-    std::unique_ptr<XXH3_state_t, XxhState> hash(XXH3_createState());
-    if (!hash || XXH3_64bits_reset(hash.get()) != XXH_OK) return internal_error("XXH3 state");
+    auto hash = rp::new_xxh3_state();
+    if (!hash.ok()) return hash.status();
     std::uint64_t received = 0;
     while (received < f.bytes) {
       auto c = receive("CHUNK");
@@ -363,12 +359,12 @@ class Puller {
                         peer(), chunk->offset, chunk->data.size(), f.path, f.bytes));
       }
       content.insert(content.end(), chunk->data.begin(), chunk->data.end());
-      XXH3_64bits_update(hash.get(), chunk->data.data(), chunk->data.size());
+      XXH3_64bits_update(hash->get(), chunk->data.data(), chunk->data.size());
       received += chunk->data.size();
       done_ += chunk->data.size();
       if (o_.progress) o_.progress(done_, total_);
     }
-    if (const std::uint64_t got = XXH3_64bits_digest(hash.get()); got != f.xxh3) {
+    if (const std::uint64_t got = XXH3_64bits_digest(hash->get()); got != f.xxh3) {
       return corruption(
           fmt::format("replicate: {} from {} has XXH3 {:016x}, not the {:016x} it "
                       "was offered with; discarded",

@@ -217,3 +217,20 @@ def test_save_killed_leaves_the_previous_checkpoint_and_is_refused(few_root, pha
     assert [r["checked"] for r in job.results] == [80] * 4
     for node in ("node0", "node1"):
         shutil.rmtree(folder(root, node, 2), ignore_errors=True)
+
+
+def test_8_ranks_on_4_nodes_save_and_a_4_rank_load_on_the_other_nodes(tmp_path):
+    """The cluster shape: 8 ranks on 4 nodes save; 4 ranks load, each on a node that holds none
+    of its rows (rank r on node 3 - r), so every node fetches from another, bit-exact."""
+    root = str(tmp_path)
+    nodes = [f"node{n}" for n in range(4) for _ in range(2)]
+    job = dcp_job.run("save", nodes, root, *FEW)
+    assert job.returncodes == [0] * 8, job.output
+    for n in range(4):
+        names = set(os.listdir(folder(root, f"node{n}")))
+        assert {".metadata", ".ferry-index.json", ".ferry-commit",
+                f"__{2 * n}_0.distcp", f"__{2 * n + 1}_0.distcp"} <= names, names
+    job = dcp_job.run("load", [f"node{3 - r}" for r in range(4)], root, *FEW)
+    assert job.returncodes == [0] * 4, job.output
+    assert [r["checked"] for r in job.results] == [80] * 4
+    assert all(r["fetched_bytes"] > 0 for r in job.results), job.results

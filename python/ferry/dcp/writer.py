@@ -18,8 +18,6 @@ import pickle
 import queue
 from typing import Any, Mapping, Sequence
 
-import torch
-
 from torch.distributed.checkpoint import FileSystemWriter
 from torch.distributed.checkpoint.filesystem import CURRENT_DCP_VERSION
 from torch.distributed.checkpoint.metadata import Metadata
@@ -183,5 +181,4 @@ def _small_and_whole(item: Any, limit: int) -> bool:
     chunk = item.tensor_data.chunk
     if tuple(chunk.sizes) != tuple(item.tensor_data.size) or any(chunk.offsets):
         return False
-    element = torch.tensor([], dtype=item.tensor_data.properties.dtype).element_size()
-    return math.prod(chunk.sizes) * element < limit
+    return math.prod(chunk.sizes) * item.tensor_data.properties.dtype.itemsize < limit
