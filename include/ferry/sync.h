@@ -24,6 +24,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -53,32 +54,19 @@ FERRY_EXPORT std::string_view delta_mode_name(DeltaMode mode);
 // kInvalidArgument naming the text and the choices otherwise.
 FERRY_EXPORT Result<DeltaMode> parse_delta_mode(std::string_view text);
 
-struct SyncOptions {
-  // Bytes of one bucket (one ring slot). Any tensor fits any bucket: one larger than
-  // a bucket streams through it in pieces. 512 MiB matches verl's default
-  // update_weights_bucket_megabytes. Must be a multiple of 16. Sender only.
-  std::uint64_t bucket_bytes = 512ull << 20;
-  // Ring slots = buckets in flight. 2 lets the sender pack bucket i+1 while receivers
-  // copy bucket i; more rarely helps because both copies are memory bound. Sender only.
-  std::uint32_t slots = 2;
+// What a Sender, Receiver or Relay is given, in three parts by who reads them: SessionOptions
+// every end, SenderOptions a Sender, ReceiverOptions a Receiver (and a Relay, which receives
+// from its sender). SyncOptions holds all three, so one object configures any end; a field
+// of another role is ignored. ferry/sync_option_fields.h lists every field of each part once,
+// for the Python module and the CLI; a new field goes into one part and that part's table
+// (the build fails until it does).
+struct SessionOptions {
   // How long either side waits for its peer inside a round, and the sender for
   // receivers to join. verl waits 600 s; a dead peer is seen at once anyway (socket EOF).
   std::chrono::milliseconds timeout{60'000};
-  // How long a receiver waits for the next round to begin; negative waits forever,
-  // since a training step may take many minutes. A dead sender still ends the wait at once.
-  std::chrono::milliseconds idle_timeout{-1};
-  // XXH3-64 of every bucket, checked by each receiver before it delivers the bucket.
-  // Off, the round checksum still covers the manifest and every bucket's index and size,
-  // but not the bytes. Sender only (receivers follow the sender's choice).
-  bool checksums = true;
   // Net sessions ("host:port" addresses): the file holding the session secret, mode 0600.
   // Empty: FERRY_TOKEN, else the file FERRY_TOKEN_FILE names. Every node uses the same.
   std::string token_file;
-  // Net receivers: the largest ring (slots x bucket bytes) a sender's WELCOME may ask this
-  // receiver to allocate and fill; a larger one is refused (kResourceExhausted) before any
-  // memory is taken. 16 GiB holds 2 slots of 8 GiB buckets; raise it for larger ones.
-  // Receiver only.
-  std::uint64_t max_ring_bytes = 16ull << 30;
   // Net sessions: how the bulk bytes (the tensors) travel; control messages are always
   // sealed (AES-256-GCM). A Sender (and a Relay towards net peers) protects what it sends
   // this way; a Receiver or Relay takes it as the least it accepts from its sender, and
@@ -94,7 +82,21 @@ struct SyncOptions {
   // error does: the peers are told and the session breaks. The Python module checks for
   // Ctrl-C here, so a KeyboardInterrupt is not held up by a wait of minutes. Unset: no calls.
   std::function<Status()> interrupt;
-  // Delta rounds (Sender only; receivers follow BEGIN). On, the sender keeps a host copy
+};
+
+struct SenderOptions {
+  // Bytes of one bucket (one ring slot). Any tensor fits any bucket: one larger than
+  // a bucket streams through it in pieces. 512 MiB matches verl's default
+  // update_weights_bucket_megabytes. Must be a multiple of 16.
+  std::uint64_t bucket_bytes = 512ull << 20;
+  // Ring slots = buckets in flight. 2 lets the sender pack bucket i+1 while receivers
+  // copy bucket i; more rarely helps because both copies are memory bound.
+  std::uint32_t slots = 2;
+  // XXH3-64 of every bucket, checked by each receiver before it delivers the bucket.
+  // Off, the round checksum still covers the manifest and every bucket's index and size,
+  // but not the bytes. Receivers follow the sender's choice.
+  bool checksums = true;
+  // Delta rounds (receivers follow BEGIN). On, the sender keeps a host copy
   // of every tensor it sent (the model's bytes again) and receivers in callback modes keep
   // a copy of every tensor delivered; destination-mode receivers keep nothing, but their
   // destinations must keep what the last round wrote. A round goes dense when the session
@@ -103,21 +105,35 @@ struct SyncOptions {
   // Bounds the sender's copy: tensors past this many bytes (in round order) have none and
   // are always sent dense, inside the delta round. Default: no bound.
   std::uint64_t delta_snapshot_limit = UINT64_MAX;
-  // Bounds a receiver's copies in callback modes (the model's bytes; see `delta`): a round
-  // whose tensors, with the copies kept from earlier rounds, would pass it is refused at
-  // BEGIN (kResourceExhausted naming this option) before any of it is allocated, and the
-  // session breaks as on any error. 64 GiB
-  // holds a 32B-parameter model in bf16; raise it for larger ones, or receive into destinations,
-  // which keep nothing. Receiver only.
+  // Threads that encode a delta round's tensors; 0: hardware concurrency, at most 4.
+  std::uint32_t delta_threads = 0;
+};
+
+struct ReceiverOptions {
+  // How long a receiver waits for the next round to begin; negative waits forever,
+  // since a training step may take many minutes. A dead sender still ends the wait at once.
+  std::chrono::milliseconds idle_timeout{-1};
+  // Net receivers: the largest ring (slots x bucket bytes) a sender's WELCOME may ask this
+  // receiver to allocate and fill; a larger one is refused (kResourceExhausted) before any
+  // memory is taken. 16 GiB holds 2 slots of 8 GiB buckets; raise it for larger ones.
+  std::uint64_t max_ring_bytes = 16ull << 30;
+  // Bounds a receiver's copies in callback modes (the model's bytes; see
+  // SenderOptions::delta): a round whose tensors, with the copies kept from earlier rounds,
+  // would pass it is refused at BEGIN (kResourceExhausted naming this option) before any of
+  // it is allocated, and the session breaks as on any error. 64 GiB holds a 32B-parameter
+  // model in bf16; raise it for larger ones, or receive into destinations, which keep nothing.
   std::uint64_t delta_keep_limit = 64ull << 30;
   // Bounds the one tensor larger than a bucket that a receiver in callback modes assembles
   // whole (in memory of its size, which only the sender's BEGIN gives): a round with a larger
   // one is refused at BEGIN (kResourceExhausted naming the tensor and this option) before any
-  // of it is allocated. Destinations need no assembly. Receiver only.
+  // of it is allocated. Destinations need no assembly.
   std::uint64_t max_assembled_tensor_bytes = 64ull << 30;
-  // Threads that encode a delta round's tensors; 0: hardware concurrency, at most 4.
-  std::uint32_t delta_threads = 0;
 };
+
+// Every option of every role; what Sender::create, Receiver::connect and Relay::connect
+// take. Set fields by name (o.bucket_bytes = ...): it has bases, so it takes no designated
+// initializers.
+struct SyncOptions : SessionOptions, SenderOptions, ReceiverOptions {};
 
 struct RoundStats {
   std::uint64_t round = 0;
@@ -131,6 +147,9 @@ struct RoundStats {
   std::uint64_t wire_bytes = 0;    // bytes the ring carried: `bytes` dense, encoded for a delta
   std::uint64_t base_version = 0;  // a delta's base: the version receivers held before it
   std::uint64_t version = 0;       // the version receivers hold after the round
+  // The sender's RoundOptions::step for this round, as its BEGIN said; nullopt when it gave
+  // none. Unlike `version` (ferry's own round count) this is the caller's number.
+  std::optional<std::uint64_t> step;
 };
 
 // An update too large to hold at once (a generator of GPU tensors) is sent as several
@@ -138,6 +157,10 @@ struct RoundStats {
 // aborted on its own; receivers learn where the update ends (BucketCallback's is_last).
 struct RoundOptions {
   bool more_follows = false;
+  // The trainer's step this round carries, e.g. verl's global_steps; travels in BEGIN and
+  // comes back as every receiver's RoundStats::step. Default: none (receivers see nullopt).
+  // Every round of an update streamed as several rounds carries the same step.
+  std::optional<std::uint64_t> step;
 };
 
 // A tensor whose bytes lie in several places in memory: parts[0], then parts[1], ...
@@ -253,6 +276,7 @@ struct RoundBegin {
   std::uint64_t round = 0;  // the sender's round number: the round's RoundStats::version
   bool more_follows = false;
   std::span<const TensorSpec> tensors;  // what the round delivers (a delta round's targets)
+  std::optional<std::uint64_t> step;    // the sender's RoundOptions::step, if it gave one
 };
 // Checks a round as it begins; an error aborts it (MultiReceiver's checks across senders).
 using BeginCheck = std::function<Status(const RoundBegin& begin)>;
@@ -278,6 +302,13 @@ class FERRY_EXPORT Receiver {
   // Called with each round's BEGIN before any of the round is delivered; an error aborts
   // the round with it, as any error does (the sender is told, the session breaks).
   void set_begin_check(BeginCheck check);
+
+  // Refuses (kFailedPrecondition at its BEGIN, before any of it is delivered; the sender's
+  // round fails with the reason) every later round whose step (RoundOptions::step) is below
+  // `step`. The receiver raises this minimum by itself to each step it receives, so within
+  // a session a stale trainer is refused without it; a caller that knows more (the step it
+  // waits for, the last step of an earlier session) sets it. Rounds without a step pass.
+  void set_min_step(std::uint64_t step);
 
   // Receives one round into the registered destinations. Every tensor of the round
   // must have a destination of the same dtype and shape; otherwise the error lists

@@ -17,6 +17,7 @@ raises AbortedError naming it) and is raised again unchanged by the receiver.
 from __future__ import annotations
 
 import asyncio
+import inspect
 from typing import Any, AsyncIterator, Callable, Iterable, Mapping, Self, Sequence
 
 from . import _ferry
@@ -27,12 +28,53 @@ RoundStats = _ferry.RoundStats
 SyncOptions = _ferry.SyncOptions
 
 
-def _options(options: SyncOptions | None, **fields: Any) -> SyncOptions:
+def _option_names(role: str) -> tuple[str, ...]:
+    return tuple(name for name, of, kind, _ in _ferry.sync_option_fields()
+                 if of == role and kind != "not bound")
+
+
+# SyncOptions' keywords by role, from the compiled tables (include/ferry/sync_option_fields.h):
+# what every end reads, what a Sender reads, what a Receiver or Relay reads.
+SESSION_OPTIONS = _option_names("session")
+SENDER_OPTIONS = _option_names("sender")
+RECEIVER_OPTIONS = _option_names("receiver")
+SYNC_OPTIONS = SESSION_OPTIONS + SENDER_OPTIONS + RECEIVER_OPTIONS
+
+
+def _options(who: str, accepted: tuple[str, ...], options: SyncOptions | None,
+             fields: dict[str, Any]) -> SyncOptions:
+    """`options`, else a SyncOptions of `fields`, each one of `accepted` (a keyword of another
+    role, or of none, raises TypeError naming it)."""
+    for name in fields:
+        if name not in accepted:
+            role = next((r for r, names in (("session", SESSION_OPTIONS),
+                                             ("sender", SENDER_OPTIONS),
+                                             ("receiver", RECEIVER_OPTIONS)) if name in names),
+                        None)
+            why = f"a {role} option" if role else "no SyncOptions field"
+            raise TypeError(f"{who}() got an unexpected keyword argument '{name}' ({why}; "
+                            f"{who} takes {', '.join(accepted)})")
     if options is not None:
+        if fields:
+            raise TypeError(f"{who}(): give options= or keyword options "
+                            f"({', '.join(fields)}), not both")
         return options
-    if fields.get("idle_timeout") is None:
-        fields["idle_timeout"] = -1.0
+    if "idle_timeout" in fields and fields["idle_timeout"] is None:
+        fields["idle_timeout"] = -1.0  # forever
+    if "token_file" in fields:
+        fields["token_file"] = str(fields["token_file"])  # a path
     return SyncOptions(**fields)
+
+
+def _show_options(cls: Any, names: tuple[str, ...]) -> None:
+    """Lists `names`, with their C++ defaults, in the signature of cls (help(), inspect),
+    in place of its **fields."""
+    signature = inspect.signature(cls.__init__)
+    defaults = SyncOptions()
+    params = [p for p in signature.parameters.values() if p.kind is not p.VAR_KEYWORD]
+    params += [inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY,
+                                 default=getattr(defaults, name)) for name in names]
+    cls.__init__.__signature__ = signature.replace(parameters=params)  # type: ignore[attr-defined]
 
 
 class _Endpoint:
@@ -63,14 +105,15 @@ class Sender(_Endpoint):
 
     `address` is "@name" (abstract socket), a socket file path, or "host:port" (net
     transport; `token_file` names the session secret, else FERRY_TOKEN / FERRY_TOKEN_FILE).
-    Keyword arguments are SyncOptions' fields (times in seconds); `options` replaces them all.
+    Keyword arguments are SyncOptions' session and sender fields (SESSION_OPTIONS,
+    SENDER_OPTIONS; times in seconds), each left out keeping its default; or give `options`.
     """
 
-    def __init__(self, address: str, *, bucket_bytes: int = 512 << 20, slots: int = 2,
-                 timeout: float = 60.0, checksums: bool = True, token_file: str = "",
-                 delta: str = "off", options: SyncOptions | None = None) -> None:
-        opts = _options(options, bucket_bytes=bucket_bytes, slots=slots, timeout=timeout,
-                        checksums=checksums, token_file=str(token_file), delta=delta)
+    _keywords = SESSION_OPTIONS + SENDER_OPTIONS
+
+    def __init__(self, address: str, *, options: SyncOptions | None = None,
+                 **fields: Any) -> None:
+        opts = _options("Sender", self._keywords, options, fields)
         self._impl = _ferry.Sender.create(address, opts)
 
     def accept(self, receivers: int = 1) -> None:
@@ -81,21 +124,24 @@ class Sender(_Endpoint):
         """accept() in a worker thread, leaving the event loop free."""
         await asyncio.get_running_loop().run_in_executor(None, self._impl.accept, receivers)
 
-    def send_round(self, weights: Weights, more_follows: bool = False) -> RoundStats:
+    def send_round(self, weights: Weights, more_follows: bool = False,
+                   step: int | None = None) -> RoundStats:
         """Sends one round: a mapping or iterable of (name, tensor), in that order.
 
         Returns once every receiver acknowledged the round. The tensors must not change
         until then; non-contiguous or device tensors are copied once to host memory first.
         more_follows=True marks the round as one part of a larger update (receivers see
-        it in RoundStats.more_follows, and is_last stays False for its buckets).
+        it in RoundStats.more_follows, and is_last stays False for its buckets). `step`, the
+        trainer's step (verl's global_steps), travels in the round's BEGIN: every receiver
+        sees it as RoundStats.step (None when not given).
         """
         args, owners = tensor_args(weights)
-        stats = self._impl.send_round(args, more_follows)
+        stats = self._impl.send_round(args, more_follows, step)
         del owners
         return stats
 
     def send_round_streamed(self, specs: Sequence[tuple], weights: Iterable[tuple[str, Any]],
-                            more_follows: bool = False) -> RoundStats:
+                            more_follows: bool = False, step: int | None = None) -> RoundStats:
         """Sends one round whose manifest is known beforehand, one copy per tensor.
 
         specs: (name, dtype, shape) of each tensor, in order (dtype: a DType, torch dtype or
@@ -106,16 +152,17 @@ class Sender(_Endpoint):
         one raises InvalidArgumentError naming it and aborts the round, which breaks the
         session as any failed round does (accept() again). An exception the iterator raises
         aborts the round too and is raised here unchanged. Non-contiguous or device tensors
-        are copied to the host first.
+        are copied to the host first. more_follows and step as in send_round().
         """
         manifest = [(str(n), ferry_dtype(d), tuple(int(x) for x in shape))
                     for n, d, shape in specs]
         return self._impl.send_round_streamed(manifest, _StreamedTensors(manifest, weights),
-                                              more_follows)
+                                              more_follows, step)
 
     async def send_round_streamed_async(self, specs: Sequence[tuple],
                                         weights: Iterable[tuple[str, Any]] | AsyncIterator,
-                                        more_follows: bool = False) -> RoundStats:
+                                        more_follows: bool = False,
+                                        step: int | None = None) -> RoundStats:
         """send_round_streamed() from a coroutine, for generators that must run on the event
         loop's thread (verl's: they may run collectives and refill one buffer per yield).
 
@@ -130,7 +177,7 @@ class Sender(_Endpoint):
         feed = _ferry.TensorFeed()
         loop = asyncio.get_running_loop()
         sending = loop.run_in_executor(None, self._impl.send_round_streamed, manifest, feed,
-                                       more_follows)
+                                       more_follows, step)
         try:
             await _feed(feed, manifest, weights, loop)
         except BaseException as e:  # aborts the round; raised here unchanged
@@ -143,7 +190,8 @@ class Sender(_Endpoint):
         return await sending
 
     def send_round_filled(self, specs: Sequence[tuple], fill: Callable[[int, int, int, int], None],
-                          flush: Callable[[], None], more_follows: bool = False) -> RoundStats:
+                          flush: Callable[[], None], more_follows: bool = False,
+                          step: int | None = None) -> RoundStats:
         """Sends one round whose producer copies into the ring itself (a device's D2H).
 
         specs: (name, dtype, shape) of each tensor, in order. For each piece of a segment
@@ -155,14 +203,15 @@ class Sender(_Endpoint):
         """
         manifest = [(str(n), ferry_dtype(d), tuple(int(x) for x in shape))
                     for n, d, shape in specs]
-        return self._impl.send_round_filled(manifest, fill, flush, more_follows)
+        return self._impl.send_round_filled(manifest, fill, flush, more_follows, step)
 
     def ring_memory(self) -> tuple[int, int]:
         """The ring as (address, nbytes), for send_round_filled's fill to copy into (and to
         page-lock once with a device runtime). Valid until close(); unregister it before."""
         return self._impl.ring_memory()
 
-    async def send_round_async(self, weights: Weights, more_follows: bool = False) -> RoundStats:
+    async def send_round_async(self, weights: Weights, more_follows: bool = False,
+                               step: int | None = None) -> RoundStats:
         """send_round() as an awaitable: the transfer runs in a worker thread.
 
         Cancelling the awaiting task does not stop a round in flight; the sender stays
@@ -170,7 +219,8 @@ class Sender(_Endpoint):
         """
         args, owners = tensor_args(weights)
         loop = asyncio.get_running_loop()
-        stats = await loop.run_in_executor(None, self._impl.send_round, args, more_follows)
+        stats = await loop.run_in_executor(None, self._impl.send_round, args, more_follows,
+                                           step)
         del owners
         return stats
 
@@ -290,20 +340,23 @@ class Receiver(_Endpoint):
     """Joins a Sender's session and receives its rounds.
 
     Connects at once, retrying within `timeout` while the sender is not up yet.
-    `idle_timeout` bounds the wait for a round to begin (None: forever; a dead sender
+    `idle_timeout` bounds the wait for a round to begin (-1 or None: forever; a dead sender
     still ends the wait at once). `output` picks what callbacks get: "torch" (default),
-    "numpy" or "memoryview"; dtypes the library lacks arrive as 1-D uint8 bytes.
+    "numpy" or "memoryview"; dtypes the library lacks arrive as 1-D uint8 bytes. Other
+    keyword arguments are SyncOptions' session and receiver fields (SESSION_OPTIONS,
+    RECEIVER_OPTIONS); or give `options`.
     """
 
-    def __init__(self, address: str, receiver_id: int = 0, *, timeout: float = 60.0,
-                 idle_timeout: float | None = None, session: int = 0, output: str = "torch",
-                 token_file: str = "", options: SyncOptions | None = None) -> None:
+    _keywords = SESSION_OPTIONS + RECEIVER_OPTIONS
+
+    def __init__(self, address: str, receiver_id: int = 0, *, session: int = 0,
+                 output: str = "torch", options: SyncOptions | None = None,
+                 **fields: Any) -> None:
         if output not in CONVERTERS:
             raise _error(_ferry.InvalidArgumentError,
                          f"output '{output}': expected one of {', '.join(CONVERTERS)}")
         self._convert = CONVERTERS[output]
-        opts = _options(options, timeout=timeout, idle_timeout=idle_timeout,
-                        token_file=str(token_file))
+        opts = _options("Receiver", self._keywords, options, fields)
         self._impl = _ferry.Receiver.connect(address, receiver_id, opts, session)
         self._destinations: dict[str, Any] = {}
 
@@ -322,6 +375,13 @@ class Receiver(_Endpoint):
     def clear_destinations(self) -> None:
         self._impl.clear_destinations()
         self._destinations.clear()
+
+    def set_min_step(self, step: int) -> None:
+        """Refuses every later round whose step (send_round's `step=`) is below `step`:
+        FailedPreconditionError at its BEGIN, before any tensor is delivered, and the sender's
+        round fails with it. The receiver raises this minimum by itself to each step it
+        receives; rounds without a step pass."""
+        self._impl.set_min_step(step)
 
     def receive_round_into(self) -> RoundStats:
         """Receives one round straight into the registered destinations (one copy)."""
@@ -420,14 +480,18 @@ class Relay(_Endpoint):
     Calls run with the GIL released. stop(), from any thread, ends a relay's waits (for local
     receivers, for its peers in a round, for the sender's next round) within about 100 ms:
     the call raises AbortedError.
+
+    Keyword arguments are SyncOptions' session and receiver fields (SESSION_OPTIONS,
+    RECEIVER_OPTIONS: `wire_protect` is also how it protects what it sends to net peers); or
+    give `options`.
     """
 
+    _keywords = SESSION_OPTIONS + RECEIVER_OPTIONS
+
     def __init__(self, upstream: str, relay_id: int, local_address: str, *,
-                 timeout: float = 60.0, idle_timeout: float | None = None,
-                 token_file: str = "", options: SyncOptions | None = None,
-                 relays_address: str = "") -> None:
-        opts = _options(options, timeout=timeout, idle_timeout=idle_timeout,
-                        token_file=str(token_file))
+                 relays_address: str = "", options: SyncOptions | None = None,
+                 **fields: Any) -> None:
+        opts = _options("Relay", self._keywords, options, fields)
         self._impl = _ferry.Relay.connect(upstream, relay_id, local_address, opts,
                                           relays_address)
 
@@ -452,3 +516,8 @@ class Relay(_Endpoint):
     def relays_address(self) -> str:
         """Where downstream relays connect; '' when this relay serves none."""
         return self._impl.relays_address
+
+
+for _endpoint in (Sender, Receiver, Relay):
+    _show_options(_endpoint, _endpoint._keywords)
+del _endpoint

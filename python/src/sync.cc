@@ -11,15 +11,20 @@
 
 #include <atomic>
 #include <chrono>
+#include <cmath>
 #include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
 #include <string_view>
+#include <tuple>
+#include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "bindings.h"
+#include "ferry/sync_option_fields.h"
 #include "tensor_feed.h"
 
 namespace ferry::python {
@@ -110,12 +115,108 @@ class UseGuard {
   std::unique_lock<std::mutex> lock_;
 };
 
-// Seconds as Python sees them; a negative time (wait forever) stays -1.
+// SyncOptions' fields as Python sees them (ferry/sync_option_fields.h's kinds): numbers,
+// bools and strings as they are, times in seconds (a negative time, wait forever, is -1),
+// WireProtect and DeltaMode by name.
 double seconds(std::chrono::milliseconds ms) {
   return ms.count() < 0 ? -1.0 : static_cast<double>(ms.count()) / 1000.0;
 }
-std::chrono::milliseconds millis(double s) {
-  return std::chrono::milliseconds(s < 0 ? -1 : static_cast<std::int64_t>(s * 1000.0));
+
+template <typename T>
+auto to_python(const T& value) {
+  if constexpr (std::is_same_v<T, std::chrono::milliseconds>) {
+    return seconds(value);
+  } else if constexpr (std::is_same_v<T, WireProtect>) {
+    return std::string(wire_protect_name(value));
+  } else if constexpr (std::is_same_v<T, sync::DeltaMode>) {
+    return std::string(sync::delta_mode_name(value));
+  } else {
+    return value;
+  }
+}
+
+template <typename T>
+using PythonType = decltype(to_python(std::declval<T>()));
+
+// Option `name`'s value from Python; one that does not parse raises InvalidArgumentError
+// naming the option.
+template <typename T>
+T from_python(std::string_view name, const PythonType<T>& value) {
+  const auto parsed = [name](auto result) {
+    if (!result.ok()) {
+      throw StatusError(
+          invalid_argument(fmt::format("SyncOptions.{}: {}", name, result.status().message())));
+    }
+    return *std::move(result);
+  };
+  if constexpr (std::is_same_v<T, std::chrono::milliseconds>) {
+    if (std::isnan(value)) {
+      throw StatusError(invalid_argument(
+          fmt::format("SyncOptions.{}: nan seconds: give seconds, or -1 to wait forever", name)));
+    }
+    // Negative, infinite, or past what milliseconds hold (292 million years): forever.
+    if (value < 0 || value * 1000.0 >= 9.2e18) return std::chrono::milliseconds(-1);
+    return std::chrono::milliseconds(static_cast<std::int64_t>(value * 1000.0));
+  } else if constexpr (std::is_same_v<T, WireProtect>) {
+    return parsed(parse_wire_protect(value));
+  } else if constexpr (std::is_same_v<T, sync::DeltaMode>) {
+    return parsed(sync::parse_delta_mode(value));
+  } else {
+    return value;
+  }
+}
+
+// Every field ferry.SyncOptions binds, in the tables' order: session, sender, receiver.
+constexpr auto kBoundOptionFields =
+    std::tuple_cat(sync::bound_option_fields<sync::kSessionOptionFields>(),
+                   sync::bound_option_fields<sync::kSenderOptionFields>(),
+                   sync::bound_option_fields<sync::kReceiverOptionFields>());
+
+template <std::size_t I>
+using BoundOptionValue = typename std::tuple_element_t<I, decltype(kBoundOptionFields)>::Value;
+
+// SyncOptions(*, name=default, ...) with one keyword per bound field.
+template <std::size_t... I>
+void def_options_init(py::class_<SyncOptions>& cls, std::index_sequence<I...>) {
+  const SyncOptions defaults;
+  cls.def(py::init([](const PythonType<BoundOptionValue<I>>&... values) {
+            SyncOptions o;
+            ((o.*std::get<I>(kBoundOptionFields).member =
+                  from_python<BoundOptionValue<I>>(std::get<I>(kBoundOptionFields).name, values)),
+             ...);
+            return o;
+          }),
+          py::kw_only(),
+          (py::arg(std::get<I>(kBoundOptionFields).name.data()) =
+               to_python(defaults.*std::get<I>(kBoundOptionFields).member))...,
+          "Options by keyword; each one left out keeps the C++ default.");
+}
+
+// A property reading and writing `field` in Python's units.
+template <typename Field>
+void def_option_property(py::class_<SyncOptions>& cls, const Field& field) {
+  using T = typename Field::Value;
+  const auto member = field.member;
+  const std::string_view name = field.name;
+  cls.def_property(
+      field.name.data(), [member](const SyncOptions& o) { return to_python(o.*member); },
+      [member, name](SyncOptions& o, const PythonType<T>& value) {
+        o.*member = from_python<T>(name, value);
+      },
+      field.doc.data());
+}
+
+// "SyncOptions(timeout=60.0, ...)": every bound field, each value as Python writes it.
+std::string options_repr(const SyncOptions& o) {
+  std::string fields;
+  std::apply(
+      [&](const auto&... field) {
+        ((fields += fmt::format("{}{}={}", fields.empty() ? "" : ", ", field.name,
+                                std::string(py::repr(py::cast(to_python(o.*field.member)))))),
+         ...);
+      },
+      kBoundOptionFields);
+  return "SyncOptions(" + fields + ")";
 }
 
 // Ctrl-C while C++ waits with the GIL released: SyncOptions::interrupt runs Python's
@@ -231,7 +332,8 @@ class PySender : public Endpoint<sync::Sender> {
     check(st);
   }
 
-  RoundStats send_round(const py::sequence& weights, bool more_follows) {
+  RoundStats send_round(const py::sequence& weights, bool more_follows,
+                        std::optional<std::uint64_t> step) {
     UseGuard use(mutex_, what_);
     sync::Sender& s = get();
     std::vector<TensorArg> args;
@@ -242,7 +344,7 @@ class PySender : public Endpoint<sync::Sender> {
     for (TensorArg& a : args) views.push_back({std::move(a.spec), {a.data, a.size}});
     Result<RoundStats> r = [&] {
       py::gil_scoped_release nogil;
-      return s.send_round(views, sync::RoundOptions{more_follows});
+      return s.send_round(views, sync::RoundOptions{more_follows, step});
     }();
     interrupts_.raise_pending();
     return check(std::move(r));
@@ -254,7 +356,7 @@ class PySender : public Endpoint<sync::Sender> {
   // released, taking it only inside next; an exception there aborts the round (the
   // receivers hear why) and is raised again here, unchanged.
   RoundStats send_round_streamed(const py::sequence& specs, const py::object& next,
-                                 bool more_follows) {
+                                 bool more_follows, std::optional<std::uint64_t> step) {
     UseGuard use(mutex_, what_);
     sync::Sender& s = get();
     const std::vector<TensorSpec> manifest = manifest_from_python(specs);
@@ -265,7 +367,7 @@ class PySender : public Endpoint<sync::Sender> {
       Result<RoundStats> r = [&] {
         py::gil_scoped_release nogil;
         Result<RoundStats> result =
-            s.send_round_streamed(manifest, stream, sync::RoundOptions{more_follows});
+            s.send_round_streamed(manifest, stream, sync::RoundOptions{more_follows, step});
         feed->stop();
         return result;
       }();
@@ -304,7 +406,7 @@ class PySender : public Endpoint<sync::Sender> {
     };
     Result<RoundStats> r = [&] {
       py::gil_scoped_release nogil;
-      return s.send_round_streamed(manifest, stream, sync::RoundOptions{more_follows});
+      return s.send_round_streamed(manifest, stream, sync::RoundOptions{more_follows, step});
     }();
     hold.reset();
     current = py::none();
@@ -319,7 +421,8 @@ class PySender : public Endpoint<sync::Sender> {
   // with the GIL released, taking it only inside fill and flush; an exception there aborts
   // the round (the receivers hear why) and is raised again here, unchanged.
   RoundStats send_round_filled(const py::sequence& specs, const py::function& fill,
-                               const py::function& flush, bool more_follows) {
+                               const py::function& flush, bool more_follows,
+                               std::optional<std::uint64_t> step) {
     UseGuard use(mutex_, what_);
     sync::Sender& s = get();
     const std::vector<TensorSpec> manifest = manifest_from_python(specs);
@@ -336,7 +439,8 @@ class PySender : public Endpoint<sync::Sender> {
     };
     Result<RoundStats> r = [&] {
       py::gil_scoped_release nogil;
-      return s.send_round_filled(manifest, on_fill, on_flush, sync::RoundOptions{more_follows});
+      return s.send_round_filled(manifest, on_fill, on_flush,
+                                 sync::RoundOptions{more_follows, step});
     }();
     interrupts_.raise_pending();
     return bridge.finish(std::move(r));
@@ -382,6 +486,11 @@ class PyReceiver : public Endpoint<sync::Receiver> {
     UseGuard use(mutex_, what_);
     get().clear_destinations();
     holds_.clear();
+  }
+
+  void set_min_step(std::uint64_t step) {
+    UseGuard use(mutex_, what_);
+    get().set_min_step(step);
   }
 
   RoundStats receive_round_into() {
@@ -577,88 +686,30 @@ class PyRelay : public Endpoint<sync::Relay> {
 }  // namespace
 
 void bind_sync(py::module_& m) {
-  py::class_<SyncOptions>(
+  // Made from ferry/sync_option_fields.h's tables: a field added there is a keyword, a
+  // property and part of the repr here without another line.
+  py::class_<SyncOptions> options(
       m, "SyncOptions",
       "How a Sender, Receiver or Relay runs its session (include/ferry/sync.h's "
-      "SyncOptions); times in seconds, -1 waits forever.")
-      .def(py::init([](std::uint64_t bucket_bytes, std::uint32_t slots, double timeout,
-                       double idle_timeout, bool checksums, const std::string& wire_protect,
-                       const std::string& token_file, const std::string& delta,
-                       std::uint64_t delta_keep_limit, std::uint64_t max_assembled_tensor_bytes) {
-             SyncOptions o;
-             o.delta = check(sync::parse_delta_mode(delta));
-             o.wire_protect = check(parse_wire_protect(wire_protect));
-             o.bucket_bytes = bucket_bytes;
-             o.slots = slots;
-             o.timeout = millis(timeout);
-             o.idle_timeout = millis(idle_timeout);
-             o.checksums = checksums;
-             o.token_file = token_file;
-             o.delta_keep_limit = delta_keep_limit;
-             o.max_assembled_tensor_bytes = max_assembled_tensor_bytes;
-             return o;
-           }),
-           py::kw_only(), py::arg("bucket_bytes") = SyncOptions{}.bucket_bytes,
-           py::arg("slots") = SyncOptions{}.slots,
-           py::arg("timeout") = seconds(SyncOptions{}.timeout),
-           py::arg("idle_timeout") = seconds(SyncOptions{}.idle_timeout),
-           py::arg("checksums") = SyncOptions{}.checksums,
-           py::arg("wire_protect") = std::string(wire_protect_name(SyncOptions{}.wire_protect)),
-           py::arg("token_file") = SyncOptions{}.token_file,
-           py::arg("delta") = std::string(sync::delta_mode_name(SyncOptions{}.delta)),
-           py::arg("delta_keep_limit") = SyncOptions{}.delta_keep_limit,
-           py::arg("max_assembled_tensor_bytes") = SyncOptions{}.max_assembled_tensor_bytes,
-           "Options by keyword; each one left out keeps the C++ default.")
-      .def_readwrite("bucket_bytes", &SyncOptions::bucket_bytes,
-                     "Bytes of one bucket (ring slot), a multiple of 16; larger tensors stream "
-                     "through it in pieces. Sender only.")
-      .def_readwrite("slots", &SyncOptions::slots,
-                     "Ring slots, i.e. buckets in flight. Sender only.")
-      .def_property(
-          "timeout", [](const SyncOptions& o) { return seconds(o.timeout); },
-          [](SyncOptions& o, double s) { o.timeout = millis(s); },
-          "Seconds either side waits for its peer inside a round, and the sender for receivers "
-          "to join.")
-      .def_property(
-          "idle_timeout", [](const SyncOptions& o) { return seconds(o.idle_timeout); },
-          [](SyncOptions& o, double s) { o.idle_timeout = millis(s); },
-          "Seconds a receiver waits for the next round to begin; -1 waits forever.")
-      .def_readwrite("checksums", &SyncOptions::checksums,
-                     "XXH3-64 of every bucket, checked by each receiver. Sender only.")
-      .def_readwrite("token_file", &SyncOptions::token_file,
-                     "Net sessions' secret: this file; '' reads FERRY_TOKEN, else the file "
-                     "FERRY_TOKEN_FILE names.")
-      .def_property(
-          "wire_protect",
-          [](const SyncOptions& o) { return std::string(wire_protect_name(o.wire_protect)); },
-          [](SyncOptions& o, const std::string& s) {
-            o.wire_protect = check(parse_wire_protect(s));
-          },
-          "'none', 'mac' or 'encrypt': how net sessions' tensor bytes travel "
-          "(docs/security.md).")
-      .def_property(
-          "delta", [](const SyncOptions& o) { return std::string(sync::delta_mode_name(o.delta)); },
-          [](SyncOptions& o, const std::string& s) { o.delta = check(sync::parse_delta_mode(s)); },
-          "'off', 'on' or 'auto': send only what changed since the last round (docs/delta.md); "
-          "'auto' only when some peer is over the network and little changed, dense rounds "
-          "when all peers are shm receivers on this node. Sender only.")
-      .def_readwrite("delta_keep_limit", &SyncOptions::delta_keep_limit,
-                     "Most bytes a receiver keeps in copies for delta rounds when it hands "
-                     "tensors to callbacks (the model's bytes; destinations keep none). A round "
-                     "that would pass it raises ResourceExhaustedError before anything is "
-                     "allocated. Default 64 GiB. Receiver only.")
-      .def_readwrite("max_assembled_tensor_bytes", &SyncOptions::max_assembled_tensor_bytes,
-                     "Largest tensor spanning buckets that a receiver assembles whole for its "
-                     "callbacks (destinations need none); a round with a larger one raises "
-                     "ResourceExhaustedError at its start. Default 64 GiB. Receiver only.")
-      .def("__repr__", [](const SyncOptions& o) {
-        return fmt::format(
-            "SyncOptions(bucket_bytes={}, slots={}, timeout={}, idle_timeout={}, checksums={}, "
-            "wire_protect='{}', token_file='{}', delta='{}', delta_keep_limit={})",
-            o.bucket_bytes, o.slots, seconds(o.timeout), seconds(o.idle_timeout),
-            o.checksums ? "True" : "False", wire_protect_name(o.wire_protect), o.token_file,
-            sync::delta_mode_name(o.delta), o.delta_keep_limit);
-      });
+      "SyncOptions: SessionOptions, SenderOptions and ReceiverOptions); times in seconds, -1 "
+      "waits forever. sync_option_fields() lists the fields by role.");
+  def_options_init(options,
+                   std::make_index_sequence<std::tuple_size_v<decltype(kBoundOptionFields)>>());
+  std::apply([&](const auto&... field) { (def_option_property(options, field), ...); },
+             kBoundOptionFields);
+  options.def("__repr__", &options_repr);
+  m.def(
+      "sync_option_fields",
+      [] {
+        py::list fields;
+        sync::for_each_option_field([&](std::string_view role, const auto& field) {
+          fields.append(
+              py::make_tuple(field.name, role, sync::option_kind_name(field.kind), field.doc));
+        });
+        return py::tuple(fields);
+      },
+      "Every SyncOptions field as (name, role, kind, doc), role 'session', 'sender' or "
+      "'receiver' (include/ferry/sync_option_fields.h); kind 'not bound' is C++ only.");
 
   py::class_<RoundStats>(m, "RoundStats", "What one sent, received or relayed round carried.")
       .def_readonly("round", &RoundStats::round, "The round's number in its session, from 1.")
@@ -678,12 +729,16 @@ void bind_sync(py::module_& m) {
                     "The version a delta round was encoded against (0 for a dense round).")
       .def_readonly("version", &RoundStats::version,
                     "The version the receivers hold after this round.")
+      .def_readonly("step", &RoundStats::step,
+                    "The trainer's step the sender gave this round (its `step=`, e.g. verl's "
+                    "global_steps), or None when it gave none.")
       .def("__repr__", [](const RoundStats& s) {
         return fmt::format(
             "RoundStats(round={}, tensors={}, buckets={}, bytes={}, seconds={:.6f}, "
-            "checksum=0x{:016x}, more_follows={}, delta={}, wire_bytes={})",
+            "checksum=0x{:016x}, more_follows={}, delta={}, wire_bytes={}, step={})",
             s.round, s.tensors, s.buckets, s.bytes, s.seconds, s.checksum,
-            s.more_follows ? "True" : "False", s.delta ? "True" : "False", s.wire_bytes);
+            s.more_follows ? "True" : "False", s.delta ? "True" : "False", s.wire_bytes,
+            s.step ? std::to_string(*s.step) : "None");
       });
 
   py::class_<PySender>(m, "Sender", "The trainer's end of a session (use ferry.Sender).")
@@ -692,15 +747,17 @@ void bind_sync(py::module_& m) {
       .def("accept", &PySender::accept, py::arg("receivers"),
            "Waits for `receivers` more receivers to join, each within options.timeout.")
       .def("send_round", &PySender::send_round, py::arg("weights"), py::arg("more_follows") = false,
+           py::arg("step") = py::none(),
            "Sends one round of (name, dtype, shape, address, nbytes) or (name, dtype, shape, "
-           "buffer) tensors to every receiver.")
+           "buffer) tensors to every receiver; `step` (the trainer's, e.g. verl's global_steps) "
+           "travels with it and is every receiver's RoundStats.step.")
       .def("send_round_streamed", &PySender::send_round_streamed, py::arg("specs"), py::arg("next"),
-           py::arg("more_follows") = false,
+           py::arg("more_follows") = false, py::arg("step") = py::none(),
            "Sends one round whose tensors `next(i)` returns one at a time, in the order of "
            "`specs` (name, dtype, shape); each is copied into the ring before the next call "
            "(use ferry.Sender.send_round_streamed).")
       .def("send_round_filled", &PySender::send_round_filled, py::arg("specs"), py::arg("fill"),
-           py::arg("flush"), py::arg("more_follows") = false,
+           py::arg("flush"), py::arg("more_follows") = false, py::arg("step") = py::none(),
            "Sends one round whose producer copies into the ring itself: fill(i, tensor_offset, "
            "ring_offset, nbytes) per piece, flush() once per segment before it is published "
            "(use ferry.Sender.send_round_filled).")
@@ -730,6 +787,10 @@ void bind_sync(py::module_& m) {
            "Makes receive_round_into() write the named tensor into this writable memory.")
       .def("clear_destinations", &PyReceiver::clear_destinations,
            "Forgets every destination set_destination() gave.")
+      .def("set_min_step", &PyReceiver::set_min_step, py::arg("step"),
+           "Refuses every later round whose step is below `step` (FailedPreconditionError at "
+           "its BEGIN, before any tensor is delivered; the sender's round fails with it). The "
+           "receiver raises this minimum to each step it receives; rounds without a step pass.")
       .def("receive_round_into", &PyReceiver::receive_round_into,
            "Receives one round into the destinations; every tensor needs one.")
       .def("receive_round", &PyReceiver::receive_round, py::arg("on_tensor"),

@@ -2,9 +2,13 @@
 // scripts (tests/netns drives them across network namespaces).
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <charconv>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
+#include <deque>
+#include <functional>
 #include <iostream>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -23,6 +27,7 @@
 #include "ferry/relay_topology.h"
 #include "ferry/sender_parts.h"
 #include "ferry/sync.h"
+#include "ferry/sync_option_fields.h"
 
 namespace ferry::cli {
 namespace {
@@ -34,6 +39,19 @@ constexpr const char* kShmAddressHelp =
     "file; any local user can connect, which is refused, or bind the name first); "
     "a path with '/': that socket file";
 
+// A flag made from a SyncOptions field (ferry/sync_option_fields.h), so that every option of
+// a role is a flag of its commands: serve has the session's and the sender's, recv and relay
+// the session's and the receiver's. The flag is the field's name with '-' for '_'; sizes are
+// given in MiB as --NAME-mb ("_bytes" dropped: bucket_bytes is --bucket-mb), times in seconds
+// (negative: forever), and a bool that is on by default is turned off by --no-NAME. The
+// value is parsed by check_args, so a bad one is a usage error naming the flag.
+struct OptionFlag {
+  std::string flag;
+  CLI::Option* option = nullptr;  // given when option->count() > 0
+  std::string text;               // the value given (a bool's flag takes none)
+  std::function<Status(const std::string& text, sync::SyncOptions& o)> set;
+};
+
 struct SyncArgs {
   std::string address = "ferry-sync";  // a socket in this user's private directory
   std::string net_address;             // --listen (serve) or --connect (relay): host:port
@@ -44,25 +62,144 @@ struct SyncArgs {
   std::string preset = "qwen2.5-0.5b";
   std::string dtype = "bf16";
   std::int64_t layers = 0;  // serve: 0 = the preset's depth
-  std::uint64_t bucket_mb = 512;
-  std::uint32_t slots = 2;
   std::uint32_t receivers = 1;
   std::uint32_t id = 0;
   int rounds = 1;
-  double timeout_s = 60;
-  double idle_timeout_s = -1;  // negative: wait for the next round forever
-  bool no_checksums = false;
   bool json = false;
-  std::string token_file;
-  std::string wire_protect = std::string(wire_protect_name(sync::SyncOptions{}.wire_protect));
   std::string local = "ferry-relay";  // relay: the shm address local receivers join
   bool keep_going = false;            // after a failed round, rejoin (or re-accept) and go on
   std::string serve_relays;           // relay: host:port where downstream relays join
   std::uint32_t downstream = 0;       // relay: downstream relays to wait for
-  std::string delta = "off";          // serve: SyncOptions::delta
-  // recv: SyncOptions::delta_keep_limit in MiB
-  std::uint64_t delta_keep_limit_mb = sync::SyncOptions{}.delta_keep_limit >> 20;
+  // The role's SyncOptions fields; a deque, as CLI11 holds each one's `text` by reference.
+  std::deque<OptionFlag> option_flags;
 };
+
+// The SyncOptions the command line gives: the defaults, with each option flag given applied.
+Result<sync::SyncOptions> parse_options(const SyncArgs& a) {
+  sync::SyncOptions o;
+  for (const OptionFlag& f : a.option_flags) {
+    if (f.option->count() == 0) continue;
+    if (Status st = f.set(f.text, o); !st.ok()) return st;
+  }
+  return o;
+}
+
+// What parse_options gives; check_args has seen that it parses.
+sync::SyncOptions options_of(const SyncArgs& a) {
+  auto o = parse_options(a);
+  return o.ok() ? *std::move(o) : sync::SyncOptions{};
+}
+
+// The whole of `text` as a T (an unsigned integer or a double), else nullopt.
+template <typename T>
+std::optional<T> parse_number(const std::string& text) {
+  T value{};
+  const char* end = text.data() + text.size();
+  const auto [stop, error] = std::from_chars(text.data(), end, value);
+  if (error != std::errc() || stop != end) return std::nullopt;
+  return value;
+}
+
+// OptionFlag's rules for one field: the flag, its help and default, and how it sets the field.
+template <typename Field>
+void add_option_flag(CLI::App* cmd, std::deque<OptionFlag>& flags, const Field& field) {
+  using T = typename Field::Value;
+  const auto member = field.member;
+  std::string name(field.name);
+  std::replace(name.begin(), name.end(), '_', '-');
+  const T fallback = sync::SyncOptions{}.*member;
+  // The role is the command's: "Sender only." says nothing on serve's flags.
+  std::string help(field.doc);
+  for (std::string_view role : {" Sender only.", " Receiver only."}) {
+    if (help.ends_with(role)) help.resize(help.size() - role.size());
+  }
+  std::string shown;  // the default, as given on the command line
+  std::string type = "TEXT";
+  OptionFlag& f = flags.emplace_back();
+  if constexpr (std::is_same_v<T, bool>) {
+    f.flag = (fallback ? "--no-" : "--") + name;
+    f.set = [member, fallback](const std::string&, sync::SyncOptions& o) {
+      o.*member = !fallback;
+      return ok_status();
+    };
+    f.option = cmd->add_flag(f.flag)->description((fallback ? "Turn off: " : "") + help);
+    return;
+  } else if constexpr (std::is_same_v<T, std::uint64_t>) {  // bytes, given in MiB
+    if (name.ends_with("-bytes")) name.resize(name.size() - 6);
+    f.flag = "--" + name + "-mb";
+    type = "MiB";
+    shown = fallback == UINT64_MAX ? "no bound" : std::to_string(fallback >> 20);
+    f.set = [member, flag = f.flag](const std::string& text, sync::SyncOptions& o) -> Status {
+      const auto mb = parse_number<std::uint64_t>(text);
+      if (!mb || *mb > (UINT64_MAX >> 20)) {
+        return invalid_argument(
+            fmt::format("{} {}: give a size in MiB, at most {}", flag, text, UINT64_MAX >> 20));
+      }
+      o.*member = *mb << 20;
+      return ok_status();
+    };
+  } else if constexpr (std::is_same_v<T, std::uint32_t>) {
+    f.flag = "--" + name;
+    type = "UINT";
+    shown = std::to_string(fallback);
+    f.set = [member, flag = f.flag](const std::string& text, sync::SyncOptions& o) -> Status {
+      const auto n = parse_number<std::uint32_t>(text);
+      if (!n) return invalid_argument(fmt::format("{} {}: give a whole number", flag, text));
+      o.*member = *n;
+      return ok_status();
+    };
+  } else if constexpr (std::is_same_v<T, std::chrono::milliseconds>) {
+    f.flag = "--" + name;
+    type = "SECONDS";
+    shown = fallback.count() < 0 ? "-1 (forever)" : fmt::format("{:g}", fallback.count() / 1e3);
+    f.set = [member, flag = f.flag](const std::string& text, sync::SyncOptions& o) -> Status {
+      const auto s = parse_number<double>(text);
+      if (!s || std::isnan(*s)) {
+        return invalid_argument(
+            fmt::format("{} {}: give seconds, or a negative number to wait forever", flag, text));
+      }
+      // Negative, or past what milliseconds hold: forever.
+      o.*member = *s < 0 || *s * 1e3 >= 9.2e18
+                      ? std::chrono::milliseconds(-1)
+                      : std::chrono::milliseconds(static_cast<std::int64_t>(*s * 1e3));
+      return ok_status();
+    };
+  } else if constexpr (std::is_same_v<T, std::string>) {
+    f.flag = "--" + name;
+    f.set = [member](const std::string& text, sync::SyncOptions& o) {
+      o.*member = text;
+      return ok_status();
+    };
+  } else {  // WireProtect, DeltaMode: by name
+    f.flag = "--" + name;
+    if constexpr (std::is_same_v<T, WireProtect>) {
+      shown = std::string(wire_protect_name(fallback));
+    } else {
+      shown = std::string(sync::delta_mode_name(fallback));
+    }
+    f.set = [member, flag = f.flag](const std::string& text, sync::SyncOptions& o) -> Status {
+      auto value = [&] {
+        if constexpr (std::is_same_v<T, WireProtect>) {
+          return parse_wire_protect(text);
+        } else {
+          return sync::parse_delta_mode(text);
+        }
+      }();
+      if (!value.ok()) return invalid_argument(flag + ": " + value.status().message());
+      o.*member = *value;
+      return ok_status();
+    };
+  }
+  f.option = cmd->add_option(f.flag, f.text, help)->type_name(type);
+  if (!shown.empty()) f.option->default_str(shown);
+}
+
+// The flags of every field of `Table` shown outside C++.
+template <const auto& Table>
+void add_option_flags(CLI::App* cmd, SyncArgs* a) {
+  std::apply([&](const auto&... field) { (add_option_flag(cmd, a->option_flags, field), ...); },
+             sync::bound_option_fields<Table>());
+}
 
 // ferry sync topology: which relay feeds which.
 struct TopologyArgs {
@@ -133,13 +270,10 @@ Status check_args(const SyncArgs& a, const std::string& role, const std::string&
     if (Status st = check_host_port("--serve-relays", a.serve_relays); !st.ok()) return st;
     if (a.downstream < 1) return invalid_argument("--serve-relays: give --downstream 1 or more");
   }
-  if (!(a.timeout_s > 0)) return invalid_argument("--timeout must be a positive number of seconds");
-  if (a.delta_keep_limit_mb > (UINT64_MAX >> 20)) {
-    return invalid_argument(fmt::format("--delta-keep-limit-mb {}: give at most {}",
-                                        a.delta_keep_limit_mb, UINT64_MAX >> 20));
-  }
-  if (auto p = parse_wire_protect(a.wire_protect); !p.ok()) {
-    return invalid_argument("--wire-protect: " + p.status().message());
+  auto options = parse_options(a);
+  if (!options.ok()) return options.status();
+  if (options->timeout.count() <= 0) {
+    return invalid_argument("--timeout must be a positive number of seconds");
   }
   if (!a.net_address.empty()) {
     if (Status st = check_host_port(net_flag, a.net_address); !st.ok()) return st;
@@ -151,15 +285,13 @@ Status check_args(const SyncArgs& a, const std::string& role, const std::string&
     if (auto p = parse_part(a.part); !p.ok()) return p.status();
   }
   if (role == "serve") {
-    if (Status st = check_bucket_mb("--bucket-mb", a.bucket_mb); !st.ok()) return st;
-    if (a.slots < 1 || a.slots > 64) {
-      return invalid_argument("--slots " + std::to_string(a.slots) + ": give 1..64");
+    const std::uint64_t bucket_mb = options->bucket_bytes >> 20;
+    if (Status st = check_bucket_mb("--bucket-mb", bucket_mb); !st.ok()) return st;
+    if (options->slots < 1 || options->slots > 64) {
+      return invalid_argument("--slots " + std::to_string(options->slots) + ": give 1..64");
     }
     if (auto cfg = model::preset(a.preset); !cfg.ok()) return cfg.status();
     if (auto dtype = parse_dtype(a.dtype); !dtype.ok()) return dtype.status();
-    if (auto d = sync::parse_delta_mode(a.delta); !d.ok()) {
-      return invalid_argument("--delta: " + d.status().message());
-    }
   }
   return ok_status();
 }
@@ -167,21 +299,6 @@ Status check_args(const SyncArgs& a, const std::string& role, const std::string&
 // The address this end uses: --listen / --connect when given, else --address.
 const std::string& address_of(const SyncArgs& a) {
   return a.net_address.empty() ? a.address : a.net_address;
-}
-
-sync::SyncOptions options_of(const SyncArgs& a) {
-  sync::SyncOptions o;
-  o.bucket_bytes = a.bucket_mb << 20;
-  o.slots = a.slots;
-  o.timeout = std::chrono::milliseconds(static_cast<long long>(a.timeout_s * 1000));
-  o.idle_timeout = std::chrono::milliseconds(
-      a.idle_timeout_s < 0 ? -1 : static_cast<long long>(a.idle_timeout_s * 1000));
-  o.checksums = !a.no_checksums;
-  o.token_file = a.token_file;
-  o.delta_keep_limit = a.delta_keep_limit_mb << 20;
-  if (auto p = parse_wire_protect(a.wire_protect); p.ok()) o.wire_protect = *p;
-  if (auto d = sync::parse_delta_mode(a.delta); d.ok()) o.delta = *d;
-  return o;
 }
 
 void print_round(const SyncArgs& a, const sync::RoundStats& s, const char* role,
@@ -282,8 +399,7 @@ int run_serve(const SyncArgs& a) {
 // WELCOME) is a lost race, not a verdict, so try again until --timeout has passed.
 template <class Join>
 auto rejoin(const SyncArgs& a, Join join) -> decltype(join()) {
-  const auto deadline = std::chrono::steady_clock::now() +
-                        std::chrono::milliseconds(static_cast<std::int64_t>(a.timeout_s * 1000));
+  const auto deadline = std::chrono::steady_clock::now() + options_of(a).timeout;
   while (true) {
     auto joined = join();
     if (joined.ok() || joined.status().code() != Code::kAborted ||
@@ -409,21 +525,10 @@ int run_topology(const TopologyArgs& a) {
   return kExitOk;
 }
 
-// The options every end shares.
+// The flags every end shares: the session's options, and the rounds.
 void add_common(CLI::App* cmd, SyncArgs* a) {
   cmd->add_option("--rounds", a->rounds, "Rounds to run")->capture_default_str();
-  cmd->add_option("--timeout", a->timeout_s, "Seconds to wait for a peer")->capture_default_str();
-  cmd->add_option("--idle-timeout", a->idle_timeout_s,
-                  "Receivers and relays: seconds to wait for the next round to begin (default: "
-                  "forever; a sender that dies is seen at once, but one behind a cut link only "
-                  "when TCP keepalive gives up, ~30 s)");
-  cmd->add_option("--token-file", a->token_file,
-                  "Net sessions: file (mode 0600) with the session secret; default: FERRY_TOKEN "
-                  "or FERRY_TOKEN_FILE");
-  cmd->add_option("--wire-protect", a->wire_protect,
-                  "Net sessions: none, mac or encrypt. serve: how the tensors travel (control "
-                  "messages are always encrypted); recv: the least it accepts; relay: both")
-      ->capture_default_str();
+  add_option_flags<sync::kSessionOptionFields>(cmd, a);
   cmd->add_flag("--json", a->json, "Print one JSON object per round");
   cmd->add_flag("--keep-going", a->keep_going,
                 "After a failed round, report it and go on: the sender starts a new session "
@@ -458,21 +563,9 @@ void add_sync_command(CLI::App& app, Dispatch& dispatch) {
       ->add_option("--layers", args->layers,
                    "Send only this many of the preset's layers, shapes unchanged (0: all)")
       ->capture_default_str();
-  serve->add_option("--bucket-mb", args->bucket_mb, "Bucket (ring slot) size in MiB")
-      ->capture_default_str();
-  serve->add_option("--slots", args->slots, "Ring slots (buckets in flight)")
-      ->capture_default_str();
   serve->add_option("--receivers", args->receivers, "Receivers (or relays) to wait for")
       ->capture_default_str();
-  serve->add_flag("--no-checksums", args->no_checksums, "Skip per-bucket XXH3 checksums");
-  serve
-      ->add_option("--delta", args->delta,
-                   "Delta rounds (docs/delta.md): off; on: each round sends only what changed "
-                   "since the version every receiver holds; auto: deltas only when some peer is "
-                   "over the network (a relay or net receiver) and little changed, every round "
-                   "dense when all peers are shm receivers on this node (a dense round is "
-                   "cheaper there)")
-      ->capture_default_str();
+  add_option_flags<sync::kSenderOptionFields>(serve, args.get());
   add_common(serve, args.get());
   auto rargs = std::make_shared<SyncArgs>();
   CLI::App* recv = add_command(
@@ -493,10 +586,7 @@ void add_sync_command(CLI::App& app, Dispatch& dispatch) {
       ->excludes(from);
   recv->add_option("--id", rargs->id, "This receiver's id (unique in the session)")
       ->capture_default_str();
-  recv->add_option("--delta-keep-limit-mb", rargs->delta_keep_limit_mb,
-                   "Delta rounds: MiB this receiver may keep in copies of the tensors (deltas "
-                   "apply onto them); a round needing more is refused before any is allocated")
-      ->capture_default_str();
+  add_option_flags<sync::kReceiverOptionFields>(recv, rargs.get());
   add_common(recv, rargs.get());
 
   auto xargs = std::make_shared<SyncArgs>();
@@ -525,6 +615,7 @@ void add_sync_command(CLI::App& app, Dispatch& dispatch) {
                    "Downstream relays to wait for (needs --serve-relays); with it --receivers "
                    "may be 0")
       ->capture_default_str();
+  add_option_flags<sync::kReceiverOptionFields>(relay, xargs.get());
   add_common(relay, xargs.get());
 
   auto targs = std::make_shared<TopologyArgs>();

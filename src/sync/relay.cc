@@ -126,6 +126,7 @@ struct Relay::Impl {
     stats.tensors = static_cast<std::uint32_t>(b.manifest.size());
     stats.buckets = b.bucket_count;
     stats.bytes = b.total_bytes;
+    stats.step = b.step;
     local->set_round(round);
     if (relays) relays->set_round(round);
     for_each_peer([](Peer& p) {

@@ -76,6 +76,8 @@ struct BodyEncoder {
     put_u8(out, m.delta);
     put_u64(out, m.base_version);
     put_u64(out, m.version);
+    put_u8(out, m.step.has_value() ? 1 : 0);
+    put_u64(out, m.step.value_or(0));
     for (const DeltaTarget& t : m.targets) {  // the name is the manifest entry's
       encode_dtype_shape(out, t.spec);
       put_u64(out, t.hash);
@@ -117,7 +119,7 @@ BodyLimits limits(MessageType t) {
     case MessageType::kWelcome:
       return {13, true};
     case MessageType::kBegin:
-      return {43, false};
+      return {52, false};
     case MessageType::kFilled:
       return {33, true};
     case MessageType::kRelease:
@@ -170,17 +172,28 @@ Result<TensorSpec> decode_spec(Reader* r, std::uint32_t index, const std::string
   return decode_dtype_shape(r, std::move(name), where);
 }
 
-// The delta fields after BEGIN's manifest (version 4).
+// The delta fields after BEGIN's manifest (version 4), with the caller's step between the
+// versions and the targets (version 5).
 Status decode_delta_fields(Reader* r, Begin* b, const std::string& what) {
   b->keep_for_delta = r->u8();
   b->delta = r->u8();
   b->base_version = r->u64();
   b->version = r->u64();
+  const std::uint8_t has_step = r->u8();
+  const std::uint64_t step = r->u64();
   if (!r->ok()) return corruption(what + ": truncated in the delta fields");
   if (b->keep_for_delta > 1 || b->delta > 1) {
     return corruption(fmt::format("{}: keep_for_delta {} and delta {} must be 0 or 1", what,
                                   b->keep_for_delta, b->delta));
   }
+  // Strict, so that every accepted BEGIN encodes back to the bytes it came as.
+  if (has_step > 1 || (has_step == 0 && step != 0)) {
+    return corruption(
+        fmt::format("{}: step flag {} with step {} (the flag is 0 or 1; without a "
+                    "step the value is 0)",
+                    what, has_step, step));
+  }
+  if (has_step == 1) b->step = step;
   if (b->delta == 0) {
     if (b->base_version != 0) {
       return corruption(

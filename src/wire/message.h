@@ -7,6 +7,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -21,8 +22,9 @@ namespace ferry::wire {
 inline constexpr std::uint32_t kMagic = 0x31595246;  // "FRY1" in little-endian bytes
 // 2: FILLED announces a segment of a bucket. 3: BEGIN says whether the update continues
 // in the next round (an update streamed as several rounds). 4: BEGIN carries the delta
-// round's fields (versions, the tensors the blobs decode into and their hashes).
-inline constexpr std::uint16_t kVersion = 4;
+// round's fields (versions, the tensors the blobs decode into and their hashes). 5: BEGIN
+// carries the caller's step (RoundOptions::step), if it gave one.
+inline constexpr std::uint16_t kVersion = 5;
 inline constexpr std::size_t kHeaderBytes = 28;
 // The largest body any message may carry: a BEGIN manifest of ~1M tensors.
 inline constexpr std::size_t kMaxBodyBytes = 64u << 20;
@@ -71,8 +73,11 @@ struct Begin {
   // 1: a delta round (docs/delta.md): manifest entry i is a U8 blob [len], the encoded
   // delta of targets[i] against base_version.
   std::uint8_t delta = 0;
-  std::uint64_t base_version = 0;    // delta rounds: what receivers must hold; else 0
-  std::uint64_t version = 0;         // what receivers hold after this round
+  std::uint64_t base_version = 0;  // delta rounds: what receivers must hold; else 0
+  std::uint64_t version = 0;       // what receivers hold after this round
+  // The caller's step (RoundOptions::step, e.g. verl's global_steps), not a round number: on
+  // the wire a presence flag (0/1) and the value (0 when absent).
+  std::optional<std::uint64_t> step;
   std::vector<DeltaTarget> targets;  // delta rounds: one per manifest entry, same name
 };
 // A bucket is published in segments, so receivers start on a large bucket before the

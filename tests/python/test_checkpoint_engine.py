@@ -294,12 +294,21 @@ def test_colocated_updates_are_bit_exact_reuse_one_session_and_refuse_stale_step
         sessions = sessions or ids
         assert ids == sessions
     # The receivers refuse an update older than what they hold, naming it.
+    # At the round's BEGIN (the step travels there), before any tensor is delivered; the
+    # sender fails with the receivers' reason.
     result = colocated.update(2)
-    assert result["sent"][0][:2] == ("error", "AbortedError"), result["sent"]
+    assert result["sent"][0][:2] == ("error", "FailedPreconditionError"), result["sent"]
     assert "stale weights" in result["sent"][0][2]
     for status in result["received"]:
         assert status[:2] == ("error", "FailedPreconditionError"), status
-        assert "global_steps 2" in status[2]
+        assert "sends step 2, but this receiver has or requires step 3" in status[2], status
+    # The refusal failed the update, so every rank rebuilt its sessions: a rank remembers the
+    # last step it received across sessions and refuses the older one again.
+    result = colocated.update(2)
+    assert [b for b, _ in result["inits"]] == [2, 2, 2], result["inits"]
+    assert result["sent"][0][:2] == ("error", "FailedPreconditionError"), result["sent"]
+    for status in result["received"]:
+        assert "sends step 2, but this receiver has or requires step 3" in status[2], status
     _assert_bit_exact(colocated.update(4), 4)  # the next newer update goes through
 
 
@@ -688,8 +697,8 @@ def test_later_updates_stream_into_the_ring_bit_exact_from_a_reused_buffer(coloc
 @pytest.mark.parametrize("weights, named", [
     ("reshaped", "'model.layers.3.q_proj.weight' BF16[96, 64], but the manifest has "
                  "'model.layers.3.q_proj.weight' BF16[64, 96]"),
-    ("missing", "the tensors ended before tensor 35 'model.codes' (the manifest has 36)"),
-    ("extra", "tensor 36 'model.extra' is one more than the 36 of the manifest"),
+    ("missing", "the tensors ended before tensor 34 'model.codes' (the manifest has 35)"),
+    ("extra", "tensor 35 'model.extra' is one more than the 35 of the manifest"),
 ])
 def test_an_update_differing_from_the_manifest_fails_naming_the_tensor_then_relearns(
         colocated, weights, named):

@@ -190,10 +190,10 @@ def test_the_next_bucket_is_copied_while_the_caller_reads_the_current_one():
 
 
 @pytest.mark.parametrize("change, message", [
-    (lambda w: w + [("model.extra", torch.ones(3))], "'model.extra' is one more than the 16"),
-    (lambda w: w[:-1], "ended before tensor 15 'lm_head.weight'"),
+    (lambda w: w + [("model.extra", torch.ones(3))], "'model.extra' is one more than the 15"),
+    (lambda w: w[:-1], "ended before tensor 14 'lm_head.weight'"),
     (lambda w: [(n, t.t() if n == "lm_head.weight" else t) for n, t in w],
-     "tensor 15 is 'lm_head.weight' F16[77, 300], but the manifest has 'lm_head.weight' "
+     "tensor 14 is 'lm_head.weight' F16[77, 300], but the manifest has 'lm_head.weight' "
      "F16[300, 77]"),
 ])
 def test_tensors_that_differ_from_the_manifest_abort_the_filled_round_by_name(change, message):

@@ -79,7 +79,7 @@ class CudaDevice(Device):
 
     def copy_async(self, dst: torch.Tensor, src: torch.Tensor) -> None:
         if dst.device.type == "cpu" and src.device.type == "cpu":
-            dst.copy_(src)  # host to host (the version tensor, a CPU tensor yielded)
+            dst.copy_(src)  # host to host (a CPU tensor yielded)
             return
         # Ordered after the caller's work on its stream (src may still be written there, dst
         # still read), and the caller's later work after the copy (a generator that refills

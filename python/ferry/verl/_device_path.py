@@ -107,10 +107,11 @@ class DeviceFill:
         return self._pulled[index]
 
 
-def send_filled(device: Device, sender: Sender, specs: list[tuple], items: Iterable) -> Any:
-    """One streamed round through DeviceFill; returns its RoundStats."""
+def send_filled(device: Device, sender: Sender, specs: list[tuple], items: Iterable,
+                step: int | None = None) -> Any:
+    """One streamed round through DeviceFill, carrying `step`; returns its RoundStats."""
     fill = DeviceFill(device, sender, specs, items)
-    stats = sender.send_round_filled(specs, fill.fill, fill.flush)
+    stats = sender.send_round_filled(specs, fill.fill, fill.flush, step=step)
     fill.finish()
     return stats
 
@@ -183,19 +184,11 @@ class DeviceReceive:
 
     def _receive_update(self, engine: Any, receiver: Receiver, required: int | None,
                         handoff: Handoff) -> None:
-        from .checkpoint_engine import VERSION_TENSOR
-
         wait = handoff.wait
 
         count = [0]
 
-        def on_bucket(views: list, is_last: bool) -> None:
-            tensors = []
-            for name, dtype, shape, memory in views:
-                if name == VERSION_TENSOR:
-                    engine._check_version(int(to_torch(dtype, shape, memory)[0]), required)
-                else:
-                    tensors.append((name, dtype, shape, memory))
+        def on_bucket(tensors: list, is_last: bool) -> None:
             if tensors:
                 buffer = self.buffers[count[0] % 2]
                 count[0] += 1
@@ -211,7 +204,8 @@ class DeviceReceive:
             if is_last:  # acknowledged only once the caller took every tensor
                 handoff.wait_until_all_taken()
 
-        while receiver._impl.receive_round_buckets(on_bucket).more_follows:
+        engine._require_step(receiver, required)
+        while engine._received(receiver._impl.receive_round_buckets(on_bucket)).more_follows:
             pass
 
 
@@ -224,13 +218,15 @@ class DevicePath:
         self.receiving = DeviceReceive(device, bucket_size)
         self._senders: dict[int, RingRegistration] = {}  # id(Sender) -> its ring's
 
-    def send(self, sender: Sender, specs: list[tuple], items: Iterable) -> Any:
-        """A streamed round whose tensors are copied from their device into the ring."""
+    def send(self, sender: Sender, specs: list[tuple], items: Iterable,
+             step: int | None = None) -> Any:
+        """A streamed round, carrying `step`, whose tensors are copied from their device into
+        the ring."""
         if id(sender) not in self._senders:
             address, nbytes = sender.ring_memory()
             self._senders[id(sender)] = RingRegistration(self.device, address, nbytes,
                                                          read_only=False)
-        return send_filled(self.device, sender, specs, items)
+        return send_filled(self.device, sender, specs, items, step)
 
     def release(self) -> None:
         """Unregisters every ring: before the sessions (and their rings) are closed."""

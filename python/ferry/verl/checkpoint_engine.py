@@ -17,9 +17,10 @@ instance and counts its rebuilds) and whether they are healthy. Any failed or un
 update, any rank new, replaced or gone, and every rank rebuilds under a new epoch: no rank
 guesses alone, so none waits for a peer that kept its old session.
 
-global_steps travels as the round's first tensor, VERSION_TENSOR (the Python API has no
-version field); a receiver refuses a version older than its last or than the one it asks
-for. docs/verl.md has the engine kwargs.
+global_steps travels in every round's BEGIN as the round's step (Sender.send_round's
+`step`); a receiver refuses, before any tensor of it is delivered, an update whose step is
+older than the last it received or than the one it asks for. docs/verl.md has the engine
+kwargs.
 """
 
 from __future__ import annotations
@@ -48,7 +49,6 @@ from ._handoff import Handoff, Update
 from ._memory import backed_buffer
 from . import _items  # a sync or async generator of (name, tensor), as verl gives either
 
-VERSION_TENSOR = "__ferry.global_steps__"
 DEFAULT_TIMEOUT_S = 600.0  # verl's wait for a peer; a dead peer is seen at once anyway
 # The master's staging buffer, where a staged update (the first) gathers the tensors it must
 # copy: small, as each of its pages costs a fault once (a tensor that does not fit is sent
@@ -174,7 +174,7 @@ class FerryCheckpointEngine(CheckpointEngineWithCache):
         self._update: Update | None = None  # rollout: the last receive_weights' iterator
         self._master = ""                   # rollout: names the trainer's sending rank
         self._sending = False               # master: a send_weights is running
-        self._last_version: int | None = None
+        self._last_step: int | None = None
         self.sessions_built = 0             # how often sessions were (re)built, for tests
 
     # -- verl's sequence --------------------------------------------------------------------
@@ -308,13 +308,12 @@ class FerryCheckpointEngine(CheckpointEngineWithCache):
         """An update through the staging buffer: the first, and any whose manifest the last
         one did not teach (see _send_streamed)."""
         loop = asyncio.get_running_loop()
-        version = [] if global_steps is None else [
-            tensor_arg(VERSION_TENSOR, torch.tensor([int(global_steps)], dtype=torch.int64))]
+        step = None if global_steps is None else int(global_steps)
         start = time.monotonic()
         total_bytes = tensors = 0
         slowest: dict[str, float] = {}
         sent = {kind: 0 for kind in self._senders}  # tensor bytes over each session's links
-        args, names, held = list(version), set(), 0  # args: (arg, owner of its memory)
+        args, names, held = [], set(), 0  # args: (arg, owner of its memory)
         staging = self._staging
         manifest: list[tuple] | None = []  # what the next update streams against
         manifest_names: set[str] = set()
@@ -322,12 +321,12 @@ class FerryCheckpointEngine(CheckpointEngineWithCache):
         async def send(more_follows: bool) -> None:
             nonlocal args, names, held
             stats = await loop.run_in_executor(None, self._send_round,
-                                               [a for a, _ in args], more_follows)
+                                               [a for a, _ in args], more_follows, step)
             for kind, s in stats.items():
                 slowest[kind] = slowest.get(kind, 0.0) + s.seconds
                 # The sender writes each segment once per joined peer (a relay per node).
                 sent[kind] += held * self._senders[kind].receivers
-            args, names, held = list(version), set(), 0
+            args, names, held = [], set(), 0
             staging.used = 0  # the round was acknowledged: its copies may be overwritten
 
         try:
@@ -377,26 +376,22 @@ class FerryCheckpointEngine(CheckpointEngineWithCache):
         extra) fails the update naming it; the next update then rebuilds the sessions and
         relearns the manifest through staging."""
         ((kind, sender),) = self._senders.items()
-        specs, items = list(self._manifest), weights
-        if global_steps is not None:
-            specs.insert(0, (VERSION_TENSOR, _ferry.DType.I64, (1,)))
-            items = _chain((VERSION_TENSOR, torch.tensor([int(global_steps)], dtype=torch.int64)),
-                           _items(weights))
+        specs = list(self._manifest)
+        step = None if global_steps is None else int(global_steps)
         start = time.monotonic()
         try:
             if self._device_path is None:
-                stats = await sender.send_round_streamed_async(specs, items)
+                stats = await sender.send_round_streamed_async(specs, weights, step=step)
             else:  # the device's copies into the ring are started by the sender's thread
                 loop = asyncio.get_running_loop()
                 stats = await loop.run_in_executor(None, self._device_path.send, sender, specs,
-                                                   _pulled_on(loop, items))
+                                                   _pulled_on(loop, weights), step)
         except BaseException:
             self._broken = True
             self._manifest = None
             raise
-        tensor_bytes = stats.bytes - (8 if global_steps is not None else 0)  # not the version
-        return _metrics(tensor_bytes, len(self._manifest), time.monotonic() - start,
-                        {kind: stats.seconds}, {kind: tensor_bytes * sender.receivers},
+        return _metrics(stats.bytes, len(self._manifest), time.monotonic() - start,
+                        {kind: stats.seconds}, {kind: stats.bytes * sender.receivers},
                         streamed=True)
 
     def receive_weights(self, global_steps: int | None = None) -> Update:
@@ -416,8 +411,9 @@ class FerryCheckpointEngine(CheckpointEngineWithCache):
         copies it, as load_weights copies into the model. The last bucket's tensors stay valid
         until the sender's next update.
 
-        Refuses (the sender's send_weights raises AbortedError naming it) an update whose
-        version is older than the last one received or than global_steps. With
+        Refuses at its first round's BEGIN, before any tensor is yielded (FailedPreconditionError
+        here, and in the sender's send_weights naming this rank), an update whose step is older
+        than the last one this rank received or than global_steps. With
         engine_kwargs.ferry.cache, a complete update also becomes what get_weights() yields
         (its own copy).
 
@@ -556,12 +552,12 @@ class FerryCheckpointEngine(CheckpointEngineWithCache):
                     raise
                 time.sleep(0.05)
 
-    def _send_round(self, args: list, more_follows: bool) -> dict[str, Any]:
+    def _send_round(self, args: list, more_follows: bool, step: int | None) -> dict[str, Any]:
         if len(self._senders) == 1:
             kind, sender = next(iter(self._senders.items()))
-            return {kind: sender._impl.send_round(args, more_follows)}
+            return {kind: sender._impl.send_round(args, more_follows, step)}
         with ThreadPoolExecutor(len(self._senders)) as pool:  # one copy of args feeds both
-            futures = {k: pool.submit(s._impl.send_round, args, more_follows)
+            futures = {k: pool.submit(s._impl.send_round, args, more_follows, step)
                        for k, s in self._senders.items()}
             return {k: f.result() for k, f in futures.items()}
 
@@ -577,17 +573,7 @@ class FerryCheckpointEngine(CheckpointEngineWithCache):
 
         put, wait, wait_until_all_taken = handoff.put, handoff.wait, handoff.wait_until_all_taken
 
-        def weights_of(views: list) -> list:
-            tensors = []
-            for name, dtype, shape, memory in views:
-                if name == VERSION_TENSOR:
-                    self._check_version(int(to_torch(dtype, shape, memory)[0]), required)
-                else:
-                    tensors.append((name, dtype, shape, memory))
-            return tensors
-
-        def on_bucket(views: list, is_last: bool) -> None:
-            tensors = weights_of(views)
+        def on_bucket(tensors: list, is_last: bool) -> None:
             if tensors:
                 buffer, staged = buffers.fill(tensors, handoff)
                 put((staged, functools.partial(buffers.release, buffer)))
@@ -601,9 +587,8 @@ class FerryCheckpointEngine(CheckpointEngineWithCache):
         # that event's set(), one object per bucket (the consumer compares them).
         current: list = []
 
-        def on_ring_segment(views: list, bucket_ends: bool, is_last: bool,
+        def on_ring_segment(tensors: list, bucket_ends: bool, is_last: bool,
                             round_ends: bool) -> None:
-            tensors = weights_of(views)
             if tensors:
                 if not current:
                     released = threading.Event()
@@ -623,21 +608,32 @@ class FerryCheckpointEngine(CheckpointEngineWithCache):
                 held.clear()
             current.clear()
 
+        self._require_step(receiver, required)
         if receiver._impl.writable_views_error() is None:
-            while receiver._impl.receive_round_segments_writable(on_ring_segment).more_follows:
-                pass
+            receive = functools.partial(receiver._impl.receive_round_segments_writable,
+                                        on_ring_segment)
         else:
-            while receiver._impl.receive_round_buckets(on_bucket).more_follows:
-                pass
+            receive = functools.partial(receiver._impl.receive_round_buckets, on_bucket)
+        while self._received(receive()).more_follows:
+            pass
 
-    def _check_version(self, version: int, required: int | None) -> None:
-        known = [v for v in (self._last_version, required) if v is not None]
-        floor = max(known) if known else None
-        if floor is not None and version < floor:
-            raise _error(_ferry.FailedPreconditionError,
-                         f"stale weights: update for global_steps {version}, but this rollout "
-                         f"rank has or requires {floor}")
-        self._last_version = version
+    def _require_step(self, receiver: Receiver, required: int | None) -> None:
+        """Makes the receiver refuse (FailedPreconditionError at the round's BEGIN, before any
+        of it is delivered; the trainer's send_weights raises it too, naming this rank) an
+        update whose step is older than the last this rank received, in any session, or than
+        `required`."""
+        known = [v for v in (self._last_step, required) if v is not None]
+        if not known:
+            return
+        # The receiver also refuses, by itself, a step older than the last it received in its
+        # session; this carries the minimum across sessions.
+        receiver.set_min_step(max(known))
+
+    def _received(self, stats: Any) -> Any:
+        """Notes a received round's step (the sender's global_steps); returns the stats."""
+        if stats.step is not None:
+            self._last_step = max(stats.step, self._last_step or 0)
+        return stats
 
 
 def _next_epoch(master: dict, rollout: list[dict], members: list) -> str:
@@ -659,12 +655,6 @@ def _metrics(total_bytes: int, tensors: int, seconds: float, session_seconds: di
             "ferry/streamed": 1.0 if streamed else 0.0,
             **{f"ferry/{kind}_seconds": s for kind, s in session_seconds.items()},
             **{f"ferry/{kind}_bytes": b for kind, b in session_bytes.items()}}
-
-
-async def _chain(first: tuple, rest: AsyncIterator) -> AsyncIterator:
-    yield first
-    async for item in rest:
-        yield item
 
 
 def _pulled_on(loop: asyncio.AbstractEventLoop, weights: Iterable | AsyncIterator) -> Iterable:
@@ -876,4 +866,4 @@ class _RelayThread:
         self._thread.join(timeout_s)
 
 
-__all__ = ["FerryCheckpointEngine", "VERSION_TENSOR", "ENGINE_KWARGS", "node_identity"]
+__all__ = ["FerryCheckpointEngine", "ENGINE_KWARGS", "node_identity"]

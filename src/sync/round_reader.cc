@@ -1,0 +1,436 @@
+#include "sync/round_reader.h"
+
+#include <fmt/format.h>
+#include <xxhash.h>
+
+#include "base/clock.h"
+#include "base/status_macros.h"
+#include "profiler/span.h"
+#include "sync/copy.h"
+#include "sync/round_stats.h"
+
+namespace ferry::sync {
+
+RoundReader::RoundReader(const SyncOptions& options, Link link, wire::Conversation conversation,
+                         shm::MemfdRing ring, std::unique_ptr<transport::Region> region,
+                         bool checksums)
+    : options_(options),
+      interrupted_(options),
+      link_(std::move(link)),
+      conversation_(std::move(conversation)),
+      ring_(std::move(ring)),
+      ring_region_(std::move(region)),
+      checksums_(checksums),
+      delta_rx_(options.delta_keep_limit) {}
+
+RoundReader::~RoundReader() = default;
+
+Status RoundReader::check_session() const {
+  if (broken_.ok()) return ok_status();
+  return failed_precondition("the session failed earlier: " + broken_.to_string());
+}
+
+Status RoundReader::abort(Status why) {
+  if (!broken_.ok()) return why;
+  delta_rx_.forget();
+  if (in_round_) {
+    // A send that failed because the sender died or gave up: its ERROR may be waiting.
+    if (why.code() == Code::kAborted && link_.valid()) {
+      auto pending = receive_message(std::chrono::milliseconds(0));
+      if (!pending.ok() &&
+          pending.status().message().find("aborted the session") != std::string::npos) {
+        why = pending.status();
+      }
+    }
+    why = Status(why.code(),
+                 fmt::format("round {} aborted: {}", conversation_.round(), why.message()));
+    in_round_ = false;
+  }
+  broken_ = why;
+  if (link_.valid()) {
+    // Best effort: the sender learns why this receiver gives up.
+    (void)link_.send(wire::encode(session_message(conversation_.session(), conversation_.round(),
+                                                  wire::Error{why.code(), why.message()})),
+                     std::chrono::milliseconds(100));
+    link_.abort();
+  }
+  return why;
+}
+
+Result<wire::Message> RoundReader::receive_message(std::chrono::milliseconds timeout) {
+  FERRY_ASSIGN_OR_RETURN(auto got,
+                         receive_heeding_interrupt(link_, timeout, options_, interrupted_));
+  return decode_from_sender(got, link_, conversation_);
+}
+
+Result<RoundBegin> RoundReader::begin(ReadInto into) {
+  FERRY_RETURN_IF_ERROR(check_session());
+  if (into == ReadInto::kWritableViews) FERRY_RETURN_IF_ERROR(writable_views_error());
+  auto first = receive_message(options_.idle_timeout);
+  if (!first.ok()) return abort(first.status());
+  in_round_ = true;
+  Status s = begin_round(std::move(*first), into);
+  if (!s.ok()) return abort(s);
+  return RoundBegin{conversation_.round(), more_follows_, round_tensors_, fields_.step};
+}
+
+Status RoundReader::begin_round(wire::Message first, ReadInto into) {
+  start_ = Clock::now();
+  const std::uint64_t round = first.round;
+  if (first.type() != wire::MessageType::kBegin) {
+    return internal_error("conversation let a non-BEGIN message start a round");
+  }
+  round_sum_.emplace(wire::encode(first));
+  auto& begin = std::get<wire::Begin>(first.body);
+  into_ = into;
+  delta_ = begin.delta != 0;
+  more_follows_ = begin.more_follows != 0;
+  ended_ = false;
+  leases_.clear();
+  destinations_ = {};
+  const bool was_delta = fields_.delta != 0;
+  std::vector<TensorSpec> tensors;
+  if (delta_) {
+    for (const wire::DeltaTarget& t : begin.targets) tensors.push_back(t.spec);
+  } else {
+    tensors = begin.manifest;
+  }
+  if (begin.step && min_step_ && *begin.step < *min_step_) {
+    return failed_precondition(
+        fmt::format("stale weights: the sender sends step {}, but this receiver has or "
+                    "requires step {}",
+                    *begin.step, *min_step_));
+  }
+  if (begin_check_) {
+    FERRY_RETURN_IF_ERROR(begin_check_(RoundBegin{round, more_follows_, tensors, begin.step}));
+  }
+  FERRY_RETURN_IF_ERROR(delta_rx_.check_begin(begin, round));
+  // Views of delta rounds and of keep_for_delta rounds need copies sized by BEGIN: bounded
+  // before any is made.
+  if (into != ReadInto::kDestinations) FERRY_RETURN_IF_ERROR(delta_rx_.check_keep(begin, round));
+  if (delta_ && into == ReadInto::kWritableViews) {
+    return failed_precondition(
+        fmt::format("round {} is a delta round: writable views cannot be given for it (the "
+                    "views would be the copies deltas apply onto); receive it with "
+                    "receive_round_buckets",
+                    round));
+  }
+  if (into == ReadInto::kWritableViews) {
+    // The sender refills the slots of the last round's last buckets now: their pages the
+    // caller wrote go, while this round's first buckets arrive.
+    for (std::uint32_t i = 0; i < writes_to_forget_.size(); ++i) {
+      if (writes_to_forget_[i]) start_forgetting(i);
+    }
+  }
+  if (begin.manifest != manifest_ || begin.bucket_bytes != plan_bucket_bytes_) {
+    auto p = plan_buckets(begin.manifest, begin.bucket_bytes);
+    if (!p.ok()) return corruption(fmt::format("round {}: {}", round, p.status().message()));
+    plan_ = std::move(*p);
+    manifest_ = std::move(begin.manifest);
+    plan_bucket_bytes_ = begin.bucket_bytes;
+  }
+  begin.manifest.clear();
+  fields_ = std::move(begin);
+  if (tensors != round_tensors_ || delta_ || was_delta) ++tensors_generation_;
+  round_tensors_ = std::move(tensors);
+  if (plan_.bucket_count() != fields_.bucket_count) {
+    return corruption(fmt::format("round {}: BEGIN says {} buckets, the plan has {}", round,
+                                  fields_.bucket_count, plan_.bucket_count()));
+  }
+  // Delta rounds assemble their blobs whatever the caller asked.
+  if (into != ReadInto::kDestinations || delta_) FERRY_RETURN_IF_ERROR(check_assembly(round));
+  return ok_status();
+}
+
+// Views of a tensor that spans buckets are of a copy of its size, which only the sender's
+// BEGIN gives: bounded before any of it is allocated.
+Status RoundReader::check_assembly(std::uint64_t round) const {
+  const std::uint64_t limit = options_.max_assembled_tensor_bytes;
+  for (std::size_t i = 0; i < manifest_.size(); ++i) {
+    if (plan_.piece_count[i] > 1 && manifest_[i].bytes() > limit) {
+      return resource_exhausted(fmt::format(
+          "round {}: tensor '{}' spans buckets, so it is assembled whole in {} bytes of this "
+          "receiver's memory; that passes its limit of {} bytes "
+          "(SyncOptions::max_assembled_tensor_bytes): raise it, or receive into destinations",
+          round, manifest_[i].name, manifest_[i].bytes(), limit));
+    }
+  }
+  return ok_status();
+}
+
+void RoundReader::into(std::span<std::byte* const> destinations) { destinations_ = destinations; }
+
+Result<std::optional<ReadSegment>> RoundReader::next() {
+  FERRY_RETURN_IF_ERROR(check_session());
+  if (!in_round_) return failed_precondition("next() outside a round: call begin() first");
+  auto r = next_segment();
+  if (!r.ok()) return abort(r.status());
+  if (!*r) in_round_ = false;
+  return r;
+}
+
+Result<std::optional<ReadSegment>> RoundReader::next_segment() {
+  if (into_ == ReadInto::kDestinations && destinations_.size() != round_tensors_.size()) {
+    return internal_error("a round read into destinations was given none");
+  }
+  const std::uint64_t round = conversation_.round();
+  Result<wire::Message> m = internal_error("unset");
+  {
+    profiler::Span span("sync.wait_bucket", profiler::Detail::kBucket);
+    m = receive_message(options_.timeout);
+  }
+  if (!m.ok()) return m.status();
+  if (m->type() == wire::MessageType::kEnd) {
+    FERRY_RETURN_IF_ERROR(end_round(std::get<wire::End>(m->body)));
+    return std::optional<ReadSegment>();
+  }
+  const auto& f = std::get<wire::Filled>(m->body);
+  const std::uint64_t planned = plan_.bucket_used[f.bucket];
+  if (f.last != 0 ? f.used_bytes != planned : f.used_bytes >= planned) {
+    return corruption(fmt::format("round {} bucket {}: segment ends at {}{}, the plan fills {}",
+                                  round, f.bucket, f.used_bytes,
+                                  f.last != 0 ? " and is the last" : "", planned));
+  }
+  if (!link_.shares_memory() && f.used_bytes > f.offset) {
+    profiler::Span span("sync.net_receive", profiler::Detail::kBucket);
+    FERRY_RETURN_IF_ERROR(receive_segment(f));
+  }
+  if (f.offset == 0) leases_.push_back(Lease{f.bucket, f.slot, {}});
+  {
+    profiler::Span span("sync.unpack", profiler::Detail::kBucket);
+    FERRY_RETURN_IF_ERROR(verify_and_deliver(f, ring_.slot(f.slot)));
+  }
+  round_sum_->add_bucket(f.bucket, f.used_bytes, f.checksum);
+  ReadSegment segment;
+  segment.bucket = f.bucket;
+  segment.tensors = views_;
+  segment.writable = writable_views_;
+  segment.bucket_ends = f.last != 0;
+  segment.round_ends = segment.bucket_ends && f.bucket + 1 == plan_.bucket_count();
+  segment.is_last = segment.round_ends && !more_follows_;
+  return std::optional<ReadSegment>(segment);
+}
+
+Status RoundReader::end_round(const wire::End& e) {
+  const std::uint64_t round = conversation_.round();
+  const std::uint64_t digest = round_sum_->digest();
+  if (e.round_checksum != digest) {
+    return corruption(
+        fmt::format("round {}: round checksum {:016x} from {}, this receiver "
+                    "computed {:016x}",
+                    round, e.round_checksum, link_.peer(), digest));
+  }
+  // The round is over: the ACK covers every slot, so buckets still held go back now.
+  while (!leases_.empty()) FERRY_RETURN_IF_ERROR(release(leases_.front().bucket));
+  FERRY_RETURN_IF_ERROR(link_.send(wire::encode(session_message(conversation_.session(), round,
+                                                                wire::Ack{e.bucket_count, digest})),
+                                   options_.timeout));
+  stats_ = finished_round(round, manifest_.size(), plan_, start_, digest);
+  stats_.more_follows = more_follows_;
+  stats_.step = fields_.step;
+  if (fields_.step) set_min_step(*fields_.step);
+  stats_.delta = delta_;
+  stats_.base_version = fields_.base_version;
+  stats_.version = fields_.version;
+  if (delta_) {
+    stats_.bytes = 0;
+    for (const wire::DeltaTarget& t : fields_.targets) stats_.bytes += t.spec.bytes();
+  }
+  delta_rx_.completed(fields_);
+  ended_ = true;
+  return ok_status();
+}
+
+Status RoundReader::release(std::uint32_t bucket) {
+  FERRY_RETURN_IF_ERROR(check_session());
+  if (leases_.empty() || leases_.front().bucket != bucket) {
+    return failed_precondition(
+        fmt::format("release of bucket {}: buckets are released in order, and {}", bucket,
+                    leases_.empty() ? std::string("none is held")
+                                    : fmt::format("bucket {} is next", leases_.front().bucket)));
+  }
+  Lease lease = std::move(leases_.front());
+  leases_.pop_front();
+  if (!lease.assembled.empty()) spare_.push_back(std::move(lease.assembled));
+  Status s = send_release(lease);
+  if (!s.ok()) return abort(s);
+  return ok_status();
+}
+
+Status RoundReader::send_release(const Lease& lease) {
+  profiler::Span span("sync.release", profiler::Detail::kBucket);
+  if (into_ == ReadInto::kWritableViews) {
+    if (lease.bucket + 1 < plan_.bucket_count()) {
+      start_forgetting(lease.slot);
+    } else {
+      writes_to_forget_[lease.slot] = true;  // its views stay readable until the next round
+    }
+  }
+  return link_.send(wire::encode(session_message(conversation_.session(), conversation_.round(),
+                                                 wire::Release{lease.slot, lease.bucket})),
+                    options_.timeout);
+}
+
+// Not sharing memory: the segment's bytes follow its FILLED, straight into this ring.
+Status RoundReader::receive_segment(const wire::Filled& f) {
+  std::span<std::byte> into(ring_.slot(f.slot) + f.offset, f.used_bytes - f.offset);
+  Status s = link_.channel().receive_segment(into, ring_region_.get(), options_.timeout);
+  if (s.ok()) return s;
+  return Status(s.code(), fmt::format("round {} bucket {}: {}", conversation_.round(), f.bucket,
+                                      s.message()));
+}
+
+// Checks segment f's checksum and delivers it. Destinations are hashed as they are copied
+// (one read of the slot) and so checked after writing: a corrupt bucket then aborts the round
+// with destinations partly written, which is what any failure in that mode leaves. Views are
+// handed out only after the check.
+Status RoundReader::verify_and_deliver(const wire::Filled& f, const std::byte* slot) {
+  std::uint64_t sum = f.checksum;
+  Status delivered;
+  const bool copy_out = into_ == ReadInto::kDestinations && !delta_;
+  if (!checksums_) {
+    delivered = deliver(f, slot, nullptr);
+  } else if (copy_out) {
+    BucketHash hash(slot, f.offset);
+    delivered = deliver(f, slot, &hash);
+    sum = hash.finish(f.used_bytes);
+  } else {
+    sum = XXH3_64bits(slot + f.offset, f.used_bytes - f.offset);
+    if (sum == f.checksum) delivered = deliver(f, slot, nullptr);
+  }
+  if (sum != f.checksum) {
+    return corruption(
+        fmt::format("round {} bucket {} (slot {}, bytes {}-{}): checksum {:016x}, {} "
+                    "announced {:016x}: the shared memory was corrupted",
+                    conversation_.round(), f.bucket, f.slot, f.offset, f.used_bytes, sum,
+                    link_.peer(), f.checksum));
+  }
+  return delivered;
+}
+
+// Delivers segment f (slot bytes [f.offset, f.used_bytes) of bucket f.bucket); `hash` (may be
+// null) takes the bytes copied into destinations.
+Status RoundReader::deliver(const wire::Filled& f, const std::byte* slot, BucketHash* hash) {
+  views_.clear();
+  writable_views_.clear();
+  std::byte* writable_slot = nullptr;
+  if (into_ == ReadInto::kWritableViews) {
+    writable_slot = cow_.slot(f.slot);
+    // The slot's last bucket was released, so its views are done with: pages the caller
+    // wrote then read the ring again.
+    if (f.offset == 0) FERRY_RETURN_IF_ERROR(forgotten(f.slot));
+  }
+  if (f.offset == 0) walker_ = SegmentWalker(plan_.bucket(f.bucket));
+  const bool last = f.last != 0;
+  if (into_ == ReadInto::kDestinations && !delta_) {
+    walker_.walk(
+        f.offset, f.used_bytes, last,
+        [&](const Piece& p, std::uint64_t at, std::uint64_t n) {
+          std::byte* dst = destinations_[p.tensor] + p.tensor_offset + at;
+          const std::byte* src = slot + p.bucket_offset + at;
+          if (hash != nullptr) {
+            hash->copy_piece(dst, src, n, p.bucket_offset + at);
+          } else {
+            copy_bytes(dst, src, n);
+          }
+        },
+        [](const Piece&) {});
+    return ok_status();
+  }
+  Status status;
+  walker_.walk(
+      f.offset, f.used_bytes, last,
+      [&](const Piece& p, std::uint64_t at, std::uint64_t n) {
+        if (plan_.piece_count[p.tensor] == 1) return;  // handed out as a view when it ends
+        if (p.tensor_offset + at == 0) {
+          if (staging_.capacity() == 0 && !spare_.empty()) {
+            staging_ = std::move(spare_.back());
+            spare_.pop_back();
+          }
+          staging_.resize(manifest_[p.tensor].bytes());
+        }
+        copy_bytes(staging_.data() + p.tensor_offset + at, slot + p.bucket_offset + at, n);
+      },
+      [&](const Piece& p) {
+        if (!status.ok()) return;
+        const TensorSpec& spec = manifest_[p.tensor];
+        if (plan_.piece_count[p.tensor] == 1) {
+          // Zero-copy: a view into the ring, whose earlier segments stay until RELEASE.
+          std::byte* writable =
+              writable_slot != nullptr ? writable_slot + p.bucket_offset : nullptr;
+          status = finish_tensor(p.tensor, TensorView{spec, {slot + p.bucket_offset, p.length}},
+                                 writable);
+        } else if (p.tensor_offset + p.length == spec.bytes()) {
+          // Kept with the bucket's lease, as the ring's views are.
+          std::vector<std::byte>& whole = leases_.back().assembled;
+          whole.swap(staging_);
+          status =
+              finish_tensor(p.tensor, TensorView{spec, {whole.data(), whole.size()}}, whole.data());
+        }
+      });
+  return status;
+}
+
+// Hands finished tensor i out as a view. In a delta round `tensor` is its blob, applied first
+// onto the destination or this receiver's copy.
+Status RoundReader::finish_tensor(std::size_t i, TensorView tensor, std::byte* writable) {
+  if (delta_) {
+    const wire::DeltaTarget& target = fields_.targets[i];
+    const bool onto_destination = into_ == ReadInto::kDestinations;
+    const std::span<std::byte> onto =
+        onto_destination ? std::span<std::byte>(destinations_[i], target.spec.bytes())
+                         : delta_rx_.copy_of(target.spec);
+    FERRY_RETURN_IF_ERROR(
+        delta_rx_.apply(tensor.data, onto, target, fields_, conversation_.round()));
+    if (onto_destination) return ok_status();
+    tensor = TensorView{target.spec, onto};
+  } else if (fields_.keep_for_delta != 0) {
+    delta_rx_.keep(tensor);
+  }
+  if (into_ == ReadInto::kWritableViews) {
+    writable_views_.push_back({tensor.spec, {writable, tensor.data.size()}});
+  } else {
+    views_.push_back(tensor);
+  }
+  return ok_status();
+}
+
+Status RoundReader::writable_views_error() {
+  if (!cow_error_) {
+    if (ring_.slots() < 2) {
+      cow_error_ = failed_precondition(
+          fmt::format("writable views hold a ring slot until the next bucket, so they need a "
+                      "ring of 2 slots or more; {}'s has {}",
+                      link_.peer(), ring_.slots()));
+    } else {
+      auto view = shm::CowView::map(ring_.fd(), ring_.slots(), ring_.slot_bytes());
+      cow_error_ = view.status();
+      if (view.ok()) {
+        cow_ = std::move(*view);
+        writes_to_forget_.assign(ring_.slots(), false);
+        forgetting_.resize(ring_.slots());
+      }
+    }
+  }
+  return *cow_error_;
+}
+
+// Starts dropping the pages written into slot i's views, in the background.
+void RoundReader::start_forgetting(std::uint32_t i) {
+  writes_to_forget_[i] = false;
+  forgetting_[i] = std::async(std::launch::async, [this, i] { return cow_.forget_writes(i); });
+}
+
+// Waits until slot i shows the ring's bytes again in the copy-on-write view.
+Status RoundReader::forgotten(std::uint32_t i) {
+  if (writes_to_forget_[i]) start_forgetting(i);
+  if (!forgetting_[i].valid()) return ok_status();
+  return forgetting_[i].get();
+}
+
+std::span<const std::byte> RoundReader::ring_memory() const {
+  if (ring_.slots() == 0) return {};
+  return {ring_.slot(0), static_cast<std::size_t>(ring_.slots()) * ring_.slot_bytes()};
+}
+
+}  // namespace ferry::sync

@@ -1,0 +1,174 @@
+// The receiving end of a session's rounds as an object its caller drives: begin() takes a
+// round's BEGIN, next() hands out each verified segment, release() returns a bucket's slot to
+// the sender, and the END's digest and the ACK close the round. Receiver's delivery modes
+// (destinations, tensor and bucket callbacks, writable views) are small loops over it.
+//
+//   RoundReader& r = ...;
+//   FERRY_RETURN_IF_ERROR(r.begin(ReadInto::kViews).status());
+//   while (true) {
+//     auto s = r.next();                        // a verified segment, or nullopt at END
+//     if (!s.ok()) return s.status();           // the session is broken; the sender told
+//     if (!*s) return r.stats();                // the round arrived whole and was ACKed
+//     use((*s)->tensors);
+//     if ((*s)->bucket_ends) FERRY_RETURN_IF_ERROR(r.release((*s)->bucket));
+//   }
+//
+// Any error (from the reader, or the caller's through abort()) breaks the session as
+// Receiver's header says: the sender is told, later calls fail with the first error.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <deque>
+#include <future>
+#include <memory>
+#include <optional>
+#include <span>
+#include <vector>
+
+#include "ferry/status.h"
+#include "ferry/sync.h"
+#include "ferry/tensor.h"
+#include "sync/bucket_planner.h"
+#include "sync/copy.h"
+#include "sync/delta_receiver.h"
+#include "sync/link.h"
+#include "sync/round_checksum.h"
+#include "sync/segment.h"
+#include "sync/sync_options.h"
+#include "transport/shm/cow_view.h"
+#include "transport/shm/memfd_ring.h"
+#include "transport/transport.h"
+#include "wire/conversation.h"
+#include "wire/message.h"
+
+namespace ferry::sync {
+
+// How a round's tensors reach the caller.
+enum class ReadInto : std::uint8_t {
+  // Read-only views: into the ring where a tensor lies in one bucket (zero copy), else of
+  // the tensor assembled in this process. Delta rounds: views of the copies deltas apply onto.
+  kViews,
+  // The same views, writable: a copy-on-write mapping of the ring (writable_views_error()).
+  kWritableViews,
+  // Copied into the caller's memory (into()) while the bytes are hashed; no views.
+  kDestinations,
+};
+
+// One verified segment of a bucket. Views stay valid until the bucket is released.
+struct ReadSegment {
+  std::uint32_t bucket = 0;
+  std::span<const TensorView> tensors;          // kViews: the tensors completed here
+  std::span<const MutableTensorView> writable;  // kWritableViews: the same, writable
+  bool bucket_ends = false;                     // the bucket's last segment: release it
+  bool round_ends = false;                      // the round's last segment
+  bool is_last = false;                         // round_ends and no more_follows
+};
+
+class RoundReader {
+ public:
+  // `ring`: mapped from a sender that shares memory, else this process's own, registered as
+  // `region` for the segments sent into it.
+  RoundReader(const SyncOptions& options, Link link, wire::Conversation conversation,
+              shm::MemfdRing ring, std::unique_ptr<transport::Region> region, bool checksums);
+  ~RoundReader();
+  RoundReader(const RoundReader&) = delete;
+  RoundReader& operator=(const RoundReader&) = delete;
+
+  // Waits (options.idle_timeout) for the next round's BEGIN, checks it (set_begin_check, the
+  // delta base, the limits of copies and assembly) and plans its buckets.
+  Result<RoundBegin> begin(ReadInto into);
+  // kDestinations: where tensor i of begin()'s RoundBegin::tensors goes; after begin(), before
+  // next(); the memory stays valid and each span holds the tensor's bytes.
+  void into(std::span<std::byte* const> destinations);
+  // The next verified segment; nullopt once the round's END matched every bucket (the ACK is
+  // sent, stats() holds the round). Buckets still held are released first.
+  Result<std::optional<ReadSegment>> next();
+  // Hands bucket `bucket`'s slot back to the sender: its views end. In bucket order.
+  Status release(std::uint32_t bucket);
+  // Breaks the session with the caller's reason ("round N aborted: ..." inside a round).
+  Status abort(Status why);
+
+  void set_begin_check(BeginCheck check) { begin_check_ = std::move(check); }
+  // Refuses, from the next BEGIN on, a round whose step is below `step` (Receiver::set_min_step).
+  void set_min_step(std::uint64_t step) { min_step_ = std::max(min_step_.value_or(0), step); }
+  // Bumped whenever a round's tensors differ from the last round's, so a caller resolving
+  // destinations by name does so once per change.
+  std::uint64_t tensors_generation() const { return tensors_generation_; }
+  const RoundStats& stats() const { return stats_; }
+  // OK when kWritableViews can run (2 slots or more, page-sized buckets, a private mapping).
+  Status writable_views_error();
+  std::span<const std::byte> ring_memory() const;
+  std::uint64_t session_id() const { return conversation_.session(); }
+  std::uint64_t last_round() const { return conversation_.round(); }
+  const std::string& peer() const { return link_.peer(); }
+
+ private:
+  struct Lease {
+    std::uint32_t bucket = 0;
+    std::uint32_t slot = 0;
+    std::vector<std::byte> assembled;  // a split tensor that completed in this bucket
+  };
+
+  Status check_session() const;
+  Result<wire::Message> receive_message(std::chrono::milliseconds timeout);
+  Status begin_round(wire::Message first, ReadInto into);
+  Status check_assembly(std::uint64_t round) const;
+  Result<std::optional<ReadSegment>> next_segment();
+  Status end_round(const wire::End& end);
+  Status receive_segment(const wire::Filled& f);
+  Status verify_and_deliver(const wire::Filled& f, const std::byte* slot);
+  Status deliver(const wire::Filled& f, const std::byte* slot, BucketHash* hash);
+  Status finish_tensor(std::size_t i, TensorView tensor, std::byte* writable);
+  Status send_release(const Lease& lease);
+  void start_forgetting(std::uint32_t slot);
+  Status forgotten(std::uint32_t slot);
+
+  SyncOptions options_;
+  InterruptCheck interrupted_;
+  Link link_;
+  wire::Conversation conversation_;
+  shm::MemfdRing ring_;
+  std::unique_ptr<transport::Region> ring_region_;  // after ring_: deregistered first
+  bool checksums_ = true;
+  Status broken_;
+  BeginCheck begin_check_;
+  // The lowest step a round may carry: the highest of the steps received and set_min_step's.
+  std::optional<std::uint64_t> min_step_;
+  DeltaReceiver delta_rx_;
+
+  // The round being read.
+  bool in_round_ = false;
+  ReadInto into_ = ReadInto::kViews;
+  bool delta_ = false;  // a delta round: blobs are assembled, applied onto destinations or copies
+  bool more_follows_ = false;
+  std::chrono::steady_clock::time_point start_;
+  std::optional<RoundChecksum> round_sum_;
+  std::vector<TensorSpec> manifest_;
+  std::uint64_t plan_bucket_bytes_ = 0;
+  BucketPlan plan_;
+  wire::Begin fields_;  // the round's BEGIN, its manifest moved out
+  std::vector<TensorSpec> round_tensors_;
+  std::uint64_t tensors_generation_ = 0;
+  std::span<std::byte* const> destinations_;
+  RoundStats stats_;
+  bool ended_ = false;  // END checked and ACKed
+
+  SegmentWalker walker_{{}};
+  std::vector<std::byte> staging_;             // a tensor split across buckets, being assembled
+  std::vector<std::vector<std::byte>> spare_;  // released assemblies, reused (no page faults)
+  std::deque<Lease> leases_;                   // buckets delivered, not yet released
+  std::vector<TensorView> views_;
+  std::vector<MutableTensorView> writable_views_;
+
+  // kWritableViews: the ring's copy-on-write view (mapped on first use, or why not). Pages the
+  // caller wrote into a released slot's views are dropped (a pagemap scan, ~15 ms per 512 MiB,
+  // in the background) before the slot's views are handed out again; the round's last bucket,
+  // whose views stay readable until the sender refills the slot, when the next round begins.
+  shm::CowView cow_;
+  std::optional<Status> cow_error_;
+  std::vector<bool> writes_to_forget_;           // per slot: released, not yet scanned
+  std::vector<std::future<Status>> forgetting_;  // per slot: the scan running; after cow_
+};
+
+}  // namespace ferry::sync

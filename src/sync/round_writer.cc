@@ -1,0 +1,222 @@
+#include "sync/round_writer.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+
+#include "base/clock.h"
+#include "base/status_macros.h"
+#include "profiler/span.h"
+#include "sync/round_stats.h"
+#include "sync/segment.h"
+#include "sync/testing.h"
+
+namespace ferry::sync {
+namespace {
+
+testing::CorruptSlot& corrupt_slot_hook() {
+  static testing::CorruptSlot hook;
+  return hook;
+}
+
+}  // namespace
+
+void testing::set_corrupt_slot_hook(CorruptSlot hook) { corrupt_slot_hook() = std::move(hook); }
+
+Status RoundWriter::begin(std::vector<TensorSpec> manifest, const RoundOptions& round_options,
+                          wire::Begin fields) {
+  // The plan is deterministic from the manifest: reuse it while the manifest is unchanged.
+  if (manifest != manifest_ || plan_.bucket_bytes == 0) {
+    FERRY_ASSIGN_OR_RETURN(plan_, plan_buckets(manifest, options_.bucket_bytes));
+    manifest_ = manifest;
+  }
+  start_ = Clock::now();
+  ++round_;
+  fanout_->set_round(round_);
+  for (Peer& p : fanout_->peers()) {
+    p.released = 0;
+    p.acked = false;
+  }
+  more_follows_ = round_options.more_follows;
+  step_ = round_options.step;
+  delta_ = fields.delta != 0;
+  base_version_ = fields.base_version;
+  wire::Begin begin = std::move(fields);
+  begin.bucket_bytes = options_.bucket_bytes;
+  begin.total_bytes = plan_.total_bytes;
+  begin.bucket_count = plan_.bucket_count();
+  begin.more_follows = static_cast<std::uint8_t>(more_follows_);
+  begin.manifest = std::move(manifest);
+  begin.version = round_;
+  begin.step = round_options.step;
+  const wire::Message message = fanout_->message(std::move(begin));
+  const std::vector<std::byte> bytes = wire::encode(message);
+  round_sum_.emplace(bytes);
+  b_ = 0;
+  slot_ = nullptr;
+  piece_ = 0;
+  in_piece_ = 0;
+  segment_begin_ = 0;
+  hash_.reset();
+  FERRY_RETURN_IF_ERROR(fanout_->send_all_bytes(bytes, message));
+  return settle();
+}
+
+std::uint64_t RoundWriter::segment_end() const {
+  return std::min(plan_.bucket_used[b_], segment_begin_ + kSegmentBytes);
+}
+
+Status RoundWriter::settle() {
+  while (b_ < plan_.bucket_count()) {
+    if (slot_ == nullptr) FERRY_RETURN_IF_ERROR(open_bucket());
+    while (!bucket_done() && in_piece_ == plan_.pieces[piece_].length) {
+      ++piece_;
+      in_piece_ = 0;
+    }
+    const std::uint64_t used = plan_.bucket_used[b_];
+    const std::uint64_t at = bucket_done() ? used : plan_.pieces[piece_].bucket_offset + in_piece_;
+    const std::uint64_t end = segment_end();
+    // A segment is whole once the cursor passed its end; the last one once the bucket is.
+    if (at < end || (end == used && !bucket_done())) return ok_status();
+    FERRY_RETURN_IF_ERROR(publish_segment());
+  }
+  return ok_status();
+}
+
+Status RoundWriter::open_bucket() {
+  const std::uint32_t k = fanout_->ring().slots();
+  if (b_ >= k) {
+    // Slot b % k still holds bucket b - k until every receiver released it.
+    const std::uint32_t need = b_ - k + 1;
+    profiler::Span span("sync.wait_slot", profiler::Detail::kBucket);
+    FERRY_RETURN_IF_ERROR(
+        fanout_->wait_until([&](const Peer& p) { return p.released >= need; }, 0, "a free slot"));
+  }
+  slot_ = fanout_->ring().slot(b_ % k);
+  piece_ = plan_.bucket_begin[b_];
+  in_piece_ = 0;
+  segment_begin_ = 0;
+  return ok_status();
+}
+
+Status RoundWriter::publish_segment() {
+  const std::uint64_t end = segment_end();
+  const bool last = end == plan_.bucket_used[b_];
+  std::uint64_t sum = 0;
+  if (options_.checksums) {
+    // put() hashed while copying; a producer's fill() is hashed from the slot.
+    sum = hash_ ? hash_->finish(end) : BucketHash(slot_, segment_begin_).finish(end);
+  }
+  hash_.reset();
+  round_sum_->add_bucket(b_, end, sum);
+  if (corrupt_slot_hook() && segment_begin_ == 0) corrupt_slot_hook()(b_, slot_);
+  const std::uint32_t slot = b_ % fanout_->ring().slots();
+  {
+    profiler::Span span("sync.publish", profiler::Detail::kBucket);
+    FERRY_RETURN_IF_ERROR(fanout_->send_all(fanout_->message(
+        wire::Filled{slot, b_, end, sum, segment_begin_, static_cast<std::uint8_t>(last)})));
+  }
+  if (!last) {
+    segment_begin_ = end;
+  } else {
+    ++b_;
+    slot_ = nullptr;
+  }
+  return ok_status();
+}
+
+Status RoundWriter::put(std::span<const std::byte> bytes) {
+  profiler::Span span("sync.pack", profiler::Detail::kBucket);
+  FERRY_RETURN_IF_ERROR(settle());
+  while (!bytes.empty()) {
+    if (b_ == plan_.bucket_count()) {
+      return invalid_argument(
+          fmt::format("round {}: {} bytes more than the round's {} tensors hold", round_,
+                      bytes.size(), manifest_.size()));
+    }
+    const Piece& p = plan_.pieces[piece_];
+    const std::uint64_t at = p.bucket_offset + in_piece_;
+    const std::size_t n = static_cast<std::size_t>(
+        std::min<std::uint64_t>({bytes.size(), p.length - in_piece_, segment_end() - at}));
+    if (options_.checksums) {
+      if (!hash_) hash_.emplace(slot_, segment_begin_);
+      hash_->copy_piece(slot_ + at, bytes.data(), n, at);
+    } else {
+      copy_bytes(slot_ + at, bytes.data(), n);
+    }
+    in_piece_ += n;
+    bytes = bytes.subspan(n);
+    FERRY_RETURN_IF_ERROR(settle());
+  }
+  return ok_status();
+}
+
+Status RoundWriter::fill(const TensorFill& produce, const FillFlush& flush) {
+  FERRY_RETURN_IF_ERROR(settle());
+  while (b_ < plan_.bucket_count()) {
+    profiler::Span span("sync.fill", profiler::Detail::kBucket);
+    // The producer's copies may be in flight until flush: nothing is hashed before it.
+    const std::uint64_t end = segment_end();
+    std::optional<std::uint32_t> first_tensor;
+    std::uint32_t last_tensor = 0;
+    while (!bucket_done()) {
+      const Piece& p = plan_.pieces[piece_];
+      const std::uint64_t at = p.bucket_offset + in_piece_;
+      if (in_piece_ == p.length) {
+        ++piece_;
+        in_piece_ = 0;
+        continue;
+      }
+      if (at >= end) break;
+      const std::uint64_t n = std::min(p.length - in_piece_, end - at);
+      if (!first_tensor) first_tensor = p.tensor;
+      last_tensor = p.tensor;
+      Status s =
+          produce(p.tensor, p.tensor_offset + in_piece_, std::span<std::byte>(slot_ + at, n));
+      if (!s.ok()) {
+        return Status(s.code(), fmt::format("tensor {} '{}': {}", p.tensor,
+                                            manifest_[p.tensor].name, s.message()));
+      }
+      in_piece_ += n;
+    }
+    Status s = flush();
+    if (!s.ok() && first_tensor) {
+      s = Status(s.code(), fmt::format("flushing tensors {} '{}' to {} '{}': {}", *first_tensor,
+                                       manifest_[*first_tensor].name, last_tensor,
+                                       manifest_[last_tensor].name, s.message()));
+    }
+    FERRY_RETURN_IF_ERROR(s);
+    FERRY_RETURN_IF_ERROR(settle());
+  }
+  return ok_status();
+}
+
+Result<RoundStats> RoundWriter::finish() {
+  FERRY_RETURN_IF_ERROR(settle());
+  if (b_ != plan_.bucket_count()) {
+    const Piece& p = plan_.pieces[piece_];
+    return invalid_argument(
+        fmt::format("round {}: ended before tensor {} '{}' was given whole ({} of its {} bytes)",
+                    round_, p.tensor, manifest_[p.tensor].name, p.tensor_offset + in_piece_,
+                    manifest_[p.tensor].bytes()));
+  }
+  const std::uint64_t digest = round_sum_->digest();
+  FERRY_RETURN_IF_ERROR(
+      fanout_->send_all(fanout_->message(wire::End{plan_.bucket_count(), digest})));
+  {
+    profiler::Span span("sync.wait_ack");
+    FERRY_RETURN_IF_ERROR(
+        fanout_->wait_until([](const Peer& p) { return p.acked; }, digest, "acknowledgements"));
+    FERRY_RETURN_IF_ERROR(fanout_->drain_transfers());
+  }
+  RoundStats stats;
+  stats.delta = delta_;
+  stats.base_version = base_version_;
+  stats.version = round_;
+  finish_round_stats(&stats, round_, manifest_.size(), plan_, start_, digest);
+  stats.more_follows = more_follows_;
+  stats.step = step_;
+  return stats;
+}
+
+}  // namespace ferry::sync
