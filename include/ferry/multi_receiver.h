@@ -14,8 +14,8 @@
 // - disjoint tensors: a name that two senders send in one round is kInvalidArgument naming the
 //   tensor and both senders. The first sender's copy may already be written by then, as any
 //   failed round in destination mode may leave destinations partly written;
-// - the same more_follows (an update split into the same rounds), else kFailedPrecondition
-//   naming both senders.
+// - the same more_follows (an update split into the same rounds) and the same step
+//   (RoundOptions::step, or none), else kFailedPrecondition naming both senders.
 // Round numbers (RoundStats::version) are not compared: each Sender counts its own, and after a
 // failure they legitimately differ (a sender whose round went through fails its next one
 // instead, so it counts one more), which would refuse every later session. ferry does not know

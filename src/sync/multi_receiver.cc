@@ -122,6 +122,7 @@ struct MultiReceiver::Impl {
     all.version = stats[0].version;
     all.base_version = stats[0].base_version;
     all.more_follows = stats[0].more_follows;
+    all.step = stats[0].step;  // the senders agreed on it (RoundAgreement)
     std::vector<std::byte> checksums;
     for (const RoundStats& s : stats) {
       all.tensors += s.tensors;

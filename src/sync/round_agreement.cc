@@ -16,6 +16,16 @@ Status RoundAgreement::check(std::size_t sender, const RoundBegin& begin) {
     first_sender_ = sender;
     first_round_ = begin.round;
     first_more_follows_ = begin.more_follows;
+    first_step_ = begin.step;
+  } else if (begin.step != first_step_) {
+    const auto step = [](std::optional<std::uint64_t> v) {
+      return v ? fmt::format("step {}", *v) : std::string("no step");
+    };
+    return failed_precondition(fmt::format(
+        "{} (its round {}) sends {}, {} (its round {}) sends {}: the senders of one update must "
+        "carry the same step",
+        senders_[*first_sender_], first_round_, step(first_step_), senders_[sender], begin.round,
+        step(begin.step)));
   } else if (begin.more_follows != first_more_follows_) {
     const bool first_follows = first_more_follows_;
     return failed_precondition(fmt::format(

@@ -23,7 +23,7 @@ class RoundAgreement {
   // Forgets the last round's BEGINs: called before every round.
   void start_round();
 
-  // Sender `sender`'s BEGIN: the same more_follows as the round's first BEGIN
+  // Sender `sender`'s BEGIN: the same more_follows and step as the round's first BEGIN
   // (kFailedPrecondition otherwise), and no tensor another sender sends (kInvalidArgument
   // naming the tensor and both senders). Round numbers are not compared: they differ after a
   // recovery (ferry/multi_receiver.h says why). Called from the senders' threads.
@@ -36,6 +36,7 @@ class RoundAgreement {
   std::optional<std::size_t> first_sender_ FERRY_GUARDED_BY(mu_);
   std::uint64_t first_round_ FERRY_GUARDED_BY(mu_) = 0;  // its round number, for messages
   bool first_more_follows_ FERRY_GUARDED_BY(mu_) = false;
+  std::optional<std::uint64_t> first_step_ FERRY_GUARDED_BY(mu_);
   // Which sender sends each tensor of this round.
   std::unordered_map<std::string, std::size_t> owner_ FERRY_GUARDED_BY(mu_);
 };

@@ -52,7 +52,7 @@ std::vector<TensorView> part_views(const Weights& w, const std::vector<std::size
 class PartSender {
  public:
   PartSender(std::string address, SyncOptions options, std::vector<TensorSpec> model,
-             std::vector<std::size_t> indices, int rounds)
+             std::vector<std::size_t> indices, int rounds, RoundOptions round_options = {})
       : address_(std::move(address)) {
     auto sender = Sender::create(address_, options);
     if (!sender.ok()) {
@@ -61,14 +61,15 @@ class PartSender {
     }
     sender_ = std::move(*sender);
     address_ = sender_->address();  // a net sender's bound port
-    thread_ = std::thread([this, model = std::move(model), indices = std::move(indices), rounds] {
-      status_ = sender_->accept(1);
-      for (int r = 1; r <= rounds && status_.ok(); ++r) {
-        const Weights w = round_weights(model, r);
-        const std::vector<TensorView> views = part_views(w, indices);
-        status_ = sender_->send_round(views).status();
-      }
-    });
+    thread_ = std::thread(
+        [this, model = std::move(model), indices = std::move(indices), rounds, round_options] {
+          status_ = sender_->accept(1);
+          for (int r = 1; r <= rounds && status_.ok(); ++r) {
+            const Weights w = round_weights(model, r);
+            const std::vector<TensorView> views = part_views(w, indices);
+            status_ = sender_->send_round(views, round_options).status();
+          }
+        });
   }
   ~PartSender() { join(); }
   void join() {
@@ -470,6 +471,31 @@ TEST(MultiReceiver, AnUpdateSplitIntoDifferentRoundsIsRefusedNamingBoth) {
             std::string::npos)
       << m;
   EXPECT_NE(m.find("sender 1 (" + whole.address() + ")"), std::string::npos) << m;
+}
+
+// The senders of one update carry the trainer's same step; the receiver reports it.
+TEST(MultiReceiver, SendersAgreeOnTheStepOrTheRoundIsRefusedNamingBoth) {
+  const SyncOptions o = tiny_options();
+  const std::vector<TensorSpec> model = small_model();
+  for (const std::uint64_t second_step : {5u, 6u}) {
+    PartSender a(unique_address(), o, model, {0, 1}, 1, RoundOptions{.step = 5});
+    PartSender b(unique_address(), o, model, {2, 3, 4, 5, 6}, 1, RoundOptions{.step = second_step});
+    auto rx = MultiReceiver::connect({a.address(), b.address()}, 0, o);
+    ASSERT_OK(rx);
+    auto stats = (*rx)->receive_round([](const TensorView&) { return ok_status(); });
+    if (second_step == 5) {
+      ASSERT_OK(stats);
+      EXPECT_EQ(stats->step, 5u);
+      continue;
+    }
+    ASSERT_FALSE(stats.ok());
+    EXPECT_EQ(stats.status().code(), Code::kFailedPrecondition) << stats.status().to_string();
+    const std::string& m = stats.status().message();
+    EXPECT_NE(m.find("step 5"), std::string::npos) << m;
+    EXPECT_NE(m.find("step 6"), std::string::npos) << m;
+    EXPECT_NE(m.find(a.address()), std::string::npos) << m;
+    EXPECT_NE(m.find(b.address()), std::string::npos) << m;
+  }
 }
 
 TEST(MultiReceiver, ASenderFailingMidRoundFailsTheRoundNamingIt) {
