@@ -294,7 +294,7 @@ class BucketedWeightReceiver:
             receiver, fresh = self._session()
             try:
                 # One update may come as several rounds (the sender streams it).
-                if on_cpu and receiver._impl.writable_views_error() is None:
+                if on_cpu and receiver.writable_views_error is None:
                     receive = functools.partial(receiver._impl.receive_round_buckets_writable,
                                                 on_ring_bucket)
                 else:

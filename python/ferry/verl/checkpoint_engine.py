@@ -274,7 +274,7 @@ class FerryCheckpointEngine(CheckpointEngineWithCache):
                                            self._options())
             address = plan["shm"] if kind == "shm" else plan["relays"][relay_id]["local"]
             self._join(address, receiver_id)
-            if self._receiver._impl.writable_views_error() is not None:
+            if self._receiver.writable_views_error is not None:
                 # No copy-on-write views of this ring: buckets are copied into the receive
                 # buffers, backed now while the first update is on its way.
                 self._receive_buffers.back_in_background()
@@ -609,7 +609,7 @@ class FerryCheckpointEngine(CheckpointEngineWithCache):
             current.clear()
 
         self._require_step(receiver, required)
-        if receiver._impl.writable_views_error() is None:
+        if receiver.writable_views_error is None:
             receive = functools.partial(receiver._impl.receive_round_segments_writable,
                                         on_ring_segment)
         else:
