@@ -71,7 +71,7 @@ Result<RoundBegin> RoundReader::begin(ReadInto into) {
   in_round_ = true;
   Status s = begin_round(std::move(*first), into);
   if (!s.ok()) return abort(s);
-  return RoundBegin{conversation_.round(), more_follows_, round_tensors_, fields_.step};
+  return RoundBegin{conversation_.round(), more_follows_, round_tensors(), fields_.step};
 }
 
 Status RoundReader::begin_round(wire::Message first, ReadInto into) {
@@ -89,12 +89,13 @@ Status RoundReader::begin_round(wire::Message first, ReadInto into) {
   leases_.clear();
   destinations_ = {};
   const bool was_delta = fields_.delta != 0;
-  std::vector<TensorSpec> tensors;
+  // What the round delivers: a delta round's targets, else its manifest (not copied).
+  targets_.clear();
   if (delta_) {
-    for (const wire::DeltaTarget& t : begin.targets) tensors.push_back(t.spec);
-  } else {
-    tensors = begin.manifest;
+    for (const wire::DeltaTarget& t : begin.targets) targets_.push_back(t.spec);
   }
+  const std::span<const TensorSpec> tensors =
+      delta_ ? std::span<const TensorSpec>(targets_) : begin.manifest;
   if (begin.step && min_step_ && *begin.step < *min_step_) {
     return failed_precondition(
         fmt::format("stale weights: the sender sends step {}, but this receiver has or "
@@ -128,11 +129,12 @@ Status RoundReader::begin_round(wire::Message first, ReadInto into) {
     plan_ = std::move(*p);
     manifest_ = std::move(begin.manifest);
     plan_bucket_bytes_ = begin.bucket_bytes;
+    ++tensors_generation_;
+  } else if (delta_ || was_delta) {
+    ++tensors_generation_;  // the targets may differ from the last round's
   }
   begin.manifest.clear();
   fields_ = std::move(begin);
-  if (tensors != round_tensors_ || delta_ || was_delta) ++tensors_generation_;
-  round_tensors_ = std::move(tensors);
   if (plan_.bucket_count() != fields_.bucket_count) {
     return corruption(fmt::format("round {}: BEGIN says {} buckets, the plan has {}", round,
                                   fields_.bucket_count, plan_.bucket_count()));
@@ -170,7 +172,7 @@ Result<std::optional<ReadSegment>> RoundReader::next() {
 }
 
 Result<std::optional<ReadSegment>> RoundReader::next_segment() {
-  if (into_ == ReadInto::kDestinations && destinations_.size() != round_tensors_.size()) {
+  if (into_ == ReadInto::kDestinations && destinations_.size() != round_tensors().size()) {
     return internal_error("a round read into destinations was given none");
   }
   const std::uint64_t round = conversation_.round();

@@ -111,6 +111,9 @@ class RoundReader {
   };
 
   Status check_session() const;
+  std::span<const TensorSpec> round_tensors() const {
+    return delta_ ? std::span<const TensorSpec>(targets_) : std::span<const TensorSpec>(manifest_);
+  }
   Result<wire::Message> receive_message(std::chrono::milliseconds timeout);
   Status begin_round(wire::Message first, ReadInto into);
   Status check_assembly(std::uint64_t round) const;
@@ -147,8 +150,8 @@ class RoundReader {
   std::vector<TensorSpec> manifest_;
   std::uint64_t plan_bucket_bytes_ = 0;
   BucketPlan plan_;
-  wire::Begin fields_;  // the round's BEGIN, its manifest moved out
-  std::vector<TensorSpec> round_tensors_;
+  wire::Begin fields_;               // the round's BEGIN, its manifest moved out
+  std::vector<TensorSpec> targets_;  // a delta round's tensors (its manifest holds blobs)
   std::uint64_t tensors_generation_ = 0;
   std::span<std::byte* const> destinations_;
   RoundStats stats_;

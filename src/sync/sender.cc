@@ -57,6 +57,12 @@ Result<std::vector<TensorSpec>> manifest_of(std::span<const TensorSpec> specs) {
                         [&](std::size_t i) { return std::pair(&specs[i], specs[i].bytes()); });
 }
 
+Result<std::vector<TensorSpec>> manifest_of(std::span<const TensorView> views) {
+  return round_manifest(views.size(), [&](std::size_t i) {
+    return std::pair(&views[i].spec, static_cast<std::uint64_t>(views[i].data.size()));
+  });
+}
+
 Result<std::vector<TensorSpec>> manifest_of(std::span<const GatheredTensor> tensors) {
   return round_manifest(tensors.size(), [&](std::size_t i) {
     std::uint64_t given = 0;
@@ -206,10 +212,16 @@ Status Sender::accept(std::uint32_t receivers) {
 Result<RoundStats> Sender::send_round(std::span<const TensorView> weights,
                                       const RoundOptions& round_options) {
   FERRY_RETURN_IF_ERROR(impl_->ready());
-  std::vector<GatheredTensor> tensors;
-  tensors.reserve(weights.size());
-  for (const TensorView& w : weights) tensors.push_back(GatheredTensor{w.spec, {w.data}});
-  return send_round_gathered(tensors, round_options);
+  if (impl_->delta) {
+    std::vector<GatheredTensor> tensors;
+    tensors.reserve(weights.size());
+    for (const TensorView& w : weights) tensors.push_back(GatheredTensor{w.spec, {w.data}});
+    return impl_->send_with_delta(tensors, round_options);
+  }
+  return impl_->send(manifest_of(weights), round_options, [&](RoundWriter& w) {
+    for (const TensorView& t : weights) FERRY_RETURN_IF_ERROR(w.put(t.data));
+    return ok_status();
+  });
 }
 
 Result<RoundStats> Sender::send_round_gathered(std::span<const GatheredTensor> weights,
