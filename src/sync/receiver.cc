@@ -1,16 +1,11 @@
 #include <fmt/format.h>
-#include <unistd.h>
 
 #include <unordered_map>
 
 #include "base/status_macros.h"
 #include "ferry/sync.h"
-#include "sync/link.h"
+#include "sync/join.h"
 #include "sync/round_reader.h"
-#include "sync/sync_options.h"
-#include "transport/shm/memfd_ring.h"
-#include "wire/conversation.h"
-#include "wire/message.h"
 
 // Each delivery mode is a loop over the session's RoundReader (sync/round_reader.h).
 namespace ferry::sync {
@@ -90,48 +85,9 @@ Result<std::unique_ptr<Receiver>> Receiver::connect(const std::string& address,
                                                     std::uint32_t receiver_id,
                                                     const SyncOptions& options,
                                                     std::uint64_t session) {
-  if (options.timeout.count() <= 0) return invalid_argument("timeout must be positive");
-  ScopedFd ring_fd;
-  FERRY_ASSIGN_OR_RETURN(Link link, connect_upstream(address, options));
-  wire::Conversation conversation(wire::Conversation::Role::kReceiver, link.peer(), session);
-  wire::Message hello;
-  hello.session = session;
-  hello.body = wire::Hello{receiver_id, static_cast<std::uint32_t>(::getpid())};
-  FERRY_RETURN_IF_ERROR(link.send(wire::encode(hello), options.timeout));
-  // A sender that is up but not yet in accept() answers later: wait in slices (Ctrl-C).
-  auto got = retry_in_slices(
-      options, options.timeout, "no answer from " + link.peer(),
-      [&](std::chrono::milliseconds slice) { return link.receive_with_fd(slice, &ring_fd); });
-  if (!got.ok()) return got.status().with_context("waiting for WELCOME");
-  FERRY_ASSIGN_OR_RETURN(wire::Message m, wire::decode(*got, link.peer()));
-  FERRY_RETURN_IF_ERROR(conversation.received(m));
-  if (m.type() == wire::MessageType::kError) {
-    const auto& e = std::get<wire::Error>(m.body);
-    return Status(
-        e.code, fmt::format("{} turned receiver {} away: {}", link.peer(), receiver_id, e.message));
-  }
-  const auto& w = std::get<wire::Welcome>(m.body);
-  shm::MemfdRing ring;
-  std::unique_ptr<transport::Region> region;
-  if (!link.shares_memory()) {
-    // This node's copy of the ring; the sender sends each segment into it. Its size is the
-    // sender's to choose, so it is bounded here before any of it is allocated.
-    FERRY_RETURN_IF_ERROR(check_ring_size(
-        options, link.peer(), fmt::format("receiver {}", receiver_id), w.slots, w.slot_bytes));
-    FERRY_ASSIGN_OR_RETURN(ring, shm::MemfdRing::create(w.slots, w.slot_bytes));
-    FERRY_ASSIGN_OR_RETURN(region, link.channel().register_memory(std::span(
-                                       ring.slot(0), std::size_t{w.slots} * w.slot_bytes)));
-  } else {
-    if (!ring_fd.valid()) {
-      return corruption(fmt::format("WELCOME from {} carried no ring descriptor", link.peer()));
-    }
-    FERRY_ASSIGN_OR_RETURN(
-        ring, shm::MemfdRing::map_readonly(std::move(ring_fd), w.slots, w.slot_bytes, link.peer()));
-  }
   auto impl = std::make_unique<Impl>();
-  impl->reader =
-      std::make_unique<RoundReader>(options, std::move(link), std::move(conversation),
-                                    std::move(ring), std::move(region), w.checksums != 0);
+  FERRY_ASSIGN_OR_RETURN(impl->reader,
+                         join_session(address, JoinAs{"receiver", receiver_id, session}, options));
   return std::unique_ptr<Receiver>(new Receiver(std::move(impl)));
 }
 

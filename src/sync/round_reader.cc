@@ -33,7 +33,7 @@ Status RoundReader::check_session() const {
 Status RoundReader::abort(Status why) {
   if (!broken_.ok()) return why;
   delta_rx_.forget();
-  if (in_round_) {
+  if (in_round_ && into_ != ReadInto::kPassThrough) {  // a relay's reasons name the round
     // A send that failed because the sender died or gave up: its ERROR may be waiting.
     if (why.code() == Code::kAborted && link_.valid()) {
       auto pending = receive_message(std::chrono::milliseconds(0));
@@ -44,28 +44,76 @@ Status RoundReader::abort(Status why) {
     }
     why = Status(why.code(),
                  fmt::format("round {} aborted: {}", conversation_.round(), why.message()));
-    in_round_ = false;
   }
+  in_round_ = false;
+  if (!name_.empty()) why = Status(why.code(), fmt::format("{}: {}", name_, why.message()));
   broken_ = why;
   if (link_.valid()) {
-    // Best effort: the sender learns why this receiver gives up.
-    (void)link_.send(wire::encode(session_message(conversation_.session(), conversation_.round(),
-                                                  wire::Error{why.code(), why.message()})),
-                     std::chrono::milliseconds(100));
-    link_.abort();
+    // Best effort: the sender learns why this end gives up.
+    const Status sent =
+        link_.send(wire::encode(session_message(conversation_.session(), conversation_.round(),
+                                                wire::Error{why.code(), why.message()})),
+                   std::chrono::milliseconds(100));
+    if (linger_on_abort_ && (sent.ok() || sent.code() == Code::kTimeout)) {
+      await_hangup();
+      link_.close();  // flushes the ERROR
+    } else {
+      link_.abort();
+    }
   }
   return why;
 }
 
+// The longest a relay that gave up waits for the sender to read its ERROR.
+constexpr std::chrono::milliseconds kReportDeliveryBound{5000};
+
+// The sender ends the session (an ERROR to every peer, then it hangs up) once it has read a
+// peer's ERROR. Bounded by kReportDeliveryBound (and the session's timeout), and by an
+// interrupt (stop, Ctrl-C).
+void RoundReader::await_hangup() {
+  const Deadline deadline(std::min(options_.timeout, kReportDeliveryBound));
+  while (!deadline.passed()) {
+    auto got = link_.receive(wait_slice(options_, deadline.left()));
+    if (got.ok()) {
+      auto m = wire::decode(*got, link_.peer());
+      if (!m.ok() || m->type() == wire::MessageType::kError) return;  // the sender ended it
+      continue;  // the round's traffic, no longer wanted
+    }
+    if (got.status().code() != Code::kTimeout) return;  // hung up
+    if (!interrupted_().ok()) return;
+  }
+}
+
+Result<bool> RoundReader::message_waiting() {
+  FERRY_RETURN_IF_ERROR(check_session());
+  if (waiting_) return true;
+  auto got = link_.try_receive();
+  if (!got.ok()) return abort(got.status());
+  if (!got->has_value()) return false;
+  waiting_ = std::move(**got);
+  return true;
+}
+
 Result<wire::Message> RoundReader::receive_message(std::chrono::milliseconds timeout) {
-  FERRY_ASSIGN_OR_RETURN(auto got,
-                         receive_heeding_interrupt(link_, timeout, options_, interrupted_));
-  return decode_from_sender(got, link_, conversation_);
+  std::vector<std::byte> got;
+  if (waiting_) {
+    got = std::move(*waiting_);
+    waiting_.reset();
+  } else {
+    FERRY_ASSIGN_OR_RETURN(got, receive_heeding_interrupt(link_, timeout, options_, interrupted_));
+  }
+  FERRY_ASSIGN_OR_RETURN(wire::Message m, decode_from_sender(got, link_, conversation_));
+  if (into_ == ReadInto::kPassThrough) {
+    message_bytes_ = std::move(got);
+    message_ = m;
+  }
+  return m;
 }
 
 Result<RoundBegin> RoundReader::begin(ReadInto into) {
   FERRY_RETURN_IF_ERROR(check_session());
   if (into == ReadInto::kWritableViews) FERRY_RETURN_IF_ERROR(writable_views_error());
+  into_ = into;
   auto first = receive_message(options_.idle_timeout);
   if (!first.ok()) return abort(first.status());
   in_round_ = true;
@@ -105,10 +153,16 @@ Status RoundReader::begin_round(wire::Message first, ReadInto into) {
   if (begin_check_) {
     FERRY_RETURN_IF_ERROR(begin_check_(RoundBegin{round, more_follows_, tensors, begin.step}));
   }
-  FERRY_RETURN_IF_ERROR(delta_rx_.check_begin(begin, round));
+  if (into == ReadInto::kPassThrough) {
+    std::get<wire::Begin>(message_.body).manifest.clear();  // forwarded as bytes; not copied
+  } else {
+    FERRY_RETURN_IF_ERROR(delta_rx_.check_begin(begin, round));
+  }
   // Views of delta rounds and of keep_for_delta rounds need copies sized by BEGIN: bounded
   // before any is made.
-  if (into != ReadInto::kDestinations) FERRY_RETURN_IF_ERROR(delta_rx_.check_keep(begin, round));
+  if (into == ReadInto::kViews || into == ReadInto::kWritableViews) {
+    FERRY_RETURN_IF_ERROR(delta_rx_.check_keep(begin, round));
+  }
   if (delta_ && into == ReadInto::kWritableViews) {
     return failed_precondition(
         fmt::format("round {} is a delta round: writable views cannot be given for it (the "
@@ -140,7 +194,9 @@ Status RoundReader::begin_round(wire::Message first, ReadInto into) {
                                   fields_.bucket_count, plan_.bucket_count()));
   }
   // Delta rounds assemble their blobs whatever the caller asked.
-  if (into != ReadInto::kDestinations || delta_) FERRY_RETURN_IF_ERROR(check_assembly(round));
+  const bool assembles = into == ReadInto::kViews || into == ReadInto::kWritableViews ||
+                         (into == ReadInto::kDestinations && delta_);
+  if (assembles) FERRY_RETURN_IF_ERROR(check_assembly(round));
   return ok_status();
 }
 
@@ -167,7 +223,7 @@ Result<std::optional<ReadSegment>> RoundReader::next() {
   if (!in_round_) return failed_precondition("next() outside a round: call begin() first");
   auto r = next_segment();
   if (!r.ok()) return abort(r.status());
-  if (!*r) in_round_ = false;
+  if (!*r && into_ != ReadInto::kPassThrough) in_round_ = false;  // else after acknowledge()
   return r;
 }
 
@@ -222,24 +278,44 @@ Status RoundReader::end_round(const wire::End& e) {
                     "computed {:016x}",
                     round, e.round_checksum, link_.peer(), digest));
   }
+  digest_ = digest;
+  ended_ = true;
+  if (into_ == ReadInto::kPassThrough) return ok_status();  // its peers acknowledge first
   // The round is over: the ACK covers every slot, so buckets still held go back now.
   while (!leases_.empty()) FERRY_RETURN_IF_ERROR(release(leases_.front().bucket));
-  FERRY_RETURN_IF_ERROR(link_.send(wire::encode(session_message(conversation_.session(), round,
-                                                                wire::Ack{e.bucket_count, digest})),
-                                   options_.timeout));
-  stats_ = finished_round(round, manifest_.size(), plan_, start_, digest);
+  FERRY_RETURN_IF_ERROR(send_ack());
+  if (delta_) {
+    stats_.bytes = 0;
+    for (const wire::DeltaTarget& t : fields_.targets) stats_.bytes += t.spec.bytes();
+  }
+  delta_rx_.completed(fields_);
+  return ok_status();
+}
+
+Status RoundReader::acknowledge() {
+  FERRY_RETURN_IF_ERROR(check_session());
+  if (into_ != ReadInto::kPassThrough || !in_round_ || !ended_ || !leases_.empty()) {
+    return abort(internal_error("acknowledge() before a pass-through round's END and releases"));
+  }
+  Status s = send_ack();
+  if (!s.ok()) return abort(s);
+  in_round_ = false;
+  return ok_status();
+}
+
+Status RoundReader::send_ack() {
+  const std::uint64_t round = conversation_.round();
+  FERRY_RETURN_IF_ERROR(
+      link_.send(wire::encode(session_message(conversation_.session(), round,
+                                              wire::Ack{fields_.bucket_count, digest_})),
+                 options_.timeout));
+  stats_ = finished_round(round, manifest_.size(), plan_, start_, digest_);
   stats_.more_follows = more_follows_;
   stats_.step = fields_.step;
   if (fields_.step) set_min_step(*fields_.step);
   stats_.delta = delta_;
   stats_.base_version = fields_.base_version;
   stats_.version = fields_.version;
-  if (delta_) {
-    stats_.bytes = 0;
-    for (const wire::DeltaTarget& t : fields_.targets) stats_.bytes += t.spec.bytes();
-  }
-  delta_rx_.completed(fields_);
-  ended_ = true;
   return ok_status();
 }
 
@@ -303,9 +379,11 @@ Status RoundReader::verify_and_deliver(const wire::Filled& f, const std::byte* s
   if (sum != f.checksum) {
     return corruption(
         fmt::format("round {} bucket {} (slot {}, bytes {}-{}): checksum {:016x}, {} "
-                    "announced {:016x}: the shared memory was corrupted",
+                    "announced {:016x}: {}",
                     conversation_.round(), f.bucket, f.slot, f.offset, f.used_bytes, sum,
-                    link_.peer(), f.checksum));
+                    link_.peer(), f.checksum,
+                    link_.shares_memory() ? "the shared memory was corrupted"
+                                          : "the bytes changed on the way"));
   }
   return delivered;
 }
@@ -313,6 +391,7 @@ Status RoundReader::verify_and_deliver(const wire::Filled& f, const std::byte* s
 // Delivers segment f (slot bytes [f.offset, f.used_bytes) of bucket f.bucket); `hash` (may be
 // null) takes the bytes copied into destinations.
 Status RoundReader::deliver(const wire::Filled& f, const std::byte* slot, BucketHash* hash) {
+  if (into_ == ReadInto::kPassThrough) return ok_status();
   views_.clear();
   writable_views_.clear();
   std::byte* writable_slot = nullptr;

@@ -15,6 +15,10 @@
 //
 // Any error (from the reader, or the caller's through abort()) breaks the session as
 // Receiver's header says: the sender is told, later calls fail with the first error.
+//
+// A relay reads kPassThrough: segments are received and verified but not delivered, and it
+// forwards each message() as it came; it releases buckets as its own peers do, polls with
+// message_waiting() between serving them, and acknowledge()s once they all acknowledged.
 #pragma once
 
 #include <algorithm>
@@ -53,6 +57,9 @@ enum class ReadInto : std::uint8_t {
   kWritableViews,
   // Copied into the caller's memory (into()) while the bytes are hashed; no views.
   kDestinations,
+  // Received into the ring and verified, not delivered: a relay forwards message() instead.
+  // The round ends unacknowledged (acknowledge()) and with the buckets not yet released.
+  kPassThrough,
 };
 
 // One verified segment of a bucket. Views stay valid until the bucket is released.
@@ -89,6 +96,25 @@ class RoundReader {
   // Breaks the session with the caller's reason ("round N aborted: ..." inside a round).
   Status abort(Status why);
 
+  // kPassThrough: true when the sender's next message has arrived (next() will not wait).
+  Result<bool> message_waiting();
+  // kPassThrough: the message next() or begin() just read, as received and as decoded (a
+  // BEGIN without its manifest), for a relay to forward unchanged.
+  const std::vector<std::byte>& message_bytes() const { return message_bytes_; }
+  const wire::Message& message() const { return message_; }
+  // kPassThrough, after next() returned the END: the ACK (every bucket released first).
+  Status acknowledge();
+  // The END's digest, once next() returned nullopt.
+  std::uint64_t round_checksum() const { return digest_; }
+
+  // Errors this end reports start with `name` ("relay 3: ..."). A relay also waits, when it
+  // gives up, until the sender has read why (a sender that found the link closed first
+  // would name only the relay, not the peer behind it that failed).
+  void set_name(std::string name) { name_ = std::move(name); }
+  void set_linger_on_abort(bool linger) { linger_on_abort_ = linger; }
+
+  // OK, or the error that broke the session.
+  const Status& status() const { return broken_; }
   void set_begin_check(BeginCheck check) { begin_check_ = std::move(check); }
   // Refuses, from the next BEGIN on, a round whose step is below `step` (Receiver::set_min_step).
   void set_min_step(std::uint64_t step) { min_step_ = std::max(min_step_.value_or(0), step); }
@@ -102,6 +128,10 @@ class RoundReader {
   std::uint64_t session_id() const { return conversation_.session(); }
   std::uint64_t last_round() const { return conversation_.round(); }
   const std::string& peer() const { return link_.peer(); }
+  bool checksums() const { return checksums_; }
+  shm::MemfdRing& ring() { return ring_; }
+  // The link's wait loop (a relay waits on it beside its own peers).
+  std::unique_ptr<transport::Poller> poller() { return link_.channel().poller(); }
 
  private:
   struct Lease {
@@ -119,6 +149,8 @@ class RoundReader {
   Status check_assembly(std::uint64_t round) const;
   Result<std::optional<ReadSegment>> next_segment();
   Status end_round(const wire::End& end);
+  Status send_ack();
+  void await_hangup();
   Status receive_segment(const wire::Filled& f);
   Status verify_and_deliver(const wire::Filled& f, const std::byte* slot);
   Status deliver(const wire::Filled& f, const std::byte* slot, BucketHash* hash);
@@ -135,6 +167,8 @@ class RoundReader {
   std::unique_ptr<transport::Region> ring_region_;  // after ring_: deregistered first
   bool checksums_ = true;
   Status broken_;
+  std::string name_;
+  bool linger_on_abort_ = false;
   BeginCheck begin_check_;
   // The lowest step a round may carry: the highest of the steps received and set_min_step's.
   std::optional<std::uint64_t> min_step_;
@@ -155,7 +189,11 @@ class RoundReader {
   std::uint64_t tensors_generation_ = 0;
   std::span<std::byte* const> destinations_;
   RoundStats stats_;
-  bool ended_ = false;  // END checked and ACKed
+  bool ended_ = false;  // END checked
+  std::uint64_t digest_ = 0;
+  std::optional<std::vector<std::byte>> waiting_;  // message_waiting()'s, not yet read
+  std::vector<std::byte> message_bytes_;           // kPassThrough: the last message read
+  wire::Message message_;
 
   SegmentWalker walker_{{}};
   std::vector<std::byte> staging_;             // a tensor split across buckets, being assembled

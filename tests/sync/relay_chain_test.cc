@@ -13,6 +13,7 @@
 #include "support/test_support.h"
 #include "sync/net_test_util.h"
 #include "sync/sync_test_util.h"
+#include "sync/testing.h"
 
 namespace ferry::sync {
 namespace {
@@ -159,6 +160,33 @@ TEST(RelayChain, FailureDownTheChainIsNamedAtTheSender) {
   join(again);
   EXPECT_OK(again.relay_status);
   EXPECT_TRUE(again.got["embed"] == w.data[0]);
+}
+
+// A byte changed after the sender hashed its bucket (here in the sender's ring; on a real
+// network, in flight) is caught by the first relay, which checks every segment before it
+// forwards it: the sender's error names that relay and the bucket, and its local receiver is
+// told the session ended.
+TEST(RelayChain, ARelayVerifiesEverySegmentBeforeForwardingIt) {
+  ferry::testing::TempDir dir;
+  const SyncOptions o = chain_options(dir);
+  auto sender = Sender::create("127.0.0.1:0", o);
+  ASSERT_OK(sender);
+  Node node;
+  start_node(node, o, (*sender)->address(), 0, 0, 1, nullptr);
+  ASSERT_OK((*sender)->accept(1));
+  testing::ScopedCorruptSlotHook flip_a_bit([](std::uint32_t bucket, std::byte* slot) {
+    if (bucket == 2) slot[17] ^= std::byte{0x01};
+  });
+  const Weights w = make_weights(chain_model(), 1);
+  auto views = w.views();
+  auto stats = (*sender)->send_round(views);
+  join(node);
+  ASSERT_FALSE(stats.ok());
+  const std::string why = stats.status().to_string();
+  EXPECT_NE(why.find("relay 0: round 1 bucket 2"), std::string::npos) << why;
+  EXPECT_NE(why.find("checksum"), std::string::npos) << why;
+  EXPECT_EQ(node.relay_status.code(), Code::kCorruption) << node.relay_status.to_string();
+  EXPECT_FALSE(node.receiver_status.ok());
 }
 
 }  // namespace

@@ -1,0 +1,57 @@
+#include "sync/join.h"
+
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include "base/status_macros.h"
+#include "sync/link.h"
+#include "transport/shm/memfd_ring.h"
+#include "wire/conversation.h"
+#include "wire/message.h"
+
+namespace ferry::sync {
+
+Result<std::unique_ptr<RoundReader>> join_session(const std::string& address, const JoinAs& as,
+                                                  const SyncOptions& options) {
+  if (options.timeout.count() <= 0) return invalid_argument("timeout must be positive");
+  FERRY_ASSIGN_OR_RETURN(Link link, connect_upstream(address, options, as.context));
+  wire::Conversation conversation(wire::Conversation::Role::kReceiver, link.peer(), as.session);
+  wire::Message hello;
+  hello.session = as.session;
+  hello.body = wire::Hello{as.id, static_cast<std::uint32_t>(::getpid())};
+  FERRY_RETURN_IF_ERROR(link.send(wire::encode(hello), options.timeout));
+  // A sender that is up but not yet in accept() answers later: wait in slices (Ctrl-C).
+  ScopedFd ring_fd;
+  auto got = retry_in_slices(
+      options, options.timeout, "no answer from " + link.peer(),
+      [&](std::chrono::milliseconds slice) { return link.receive_with_fd(slice, &ring_fd); });
+  if (!got.ok()) return got.status().with_context("waiting for WELCOME");
+  FERRY_ASSIGN_OR_RETURN(wire::Message m, wire::decode(*got, link.peer()));
+  FERRY_RETURN_IF_ERROR(conversation.received(m));
+  if (m.type() == wire::MessageType::kError) {
+    const auto& e = std::get<wire::Error>(m.body);
+    return Status(e.code,
+                  fmt::format("{} turned {} {} away: {}", link.peer(), as.noun, as.id, e.message));
+  }
+  const auto& w = std::get<wire::Welcome>(m.body);
+  shm::MemfdRing ring;
+  std::unique_ptr<transport::Region> region;
+  if (!link.shares_memory()) {
+    // The ring's size is the sender's to choose: bounded before any of it is allocated.
+    FERRY_RETURN_IF_ERROR(check_ring_size(
+        options, link.peer(), fmt::format("{} {}", as.noun, as.id), w.slots, w.slot_bytes));
+    FERRY_ASSIGN_OR_RETURN(ring, shm::MemfdRing::create(w.slots, w.slot_bytes));
+    FERRY_ASSIGN_OR_RETURN(region, link.channel().register_memory(std::span(
+                                       ring.slot(0), std::size_t{w.slots} * w.slot_bytes)));
+  } else {
+    if (!ring_fd.valid()) {
+      return corruption(fmt::format("WELCOME from {} carried no ring descriptor", link.peer()));
+    }
+    FERRY_ASSIGN_OR_RETURN(
+        ring, shm::MemfdRing::map_readonly(std::move(ring_fd), w.slots, w.slot_bytes, link.peer()));
+  }
+  return std::make_unique<RoundReader>(options, std::move(link), std::move(conversation),
+                                       std::move(ring), std::move(region), w.checksums != 0);
+}
+
+}  // namespace ferry::sync

@@ -1,0 +1,30 @@
+// Joining a session from below. A receiver or a relay says HELLO to its sender (or to the
+// relay above it), and the WELCOME names the ring: mapped read-only when the sender shares
+// memory, else a ring of this process's own, bounded by the options before it is made and
+// registered for the segments sent into it. The result reads the session's rounds.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "ferry/status.h"
+#include "sync/round_reader.h"
+#include "sync/sync_options.h"
+#include "transport/net/context.h"
+
+namespace ferry::sync {
+
+struct JoinAs {
+  const char* noun = "receiver";  // "receiver" or "relay", for errors
+  std::uint32_t id = 0;
+  std::uint64_t session = 0;  // 0: any session the sender serves
+  // The UCX context to connect on (a relay's, shared with its downstream relays); nullptr:
+  // one of the link's own.
+  std::shared_ptr<net::Context> context;
+};
+
+Result<std::unique_ptr<RoundReader>> join_session(const std::string& address, const JoinAs& as,
+                                                  const SyncOptions& options);
+
+}  // namespace ferry::sync
