@@ -338,6 +338,8 @@ Status RoundReader::release(std::uint32_t bucket) {
 Status RoundReader::send_release(const Lease& lease) {
   profiler::Span span("sync.release", profiler::Detail::kBucket);
   if (into_ == ReadInto::kWritableViews) {
+    // A view written after its lease would change what this slot shows in later rounds.
+    FERRY_RETURN_IF_ERROR(cow_.seal(lease.slot));
     if (lease.bucket + 1 < plan_.bucket_count()) {
       start_forgetting(lease.slot);
     } else {
@@ -399,7 +401,10 @@ Status RoundReader::deliver(const wire::Filled& f, const std::byte* slot, Bucket
     writable_slot = cow_.slot(f.slot);
     // The slot's last bucket was released, so its views are done with: pages the caller
     // wrote then read the ring again.
-    if (f.offset == 0) FERRY_RETURN_IF_ERROR(forgotten(f.slot));
+    if (f.offset == 0) {
+      FERRY_RETURN_IF_ERROR(forgotten(f.slot));
+      FERRY_RETURN_IF_ERROR(cow_.unseal(f.slot));
+    }
   }
   if (f.offset == 0) walker_ = SegmentWalker(plan_.bucket(f.bucket));
   const bool last = f.last != 0;

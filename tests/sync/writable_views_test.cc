@@ -1,6 +1,8 @@
 // Receiver::receive_round_buckets_writable: the caller may write into what it receives, and
 // neither the ring, the other receivers nor the next round see those writes.
 #include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -173,6 +175,41 @@ TEST(WritableViews, RefusedWithOneSlotOrBucketsNotInPages) {
     ASSERT_OK((*sender)->accept(1));
     rx.join();
   }
+}
+
+// A view written after its lease ended (here: bucket 0's, written during bucket 2's callback)
+// would change what that slot shows this receiver in every later round; the write faults
+// instead. The receiver is a child process, which the fault kills.
+TEST(WritableViews, AWriteAfterTheLeaseFaultsInsteadOfChangingLaterRounds) {
+  const std::string address = unique_address();
+  SyncOptions o = page_options();
+  o.slots = 3;  // bucket 2 in a slot of its own: bucket 0's is released, not yet reused
+  const pid_t child = ::fork();
+  if (child == 0) {
+    auto r = Receiver::connect(address, 0, o);
+    if (!r.ok()) ::_exit(10);
+    std::byte* first_view = nullptr;
+    int bucket = 0;
+    (void)(*r)->receive_round_buckets_writable(
+        [&](std::span<const MutableTensorView> tensors, bool, bool) {
+          if (bucket == 0 && !tensors.empty()) first_view = tensors[0].data.data();
+          if (bucket == 2 && first_view != nullptr) first_view[0] = kWritten;  // lease ended
+          ++bucket;
+          return ok_status();
+        });
+    ::_exit(first_view == nullptr ? 11 : 0);  // 0: the late write went through
+  }
+  ASSERT_GT(child, 0);
+  auto sender = Sender::create(address, o);
+  ASSERT_OK(sender);
+  ASSERT_OK((*sender)->accept(1));
+  const Weights w = make_weights(model(), 1);
+  auto views = w.views();
+  EXPECT_FALSE((*sender)->send_round(views).ok()) << "the receiver died mid-round";
+  int status = 0;
+  ASSERT_EQ(::waitpid(child, &status, 0), child);
+  ASSERT_TRUE(WIFSIGNALED(status)) << "exit " << WEXITSTATUS(status);
+  EXPECT_EQ(WTERMSIG(status), SIGSEGV);
 }
 
 }  // namespace

@@ -88,6 +88,15 @@ Status CowView::forget_writes(std::uint32_t i) {
   return ok_status();
 }
 
+Status CowView::protect(std::uint32_t i, bool writable) {
+  const int prot = writable ? PROT_READ | PROT_WRITE : PROT_READ;
+  if (::mprotect(slot(i), slot_bytes_, prot) != 0) {
+    return errno_status(writable ? "mprotect(PROT_WRITE)" : "mprotect(PROT_READ)",
+                        "the ring's copy-on-write view", errno);
+  }
+  return ok_status();
+}
+
 std::uint64_t CowView::pages_dropped() const {
   return std::accumulate(dropped_.begin(), dropped_.end(), std::uint64_t{0});
 }

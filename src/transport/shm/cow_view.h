@@ -45,6 +45,11 @@ class CowView {
   // background while it hands out views of the other).
   Status forget_writes(std::uint32_t i);
 
+  // Slot i's views read-only (their lease ended: a late write faults instead of changing
+  // what later rounds show), or writable again (new views are handed out).
+  Status seal(std::uint32_t i) { return protect(i, false); }
+  Status unseal(std::uint32_t i) { return protect(i, true); }
+
   // Pages forget_writes() dropped so far (tests and benchmarks); not while one runs.
   std::uint64_t pages_dropped() const;
   // Waits until the view's pages are faulted in (tests, benchmarks).
@@ -52,6 +57,7 @@ class CowView {
 
  private:
   Status drop(std::uint32_t i, std::byte* from, std::size_t bytes);
+  Status protect(std::uint32_t i, bool writable);
 
   RingMapping region_;
   ScopedFd pagemap_;  // /proc/self/pagemap; invalid where it cannot be opened
