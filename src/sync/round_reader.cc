@@ -338,8 +338,6 @@ Status RoundReader::release(std::uint32_t bucket) {
 Status RoundReader::send_release(const Lease& lease) {
   profiler::Span span("sync.release", profiler::Detail::kBucket);
   if (into_ == ReadInto::kWritableViews) {
-    // A view written after its lease would change what this slot shows in later rounds.
-    FERRY_RETURN_IF_ERROR(cow_.seal(lease.slot));
     if (lease.bucket + 1 < plan_.bucket_count()) {
       start_forgetting(lease.slot);
     } else {
@@ -504,7 +502,12 @@ Status RoundReader::writable_views_error() {
 // Starts dropping the pages written into slot i's views, in the background.
 void RoundReader::start_forgetting(std::uint32_t i) {
   writes_to_forget_[i] = false;
-  forgetting_[i] = std::async(std::launch::async, [this, i] { return cow_.forget_writes(i); });
+  // Sealed first: a write before the seal is dropped by the scan, one after it faults, so no
+  // view written after its lease changes what this slot shows later.
+  forgetting_[i] = std::async(std::launch::async, [this, i] {
+    FERRY_RETURN_IF_ERROR(cow_.seal(i));
+    return cow_.forget_writes(i);
+  });
 }
 
 // Waits until slot i shows the ring's bytes again in the copy-on-write view.

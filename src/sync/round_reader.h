@@ -202,9 +202,10 @@ class RoundReader {
   std::vector<TensorView> views_;
   std::vector<MutableTensorView> writable_views_;
 
-  // kWritableViews: the ring's copy-on-write view (mapped on first use, or why not). Pages the
-  // caller wrote into a released slot's views are dropped (a pagemap scan, ~15 ms per 512 MiB,
-  // in the background) before the slot's views are handed out again; the round's last bucket,
+  // kWritableViews: the ring's copy-on-write view (mapped on first use, or why not). A released
+  // slot is sealed read-only and the pages the caller wrote into its views are dropped (a
+  // pagemap scan, ~15 ms per 512 MiB, in the background) before the slot's views are handed
+  // out again, unsealed (mprotect, ~4 ms per 512 MiB); the round's last bucket,
   // whose views stay readable until the sender refills the slot, when the next round begins.
   shm::CowView cow_;
   std::optional<Status> cow_error_;

@@ -193,7 +193,12 @@ TEST(WritableViews, AWriteAfterTheLeaseFaultsInsteadOfChangingLaterRounds) {
     (void)(*r)->receive_round_buckets_writable(
         [&](std::span<const MutableTensorView> tensors, bool, bool) {
           if (bucket == 0 && !tensors.empty()) first_view = tensors[0].data.data();
-          if (bucket == 2 && first_view != nullptr) first_view[0] = kWritten;  // lease ended
+          if (bucket == 2 && first_view != nullptr) {
+            // Bucket 0's lease ended with bucket 1's callback; its slot is sealed in the
+            // background, before its written pages are dropped.
+            std::this_thread::sleep_for(std::chrono::milliseconds(200));
+            first_view[0] = kWritten;
+          }
           ++bucket;
           return ok_status();
         });
