@@ -35,7 +35,7 @@ done
 TAG="fk$$"
 NODE_COUNT=$(echo "${NODES//,/ }" | tr ' ' '\n' | sort -n | tail -1)
 source "$(dirname "$0")/../tests/netns/nodes.sh"
-export FERRY_TOKEN=${FERRY_TOKEN:-$(head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \n')}
+export FERRY_TOKEN=${FERRY_TOKEN:-$(head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n')}
 PORT=21000
 
 in_ns() { local ns=$1; shift; exec ip netns exec "$ns" "$@"; }

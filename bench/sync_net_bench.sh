@@ -37,7 +37,7 @@ done
 TAG="fb$$"
 command -v ucx_perftest >/dev/null || { echo "ucx_perftest not found (Debian: ucx-utils)"; exit 1; }
 source "$(dirname "$0")/../tests/netns/three_nodes.sh"
-export FERRY_TOKEN=${FERRY_TOKEN:-$(head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \n')}
+export FERRY_TOKEN=${FERRY_TOKEN:-$(head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n')}
 
 num() { grep -o "\"$2\":[-0-9.e+]*" "$1" | head -1 | cut -d: -f2; }
 

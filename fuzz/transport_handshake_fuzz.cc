@@ -31,6 +31,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   check(in, hs::decode_proof(in, "peer"));
   check(in, hs::decode_verdict(in, "peer"));
   check(in, hs::decode_confirm(in, "peer"));
-  check(in, hs::decode_address(in, "peer"));
+  // ADDRESS is sealed: its parser and verification have their own target
+  // (transport_address_frame_fuzz.cc); here only that splitting arbitrary bytes is safe.
+  (void)hs::split_address(in, "peer");
   return 0;
 }

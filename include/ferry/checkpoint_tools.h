@@ -201,11 +201,13 @@ struct PulledFile {
   std::uint64_t bytes = 0;
 };
 struct PullRound {
-  int round = 0;                        // 1, 2, ...
-  std::optional<std::int64_t> tracker;  // the step the server's tracker names, if offered
-  std::vector<PulledFile> copied;       // written in this round
-  std::size_t unchanged = 0;            // offered files already identical here
-  std::vector<std::string> notes;       // the server's reasons for holding steps back
+  int round = 0;  // 1, 2, ...
+  // The step the tracker here names after this round, when the server offered it and it was
+  // written or already held (nullopt when the round ended before it).
+  std::optional<std::int64_t> tracker;
+  std::vector<PulledFile> copied;  // written in this round
+  std::size_t unchanged = 0;       // offered files already identical here
+  std::vector<std::string> notes;  // the server's reasons for holding steps back
 };
 struct PullResult {
   int rounds = 0;
@@ -246,7 +248,12 @@ struct ReplicatePullOptions {
 // Asks the server for its replica set and copies each file this node lacks or holds with
 // other contents: whole in memory, checked for size and XXH3, then into a temp file beside
 // the target (created O_EXCL|O_NOFOLLOW through the folder's fd), fsynced, renamed; the tracker
-// last, so it never names a step whose metadata is not in place. Every path the server sends is
+// last, so it never names a step whose metadata is not in place. The tracker is written only
+// for a step whose metadata the same INDEX offered in full (every offered folder of that step
+// with common.pt, .metadata and metadata.json) and the INDEX named as the tracker's step: an
+// INDEX that breaks this is corruption naming the server and the step, before anything is
+// written; a tracker whose bytes name another step is not written and waits for the next round
+// (a one-shot pull lists again, then fails saying why). Every path the server sends is
 // checked before use: relative, no "." or "..", a metadata file name or the tracker, and no folder
 // on the way a symbolic link (invalid_argument otherwise, before anything is written; a link
 // planted later is refused as failed_precondition, one at the file's own name is replaced, never

@@ -109,14 +109,28 @@ struct SenderOptions {
   std::uint32_t delta_threads = 0;
 };
 
+// The default of the receiver's memory bounds (ReceiverOptions::max_ring_bytes,
+// max_assembled_tensor_bytes) on a machine of `physical_bytes`: a quarter of it, at most `cap`,
+// and at least 1 GiB (half the memory on a machine with less than 2 GiB), so the default is
+// always below the machine's memory. E.g. 23.6 GiB gives 5.9 GiB; 512 GiB gives `cap`.
+FERRY_EXPORT std::uint64_t receiver_memory_limit(std::uint64_t cap, std::uint64_t physical_bytes);
+// The same for this machine: its physical memory as sysconf(_SC_PHYS_PAGES) x page size
+// (MemTotal in /proc/meminfo), read on each call; `cap` when that cannot be read.
+FERRY_EXPORT std::uint64_t receiver_memory_limit(std::uint64_t cap);
+// This machine's physical memory in bytes, as above; 0 when it cannot be read.
+FERRY_EXPORT std::uint64_t physical_memory_bytes();
+
 struct ReceiverOptions {
   // How long a receiver waits for the next round to begin; negative waits forever,
   // since a training step may take many minutes. A dead sender still ends the wait at once.
   std::chrono::milliseconds idle_timeout{-1};
   // Net receivers: the largest ring (slots x bucket bytes) a sender's WELCOME may ask this
-  // receiver to allocate and fill; a larger one is refused (kResourceExhausted) before any
-  // memory is taken. 16 GiB holds 2 slots of 8 GiB buckets; raise it for larger ones.
-  std::uint64_t max_ring_bytes = 16ull << 30;
+  // receiver to allocate and fill; a larger one is refused (kResourceExhausted naming this
+  // option) before any memory is taken. Default: receiver_memory_limit(16 GiB), a quarter
+  // of this machine's memory up to 16 GiB (which holds 2 slots of 8 GiB buckets), so a
+  // sender cannot make a receiver fault in more than the machine has; raise it for larger
+  // rings. A value set explicitly is used as given.
+  std::uint64_t max_ring_bytes = receiver_memory_limit(16ull << 30);
   // Bounds a receiver's copies in callback modes (the model's bytes; see
   // SenderOptions::delta): a round whose tensors, with the copies kept from earlier rounds,
   // would pass it is refused at BEGIN (kResourceExhausted naming this option) before any of
@@ -126,8 +140,10 @@ struct ReceiverOptions {
   // Bounds the one tensor larger than a bucket that a receiver in callback modes assembles
   // whole (in memory of its size, which only the sender's BEGIN gives): a round with a larger
   // one is refused at BEGIN (kResourceExhausted naming the tensor and this option) before any
-  // of it is allocated. Destinations need no assembly.
-  std::uint64_t max_assembled_tensor_bytes = 64ull << 30;
+  // of it is allocated. Destinations need no assembly. Default:
+  // receiver_memory_limit(64 GiB), a quarter of this machine's memory up to 64 GiB; a value
+  // set explicitly is used as given.
+  std::uint64_t max_assembled_tensor_bytes = receiver_memory_limit(64ull << 30);
 };
 
 // Every option of every role; what Sender::create, Receiver::connect and Relay::connect
@@ -188,6 +204,31 @@ using TensorFill =
 // segment is hashed and published.
 using FillFlush = std::function<Status()>;
 
+// Pulls an update's tensors for Sender::send_update, one per call, in the order the caller
+// has them: the next tensor (its bytes exactly its spec's, valid until the next call), or
+// nullopt once the update is over. An error ends the update with it.
+using UpdateStream = std::function<Result<std::optional<TensorView>>()>;
+
+struct UpdateOptions {
+  // The trainer's step every round of the update carries (RoundOptions::step).
+  std::optional<std::uint64_t> step;
+  // A staged update's host buffer (kept by the Sender, reused by every staged update): tensors
+  // are copied into it as they are pulled, and each time it is full they are sent as one round
+  // (more_follows), so the stream may reuse its memory at once. Larger: fewer rounds (each
+  // drains the ring once), more memory; a tensor larger than it is sent alone, uncopied, before
+  // the next is pulled. Default 64 MiB.
+  std::uint64_t staging_bytes = 64ull << 20;
+};
+
+// What send_update sent to one Sender's receivers.
+struct UpdateStats {
+  std::uint64_t bytes = 0;  // tensor bytes of the update
+  std::uint32_t tensors = 0;
+  std::uint32_t rounds = 0;
+  bool streamed = false;  // one round against the last update's manifest, one copy per tensor
+  double seconds = 0;     // the rounds' RoundStats::seconds, added up
+};
+
 class FERRY_EXPORT Sender {
  public:
   // Binds `address` ("@name": abstract socket; else a file path created 0600) and
@@ -226,6 +267,34 @@ class FERRY_EXPORT Sender {
   Result<RoundStats> send_round_filled(std::span<const TensorSpec> specs, const TensorFill& fill,
                                        const FillFlush& flush,
                                        const RoundOptions& round_options = {});
+  // Sends one update, a model's tensors pulled from `next`, choosing how itself, so a caller
+  // has one send path:
+  // - streamed, when its first tensor matches the first of the last update this Sender sent
+  //   whole with unique names: one round with that manifest, each tensor copied straight into
+  //   the ring as it is pulled (one copy, nothing held). A tensor that differs from that
+  //   manifest later (name, dtype, shape, one missing or extra) aborts the round with
+  //   kInvalidArgument naming it, which breaks the session as any failed round; the next
+  //   update is staged.
+  // - staged otherwise (the first update, a manifest that changed at its first tensor, delta
+  //   rounds on): each tensor is copied into the staging buffer (UpdateOptions) as it is
+  //   pulled, and sent in rounds of at most staging_bytes (every round but the last says
+  //   more_follows; a name pulled twice starts a new round, so receivers end with the later).
+  //   Its manifest, if names were unique, is what the next update streams against.
+  // An error from `next` before anything was sent leaves the session intact; any later one
+  // aborts the update's round (the session breaks) and is returned.
+  // REQUIRES: a receiver joined, as for send_round.
+  Result<UpdateStats> send_update(const UpdateStream& next, const UpdateOptions& options = {});
+  // The same update to several Senders (one per kind of peer, e.g. an shm and a net session)
+  // from one stream: each tensor is pulled once and copied once for all of them. Streamed
+  // only when every Sender's last update had the same manifest. An error breaks every
+  // session. One UpdateStats per Sender, in order. REQUIRES: distinct Senders.
+  static Result<std::vector<UpdateStats>> send_update(std::span<Sender* const> senders,
+                                                      const UpdateStream& next,
+                                                      const UpdateOptions& options = {});
+  // The manifest send_update streams the next update against: the last update it sent whole
+  // with unique names; nullopt before one and after any failed round. Valid until the next
+  // call on this Sender.
+  const std::optional<std::vector<TensorSpec>>& update_manifest() const;
   // The whole ring (options.slots x options.bucket_bytes), for a producer that registers it
   // with a device runtime once (page-locked, so send_round_filled's D2H copies are DMA). The
   // memory lives as long as the Sender; it is written only inside send_round_filled's fill.

@@ -156,7 +156,8 @@ inline constexpr auto kReceiverOptionFields = std::tuple{
     FERRY_OPTION_FIELD(ReceiverOptions, max_ring_bytes, kBytes,
                        "Net receivers and relays: largest ring (slots x bucket bytes) a sender "
                        "may ask them to allocate; a larger one is refused before any memory is "
-                       "taken. Default 16 GiB. Receiver only."),
+                       "taken. Default: a quarter of this machine's memory, at most 16 GiB. "
+                       "Receiver only."),
     FERRY_OPTION_FIELD(ReceiverOptions, delta_keep_limit, kBytes,
                        "Most bytes a receiver keeps in copies for delta rounds when it hands "
                        "tensors to callbacks (the model's bytes; destinations keep none). A "
@@ -165,7 +166,8 @@ inline constexpr auto kReceiverOptionFields = std::tuple{
     FERRY_OPTION_FIELD(ReceiverOptions, max_assembled_tensor_bytes, kBytes,
                        "Largest tensor spanning buckets that a receiver assembles whole for its "
                        "callbacks (destinations need none); a round with a larger one fails "
-                       "(resource exhausted) at its start. Default 64 GiB. Receiver only."),
+                       "(resource exhausted) at its start. Default: a quarter of this machine's "
+                       "memory, at most 64 GiB. Receiver only."),
 };
 
 #undef FERRY_OPTION_FIELD

@@ -18,10 +18,13 @@ namespace ferry::token {
 // The least strength a session token may have, in bits: net sessions refuse weaker ones.
 inline constexpr double kMinBits = 128;
 
-// An estimate of a secret's strength in bits: its length times log2 of the alphabet that its
-// character classes span (lowercase 26, uppercase 26, digits 10, other printable ASCII 33,
-// other bytes 128), or 0 when it uses fewer than 8 distinct characters. Generous to words
-// and phrases, so it only keeps out the short and the repetitive.
+// An estimate of a secret's strength in bits: the cheapest description of it by common words
+// (any case, substitutions such as 3 for e), runs ("abcd", "4321"), blocks repeated, years,
+// hex digits at 4 bits each and decimal digits at 3.3, and otherwise log2 of the alphabet its
+// character classes span per character (lowercase 26, uppercase 26, digits 10, other
+// printable ASCII 33, other bytes 128); 0 when it uses fewer than 8 distinct characters.
+// Only the first 256 characters count. docs/security.md ("Tokens") gives the costs; a
+// token from new_text() is 256 bits by it.
 FERRY_EXPORT double estimated_bits(std::string_view secret);
 
 // A fresh token of `bytes` random bytes from the OS, hex-encoded (2 * bytes characters; the

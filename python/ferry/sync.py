@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import threading
 from typing import Any, AsyncIterator, Callable, Iterable, Mapping, Self, Sequence
 
 from . import _ferry
@@ -26,6 +27,10 @@ from ._tensors import (CONVERTERS, Weights, _error, destination_arg, ferry_dtype
 
 RoundStats = _ferry.RoundStats
 SyncOptions = _ferry.SyncOptions
+UpdateStats = _ferry.UpdateStats
+
+# send_update's staging buffer: a staged update's rounds hold at most this many bytes.
+DEFAULT_STAGING_BYTES = 64 << 20
 
 
 def _option_names(role: str) -> tuple[str, ...]:
@@ -205,6 +210,34 @@ class Sender(_Endpoint):
                     for n, d, shape in specs]
         return self._impl.send_round_filled(manifest, fill, flush, more_follows, step)
 
+    def send_update(self, weights: Iterable[tuple[str, Any]], *, step: int | None = None,
+                    staging_bytes: int = DEFAULT_STAGING_BYTES) -> UpdateStats:
+        """Sends one update, every (name, tensor) of `weights`, choosing how itself
+        (include/ferry/sync.h, Sender::send_update): streamed in one round, each tensor copied
+        straight into the ring as it is pulled, when its first tensor matches the first of
+        update_manifest (the last update sent whole with unique names); otherwise staged:
+        copied into a buffer of staging_bytes as pulled and sent in rounds of at most that
+        (more_follows), learning the manifest for the next update. Either way the iterator may
+        reuse a tensor's memory once the next is pulled. A tensor that differs from the
+        manifest in a streamed update (name, dtype, shape, missing, extra) raises
+        InvalidArgumentError naming it and aborts the round (the session breaks; the next
+        update is staged); an exception of the iterator is raised here unchanged. `step`
+        travels in every round's BEGIN, as in send_round()."""
+        return send_update([self], weights, step=step, staging_bytes=staging_bytes)[0]
+
+    async def send_update_async(self, weights: Iterable | AsyncIterator, *,
+                                step: int | None = None,
+                                staging_bytes: int = DEFAULT_STAGING_BYTES) -> UpdateStats:
+        """send_update() from a coroutine (see ferry.sync.send_update_async)."""
+        stats = await send_update_async([self], weights, step=step, staging_bytes=staging_bytes)
+        return stats[0]
+
+    @property
+    def update_manifest(self) -> list[tuple] | None:
+        """(name, dtype, shape) of each tensor the next send_update streams against; None
+        when it will stage."""
+        return self._impl.update_manifest
+
     def ring_memory(self) -> tuple[int, int]:
         """The ring as (address, nbytes), for send_round_filled's fill to copy into (and to
         page-lock once with a device runtime). Valid until close(); unregister it before."""
@@ -239,6 +272,134 @@ class Sender(_Endpoint):
     @property
     def address(self) -> str:
         return self._impl.address
+
+
+def send_update(senders: Sequence[Sender], weights: Iterable[tuple[str, Any]], *,
+                step: int | None = None,
+                staging_bytes: int = DEFAULT_STAGING_BYTES) -> list[UpdateStats]:
+    """Sender.send_update() to several Senders at once (one per kind of peer, e.g. an shm and
+    a net session) from one iterator: each tensor is pulled and copied once for all of them.
+    Streamed only when every Sender's update_manifest is the same; an error breaks every
+    session. One UpdateStats per Sender, in order."""
+    return _ferry.send_update([s._impl for s in senders], _Pulled(iter(weights)), step,
+                              staging_bytes)
+
+
+async def send_update_async(senders: Sequence[Sender], weights: Iterable | AsyncIterator, *,
+                            step: int | None = None,
+                            staging_bytes: int = DEFAULT_STAGING_BYTES) -> list[UpdateStats]:
+    """send_update() from a coroutine, for generators that must run on the event loop's
+    thread (verl's: they may run collectives and refill one buffer per yield). `weights` (a
+    sync or async iterable) is pulled on the calling thread; the update runs in a worker
+    thread, which is handed each tensor and done with it before the next is pulled. The loop
+    is held while one tensor is copied and is free while the sender waits for a slot or for
+    acknowledgements. An exception of the iterator aborts the update and is raised here
+    unchanged; a cancelled call aborts it too."""
+    loop = asyncio.get_running_loop()
+    handoff = _Handoff()
+
+    def run() -> list[UpdateStats]:
+        try:
+            return _ferry.send_update([s._impl for s in senders], handoff.take, step,
+                                      staging_bytes)
+        finally:
+            handoff.stop()
+
+    sending = loop.run_in_executor(None, run)
+    try:
+        async for name, tensor in _each(weights):
+            if handoff.stopped:
+                break  # the update failed: awaiting it raises why
+            handoff.offer(*tensor_arg(name, tensor))
+            if not handoff.wait_released(_FEED_HOLD_S):
+                await loop.run_in_executor(None, handoff.wait_released, None)
+        handoff.end()
+    except BaseException as e:  # aborts the update; raised here unchanged
+        handoff.fail(e if isinstance(e, Exception) else
+                     _error(_ferry.AbortedError, f"the update was stopped: {type(e).__name__}"))
+        try:
+            await asyncio.shield(sending)
+        except BaseException:
+            pass
+        raise
+    return await sending
+
+
+class _Handoff:
+    """Hands send_update_async's tensors from the loop's thread to the sender's, one at a
+    time: take() (the sender's next()) waits for the next offer, and by asking it releases the
+    last, so the loop pulls the next item only once the sender is done with the one before."""
+
+    def __init__(self) -> None:
+        self._changed = threading.Condition()
+        self._offer: tuple | None = None
+        self._owner: Any = None  # what keeps the offered (or held) tensor's memory alive
+        self._held = False       # the sender took the offer and is not done with it
+        self._ended = False
+        self._error: BaseException | None = None
+        self._stopped = False
+
+    def offer(self, arg: tuple, owner: Any) -> None:
+        with self._changed:
+            self._offer, self._owner = arg, owner
+            self._changed.notify_all()
+
+    def wait_released(self, timeout: float | None) -> bool:
+        """Waits (up to timeout s; None: no limit) until the sender is done with the offer."""
+        with self._changed:
+            return self._changed.wait_for(
+                lambda: self._stopped or (self._offer is None and not self._held), timeout)
+
+    def end(self) -> None:
+        with self._changed:
+            self._ended = True
+            self._changed.notify_all()
+
+    def fail(self, error: BaseException) -> None:
+        with self._changed:
+            self._error = error
+            self._changed.notify_all()
+
+    def stop(self) -> None:
+        """The sender returned: nothing more is taken."""
+        with self._changed:
+            self._stopped, self._offer, self._owner, self._held = True, None, None, False
+            self._changed.notify_all()
+
+    @property
+    def stopped(self) -> bool:
+        return self._stopped
+
+    def take(self) -> tuple | None:
+        with self._changed:
+            self._held, self._owner = False, None
+            self._changed.notify_all()
+            self._changed.wait_for(
+                lambda: self._offer is not None or self._ended or self._error is not None)
+            if self._error is not None:
+                raise self._error
+            if self._offer is None:
+                return None
+            arg, self._offer, self._held = self._offer, None, True
+            return arg
+
+
+class _Pulled:
+    """next() for _ferry.send_update: the next (name, tensor) as a tensor argument, its memory
+    kept until the next call; None at the end."""
+
+    def __init__(self, items: Iterable) -> None:
+        self._items = iter(items)
+        self._owner: Any = None
+
+    def __call__(self) -> tuple | None:
+        self._owner = None  # copied by now: the iterator may reuse its memory
+        item = next(self._items, None)
+        if item is None:
+            return None
+        name, tensor = item
+        arg, self._owner = tensor_arg(name, tensor)
+        return arg
 
 
 # How long the loop thread waits for the sender to take one tensor before it waits in a

@@ -9,6 +9,7 @@
 #include <fmt/format.h>
 #include <pybind11/stl.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cmath>
@@ -446,6 +447,64 @@ class PySender : public Endpoint<sync::Sender> {
     return bridge.finish(std::move(r));
   }
 
+  // One update to every Sender of `senders` (sync::Sender::send_update): next() returns the
+  // next tensor as a tensor argument ((name, dtype, shape, address, nbytes) or (name, dtype,
+  // shape, buffer)), whose memory the caller keeps until the next call, or None once the
+  // update is over. Runs with the GIL released, taking it only inside next; an exception
+  // there ends the update (the receivers hear why, if any of it went out) and is raised
+  // again here, unchanged.
+  static std::vector<sync::UpdateStats> send_update(const py::sequence& senders,
+                                                    const py::object& next,
+                                                    std::optional<std::uint64_t> step,
+                                                    std::uint64_t staging_bytes) {
+    std::vector<PySender*> ends;
+    for (const py::handle& item : senders) {
+      PySender* end = item.cast<PySender*>();
+      if (std::find(ends.begin(), ends.end(), end) != ends.end()) {
+        throw StatusError(invalid_argument("send_update: a Sender is given twice"));
+      }
+      ends.push_back(end);
+    }
+    std::vector<std::unique_ptr<UseGuard>> uses;
+    std::vector<sync::Sender*> impls;
+    for (PySender* end : ends) {
+      uses.push_back(std::make_unique<UseGuard>(end->mutex_, end->what_));
+      impls.push_back(&end->get());
+    }
+    std::optional<py::error_already_set> raised;
+    TensorArg current;  // the tensor pulled last; its Py_buffer is held until the next pull
+    std::size_t pulled = 0;
+    const sync::UpdateStream stream = [&]() -> Result<std::optional<TensorView>> {
+      py::gil_scoped_acquire gil;
+      current = TensorArg{};
+      try {
+        const py::object item = next();
+        if (item.is_none()) return std::optional<TensorView>();
+        current = tensor_arg(item, /*writable=*/false);
+        ++pulled;
+        return std::optional<TensorView>(TensorView{current.spec, {current.data, current.size}});
+      } catch (py::error_already_set& e) {
+        std::string type = py::str(e.type().attr("__name__"));
+        std::string text = py::str(e.value());
+        raised.emplace(std::move(e));
+        return aborted(fmt::format("the sender's weights raised {}: {}", type, text));
+      } catch (const StatusError& e) {
+        return e.status();
+      } catch (const std::exception& e) {  // a cast of what next() returned
+        return invalid_argument(
+            fmt::format("tensor {}: next() returned something unusable: {}", pulled, e.what()));
+      }
+    };
+    Result<std::vector<sync::UpdateStats>> r = [&] {
+      py::gil_scoped_release nogil;
+      return sync::Sender::send_update(impls, stream, sync::UpdateOptions{step, staging_bytes});
+    }();
+    current = TensorArg{};
+    for (PySender* end : ends) end->interrupts_.raise_pending();
+    if (raised) throw *raised;
+    return check(std::move(r));
+  }
+
   py::tuple ring_memory() const {
     const std::span<std::byte> ring = get().ring_memory();
     return py::make_tuple(reinterpret_cast<std::uintptr_t>(ring.data()), ring.size());
@@ -741,6 +800,27 @@ void bind_sync(py::module_& m) {
             s.step ? std::to_string(*s.step) : "None");
       });
 
+  py::class_<sync::UpdateStats>(m, "UpdateStats",
+                                "What one update (send_update) sent to one Sender's receivers.")
+      .def_readonly("bytes", &sync::UpdateStats::bytes, "Tensor bytes of the update.")
+      .def_readonly("tensors", &sync::UpdateStats::tensors, "Tensors of the update.")
+      .def_readonly("rounds", &sync::UpdateStats::rounds, "Rounds the update took.")
+      .def_readonly("streamed", &sync::UpdateStats::streamed,
+                    "True when it streamed in one round against the last update's manifest; "
+                    "False when it was staged.")
+      .def_readonly("seconds", &sync::UpdateStats::seconds, "Its rounds' seconds, added up.")
+      .def("__repr__", [](const sync::UpdateStats& s) {
+        return fmt::format(
+            "UpdateStats(bytes={}, tensors={}, rounds={}, streamed={}, "
+            "seconds={:.6f})",
+            s.bytes, s.tensors, s.rounds, s.streamed ? "True" : "False", s.seconds);
+      });
+  m.def("send_update", &PySender::send_update, py::arg("senders"), py::arg("next"),
+        py::arg("step") = py::none(),
+        py::arg("staging_bytes") = sync::UpdateOptions{}.staging_bytes,
+        "Sends one update, the tensors next() returns until None, to every Sender of `senders`: "
+        "streamed against the last update's manifest, or staged (use ferry.sync.send_update).");
+
   py::class_<PySender>(m, "Sender", "The trainer's end of a session (use ferry.Sender).")
       .def_static("create", &PySender::create, py::arg("address"), py::arg("options"),
                   "Binds `address` ('@name', a socket path or 'host:port') and creates the ring.")
@@ -769,6 +849,22 @@ void bind_sync(py::module_& m) {
       .def_property_readonly(
           "session_id", [](const PySender& s) { return s.get().session_id(); },
           "The current session's id.")
+      .def_property_readonly(
+          "update_manifest",
+          [](const PySender& s) -> py::object {
+            const auto& learned = s.get().update_manifest();
+            if (!learned) return py::none();
+            py::list out;
+            for (const TensorSpec& t : *learned) {
+              py::tuple shape(t.shape.size());
+              for (std::size_t i = 0; i < t.shape.size(); ++i) shape[i] = t.shape[i];
+              out.append(py::make_tuple(t.name, t.dtype, std::move(shape)));
+            }
+            return out;
+          },
+          "The manifest send_update streams the next update against, as (name, dtype, shape) "
+          "tuples; None before an update was sent whole with unique names and after a failed "
+          "round.")
       .def_property_readonly(
           "rounds_sent", [](const PySender& s) { return s.get().rounds_sent(); },
           "Rounds sent in the current session.")

@@ -78,6 +78,58 @@ Status check_offered_path(const std::string& root, const std::string& path,
   return check_no_link_on_the_way(root, path, peer);
 }
 
+// The tracker of an INDEX may name only a step whose metadata the INDEX offers, all of it: a
+// torch_dist folder of that step with common.pt, .metadata and metadata.json, and no folder of
+// that step offered with only some of them. Every offered file is in place here, checked
+// against its XXH3, before the tracker is written (it goes last), so a tracker this puller
+// writes never names a step it did not receive. A server that offers the tracker without
+// naming its step, or names a step without offering the tracker, breaks the same rule.
+// Corruption naming the server and the step; checked before anything is written.
+Status check_tracker_offer(const ReplicaSet& set, const std::string& peer) {
+  const bool tracker_offered =
+      std::any_of(set.files.begin(), set.files.end(),
+                  [](const ReplicaFile& f) { return f.path == kMegatronTracker; });
+  if (tracker_offered != set.tracker.has_value()) {
+    return corruption(fmt::format(
+        "replicate: {} offers {} but {}: refused, nothing written", peer,
+        tracker_offered ? std::string(kMegatronTracker) : "no " + std::string(kMegatronTracker),
+        tracker_offered ? "names no step for it"
+                        : fmt::format("names step {} as its tracker's", *set.tracker)));
+  }
+  if (!set.tracker) return ok_status();
+  const std::int64_t step = *set.tracker;
+  // The metadata files offered per torch_dist folder of the tracker's step.
+  std::map<std::string, std::set<std::string>> folders;
+  for (const ReplicaFile& f : set.files) {
+    const std::size_t first = f.path.find('/');
+    if (first == std::string::npos) continue;  // the tracker
+    if (megatron::parse_megatron_step_folder(std::string_view(f.path).substr(0, first)) != step) {
+      continue;
+    }
+    const std::size_t last = f.path.rfind('/');
+    folders[f.path.substr(0, last)].insert(f.path.substr(last + 1));
+  }
+  const std::set<std::string> all = {std::string(kMegatronCommon),
+                                     std::string(kMegatronDcpMetadata),
+                                     std::string(kMegatronConfig)};
+  for (const auto& [folder, names] : folders) {
+    if (names != all) {
+      return corruption(fmt::format(
+          "replicate: {} offers a tracker naming step {} but only part of that step's metadata "
+          "({} of common.pt, .metadata, metadata.json in {}): refused, nothing written",
+          peer, step, names.size(), folder));
+    }
+  }
+  if (folders.empty()) {
+    return corruption(
+        fmt::format("replicate: {} offers a tracker naming step {} but none of that step's "
+                    "metadata (common.pt, .metadata, metadata.json of its torch_dist folders): "
+                    "refused, nothing written",
+                    peer, step));
+  }
+  return ok_status();
+}
+
 class Puller {
  public:
   Puller(const ReplicatePullOptions& o, net::Channel& ch) : o_(o), ch_(ch) {}
@@ -93,9 +145,9 @@ class Puller {
     for (const ReplicaFile& f : set->files) {
       FERRY_RETURN_IF_ERROR(check_offered_path(o_.root, f.path, peer()));
     }
+    FERRY_RETURN_IF_ERROR(check_tracker_offer(*set, peer()));
     std::stable_partition(set->files.begin(), set->files.end(),
                           [](const ReplicaFile& f) { return f.path != kMegatronTracker; });
-    out.tracker = set->tracker;
     out.notes = set->notes;
     std::vector<ReplicaFile> need;
     for (const ReplicaFile& f : set->files) {
@@ -118,17 +170,19 @@ class Puller {
         *stopped = true;
         return out;
       }
-      auto got = fetch(f);
+      std::string held_back;
+      auto got = fetch(f, set->tracker, &held_back);
       if (!got.ok()) return got.status();
       if (!*got) {
         *changed = true;
-        out.notes.push_back(f.path +
-                            " changed on the server while being copied; it waits for "
-                            "the next round");
+        out.notes.push_back(held_back);
+        last_held_back_ = held_back;
         return out;
       }
       out.copied.push_back({f.path, f.bytes});
     }
+    // Every offered file, the tracker last, is in place and checked.
+    out.tracker = set->tracker;
     return out;
   }
 
@@ -183,6 +237,9 @@ class Puller {
   }
 
   const std::string& peer() const { return ch_.peer(); }
+  // Why the last round held a file back (the note it added), for the error of a pull that
+  // gives up.
+  const std::string& last_held_back() const { return last_held_back_; }
 
  private:
   // LIST, and the INDEX that answers it.
@@ -311,8 +368,12 @@ class Puller {
         fmt::format("replicate: {} failed {}: {}", peer(), doing, e->message));
   }
 
-  // Copies one file; false when the server reported it changed.
-  Result<bool> fetch(const ReplicaFile& f) {
+  // Copies one file; false, with the reason in `held_back`, when it waits for the next round:
+  // the server reported it changed, or (the tracker) the bytes it sent name another step than
+  // the one whose metadata the INDEX offered (a tracker that moved on between the server's
+  // scan and its hash; or a hostile server): that tracker is not written.
+  Result<bool> fetch(const ReplicaFile& f, std::optional<std::int64_t> tracker_step,
+                     std::string* held_back) {
     FERRY_RETURN_IF_ERROR(send_message(ch_, rp::encode_get(f)));
     auto m = receive(f.path);
     if (!m.ok()) return m.status();
@@ -321,7 +382,12 @@ class Puller {
     if (*kind == rp::Kind::kError) {
       auto e = rp::decode_error(*m, peer());
       if (!e.ok()) return e.status();
-      if (e->code == rp::ErrorCode::kChanged) return false;
+      if (e->code == rp::ErrorCode::kChanged) {
+        *held_back = f.path +
+                     " changed on the server while being copied; it waits for the "
+                     "next round";
+        return false;
+      }
       return server_error(*m, f.path);
     }
     if (*kind != rp::Kind::kFile)
@@ -370,6 +436,20 @@ class Puller {
                       "was offered with; discarded",
                       f.path, peer(), got, f.xxh3));
     }
+    if (f.path == kMegatronTracker) {
+      // check_tracker_offer() saw the INDEX name a step for it, and that step's metadata.
+      const std::string_view text(reinterpret_cast<const char*>(content.data()), content.size());
+      auto step = megatron::parse_tracker(text);
+      if (!step.ok() || !tracker_step || *step != *tracker_step) {
+        *held_back = fmt::format(
+            "{} from {} {}, not step {} whose metadata it offered: not written; it waits for "
+            "the next round",
+            f.path, peer(),
+            step.ok() ? fmt::format("names step {}", *step) : step.status().message(),
+            tracker_step.value_or(-1));
+        return false;
+      }
+    }
     // Written through the folder's fd: a temp name made with O_EXCL|O_NOFOLLOW, renamed
     // over the target, every folder on the way opened with O_NOFOLLOW. A link planted in
     // the destination is replaced or refused, never written through.
@@ -387,6 +467,7 @@ class Puller {
   const ReplicatePullOptions& o_;
   net::Channel& ch_;
   megatron::FileHashes hashes_;
+  std::string last_held_back_;
   std::uint64_t done_ = 0, total_ = 0;  // bytes of this round's copies, for `progress`
 };
 
@@ -448,11 +529,13 @@ Result<PullResult> pull_replicas(const ReplicatePullOptions& o) {
     if (!o.watch) {
       if (changed && result.rounds < kOnceRounds) continue;
       if (changed) {
-        ch->abort();
-        return failed_precondition(
-            fmt::format("files kept changing on {} over {} rounds: is a "
+        // Said before the abort, which leaves the channel without its peer's name.
+        Status gave_up = failed_precondition(
+            fmt::format("files kept changing on {} over {} rounds (the last: {}): is a "
                         "save running there? Try again",
-                        puller.peer(), kOnceRounds));
+                        puller.peer(), kOnceRounds, puller.last_held_back()));
+        ch->abort();
+        return gave_up;
       }
       (void)send_message(*ch, rp::encode_done());
       ch->close();
@@ -474,8 +557,10 @@ Result<PullResult> pull_replicas(const ReplicatePullOptions& o) {
         return result;
       }
       if (m->has_value()) {
+        Status unasked =
+            corruption("replicate: " + puller.peer() + " sent a message nobody asked for");
         ch->abort();
-        return corruption("replicate: " + puller.peer() + " sent a message nobody asked for");
+        return unasked;
       }
     }
   }

@@ -15,6 +15,7 @@
 #include <span>
 #include <string_view>
 #include <thread>
+#include <unordered_set>
 #include <vector>
 
 #define XXH_INLINE_ALL
@@ -59,9 +60,12 @@ struct SyncArgs {
   std::vector<std::string> addresses = {"ferry-sync"};
   std::vector<std::string> net_addresses;
   std::string part;  // serve: "K/N", only part K of N of the model (empty: all of it)
+  // serve: the model to send; recv: the model its senders' parts make up, checked each round
+  // when recv has several senders or is given --preset or --layers (model_flags)
   std::string preset = "qwen2.5-0.5b";
   std::string dtype = "bf16";
-  std::int64_t layers = 0;  // serve: 0 = the preset's depth
+  std::int64_t layers = 0;                // 0 = the preset's depth
+  std::vector<CLI::Option*> model_flags;  // recv: --preset, --layers
   std::uint32_t receivers = 1;
   std::uint32_t id = 0;
   int rounds = 1;
@@ -253,6 +257,19 @@ Result<Part> parse_part(const std::string& text) {
   return Part{k - 1, n};
 }
 
+// The tensors of --preset at --layers (0: all its layers) in `dtype`; invalid_argument naming
+// the flag otherwise.
+Result<std::vector<TensorSpec>> model_specs(const SyncArgs& a, DType dtype) {
+  auto cfg = model::preset(a.preset);
+  if (!cfg.ok()) return cfg.status();
+  if (a.layers < 0 || a.layers > cfg->num_layers) {
+    return invalid_argument(fmt::format("--layers {}: {} has 1 to {} layers (0: all)", a.layers,
+                                        a.preset, cfg->num_layers));
+  }
+  if (a.layers > 0) cfg->num_layers = a.layers;
+  return model::hf_tensor_specs(*cfg, dtype);
+}
+
 // What is wrong in the command line, found before anything is served or joined. `role`
 // is "serve", "recv" or "relay"; `net_flag` names the host:port flag of that role.
 Status check_args(const SyncArgs& a, const std::string& role, const std::string& net_flag) {
@@ -293,6 +310,9 @@ Status check_args(const SyncArgs& a, const std::string& role, const std::string&
     if (auto cfg = model::preset(a.preset); !cfg.ok()) return cfg.status();
     if (auto dtype = parse_dtype(a.dtype); !dtype.ok()) return dtype.status();
   }
+  if (role == "recv") {
+    if (auto specs = model_specs(a, DType::kBF16); !specs.ok()) return specs.status();
+  }
   return ok_status();
 }
 
@@ -331,16 +351,11 @@ void print_round(const SyncArgs& a, const sync::RoundStats& s, const char* role,
 
 int run_serve(const SyncArgs& a) {
   if (Status s = check_args(a, "serve", "--listen"); !s.ok()) return usage_error(s);
-  auto cfg = model::preset(a.preset);
-  if (!cfg.ok()) return report_error(cfg.status());
-  if (a.layers < 0 || a.layers > cfg->num_layers) {
-    return usage_error(invalid_argument(fmt::format("--layers {}: {} has 1 to {} layers (0: all)",
-                                                    a.layers, a.preset, cfg->num_layers)));
-  }
-  if (a.layers > 0) cfg->num_layers = a.layers;
   auto dtype = parse_dtype(a.dtype);
   if (!dtype.ok()) return report_error(dtype.status());
-  std::vector<TensorSpec> specs = model::hf_tensor_specs(*cfg, *dtype);
+  auto model = model_specs(a, *dtype);
+  if (!model.ok()) return usage_error(model.status());
+  std::vector<TensorSpec> specs = *std::move(model);
   std::string what = a.preset;
   if (!a.part.empty()) {
     // The same split in every `serve --part` process: each serves its own tensors.
@@ -435,17 +450,59 @@ class RecvSession {
   std::unique_ptr<sync::MultiReceiver> many_;
 };
 
+// How many missing tensors an error names before it only counts them.
+constexpr std::size_t kMissingNamed = 5;
+
+// recv's check that a round held the whole model (the tensors of --preset at --layers): its
+// senders' parts may not cover it (serve --part 1/2 and --part 2/3, or a sender left out),
+// and every sender's round can be OK without a word of what no sender sent. kNotFound naming
+// the first kMissingNamed missing tensors and how many are missing.
+Status check_covers_model(const SyncArgs& a, std::uint64_t round,
+                          std::span<const std::string> model,
+                          const std::unordered_set<std::string>& received, std::size_t senders) {
+  std::vector<std::string_view> missing;
+  for (const std::string& name : model) {
+    if (!received.contains(name)) missing.push_back(name);
+  }
+  if (missing.empty()) return ok_status();
+  std::string named;
+  for (std::size_t i = 0; i < std::min(missing.size(), kMissingNamed); ++i) {
+    named += fmt::format("{}'{}'", i == 0 ? "" : ", ", missing[i]);
+  }
+  if (missing.size() > kMissingNamed)
+    named += fmt::format(" and {} more", missing.size() - kMissingNamed);
+  const std::string depth = a.layers > 0 ? fmt::format("{} layers", a.layers) : "all layers";
+  return not_found(fmt::format(
+      "round {}: {} of the {} tensors of {} ({}) arrived from {} sender(s); {} missing: {}. "
+      "Give recv one address per part of one split (serve --part K/N, K = 1..N, the same N) "
+      "and the senders' --preset and --layers",
+      round, model.size() - missing.size(), model.size(), a.preset, depth, senders, missing.size(),
+      named));
+}
+
 int run_recv(const SyncArgs& a) {
   if (Status s = check_args(a, "recv", "--connect"); !s.ok()) return usage_error(s);
   const std::vector<std::string>& addresses =
       a.net_addresses.empty() ? a.addresses : a.net_addresses;
+  // The model each round must cover: checked with several senders (each a part of it) or when
+  // recv is told the model; one sender without --preset or --layers sends what it sends.
+  const bool model_given = std::any_of(a.model_flags.begin(), a.model_flags.end(),
+                                       [](const CLI::Option* o) { return o->count() > 0; });
+  std::vector<std::string> model;
+  if (addresses.size() > 1 || model_given) {
+    auto specs = model_specs(a, DType::kBF16);  // names only: the dtype does not matter
+    if (!specs.ok()) return usage_error(specs.status());
+    for (const TensorSpec& t : *specs) model.push_back(t.name);
+  }
   auto rx = RecvSession::join(addresses, a);
   if (!rx.ok()) return report_error(rx.status());
   for (int r = 1; r <= a.rounds; ++r) {
     // Per-tensor delivery; the round checksum printed below is what both ends agreed on.
     ContentHash content;
+    std::unordered_set<std::string> received;
     auto st = rx->receive_round([&](const TensorView& t) {
       content.add(t);
+      if (!model.empty()) received.insert(t.spec.name);
       return ok_status();
     });
     if (!st.ok()) {
@@ -456,7 +513,14 @@ int run_recv(const SyncArgs& a) {
       if (!rx.ok()) return report_error(rx.status());
       continue;
     }
+    // What did arrive is reported either way; a round short of the model then fails.
     print_round(a, *st, "receiver", &content);
+    if (Status s = check_covers_model(a, st->round, model, received, addresses.size()); !s.ok()) {
+      // The sessions are intact (every sender's round went through): under --keep-going the
+      // next round is received on them.
+      if (!a.keep_going || r == a.rounds) return report_error(s);
+      report_round_failure(s, r);
+    }
   }
   return kExitOk;
 }
@@ -586,6 +650,15 @@ void add_sync_command(CLI::App& app, Dispatch& dispatch) {
       ->excludes(from);
   recv->add_option("--id", rargs->id, "This receiver's id (unique in the session)")
       ->capture_default_str();
+  rargs->model_flags = {
+      recv->add_option("--preset", rargs->preset,
+                       "The model the senders' parts make up (serve --preset): with several "
+                       "senders, or this flag or --layers given, a round missing any of its "
+                       "tensors fails naming them")
+          ->capture_default_str(),
+      recv->add_option("--layers", rargs->layers,
+                       "The senders' serve --layers (0: all of the preset's), for that check")
+          ->capture_default_str()};
   add_option_flags<sync::kReceiverOptionFields>(recv, rargs.get());
   add_common(recv, rargs.get());
 

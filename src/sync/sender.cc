@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <string>
 #include <string_view>
 #include <unordered_set>
 #include <utility>
@@ -18,6 +19,7 @@
 #include "sync/delta_sender.h"
 #include "sync/fanout.h"
 #include "sync/round_writer.h"
+#include "sync/sender_impl.h"
 #include "sync/sync_options.h"
 #include "wire/conversation.h"
 #include "wire/message.h"
@@ -104,78 +106,48 @@ Status put_streamed(RoundWriter& w, std::span<const TensorSpec> specs, const Ten
 
 }  // namespace
 
-struct Sender::Impl {
-  SyncOptions options;
-  std::unique_ptr<Fanout> fanout;
-  std::unique_ptr<RoundWriter> writer;
-  Status broken;                       // the first error; the session is unusable after it
-  std::unique_ptr<DeltaSender> delta;  // set when options.delta is not kOff
-
-  // A round may start: the session is intact and has a receiver.
-  Status ready() const {
-    if (!broken.ok()) {
-      return failed_precondition(
-          "the session failed earlier (accept() receivers again to start a new one): " +
-          broken.to_string());
-    }
-    if (fanout->peers().empty()) return failed_precondition("send_round: no receiver has joined");
+Result<RoundStats> Sender::Impl::send_views(std::span<const TensorView> weights,
+                                            const RoundOptions& round_options) {
+  if (delta) {
+    std::vector<GatheredTensor> tensors;
+    tensors.reserve(weights.size());
+    for (const TensorView& w : weights) tensors.push_back(GatheredTensor{w.spec, {w.data}});
+    return send_with_delta(tensors, round_options);
+  }
+  return send(manifest_of(weights), round_options, [&](RoundWriter& w) {
+    for (const TensorView& t : weights) FERRY_RETURN_IF_ERROR(w.put(t.data));
     return ok_status();
-  }
+  });
+}
 
-  Status fail(Status why) {
-    if (broken.ok()) broken = why;
-    return fanout->fail(why);
-  }
-
-  // One round: BEGIN, `put_all` packing its bytes through the writer, END and the ACKs. A
-  // manifest that cannot be planned fails before BEGIN, leaving the session intact; any later
-  // error breaks it.
-  template <class PutAll>
-  Result<RoundStats> send(Result<std::vector<TensorSpec>> manifest,
-                          const RoundOptions& round_options, PutAll&& put_all,
-                          wire::Begin fields = {}) {
-    profiler::Span round_span("sync.send_round");
-    if (!manifest.ok()) return manifest.status();
-    const std::uint64_t before = writer->round();
-    Status s = writer->begin(std::move(*manifest), round_options, std::move(fields));
-    if (!s.ok()) return writer->round() == before ? s : fail(s);
-    s = put_all(*writer);
-    if (!s.ok()) return fail(s);
-    auto stats = writer->finish();
-    if (!stats.ok()) return fail(stats.status());
+Result<RoundStats> Sender::Impl::send_with_delta(std::span<const GatheredTensor> tensors,
+                                                 const RoundOptions& round_options) {
+  const auto start = Clock::now();  // the round's time includes encoding it
+  auto prepared = delta->prepare(tensors, fanout->all_peers_share_memory());
+  if (!prepared.ok()) return prepared.status();
+  wire::Begin fields;
+  fields.keep_for_delta = static_cast<std::uint8_t>(prepared->keep_for_delta);
+  fields.delta = static_cast<std::uint8_t>(prepared->delta);
+  fields.base_version = prepared->base_version;
+  fields.targets = std::move(prepared->targets);
+  const std::span<const GatheredTensor> sent =
+      prepared->delta ? std::span<const GatheredTensor>(prepared->blobs) : tensors;
+  auto stats = send(
+      manifest_of(sent), round_options, [&](RoundWriter& w) { return put_gathered(w, sent); },
+      std::move(fields));
+  delta->finish_round();  // the snapshot copy of a dense round reads `tensors`
+  if (!stats.ok()) {
+    delta->require_dense();
     return stats;
   }
-
-  // Delta rounds on: the DeltaSender sends the round dense or as encoded blobs.
-  Result<RoundStats> send_with_delta(std::span<const GatheredTensor> tensors,
-                                     const RoundOptions& round_options) {
-    const auto start = Clock::now();  // the round's time includes encoding it
-    auto prepared = delta->prepare(tensors, fanout->all_peers_share_memory());
-    if (!prepared.ok()) return prepared.status();
-    wire::Begin fields;
-    fields.keep_for_delta = static_cast<std::uint8_t>(prepared->keep_for_delta);
-    fields.delta = static_cast<std::uint8_t>(prepared->delta);
-    fields.base_version = prepared->base_version;
-    fields.targets = std::move(prepared->targets);
-    const std::span<const GatheredTensor> sent =
-        prepared->delta ? std::span<const GatheredTensor>(prepared->blobs) : tensors;
-    auto stats = send(
-        manifest_of(sent), round_options, [&](RoundWriter& w) { return put_gathered(w, sent); },
-        std::move(fields));
-    delta->finish_round();  // the snapshot copy of a dense round reads `tensors`
-    if (!stats.ok()) {
-      delta->require_dense();
-      return stats;
-    }
-    delta->acknowledged(stats->version);
-    stats->seconds = std::chrono::duration<double>(Clock::now() - start).count();
-    if (stats->delta) {
-      stats->bytes = 0;
-      for (const GatheredTensor& t : tensors) stats->bytes += t.spec.bytes();
-    }
-    return stats;
+  delta->acknowledged(stats->version);
+  stats->seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  if (stats->delta) {
+    stats->bytes = 0;
+    for (const GatheredTensor& t : tensors) stats->bytes += t.spec.bytes();
   }
-};
+  return stats;
+}
 
 Sender::Sender(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 Sender::~Sender() = default;
@@ -212,16 +184,7 @@ Status Sender::accept(std::uint32_t receivers) {
 Result<RoundStats> Sender::send_round(std::span<const TensorView> weights,
                                       const RoundOptions& round_options) {
   FERRY_RETURN_IF_ERROR(impl_->ready());
-  if (impl_->delta) {
-    std::vector<GatheredTensor> tensors;
-    tensors.reserve(weights.size());
-    for (const TensorView& w : weights) tensors.push_back(GatheredTensor{w.spec, {w.data}});
-    return impl_->send_with_delta(tensors, round_options);
-  }
-  return impl_->send(manifest_of(weights), round_options, [&](RoundWriter& w) {
-    for (const TensorView& t : weights) FERRY_RETURN_IF_ERROR(w.put(t.data));
-    return ok_status();
-  });
+  return impl_->send_views(weights, round_options);
 }
 
 Result<RoundStats> Sender::send_round_gathered(std::span<const GatheredTensor> weights,

@@ -228,7 +228,7 @@ Status ensure_bench_token() {
   if (std::getenv("FERRY_TOKEN") != nullptr || std::getenv("FERRY_TOKEN_FILE") != nullptr) {
     return ok_status();
   }
-  std::array<std::uint8_t, 16> raw{};
+  std::array<std::uint8_t, 32> raw{};  // as `ferry token new`: 256 bits
   Status s = net::random_bytes(raw);
   if (!s.ok()) return s;
   std::string secret;

@@ -24,7 +24,7 @@ struct Folders {
   testing::TempDir dir;
   std::string ckpt = dir.file("ckpt");  // holds node0/, node1/ as verify takes them
   std::string n0 = ckpt + "/node0", n1 = ckpt + "/node1";
-  std::string token = test::write_token(dir, "token", "cli-secret-0123456789abcdefghij");
+  std::string token = test::write_token(dir, "token", ::ferry::testing::kTestToken);
 };
 
 TEST(CkptReplicateCli, VerifyNamesTheNodeThenReplicateFixesItAndVerifyIsClean) {

@@ -30,7 +30,7 @@ constexpr milliseconds kTimeout{10'000};
 struct Nodes {
   testing::TempDir dir;
   std::string src = dir.file("src"), dst = dir.file("dst");
-  std::string token = test::write_token(dir, "token", "file-set-secret-0123456789abcdefghij");
+  std::string token = test::write_token(dir, "token", ::ferry::testing::kTestToken);
 
   // Writes `bytes` to `rel` below `src`; returns its entry as a caller would hold it.
   ReplicaFile add(const std::string& rel, const std::string& bytes) {
@@ -256,7 +256,7 @@ TEST(ReplicateFiles, WrongTokenIsRefused) {
   const ReplicaFile f = t.add("a.distcp", "aaaa");
   ServerThread server(t.serve_options({f}));
   auto po = t.pull_options(server.address(), {f});
-  po.token_file = test::write_token(t.dir, "wrong", "another-secret-0123456789abcdefghij");
+  po.token_file = test::write_token(t.dir, "wrong", ::ferry::testing::kOtherTestToken);
   auto r = pull_replicas(po);
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.status().code(), Code::kUnauthenticated) << r.status().to_string();

@@ -62,8 +62,7 @@ std::vector<std::byte> hostile_frame(std::mt19937& rng, const rp::Kind* kinds) {
 TEST(ReplicateHostile, MutatedFramesNeitherCrashNorStopTheServer) {
   testing::TempDir dir;
   const std::string n0 = dir.file("node0"), n1 = dir.file("node1");
-  const std::string token =
-      test::write_token(dir, "token", "replicate-secret-0123456789abcdefghij");
+  const std::string token = test::write_token(dir, "token", ::ferry::testing::kTestToken);
   test::write_verl_save({n0}, {.step = 1, .roles = {"actor", "critic"}});
 
   std::atomic<bool> stop{false};

@@ -161,7 +161,7 @@ TEST(ReplicateSymlinkRace, WritesBelowTheFolderNeverGoThroughAPlantedLink) {
 struct Nodes {
   testing::TempDir dir;
   std::string n0 = dir.file("node0"), n1 = dir.file("node1");
-  std::string token = test::write_token(dir, "token", "replicate-secret-0123456789abcdefghij");
+  std::string token = test::write_token(dir, "token", ::ferry::testing::kTestToken);
 };
 
 // End to end: a watch puller against a server whose common.pt is swapped for a link to a

@@ -12,6 +12,8 @@
 #include <cstring>
 #include <filesystem>
 #include <future>
+#include <map>
+#include <optional>
 #include <thread>
 
 #include "base/clock.h"
@@ -34,7 +36,7 @@ constexpr milliseconds kTimeout{10'000};
 struct Nodes {
   testing::TempDir dir;
   std::string n0 = dir.file("node0"), n1 = dir.file("node1");
-  std::string token = test::write_token(dir, "token", "replicate-secret-0123456789abcdefghij");
+  std::string token = test::write_token(dir, "token", ::ferry::testing::kTestToken);
   std::vector<std::string> roots() const { return {n0, n1}; }
   ReplicateServeOptions serve_options() const {
     return {.root = n0, .address = "127.0.0.1:0", .token_file = token};
@@ -146,7 +148,7 @@ TEST(Replicate, WrongTokenIsRefusedAndNothingIsWritten) {
   ServerThread server(t.serve_options());
   const auto before = test::tree(t.n1);
   auto po = t.pull_options(server.address());
-  po.token_file = test::write_token(t.dir, "wrong", "another-secret-0123456789abcdefghij");
+  po.token_file = test::write_token(t.dir, "wrong", ::ferry::testing::kOtherTestToken);
   auto r = pull_replicas(po);
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.status().code(), Code::kUnauthenticated) << r.status().to_string();
@@ -252,6 +254,110 @@ TEST(Replicate, BytesThatDoNotMatchTheOfferAreDiscarded) {
   EXPECT_EQ(r.status().code(), Code::kCorruption) << r.status().to_string();
   EXPECT_NE(r.status().message().find("XXH3"), std::string::npos) << r.status().to_string();
   EXPECT_TRUE(test::tree(t.n1).empty());
+}
+
+// A crafted server that answers as a real one does, from `files` (path -> bytes) and the
+// INDEX `set`, whatever that set claims: each LIST with the set, each GET with the file's
+// bytes in one CHUNK, until DONE or the puller hangs up.
+void serve_crafted(net::Channel& ch, const ReplicaSet& set,
+                   const std::map<std::string, std::string>& files) {
+  while (true) {
+    auto m = ch.receive(kTimeout);
+    if (!m.ok()) return;
+    auto kind = rp::decode_kind(*m, "puller");
+    if (!kind.ok() || *kind == rp::Kind::kDone) return;
+    if (*kind == rp::Kind::kList) {
+      if (!ch.send(rp::encode_index(set), kTimeout).ok()) return;
+      continue;
+    }
+    if (*kind != rp::Kind::kGet) return;
+    auto want = rp::decode_get(*m, "puller");
+    if (!want.ok()) return;
+    const std::string& bytes = files.at(want->path);
+    if (!ch.send(rp::encode_file(*want), kTimeout).ok()) return;
+    if (!bytes.empty() && !ch.send(rp::encode_chunk(0, as_bytes(bytes)), kTimeout).ok()) return;
+  }
+}
+
+ReplicaFile offer(std::map<std::string, std::string>& files, const std::string& path,
+                  const std::string& bytes) {
+  files[path] = bytes;
+  return {path, bytes.size(), testing::hash_bytes(as_bytes(bytes))};
+}
+
+// Issue 31: a server could make the puller write a tracker naming a step it never sent (its
+// INDEX claimed one step, offered another's metadata or only part of it, or a tracker without
+// naming a step). The puller writes a tracker only for a step whose metadata the same INDEX
+// offered in full, all of it in place and checked before the tracker is written; an INDEX
+// that breaks this is refused before anything is written.
+TEST(Replicate, AServerOfferingATrackerForAStepItDoesNotSendIsRefused) {
+  struct Case {
+    const char* what;
+    std::optional<std::int64_t> claimed;  // the INDEX's tracker step
+    std::string tracker_text;             // the tracker's bytes
+    bool with_config;                     // step 1's metadata.json offered too
+    const char* names;                    // the error names this
+  };
+  const std::vector<Case> cases = {
+      {"names step 7, sends step 1", 7, "7", true, "step 7"},
+      {"a tracker with no step named", std::nullopt, "1", true, "names no step"},
+      {"step 1 without its metadata.json", 1, "1", false, "2 of common.pt"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.what);
+    Nodes t;
+    fs::create_directories(t.n1);
+    std::map<std::string, std::string> files;
+    ReplicaSet set;
+    set.files.push_back(offer(files, dist_path(1) + "/common.pt", "PK\x03\x04 common"));
+    set.files.push_back(offer(files, dist_path(1) + "/.metadata", "dcp metadata"));
+    if (c.with_config) {
+      set.files.push_back(offer(files, dist_path(1) + "/metadata.json", test::kMegatronConfigJson));
+    }
+    set.files.push_back(offer(files, std::string(kMegatronTracker), c.tracker_text));
+    set.tracker = c.claimed;
+    Result<PullResult> r = internal_error("not run");
+    {
+      CraftedServer server(t.token, [&](net::Channel& ch) { serve_crafted(ch, set, files); });
+      r = pull_replicas(t.pull_options(server.address()));
+    }
+    ASSERT_FALSE(r.ok()) << "the puller took it and wrote the tracker \""
+                         << test::slurp(t.n1 + "/" + std::string(kMegatronTracker)) << '"';
+    EXPECT_EQ(r.status().code(), Code::kCorruption) << r.status().to_string();
+    EXPECT_NE(r.status().message().find(c.names), std::string::npos) << r.status().to_string();
+    EXPECT_NE(r.status().message().find("nothing written"), std::string::npos)
+        << r.status().to_string();
+    EXPECT_TRUE(test::tree(t.n1).empty()) << "written: " << test::tree(t.n1).front();
+  }
+}
+
+// The INDEX names step 1 and offers all of step 1, but the tracker's bytes name step 7: the
+// metadata is copied, the tracker is not; a one-shot pull lists again (a tracker that moved
+// on between the server's scan and its hash is the honest cause) and then gives up saying why.
+TEST(Replicate, ATrackerWhoseBytesNameAnotherStepThanItsIndexIsNotWritten) {
+  Nodes t;
+  fs::create_directories(t.n1);
+  std::map<std::string, std::string> files;
+  ReplicaSet set;
+  set.files.push_back(offer(files, dist_path(1) + "/common.pt", "PK\x03\x04 common"));
+  set.files.push_back(offer(files, dist_path(1) + "/.metadata", "dcp metadata"));
+  set.files.push_back(offer(files, dist_path(1) + "/metadata.json", test::kMegatronConfigJson));
+  set.files.push_back(offer(files, std::string(kMegatronTracker), "7\n"));
+  set.tracker = 1;
+  Result<PullResult> r = internal_error("not run");
+  {
+    CraftedServer server(t.token, [&](net::Channel& ch) { serve_crafted(ch, set, files); });
+    r = pull_replicas(t.pull_options(server.address()));
+  }
+  const std::string tracker = t.n1 + "/" + std::string(kMegatronTracker);
+  ASSERT_FALSE(r.ok()) << "the puller wrote the tracker \"" << test::slurp(tracker) << '"';
+  EXPECT_EQ(r.status().code(), Code::kFailedPrecondition) << r.status().to_string();
+  EXPECT_NE(r.status().message().find("names step 7, not step 1"), std::string::npos)
+      << r.status().to_string();
+  EXPECT_FALSE(fs::exists(tracker));
+  for (const char* f : {"common.pt", ".metadata", "metadata.json"}) {
+    EXPECT_EQ(test::slurp(t.n1 + "/" + dist_path(1) + "/" + f), files.at(dist_path(1) + "/" + f));
+  }
 }
 
 TEST(Replicate, WatchCopiesAStepOnlyOnceTheTrackerNamesItComplete) {

@@ -24,8 +24,8 @@ using std::chrono::milliseconds;
 using testing::run_ferry;
 using testing::Spawned;
 
-constexpr char kGoodSecret[] = "hostile-cli-secret-0123456789abcdefghij";
-constexpr char kWrongSecret[] = "hostile-cli-wrong-9876543210zyxwvutsrqp";
+constexpr const char* kGoodSecret = ::ferry::testing::kTestToken;
+constexpr const char* kWrongSecret = ::ferry::testing::kOtherTestToken;
 
 // A TCP connection to 127.0.0.1:port from loopback address `from`; -1 if refused.
 int tcp_connect(int port, const char* from = "127.0.0.1") {

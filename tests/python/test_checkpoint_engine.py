@@ -359,7 +359,7 @@ def test_colocated_rank_killed_mid_update_fails_both_sides_then_recovers(colocat
 
 
 def _token(path) -> str:
-    path.write_text("test-token-" + os.urandom(8).hex())
+    path.write_text(os.urandom(32).hex())  # as `ferry token new` makes: 256 random bits
     path.chmod(0o600)
     return str(path)
 
@@ -602,6 +602,33 @@ def test_unknown_engine_kwargs_warn_once_by_name():
     messages = [str(w.message) for w in caught]
     assert messages == ["ferry checkpoint engine: unknown engine_kwargs key 'tokn_file' is "
                         "ignored"]
+
+
+def test_engine_kwargs_are_sync_options_fields_plus_the_engines_own_and_reach_the_sessions():
+    """ENGINE_KWARGS is derived from ferry.sync.SYNC_OPTIONS: every field the engine does not
+    set itself is accepted and reaches every session's SyncOptions as given."""
+    import ferry.sync
+    from ferry.verl import checkpoint_engine as ce
+    passed = set(ferry.sync.SYNC_OPTIONS) - set(ce.ENGINE_SETS)
+    assert ce.ENGINE_KWARGS == passed | ce.ENGINE_OWN_KWARGS
+    assert {"wire_protect", "max_ring_bytes", "token_file", "slots", "checksums"} <= passed
+    given = {"token_file": "/run/ferry/token", "wire_protect": "mac", "slots": 3,
+             "checksums": False, "max_ring_bytes": 1 << 30,
+             "max_assembled_tensor_bytes": 1 << 29}
+    assert set(given) == passed, "a new SyncOptions field: give it a value here"
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # none is warned about
+        engine = ce.FerryCheckpointEngine(BUCKET, **given, timeout_s=7.0)
+    options = engine._options()
+    for name, value in given.items():
+        assert getattr(options, name) == value, name
+    assert options.bucket_bytes == BUCKET and options.timeout == 7.0
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        ce.FerryCheckpointEngine(BUCKET, bucket_bytes=1 << 20)
+    assert [str(w.message) for w in caught] == [
+        "ferry checkpoint engine: engine_kwargs key 'bucket_bytes' is ignored: the engine sets "
+        "it (verl's bucket_size)"]
 
 
 def test_registered_as_ferry_backend():

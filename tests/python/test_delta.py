@@ -166,10 +166,18 @@ def test_delta_keep_limit_refuses_a_round_past_it_and_the_next_session_works():
     assert sums == {name: digest(t) for name, t in make_weights(1)}
 
 
-def test_sync_options_max_assembled_tensor_bytes_defaults_to_64_gib():
-    """The bound on a tensor spanning buckets that a callback receiver assembles."""
+def test_sync_options_max_assembled_tensor_bytes_defaults_below_this_machines_memory():
+    """The bound on a tensor spanning buckets that a callback receiver assembles: a quarter of
+    this machine's memory (at least 1 GiB), at most 64 GiB (issue 31: 64 GiB on a 23 GB machine
+    let a sender make a receiver fault in more than the machine has)."""
+    import os
+
     import ferry
 
-    assert ferry.SyncOptions().max_assembled_tensor_bytes == 64 << 30
+    machine = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    default = ferry.SyncOptions().max_assembled_tensor_bytes
+    assert default < machine
+    assert default == min(64 << 30, max(1 << 30, machine // 4))
+    assert ferry.SyncOptions().max_ring_bytes == min(16 << 30, max(1 << 30, machine // 4))
     assert ferry.SyncOptions(max_assembled_tensor_bytes=4096).max_assembled_tensor_bytes == 4096
 

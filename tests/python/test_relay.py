@@ -15,7 +15,7 @@ STOP_BOUND_S = 5.0  # stop() is heard within about 100 ms; the relay's timeout i
 
 
 def _token(path) -> str:
-    path.write_text("test-token-" + os.urandom(16).hex())
+    path.write_text(os.urandom(32).hex())  # as `ferry token new` makes: 256 random bits
     path.chmod(0o600)
     return str(path)
 

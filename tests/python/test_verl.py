@@ -5,6 +5,7 @@ raises."""
 from __future__ import annotations
 
 import asyncio
+import secrets
 
 import pytest
 import torch
@@ -85,7 +86,7 @@ def _free_port() -> int:
 @pytest.mark.parametrize("transport", ["ipc", "tcp"])
 def test_verl_updates_reuse_one_session(transport, monkeypatch):
     if transport == "tcp":  # the net transport (UCX), authenticated with the token
-        monkeypatch.setenv("FERRY_TOKEN", "test-token-" + unique_zmq_handle()[-12:])
+        monkeypatch.setenv("FERRY_TOKEN", secrets.token_hex(32))  # `ferry token new`'s kind
         handle = f"tcp://127.0.0.1:{_free_port()}"
     else:
         handle = unique_zmq_handle()

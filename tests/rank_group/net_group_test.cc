@@ -151,7 +151,7 @@ TEST(NetGroup, WrongTokenIsRefusedAndBothSidesNameTheOther) {
   });
   std::thread rank1([&] {
     NetGroupOptions o = options(root, 1, 2, "n1");
-    o.token = "another secret-0123456789abcdefghij";
+    o.token = ::ferry::testing::kOtherTestToken;
     at_joiner = connect_net_group(o).status();
   });
   rank0.join();

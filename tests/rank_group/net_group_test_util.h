@@ -31,7 +31,7 @@ using checkpoint::NetGroupOptions;
 using checkpoint::RankGroup;
 using std::chrono::milliseconds;
 
-inline constexpr const char* kToken = "net-group-test-secret-0123456789abcdefghij";
+inline constexpr const char* kToken = ::ferry::testing::kTestToken;
 
 // For rank 0 to listen on: a port below the ephemeral range (test_support.h says why).
 inline std::string free_root_address() { return ferry::testing::unused_loopback_address(); }

@@ -9,8 +9,13 @@
 
 namespace ferry::testing {
 
-// A session token strong enough for net sessions (ferry refuses tokens under 128 bits).
-inline constexpr const char* kTestToken = "ferry-test-token-5f3a9c2e71b84d06";
+// Session tokens of the kind `ferry token new` makes (64 hex digits, 256 random bits), fixed
+// so that runs repeat. Net sessions refuse anything weaker than 128 bits by ferry's estimate,
+// and "test-token-" with a short hex suffix is (issue 31). kOtherTestToken: a wrong one.
+inline constexpr const char* kTestToken =
+    "900853a5573a5c8147ca21597103b52bf8163ad0d64d02bf872a57e1adc882f4";
+inline constexpr const char* kOtherTestToken =
+    "df3e0acb0238bed6d348b4cef2d91c70b58be035bc325bf4f0523b3e21428244";
 
 // A fresh folder under $TMPDIR, removed (with its contents) on destruction.
 class TempDir {

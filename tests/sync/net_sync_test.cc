@@ -37,7 +37,7 @@ std::vector<TensorSpec> net_model() {
 
 TEST(NetSync, TwoReceiversGetThreeRoundsBitExact) {
   ferry::testing::TempDir dir;
-  const SyncOptions o = net_options(write_token(dir, "s3cret-0123456789abcdefghij"));
+  const SyncOptions o = net_options(write_token(dir, ::ferry::testing::kTestToken));
   auto sender = Sender::create("127.0.0.1:0", o);
   ASSERT_OK(sender);
   const std::string address = (*sender)->address();
@@ -77,7 +77,7 @@ TEST(NetSync, TwoReceiversGetThreeRoundsBitExact) {
 
 TEST(NetSync, BucketLargerThanASegmentIntoDestinations) {
   ferry::testing::TempDir dir;
-  SyncOptions o = net_options(write_token(dir, "s3cret-0123456789abcdefghij"));
+  SyncOptions o = net_options(write_token(dir, ::ferry::testing::kTestToken));
   o.bucket_bytes = 20ull << 20;  // segments of 16 + 4 MiB
   auto sender = Sender::create("127.0.0.1:0", o);
   ASSERT_OK(sender);
@@ -108,7 +108,7 @@ TEST(NetSync, BucketLargerThanASegmentIntoDestinations) {
 // make it allocate more than SyncOptions::max_ring_bytes.
 TEST(NetSync, ReceiverRefusesARingLargerThanItsLimit) {
   ferry::testing::TempDir dir;
-  SyncOptions o = net_options(write_token(dir, "s3cret-0123456789abcdefghij"));
+  SyncOptions o = net_options(write_token(dir, ::ferry::testing::kTestToken));
   o.bucket_bytes = 1 << 20;  // 2 slots: a 2 MiB ring
   auto sender = Sender::create("127.0.0.1:0", o);
   ASSERT_OK(sender);
@@ -126,14 +126,14 @@ TEST(NetSync, ReceiverRefusesARingLargerThanItsLimit) {
 
 TEST(NetSync, WrongTokenIsRefusedAndTheSenderKeepsServing) {
   ferry::testing::TempDir dir;
-  SyncOptions o = net_options(write_token(dir, "right-0123456789abcdefghij"));
+  SyncOptions o = net_options(write_token(dir, ::ferry::testing::kTestToken));
   o.timeout = std::chrono::milliseconds(5'000);
   auto sender = Sender::create("127.0.0.1:0", o);
   ASSERT_OK(sender);
   Status wrong, right;
   std::thread rx([&] {
     SyncOptions bad = o;
-    bad.token_file = write_token(dir, "wrong-0123456789abcdefghij", "bad-token");
+    bad.token_file = write_token(dir, ::ferry::testing::kOtherTestToken, "bad-token");
     wrong = Receiver::connect((*sender)->address(), 0, bad).status();
     auto r = Receiver::connect((*sender)->address(), 1, o);
     right = r.status();
@@ -153,7 +153,7 @@ TEST(NetSync, WrongTokenIsRefusedAndTheSenderKeepsServing) {
 // Two nodes' relays, each with two local shm receivers: three rounds, every byte.
 TEST(NetSync, RelaysFanOutToLocalReceivers) {
   ferry::testing::TempDir dir;
-  const SyncOptions o = net_options(write_token(dir, "s3cret-0123456789abcdefghij"));
+  const SyncOptions o = net_options(write_token(dir, ::ferry::testing::kTestToken));
   auto sender = Sender::create("127.0.0.1:0", o);
   ASSERT_OK(sender);
   constexpr int kNodes = 2, kLocal = 2, kRounds = 3;
@@ -207,7 +207,7 @@ TEST(NetSync, RelaysFanOutToLocalReceivers) {
 // inside a round: before, a stopped relay waited until the sender closed its session.
 TEST(NetSync, RelayHearsInterruptWhileWaitingBetweenRounds) {
   ferry::testing::TempDir dir;
-  const SyncOptions o = net_options(write_token(dir, "s3cret-0123456789abcdefghij"));
+  const SyncOptions o = net_options(write_token(dir, ::ferry::testing::kTestToken));
   auto sender = Sender::create("127.0.0.1:0", o);
   ASSERT_OK(sender);
   std::atomic<bool> stop{false};
@@ -250,6 +250,55 @@ TEST(NetSync, NoTokenAnywhereIsAClearError) {
   EXPECT_EQ(sender.status().code(), Code::kUnauthenticated);
   EXPECT_NE(sender.status().message().find("FERRY_TOKEN"), std::string::npos)
       << sender.status().message();
+}
+
+// A session the sender ends because one receiver gave up ends for the other receivers too,
+// at once: a receiver waiting for a segment's bytes that the sender will no longer send
+// learns the sender is gone within a slice, not after its whole timeout (it waited the full
+// 10 s about 1 run in 5 before). Whether it is also told the sender's reason races (the
+// sender's ERROR may be dropped by its abort): not asserted, an open part of issue 31 item 9.
+TEST(NetSync, ReceiversOfASessionEndedForAnotherPeerLearnItAtOnce) {
+  ferry::testing::TempDir dir;
+  const SyncOptions o = net_options(write_token(dir, ::ferry::testing::kTestToken));
+  for (int trial = 0; trial < 5; ++trial) {
+    auto sender = Sender::create("127.0.0.1:0", o);
+    ASSERT_OK(sender);
+    const std::string address = (*sender)->address();
+    std::vector<Status> got(2);
+    std::vector<double> seconds(2);
+    std::vector<std::thread> rx;
+    for (std::uint32_t id = 0; id < 2; ++id) {
+      rx.emplace_back([&, id] {
+        auto r = Receiver::connect(address, id, o);
+        if (!r.ok()) {
+          got[id] = r.status();
+          return;
+        }
+        // Receiver 0 may get round 1 whole before the sender hears of receiver 1: then its
+        // next round is where it learns the session ended.
+        for (int round = 1; round <= 2 && got[id].ok(); ++round) {
+          const auto start = std::chrono::steady_clock::now();
+          got[id] = (*r)->receive_round([&](const TensorView&) {
+                          if (id == 1) return aborted("receiver 1's disk is full");
+                          return ok_status();
+                        })
+                        .status();
+          seconds[id] =
+              std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+        }
+      });
+    }
+    ASSERT_OK((*sender)->accept(2));
+    const Weights w = make_weights(net_model(), 1);
+    auto views = w.views();
+    auto stats = (*sender)->send_round(views);
+    for (auto& t : rx) t.join();
+    EXPECT_FALSE(stats.ok());
+    EXPECT_NE(got[1].message().find("disk is full"), std::string::npos) << got[1].to_string();
+    EXPECT_FALSE(got[0].ok());
+    EXPECT_NE(got[0].code(), Code::kTimeout) << got[0].to_string();
+    EXPECT_LT(seconds[0], 5.0) << got[0].to_string();
+  }
 }
 
 }  // namespace

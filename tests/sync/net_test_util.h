@@ -13,7 +13,7 @@
 
 namespace ferry::sync::testing {
 
-inline constexpr const char* kTestSecret = "s3cret-0123456789abcdefghij";
+inline constexpr const char* kTestSecret = ::ferry::testing::kTestToken;
 
 // `secret` in dir/name, mode 0600 (the transport refuses a file others may read); its path.
 inline std::string write_token(ferry::testing::TempDir& dir,

@@ -59,19 +59,19 @@ TEST(Hmac, MacsEqualComparesEveryByte) {
 TEST(Token, FileWithMode0600IsReadWithoutTrailingNewline) {
   ferry::testing::TempDir dir;
   const std::string path = dir.file("token");
-  ferry::testing::write_bytes(path, "s3cret value-0123456789abcdefghij\n");
+  ferry::testing::write_bytes(path, std::string(ferry::testing::kTestToken) + "\n");
   ASSERT_EQ(::chmod(path.c_str(), 0600), 0);
   auto t = Token::from_file(path);
   ASSERT_OK(t);
   EXPECT_EQ(std::string(reinterpret_cast<const char*>(t->bytes().data()), t->bytes().size()),
-            "s3cret value-0123456789abcdefghij");
+            ferry::testing::kTestToken);
   EXPECT_NE(t->source().find(path), std::string::npos);
 }
 
 TEST(Token, GroupOrWorldReadableFileIsRefusedWithTheFix) {
   ferry::testing::TempDir dir;
   const std::string path = dir.file("token");
-  ferry::testing::write_bytes(path, "secret-0123456789abcdefghij");
+  ferry::testing::write_bytes(path, ferry::testing::kTestToken);
   for (mode_t mode : {0644, 0640, 0604, 0620}) {
     ASSERT_EQ(::chmod(path.c_str(), mode), 0);
     auto t = Token::from_file(path);
@@ -130,16 +130,17 @@ TEST_F(TokenEnv, NeitherVariableIsNotFoundNamingBoth) {
 TEST_F(TokenEnv, FerryTokenWinsOverTheFile) {
   ferry::testing::TempDir dir;
   const std::string path = dir.file("token");
-  ferry::testing::write_bytes(path, "from-file-0123456789abcdefghij");
+  ferry::testing::write_bytes(path, ferry::testing::kTestToken);
   ASSERT_EQ(::chmod(path.c_str(), 0600), 0);
   ::setenv("FERRY_TOKEN_FILE", path.c_str(), 1);
   auto f = Token::from_env();
   ASSERT_OK(f);
-  EXPECT_EQ(f->bytes().size(), 30u);
-  ::setenv("FERRY_TOKEN", "from-env-var-0123456789abcdefghij", 1);
+  EXPECT_EQ(f->source(), "token file " + path);
+  EXPECT_EQ(static_cast<char>(f->bytes()[0]), ferry::testing::kTestToken[0]);
+  ::setenv("FERRY_TOKEN", ferry::testing::kOtherTestToken, 1);
   auto e = Token::from_env();
   ASSERT_OK(e);
-  EXPECT_EQ(e->bytes().size(), 33u);
+  EXPECT_EQ(static_cast<char>(e->bytes()[0]), ferry::testing::kOtherTestToken[0]);
   EXPECT_EQ(e->source(), "FERRY_TOKEN");
   ::setenv("FERRY_TOKEN", "", 1);
   EXPECT_EQ(Token::from_env().status().code(), Code::kInvalidArgument);
@@ -158,9 +159,20 @@ TEST(Handshake, MessagesRoundTrip) {
   handshake::Challenge c;
   c.nonce[0] = 7;
   c.nonce[31] = 9;
+  c.key[0] = 11;
+  c.key[31] = 13;
   auto d = handshake::decode_challenge(handshake::encode(c), "peer x");
   ASSERT_OK(d);
   EXPECT_EQ(d->nonce, c.nonce);
+  EXPECT_EQ(d->key, c.key);
+  handshake::Hello h;
+  h.has_token = true;
+  h.nonce[3] = 5;
+  h.key[30] = 17;
+  auto e = handshake::decode_hello(handshake::encode(h), "peer x");
+  ASSERT_OK(e);
+  EXPECT_EQ(e->nonce, h.nonce);
+  EXPECT_EQ(e->key, h.key);
   handshake::Verdict v;
   v.status = handshake::kWrongToken;
   v.mac[5] = 42;
@@ -200,18 +212,27 @@ TEST(Handshake, DecodeRefusesOtherBytesNamingThePeer) {
   EXPECT_FALSE(handshake::decode_hello(flag, "p").ok());
 }
 
-TEST(Handshake, ProofsDependOnRoleTokenAndBothNonces) {
-  auto a = Token::from_string("alpha-0123456789abcdefghij");
-  auto b = Token::from_string("beta-0123456789abcdefghij");
+TEST(Handshake, ProofsDependOnRoleTokenBothNoncesAndBothPublicKeys) {
+  auto a = Token::from_string(ferry::testing::kTestToken);
+  auto b = Token::from_string(ferry::testing::kOtherTestToken);
   ASSERT_TRUE(a.ok() && b.ok());
-  Nonce n1{};
-  Nonce n2{};
-  n2[0] = 1;
-  const Mac l = handshake::listener_proof(*a, n1, n2);
-  EXPECT_FALSE(macs_equal(l, handshake::connector_proof(*a, n1, n2)));  // no reflection
-  EXPECT_FALSE(macs_equal(l, handshake::listener_proof(*b, n1, n2)));
-  EXPECT_FALSE(macs_equal(l, handshake::listener_proof(*a, n2, n1)));
-  EXPECT_TRUE(macs_equal(l, handshake::listener_proof(*a, n1, n2)));
+  handshake::Transcript t;
+  t.listener_nonce[0] = 1;
+  t.connector_key[0] = 2;
+  t.listener_key[0] = 3;
+  const Mac l = handshake::listener_proof(*a, t);
+  EXPECT_FALSE(macs_equal(l, handshake::connector_proof(*a, t)));  // no reflection
+  EXPECT_FALSE(macs_equal(l, handshake::listener_proof(*b, t)));
+  handshake::Transcript swapped = t;
+  std::swap(swapped.connector_nonce, swapped.listener_nonce);
+  EXPECT_FALSE(macs_equal(l, handshake::listener_proof(*a, swapped)));
+  // A public key swapped on the path (by someone without the token) fails the proof.
+  for (const int which : {0, 1}) {
+    handshake::Transcript other = t;
+    (which == 0 ? other.connector_key : other.listener_key)[31] ^= 1;
+    EXPECT_FALSE(macs_equal(l, handshake::listener_proof(*a, other))) << which;
+  }
+  EXPECT_TRUE(macs_equal(l, handshake::listener_proof(*a, t)));
 }
 
 }  // namespace

@@ -150,7 +150,7 @@ class ChildProcess : public ferry::testing::Spawned {
   ChildProcess(const std::string& role, const std::string& address)
       : Spawned(ferry::testing::self_binary(), {},
                 {"FERRY_NET_TEST_CHILD=" + role, "FERRY_NET_TEST_ADDR=" + address,
-                 "FERRY_TOKEN=test-secret-0123456789abcdefghij"}) {}
+                 std::string("FERRY_TOKEN=") + ferry::testing::kTestToken}) {}
 };
 
 void say(const std::string& line) {
@@ -375,10 +375,10 @@ TEST(NetChannel, TransportsAreReported) {
 
 TEST(NetAuth, WrongTokenIsRefusedOnBothSidesAndTheListenerStaysUsable) {
   auto ctx = make_context();
-  RecordingListener rl(ctx, token("right-0123456789abcdefghij"));
+  RecordingListener rl(ctx, token(ferry::testing::kTestToken));
   Listener& l = rl.listener;
   {
-    PeerThread bad(l.address(), token("wrong-0123456789abcdefghij"),
+    PeerThread bad(l.address(), token(ferry::testing::kOtherTestToken),
                    [](Channel&) { return ok_status(); });
     const Status why = rl.next_refusal();
     EXPECT_EQ(why.code(), Code::kUnauthenticated) << why.to_string();
@@ -391,7 +391,7 @@ TEST(NetAuth, WrongTokenIsRefusedOnBothSidesAndTheListenerStaysUsable) {
               std::string::npos)
         << c.message();
   }
-  PeerThread good(l.address(), token("right-0123456789abcdefghij"),
+  PeerThread good(l.address(), token(ferry::testing::kTestToken),
                   [](Channel& ch) { return ch.receive(kTimeout).status(); });
   auto ch = l.accept(kTimeout);
   ASSERT_OK(ch);
@@ -458,7 +458,10 @@ class ImpostorListener {
     timeval tv{10, 0};
     ::setsockopt(c, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
     if (handshake::decode_hello(read_frame(c), "connector").ok()) {
-      send_frame(c, handshake::encode(handshake::Challenge{}));
+      handshake::Challenge challenge;  // a real public key: the MACs are what it cannot make
+      auto key = EphemeralKey::generate();
+      if (key.ok()) challenge.key = key->public_key();
+      send_frame(c, handshake::encode(challenge));
       if (handshake::decode_proof(read_frame(c), "connector").ok()) {
         handshake::Verdict v;  // "accepted", with a MAC it cannot have computed
         v.bulk_id = 1;

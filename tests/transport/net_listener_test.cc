@@ -29,7 +29,7 @@ using std::chrono::milliseconds;
 
 constexpr milliseconds kTimeout{10000};
 
-Token token() { return *Token::from_string("listener-test-secret-0123456789abcdefghij"); }
+Token token() { return *Token::from_string(ferry::testing::kTestToken); }
 
 // `from`: a loopback source address ("127.0.0.2"), as if from another host; "" any.
 int raw_connect(const std::string& address, const std::string& from = "") {

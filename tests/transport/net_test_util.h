@@ -14,14 +14,16 @@
 #include <vector>
 
 #include "support/status_matchers.h"
+#include "support/test_support.h"
 #include "transport/net/auth.h"
 #include "transport/net/context.h"
+#include "transport/net/seal.h"
 
 namespace ferry::net::test_util {
 
 inline constexpr std::chrono::milliseconds kTimeout{10000};
 
-inline Token token(const std::string& s = "test-secret-0123456789abcdefghij") {
+inline Token token(const std::string& s = ferry::testing::kTestToken) {
   return *Token::from_string(s);
 }
 
@@ -29,6 +31,18 @@ inline std::shared_ptr<Context> make_context() {
   auto c = Context::create();
   EXPECT_OK(c);
   return c.ok() ? *c : nullptr;
+}
+
+// Session keys as a handshake with connector nonce `c` and listener nonce `l` (public keys
+// zero) and the ephemeral secret 32 x `shared` would give: for tests of the keys themselves.
+inline Result<SessionKeys> session_keys(const Token& t, const Nonce& c, const Nonce& l,
+                                        bool is_connector, std::uint8_t shared = 3) {
+  handshake::Transcript transcript;
+  transcript.connector_nonce = c;
+  transcript.listener_nonce = l;
+  SharedSecret secret{};
+  secret.fill(shared);
+  return derive_session_keys(t, transcript, secret, is_connector);
 }
 
 // n bytes from a generator seeded with `seed`: equal seeds, equal bytes.

@@ -84,8 +84,8 @@ class Pair {
 
 TEST(SessionKeys, DifferPerSessionDirectionAndPurposeAndMatchAcrossEnds) {
   const Token t = token();
-  auto c = derive_session_keys(t, nonce(1), nonce(2), /*is_connector=*/true);
-  auto l = derive_session_keys(t, nonce(1), nonce(2), /*is_connector=*/false);
+  auto c = test_util::session_keys(t, nonce(1), nonce(2), /*is_connector=*/true);
+  auto l = test_util::session_keys(t, nonce(1), nonce(2), /*is_connector=*/false);
   ASSERT_TRUE(c.ok() && l.ok());
   // What one end sends with, the other opens with.
   EXPECT_EQ(c->control_send, l->control_receive);
@@ -99,11 +99,23 @@ TEST(SessionKeys, DifferPerSessionDirectionAndPurposeAndMatchAcrossEnds) {
     for (std::size_t j = i + 1; j < mine.size(); ++j) EXPECT_NE(mine[i], mine[j]) << i << j;
   }
   // Another session (either nonce) or another token: other keys.
-  auto other_listener_nonce = derive_session_keys(t, nonce(1), nonce(3), true);
-  auto other_connector_nonce = derive_session_keys(t, nonce(4), nonce(2), true);
+  auto other_listener_nonce = test_util::session_keys(t, nonce(1), nonce(3), true);
+  auto other_connector_nonce = test_util::session_keys(t, nonce(4), nonce(2), true);
   auto other_token =
-      derive_session_keys(token("another-secret-0123456789abcdefgh"), nonce(1), nonce(2), true);
-  for (const auto* o : {&other_listener_nonce, &other_connector_nonce, &other_token}) {
+      test_util::session_keys(token(ferry::testing::kOtherTestToken), nonce(1), nonce(2), true);
+  // Another ephemeral secret, all else equal: other keys. A recorder who later learns the
+  // token has the nonces and public keys too, but not this secret (forward secrecy).
+  auto other_ephemeral = test_util::session_keys(t, nonce(1), nonce(2), true, /*shared=*/4);
+  // And the public keys are in the salt: the same secret under other keys' transcript differs.
+  handshake::Transcript swapped;
+  swapped.connector_nonce = nonce(1);
+  swapped.listener_nonce = nonce(2);
+  swapped.listener_key[0] = 1;
+  SharedSecret three{};
+  three.fill(3);
+  auto other_public = derive_session_keys(t, swapped, three, true);
+  for (const auto* o : {&other_listener_nonce, &other_connector_nonce, &other_token,
+                        &other_ephemeral, &other_public}) {
     ASSERT_TRUE(o->ok());
     EXPECT_NE((*o)->control_send, c->control_send);
     EXPECT_NE((*o)->bulk_send, c->bulk_send);
@@ -202,7 +214,7 @@ TEST(NetWireProtect, ReplayedControlFrameIsRefused) {
 TEST(Seal, OpensOnlyUnderItsKeyCounterAndAdditionalData) {
   // What reorder, drop and reflection come to: a frame opened at another position (counter)
   // or under the other direction's key.
-  auto keys = derive_session_keys(token(), nonce(1), nonce(2), true);
+  auto keys = test_util::session_keys(token(), nonce(1), nonce(2), true);
   ASSERT_OK(keys);
   const auto plain = pattern(100, 6);
   const auto aad = pattern(4, 7);

@@ -18,16 +18,15 @@ from __future__ import annotations
 import asyncio
 import functools
 import hashlib
-import logging
 import threading
 import time
 import warnings
 from typing import Any, AsyncIterator, Callable, Iterable, Tuple
 
 from .. import _ferry
-from .._tensors import _error, _frombuffer, arg_bytes, tensor_arg, to_torch, typed
+from .._tensors import _error
 from ..sync import Receiver, Sender
-from ..sync import _each as _items  # a sync or async generator of (name, tensor)
+from ._memory import copied_into
 
 try:
     import torch
@@ -39,8 +38,6 @@ DEFAULT_TIMEOUT_S = 600.0
 _MAX_ADDRESS = 107  # sizeof(sockaddr_un::sun_path) - 1
 
 NamedTensor = Tuple[str, Any]
-
-_log = logging.getLogger(__name__)
 
 # Keyword arguments verl's own classes take beyond ferry's: accepted and ignored. Any other
 # is a typo or a newer verl's: warned about once per class and name, never silently.
@@ -164,46 +161,23 @@ class BucketedWeightSender:
 
     async def async_send_weights(self, weights: Iterable[NamedTensor]
                                  | AsyncIterator[NamedTensor]) -> None:
-        """Sends every (name, tensor) of a generator or async iterator as one round.
+        """Sends every (name, tensor) of a generator or async iterator as one update.
 
         Returns after the receiver processed every bucket; raises the receiver's error
         (AbortedError naming its callback's exception) if it gave up. Each yielded tensor is
-        copied as it is yielded, so the generator may refill its buffer at once. A name
-        yielded twice is sent twice, in order (the later one starts a new round), so the
-        receiver ends with the last, as with verl's sender; it is logged.
+        copied before the next is pulled, so the generator may refill its buffer at once. A
+        name yielded twice is sent twice, in order (the later one starts a new round), so the
+        receiver ends with the last, as with verl's sender. ferry.sync.Sender.send_update
+        decides how: streamed straight into the ring when the update has the last one's
+        manifest, else staged in rounds of round_bytes.
         """
         loop = asyncio.get_running_loop()
         sender = await loop.run_in_executor(None, self._session)
-        args: list = []
-        owners: list = []
-        names: set[str] = set()  # in the round being gathered
-        held = 0
-
-        async def send(more_follows: bool) -> None:
-            nonlocal args, owners, names, held
-            try:
-                await loop.run_in_executor(None, sender._impl.send_round, args, more_follows)
-            except _ferry.FerryError:
-                _drop(_senders, self.address, sender)  # broken: the next call starts anew
-                raise
-            args, owners, names, held = [], [], set(), 0
-
-        async for name, tensor in _items(weights):
-            # A private copy now: verl's generators refill the yielded buffer as soon as they
-            # resume (its nixl engine with device=cpu), and verl's sender copies at yield too.
-            arg, owner = tensor_arg(name, tensor, copy=True)
-            size = arg_bytes(arg)
-            duplicate = name in names
-            if duplicate:  # one round holds a name once; the next round carries the later one
-                _log.warning("ferry.verl: '%s' was yielded twice in one update; both are sent "
-                             "in order, so the receiver keeps the last (as verl)", name)
-            if args and (duplicate or held + size > self.round_bytes):
-                await send(more_follows=True)  # `tensor` is proof that more follows
-            args.append(arg)
-            owners.append(owner)
-            names.add(name)
-            held += size
-        await send(more_follows=False)
+        try:
+            await sender.send_update_async(weights, staging_bytes=self.round_bytes)
+        except _ferry.FerryError:
+            _drop(_senders, self.address, sender)  # broken: the next call starts anew
+            raise
 
 
 class BucketedWeightReceiver:
@@ -276,8 +250,7 @@ class BucketedWeightReceiver:
             if staging is not None:
                 weights = staging.copy(views)
             else:
-                weights = [(name, to_torch(dtype, shape, memory).to(device))
-                           for name, dtype, shape, memory in views]
+                weights = [(name, tensor.to(device)) for name, tensor in views]
             on_bucket_received(weights, is_last)
             if not on_cpu and device.type == "cuda":
                 torch.cuda.synchronize(device)
@@ -287,18 +260,17 @@ class BucketedWeightReceiver:
             delivered = True
             if not views and not is_last:
                 return
-            on_bucket_received([(name, to_torch(dtype, shape, memory))
-                                for name, dtype, shape, memory in views], is_last)
+            on_bucket_received(views, is_last)
 
         while True:
             receiver, fresh = self._session()
             try:
                 # One update may come as several rounds (the sender streams it).
                 if on_cpu and receiver.writable_views_error is None:
-                    receive = functools.partial(receiver._impl.receive_round_buckets_writable,
+                    receive = functools.partial(receiver.receive_round_buckets_writable,
                                                 on_ring_bucket)
                 else:
-                    receive = functools.partial(receiver._impl.receive_round_buckets, on_bucket)
+                    receive = functools.partial(receiver.receive_round_buckets, on_bucket)
                 while receive().more_follows:
                     pass
                 return
@@ -322,17 +294,14 @@ class _Staging:
     def __init__(self) -> None:
         self._buffer = torch.empty(0, dtype=torch.uint8)
 
-    def copy(self, views: list) -> list[NamedTensor]:
+    def copy(self, views: list[NamedTensor]) -> list[NamedTensor]:
         align = self._ALIGN
-        total = sum((memory.nbytes + align - 1) // align * align for *_, memory in views)
+        sizes = [tensor.numel() * tensor.element_size() for _, tensor in views]
+        total = sum((n + align - 1) // align * align for n in sizes)
         if self._buffer.numel() < total:
             self._buffer = torch.empty(total, dtype=torch.uint8)
         weights, offset = [], 0
-        for name, dtype, shape, memory in views:
-            n = memory.nbytes
-            raw = self._buffer[offset:offset + n]
-            if n:
-                raw.copy_(_frombuffer(memory))
-            weights.append((name, typed(raw, dtype, shape)))
+        for (name, tensor), n in zip(views, sizes):
+            weights.append((name, copied_into(self._buffer[offset:offset + n], tensor)))
             offset += (n + align - 1) // align * align
         return weights

@@ -21,7 +21,7 @@ from typing import Any, Iterable
 import torch
 
 from .. import _ferry
-from .._tensors import _error, ferry_dtype, to_torch, typed
+from .._tensors import _error, ferry_dtype
 from ..sync import Receiver, Sender
 from ._device import Device, byte_view, host_view
 from ._handoff import Handoff, Update
@@ -156,18 +156,19 @@ class DeviceReceive:
     def _copy_bucket(self, buffer: _Buffer, tensors: list) -> list:
         """Starts the bucket's copies into `buffer`, waits for them; the device views."""
         offsets, end = [], 0
-        for _, _, _, memory in tensors:
+        sizes = [tensor.numel() * tensor.element_size() for _, tensor in tensors]
+        for nbytes in sizes:
             offsets.append(end)
-            end += -(-memory.nbytes // _ALIGN) * _ALIGN
+            end += -(-nbytes // _ALIGN) * _ALIGN
         if buffer.memory is None or buffer.memory.numel() < end:
             buffer.memory = self.device.empty(max(end, self.bucket_size))
         out = []
-        for (name, dtype, shape, memory), at in zip(tensors, offsets):
-            dst = buffer.memory[at:at + memory.nbytes]
-            if memory.nbytes:
-                self.device.copy_async(dst, byte_view(to_torch(dtype, shape, memory)))
-            tensor = typed(dst, dtype, shape)
-            out.append((name, tensor.to(dst.device)))  # an empty one comes on the CPU
+        for (name, tensor), at, nbytes in zip(tensors, offsets, sizes):
+            dst = buffer.memory[at:at + nbytes]
+            if nbytes:
+                self.device.copy_async(dst, byte_view(tensor))
+            view = dst.view(tensor.dtype).view(tensor.shape)
+            out.append((name, view.to(dst.device)))  # an empty one comes on the CPU
         # The ring slot is handed back when the callback returns: the copies must be done.
         self.device.synchronize()
         return out
@@ -205,7 +206,7 @@ class DeviceReceive:
                 handoff.wait_until_all_taken()
 
         engine._require_step(receiver, required)
-        while engine._received(receiver._impl.receive_round_buckets(on_bucket)).more_follows:
+        while engine._received(receiver.receive_round_buckets(on_bucket)).more_follows:
             pass
 
 

@@ -32,3 +32,12 @@ def backed_buffer(nbytes: int) -> torch.Tensor:
         _libc.madvise(tensor.data_ptr(), size, advice)
     tensor[::_PAGE].fill_(0)
     return tensor[:nbytes]
+
+
+def copied_into(raw: torch.Tensor, tensor: torch.Tensor) -> torch.Tensor:
+    """`tensor` copied into `raw` (a uint8 tensor of exactly its bytes, its start aligned for
+    its dtype): the copy, with the tensor's dtype and shape."""
+    view = raw.view(tensor.dtype).view(tensor.shape)
+    if tensor.numel():
+        view.copy_(tensor)
+    return view

@@ -8,8 +8,6 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include <bitset>
-#include <cmath>
 #include <cstdlib>
 #include <cstring>
 
@@ -88,30 +86,6 @@ Result<Token> Token::from_file(const std::string& path) {
   return from_string(std::move(secret), fmt::format("token file {}", path));
 }
 
-double estimated_token_bits(std::string_view secret) {
-  bool lower = false, upper = false, digit = false, punct = false, other = false;
-  std::bitset<256> seen;
-  for (const char c : secret) {
-    const auto u = static_cast<unsigned char>(c);
-    seen.set(u);
-    if (u >= 'a' && u <= 'z')
-      lower = true;
-    else if (u >= 'A' && u <= 'Z')
-      upper = true;
-    else if (u >= '0' && u <= '9')
-      digit = true;
-    else if (u >= 0x20 && u < 0x7f)
-      punct = true;
-    else
-      other = true;
-  }
-  // "aaaa..." or "abab..." is long but guessable whatever its length.
-  if (seen.count() < 8) return 0;
-  const int alphabet =
-      (lower ? 26 : 0) + (upper ? 26 : 0) + (digit ? 10 : 0) + (punct ? 33 : 0) + (other ? 128 : 0);
-  return static_cast<double>(secret.size()) * std::log2(static_cast<double>(alphabet));
-}
-
 Result<std::string> new_token_text(std::size_t bytes) {
   std::vector<std::uint8_t> raw(bytes);
   Status st = random_bytes(raw);
@@ -125,17 +99,16 @@ Result<std::string> new_token_text(std::size_t bytes) {
 
 Result<Token> Token::from_string(std::string secret, std::string source) {
   if (secret.empty()) return invalid_argument(fmt::format("{} holds an empty token", source));
-  if (const double bits = estimated_token_bits(secret); bits < kMinTokenBits) {
+  if (TokenEstimate estimate = estimate_token(secret); estimate.bits < kMinTokenBits) {
     OPENSSL_cleanse(secret.data(), secret.size());
+    std::string why;
+    for (const auto& w : estimate.weaknesses) why += (why.empty() ? "" : "; ") + w;
     return invalid_argument(fmt::format(
-        "{} holds a weak token ({}; at least {:.0f} bits needed: a captured handshake would let "
-        "an eavesdropper guess it offline). Make one with "
-        "`ferry token new` (writes ~/.ferry/token; then set FERRY_TOKEN_FILE=~/.ferry/token on "
-        "every node) or `openssl rand -hex 32`",
-        source,
-        bits == 0 ? std::string("fewer than 8 distinct characters")
-                  : fmt::format("about {:.0f} bits by ferry's estimate", bits),
-        kMinTokenBits));
+        "{} holds a weak token: about {:.0f} bits by ferry's estimate, at least {:.0f} needed "
+        "({}). A captured handshake lets an eavesdropper guess a weak token offline. Make one "
+        "with `ferry token new` (256 random bits to ~/.ferry/token; then set "
+        "FERRY_TOKEN_FILE=~/.ferry/token on every node) or `openssl rand -hex 32`",
+        source, estimate.bits, kMinTokenBits, why));
   }
   return Token(std::move(secret), std::move(source));
 }
@@ -218,24 +191,27 @@ class Reader {
   Status error_;
 };
 
-Mac proof(const Token& token, std::string_view label, const Nonce& connector,
-          const Nonce& listener) {
+Mac proof(const Token& token, std::string_view label, const Transcript& t) {
   std::vector<std::byte> data;
-  data.reserve(label.size() + 2 * kNonceBytes);
+  data.reserve(label.size() + 2 * kNonceBytes + 2 * kPublicKeyBytes);
   for (char c : label) data.push_back(static_cast<std::byte>(c));
-  for (auto b : connector) data.push_back(static_cast<std::byte>(b));
-  for (auto b : listener) data.push_back(static_cast<std::byte>(b));
+  for (const auto* part : {&t.connector_nonce, &t.listener_nonce}) {
+    for (auto b : *part) data.push_back(static_cast<std::byte>(b));
+  }
+  for (const auto* part : {&t.connector_key, &t.listener_key}) {
+    for (auto b : *part) data.push_back(static_cast<std::byte>(b));
+  }
   return hmac_sha256(token.bytes(), data);
 }
 
 }  // namespace
 
 std::vector<std::byte> encode(const Hello& m) {
-  return Writer(Kind::kHello).u8(m.has_token ? 1 : 0).bytes(m.nonce).take();
+  return Writer(Kind::kHello).u8(m.has_token ? 1 : 0).bytes(m.nonce).bytes(m.key).take();
 }
 
 std::vector<std::byte> encode(const Challenge& m) {
-  return Writer(Kind::kChallenge).u8(m.status).bytes(m.nonce).take();
+  return Writer(Kind::kChallenge).u8(m.status).bytes(m.nonce).bytes(m.key).take();
 }
 
 std::vector<std::byte> encode(const Proof& m) {
@@ -250,30 +226,29 @@ std::vector<std::byte> encode(const Confirm& m) {
   return Writer(Kind::kConfirm).u8(m.status).take();
 }
 
-std::vector<std::byte> encode(const Address& m) {
-  std::vector<std::byte> out =
-      Writer(Kind::kAddress).u32(static_cast<std::uint32_t>(m.worker.size())).take();
-  out.insert(out.end(), m.worker.begin(), m.worker.end());
-  return out;
+std::vector<std::byte> address_header(std::size_t worker_bytes) {
+  return Writer(Kind::kAddress).u32(static_cast<std::uint32_t>(worker_bytes)).take();
 }
 
 Result<Hello> decode_hello(std::span<const std::byte> bytes, const std::string& peer) {
-  Reader r(bytes, Kind::kHello, 1 + kNonceBytes, peer);
+  Reader r(bytes, Kind::kHello, 1 + kNonceBytes + kPublicKeyBytes, peer);
   if (!r.error().ok()) return r.error();
   Hello m;
   const std::uint8_t flag = r.u8();
   if (flag > 1) return corruption(fmt::format("{} sent a HELLO with flag {}", peer, flag));
   m.has_token = flag == 1;
   r.bytes(&m.nonce);
+  r.bytes(&m.key);
   return m;
 }
 
 Result<Challenge> decode_challenge(std::span<const std::byte> bytes, const std::string& peer) {
-  Reader r(bytes, Kind::kChallenge, 1 + kNonceBytes, peer);
+  Reader r(bytes, Kind::kChallenge, 1 + kNonceBytes + kPublicKeyBytes, peer);
   if (!r.error().ok()) return r.error();
   Challenge m;
   m.status = r.u8();
   r.bytes(&m.nonce);
+  r.bytes(&m.key);
   return m;
 }
 
@@ -304,30 +279,54 @@ Result<Confirm> decode_confirm(std::span<const std::byte> bytes, const std::stri
   return m;
 }
 
-Result<Address> decode_address(std::span<const std::byte> bytes, const std::string& peer) {
-  // The body is a length and that many bytes: read the length first, bounded, then check
-  // the prefix and the exact size as for the fixed messages.
+Result<SealedAddress> split_address(std::span<const std::byte> bytes, const std::string& peer) {
+  // The body is a length, that many bytes and a tag: read the length first, bounded, then
+  // check the prefix and the exact size as for the fixed messages.
   std::size_t length = 0;
-  if (bytes.size() >= kPrefixBytes + 4) length = coding::Reader(bytes.subspan(kPrefixBytes)).u32();
-  if (length == 0 || length > kMaxWorkerAddressBytes) {
-    return corruption(
-        fmt::format("{} sent an ADDRESS of {} bytes; a UCX worker address has 1 to {} bytes", peer,
-                    length, kMaxWorkerAddressBytes));
+  if (bytes.size() >= kAddressHeaderBytes) {
+    length = coding::Reader(bytes.subspan(kPrefixBytes)).u32();
   }
-  Reader r(bytes, Kind::kAddress, 4 + length, peer);
+  if (length < kMinWorkerAddressBytes || length > kMaxWorkerAddressBytes) {
+    return corruption(
+        fmt::format("{} sent an ADDRESS of {} bytes; a UCX worker address has {} to {} bytes", peer,
+                    length, kMinWorkerAddressBytes, kMaxWorkerAddressBytes));
+  }
+  Reader r(bytes, Kind::kAddress, 4 + length + kAddressTagBytes, peer);
   if (!r.error().ok()) return r.error();
-  Address m;
-  const auto body = bytes.subspan(kPrefixBytes + 4);
-  m.worker.assign(body.begin(), body.end());
+  SealedAddress m;
+  m.header = bytes.first(kAddressHeaderBytes);
+  m.ciphertext = bytes.subspan(kAddressHeaderBytes, length);
+  m.tag = bytes.subspan(kAddressHeaderBytes + length);
   return m;
 }
 
-Mac listener_proof(const Token& token, const Nonce& connector, const Nonce& listener) {
-  return proof(token, "ferry-auth-v1 listener", connector, listener);
+Status check_worker_address(std::span<const std::byte> remote, std::span<const std::byte> local,
+                            const std::string& peer) {
+  if (remote.size() < kMinWorkerAddressBytes || remote.size() > kMaxWorkerAddressBytes) {
+    return corruption(
+        fmt::format("{} sent a UCX worker address of {} bytes; one has {} to {} bytes", peer,
+                    remote.size(), kMinWorkerAddressBytes, kMaxWorkerAddressBytes));
+  }
+  // UCX's address header: the format version in the low 4 bits, flags above. UCX asserts
+  // (aborts the process) on a version it does not pack itself.
+  const auto version = [](std::span<const std::byte> a) {
+    return a.empty() ? -1 : static_cast<int>(std::to_integer<unsigned>(a[0]) & 0x0fu);
+  };
+  if (version(remote) != version(local)) {
+    return corruption(fmt::format(
+        "{} sent a UCX worker address of format version {}, where this process's UCX packs "
+        "version {} (another UCX release there, or not a worker address)",
+        peer, version(remote), version(local)));
+  }
+  return ok_status();
 }
 
-Mac connector_proof(const Token& token, const Nonce& connector, const Nonce& listener) {
-  return proof(token, "ferry-auth-v1 connector", connector, listener);
+Mac listener_proof(const Token& token, const Transcript& t) {
+  return proof(token, "ferry-auth-v2 listener", t);
+}
+
+Mac connector_proof(const Token& token, const Transcript& t) {
+  return proof(token, "ferry-auth-v2 connector", t);
 }
 
 }  // namespace handshake

@@ -1,6 +1,7 @@
 // Listener and connect(): the TCP bootstrap. Peers authenticate on a plain TCP socket
-// (auth.h's handshake), then swap UCX worker addresses on it; only then does either side
-// make a UCX endpoint. No UCX code handles a byte from an unauthenticated peer.
+// (auth.h's handshake), then swap UCX worker addresses on it, sealed under the session's
+// keys; only then does either side make a UCX endpoint. No UCX code handles a byte from an
+// unauthenticated peer, nor an address whose tag did not verify.
 #include <fcntl.h>
 #include <fmt/format.h>
 #include <netinet/in.h>
@@ -14,6 +15,7 @@
 #include <cstring>
 #include <deque>
 #include <map>
+#include <optional>
 #include <thread>
 
 #include "base/clock.h"
@@ -32,7 +34,9 @@ using std::chrono::milliseconds;
 // us buffer more (FrameReader holds at most two frames).
 constexpr std::size_t kMaxHandshakeBytes = 256;
 // The ADDRESS frame, read only from a peer that has proved it holds the token.
-constexpr std::size_t kMaxAddressFrameBytes = handshake::kMaxWorkerAddressBytes + 64;
+constexpr std::size_t kMaxAddressFrameBytes = handshake::kAddressHeaderBytes +
+                                              handshake::kMaxWorkerAddressBytes +
+                                              handshake::kAddressTagBytes;
 // Pause between connection attempts while nobody listens yet.
 constexpr milliseconds kRetryPause{20};
 // A missed wakeup in accept() costs at most this.
@@ -55,10 +59,12 @@ struct Handshake {
   Clock::time_point deadline;
   Stage stage = Stage::kHello;
   FrameReader in;
-  Nonce hello{};
-  Nonce challenge{};
+  handshake::Transcript transcript;  // from HELLO on
+  SharedSecret shared{};             // the ephemeral X25519 secret, from HELLO to CONFIRM
   std::uint32_t remote_bulk = 0;
-  std::uint32_t local_bulk = 0;  // ours once allocated, until open_channel takes it
+  std::uint32_t local_bulk = 0;     // ours once allocated, until open_channel takes it
+  std::optional<SessionKeys> keys;  // from CONFIRM on
+  ~Handshake() { wipe(shared); }
 };
 
 struct Listener::State {
@@ -211,8 +217,12 @@ Status Listener::State::advance(Handshake& h, std::vector<std::byte> m, bool* fi
             h.peer));
       }
       FERRY_RETURN_IF_ERROR(random_bytes(challenge.nonce));
-      h.hello = hello->nonce;
-      h.challenge = challenge.nonce;
+      // An ephemeral key for this handshake only: its private half is gone once the shared
+      // secret is computed, so a token learned later does not open this session.
+      FERRY_ASSIGN_OR_RETURN(const EphemeralKey ours, EphemeralKey::generate());
+      FERRY_ASSIGN_OR_RETURN(h.shared, ours.agree(hello->key, h.peer));
+      challenge.key = ours.public_key();
+      h.transcript = {hello->nonce, challenge.nonce, hello->key, challenge.key};
       h.stage = Handshake::Stage::kProof;
       return send(h, handshake::encode(challenge));
     }
@@ -220,7 +230,7 @@ Status Listener::State::advance(Handshake& h, std::vector<std::byte> m, bool* fi
       auto proof = handshake::decode_proof(m, h.peer);
       if (!proof.ok()) return proof.status();
       handshake::Verdict verdict;
-      if (!macs_equal(proof->mac, handshake::connector_proof(token, h.hello, h.challenge))) {
+      if (!macs_equal(proof->mac, handshake::connector_proof(token, h.transcript))) {
         verdict.status = handshake::kWrongToken;
         (void)send(h, handshake::encode(verdict));
         return unauthenticated(fmt::format("{} failed authentication: wrong token", h.peer));
@@ -228,7 +238,7 @@ Status Listener::State::advance(Handshake& h, std::vector<std::byte> m, bool* fi
       if (proof->bulk_id == 0) {
         return corruption(fmt::format("{} sent a PROOF without a bulk id", h.peer));
       }
-      verdict.mac = handshake::listener_proof(token, h.hello, h.challenge);
+      verdict.mac = handshake::listener_proof(token, h.transcript);
       h.remote_bulk = proof->bulk_id;
       h.local_bulk = ctx->allocate_bulk_id();
       verdict.bulk_id = h.local_bulk;
@@ -243,22 +253,24 @@ Status Listener::State::advance(Handshake& h, std::vector<std::byte> m, bool* fi
             "{} failed authentication: it rejected our proof, so it holds a different token",
             h.peer));
       }
+      auto keys = derive_session_keys(token, h.transcript, h.shared, /*is_connector=*/false);
+      wipe(h.shared);
+      if (!keys.ok()) return keys.status();
+      h.keys = std::move(*keys);
+      auto sealed = seal_address(ctx->worker_address(), h.keys->address_send);
+      if (!sealed.ok()) return sealed.status();
       h.stage = Handshake::Stage::kAddress;
-      return send(h, handshake::encode(handshake::Address{ctx->worker_address()}));
+      return send(h, *sealed);
     }
     case Handshake::Stage::kAddress: {
-      auto remote = handshake::decode_address(m, h.peer);
+      // Verified (tag, then shape) before any byte of it reaches UCX.
+      auto remote = open_address(m, h.keys->address_receive, ctx->worker_address(), h.peer);
       if (!remote.ok()) return remote.status();
       const std::uint32_t local = h.local_bulk;
       h.local_bulk = 0;  // open_channel owns it now
-      auto keys = derive_session_keys(token, h.hello, h.challenge, /*is_connector=*/false);
-      if (!keys.ok()) {
-        ctx->release_bulk_id(local);
-        return keys.status();
-      }
       // The handshake's fd closes when it is dropped; a dup stays with the channel.
       auto ch = open_channel(ctx, nullptr, ScopedFd(::fcntl(h.fd.get(), F_DUPFD_CLOEXEC, 0)),
-                             h.peer, remote->worker, local, h.remote_bulk, *keys);
+                             h.peer, *remote, local, h.remote_bulk, *h.keys);
       if (!ch.ok()) return ch.status();
       wiring.emplace_back(std::move(*ch), h.deadline);
       *finished = true;
@@ -439,8 +451,11 @@ Result<Channel> connect(std::shared_ptr<Context> context, const std::string& add
                 : Result<std::vector<std::byte>>(fd.status());
     FrameReader in;
     handshake::Hello hello;
+    // This attempt's ephemeral key; freed (with its private half) when connect() returns.
+    FERRY_ASSIGN_OR_RETURN(const EphemeralKey ephemeral, EphemeralKey::generate());
     if (fd.ok()) {
       hello.has_token = token.has_value();
+      hello.key = ephemeral.public_key();
       FERRY_RETURN_IF_ERROR(random_bytes(hello.nonce));
       Status st = send_all(fd->get(), frame(handshake::encode(hello)), deadline, peer);
       m = st.ok() ? read_frame(fd->get(), in, kMaxHandshakeBytes, deadline, peer)
@@ -485,8 +500,13 @@ Result<Channel> connect(std::shared_ptr<Context> context, const std::string& add
       return timeout_error(
           fmt::format("{} did not finish the handshake within {} ms", peer, timeout.count()));
     };
+    auto shared = ephemeral.agree(challenge->key, peer);
+    if (!shared.ok()) return refuse(shared.status());
+    const ScopedWipe forget_shared(*shared);
+    const handshake::Transcript transcript{hello.nonce, challenge->nonce, hello.key,
+                                           challenge->key};
     handshake::Proof proof;
-    proof.mac = handshake::connector_proof(*token, hello.nonce, challenge->nonce);
+    proof.mac = handshake::connector_proof(*token, transcript);
     std::uint32_t local_bulk = context->allocate_bulk_id();
     proof.bulk_id = local_bulk;
     const auto give_up = [&](Status st) {
@@ -509,8 +529,7 @@ Result<Channel> connect(std::shared_ptr<Context> context, const std::string& add
       return give_up(refuse(corruption(fmt::format("{} sent a malformed VERDICT", peer))));
     }
     handshake::Confirm confirm;
-    if (!macs_equal(verdict->mac,
-                    handshake::listener_proof(*token, hello.nonce, challenge->nonce))) {
+    if (!macs_equal(verdict->mac, handshake::listener_proof(*token, transcript))) {
       confirm.status = handshake::kBadProof;
       (void)send_all(s, frame(handshake::encode(confirm)), deadline, peer);
       return give_up(refuse(unauthenticated(fmt::format(
@@ -519,23 +538,26 @@ Result<Channel> connect(std::shared_ptr<Context> context, const std::string& add
           peer))));
     }
     // The listener is authenticated: CONFIRM, then the address of a worker of this
-    // channel's own (Context::add_worker says why); then read the listener's.
+    // channel's own (Context::add_worker says why), sealed; then read the listener's.
     auto worker = context->add_worker();
     if (!worker.ok()) return give_up(worker.status());
+    auto keys = derive_session_keys(*token, transcript, *shared, /*is_connector=*/true);
+    if (!keys.ok()) return give_up(keys.status());
+    auto sealed = seal_address((*worker)->address(), keys->address_send);
+    if (!sealed.ok()) return give_up(sealed.status());
     std::vector<std::byte> out = frame(handshake::encode(confirm));
-    const auto address_frame = frame(handshake::encode(handshake::Address{(*worker)->address()}));
+    const auto address_frame = frame(*sealed);
     out.insert(out.end(), address_frame.begin(), address_frame.end());
     st = send_all(s, out, deadline, peer);
     if (!st.ok()) return give_up(handshake_timeout(st));
     m = read_frame(s, in, kMaxAddressFrameBytes, deadline, peer);
     if (!m.ok()) return give_up(handshake_timeout(m.status()));
-    auto remote = handshake::decode_address(*m, peer);
+    // Verified (tag, then shape) before any byte of it reaches UCX.
+    auto remote = open_address(*m, keys->address_receive, (*worker)->address(), peer);
     if (!remote.ok()) return give_up(refuse(remote.status()));
     const std::uint32_t local = local_bulk;
-    auto keys = derive_session_keys(*token, hello.nonce, challenge->nonce, /*is_connector=*/true);
-    if (!keys.ok()) return give_up(keys.status());
     local_bulk = 0;  // open_channel owns it now
-    auto ch = open_channel(context, std::move(*worker), std::move(*fd), peer, remote->worker, local,
+    auto ch = open_channel(context, std::move(*worker), std::move(*fd), peer, *remote, local,
                            verdict->bulk_id, *keys);
     if (!ch.ok()) return ch.status();
     while (true) {  // until UCX has wired the endpoint up (the listener waits likewise)

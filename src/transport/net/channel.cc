@@ -822,16 +822,24 @@ Result<Transfer> Channel::receive_bulk(std::uint32_t key, std::span<std::byte> i
 }
 
 Status Channel::wait(Transfer& t, milliseconds timeout) {
+  // A peer that ended the session (an ERROR, then it closed) sends no more bulk, and a posted
+  // receive does not complete when its endpoint fails: its end is looked for every slice, so
+  // the caller reads the ERROR now instead of a timeout later.
+  constexpr milliseconds kPeerCheck{100};
   const Deadline deadline(timeout);
   while (true) {
     context().progress();
     if (t.done()) return t.status();
+    if (t.receive_ && endpoint_) {
+      endpoint_->check_bootstrap();
+      if (endpoint_->failed) return endpoint_->error;
+    }
     if (deadline.passed()) {
       return timeout_error(fmt::format("bulk message {} {} {} did not complete within {} ms",
                                        t.key(), t.receive_ ? "from" : "to", peer(),
                                        timeout.count()));
     }
-    context().wait(deadline.left());
+    context().wait(t.receive_ ? std::min(deadline.left(), kPeerCheck) : deadline.left());
   }
 }
 
@@ -896,7 +904,7 @@ const std::string& Channel::transports() const { return endpoint_->transports; }
 
 Result<Channel> open_channel(const std::shared_ptr<Context>& ctx, std::shared_ptr<Worker> worker,
                              ScopedFd bootstrap, std::string peer,
-                             std::span<const std::byte> remote_worker, std::uint32_t local_bulk,
+                             const VerifiedWorkerAddress& remote_worker, std::uint32_t local_bulk,
                              std::uint32_t remote_bulk, const SessionKeys& keys) {
   auto e = std::make_shared<Endpoint>();
   e->keys = keys;
@@ -912,7 +920,7 @@ Result<Channel> open_channel(const std::shared_ptr<Context>& ctx, std::shared_pt
   p.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
                  UCP_EP_PARAM_FIELD_ERR_HANDLER;
   // Both sides create their endpoint from the other's worker address; UCX pairs the two.
-  p.address = reinterpret_cast<const ucp_address_t*>(remote_worker.data());
+  p.address = reinterpret_cast<const ucp_address_t*>(remote_worker.bytes().data());
   // PEER mode: a dead or unreachable peer calls on_endpoint_error instead of hanging.
   p.err_mode = UCP_ERR_HANDLING_MODE_PEER;
   p.err_handler.cb = on_endpoint_error;

@@ -206,14 +206,15 @@ Result<Channel> connect(std::shared_ptr<Context> context, const std::string& add
                         const ConnectOptions& options = {});
 
 // For Listener and connect(): the Channel to an authenticated peer, from its UCX worker
-// address, on `worker` (connect(): a worker of its own; nullptr: the context's main worker,
-// the listener's). Takes over `local_bulk` (released with the channel, or here on failure).
-// `keys`: this end's session keys (derive_session_keys) for the frames and bulk messages.
-// `bootstrap` is the authenticated TCP socket to the peer, kept open for the channel's life:
-// its end tells that the peer's process is gone.
+// address (verified: it came out of the peer's sealed ADDRESS frame), on `worker` (connect(): a
+// worker of its own; nullptr: the context's main worker, the listener's). Takes over `local_bulk`
+// (released with the channel, or here on failure). `keys`: this end's session keys
+// (derive_session_keys) for the frames and bulk messages. `bootstrap` is the authenticated TCP
+// socket to the peer, kept open for the channel's life: its end tells that the peer's process is
+// gone.
 Result<Channel> open_channel(const std::shared_ptr<Context>& ctx, std::shared_ptr<Worker> worker,
                              ScopedFd bootstrap, std::string peer,
-                             std::span<const std::byte> remote_worker, std::uint32_t local_bulk,
+                             const VerifiedWorkerAddress& remote_worker, std::uint32_t local_bulk,
                              std::uint32_t remote_bulk, const SessionKeys& keys);
 
 }  // namespace ferry::net
