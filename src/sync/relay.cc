@@ -90,7 +90,8 @@ struct Relay::Impl {
     FERRY_ASSIGN_OR_RETURN(RoundBegin begin, upstream->begin(ReadInto::kPassThrough));
     set_round(begin.round);
     FERRY_RETURN_IF_ERROR(forward());
-    const auto& fields = std::get<wire::Begin>(upstream->message().body);
+    // A copy: message() is the next message once next() is called.
+    const std::uint32_t buckets = std::get<wire::Begin>(upstream->message().body).bucket_count;
     std::uint32_t released_upstream = 0;
     bool ended = false;
     std::vector<pollfd> fds;
@@ -98,7 +99,7 @@ struct Relay::Impl {
     while (true) {
       // A bucket goes back upstream once every peer below released it: a relay's RELEASE
       // says its whole subtree has the bucket.
-      std::uint32_t all_released = fields.bucket_count;
+      std::uint32_t all_released = buckets;
       bool all_acked = true;
       for_each_peer([&](const Peer& p) {
         all_released = std::min(all_released, p.released);
