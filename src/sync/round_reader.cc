@@ -105,7 +105,12 @@ Result<wire::Message> RoundReader::receive_message(std::chrono::milliseconds tim
   FERRY_ASSIGN_OR_RETURN(wire::Message m, decode_from_sender(got, link_, conversation_));
   if (into_ == ReadInto::kPassThrough) {
     message_bytes_ = std::move(got);
+    // A BEGIN's manifest is forwarded in the bytes: not copied into message_.
+    auto* begin = std::get_if<wire::Begin>(&m.body);
+    std::vector<TensorSpec> manifest;
+    if (begin != nullptr) manifest.swap(begin->manifest);
     message_ = m;
+    if (begin != nullptr) begin->manifest.swap(manifest);
   }
   return m;
 }
@@ -153,11 +158,7 @@ Status RoundReader::begin_round(wire::Message first, ReadInto into) {
   if (begin_check_) {
     FERRY_RETURN_IF_ERROR(begin_check_(RoundBegin{round, more_follows_, tensors, begin.step}));
   }
-  if (into == ReadInto::kPassThrough) {
-    std::get<wire::Begin>(message_.body).manifest.clear();  // forwarded as bytes; not copied
-  } else {
-    FERRY_RETURN_IF_ERROR(delta_rx_.check_begin(begin, round));
-  }
+  if (into != ReadInto::kPassThrough) FERRY_RETURN_IF_ERROR(delta_rx_.check_begin(begin, round));
   // Views of delta rounds and of keep_for_delta rounds need copies sized by BEGIN: bounded
   // before any is made.
   if (into == ReadInto::kViews || into == ReadInto::kWritableViews) {
