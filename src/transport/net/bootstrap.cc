@@ -1,6 +1,7 @@
 // Listener and connect(): the TCP bootstrap. Peers authenticate on a plain TCP socket
 // (auth.h's handshake), then swap UCX worker addresses on it, sealed under the session's
-// keys; only then does either side make a UCX endpoint. No UCX code handles a byte from an
+// keys: the connector's first, the listener's only once that one verified; only then does
+// either side make a UCX endpoint. No UCX code handles a byte from an
 // unauthenticated peer, nor an address whose tag did not verify.
 #include <fcntl.h>
 #include <fmt/format.h>
@@ -257,15 +258,19 @@ Status Listener::State::advance(Handshake& h, std::vector<std::byte> m, bool* fi
       wipe(h.shared);
       if (!keys.ok()) return keys.status();
       h.keys = std::move(*keys);
-      auto sealed = seal_address(ctx->worker_address(), h.keys->address_send);
-      if (!sealed.ok()) return sealed.status();
       h.stage = Handshake::Stage::kAddress;
-      return send(h, *sealed);
+      return ok_status();
     }
     case Handshake::Stage::kAddress: {
-      // Verified (tag, then shape) before any byte of it reaches UCX.
+      // Verified (tag, then shape) before any byte of it reaches UCX. Ours goes out only
+      // after: a connector whose ADDRESS we refuse never learns where to make an endpoint,
+      // so it cannot start a UCX wireup that we would then have to tear down (UCX 1.13
+      // aborts the process when a peer vanishes mid-wireup: docs/protocol.md).
       auto remote = open_address(m, h.keys->address_receive, ctx->worker_address(), h.peer);
       if (!remote.ok()) return remote.status();
+      auto sealed = seal_address(ctx->worker_address(), h.keys->address_send);
+      if (!sealed.ok()) return sealed.status();
+      FERRY_RETURN_IF_ERROR(send(h, *sealed));
       const std::uint32_t local = h.local_bulk;
       h.local_bulk = 0;  // open_channel owns it now
       // The handshake's fd closes when it is dropped; a dup stays with the channel.
@@ -551,6 +556,13 @@ Result<Channel> connect(std::shared_ptr<Context> context, const std::string& add
     st = send_all(s, out, deadline, peer);
     if (!st.ok()) return give_up(handshake_timeout(st));
     m = read_frame(s, in, kMaxAddressFrameBytes, deadline, peer);
+    if (!m.ok() && m.status().code() == Code::kAborted) {
+      // The listener answers our ADDRESS with its own only once ours verified.
+      return give_up(refuse(aborted(fmt::format(
+          "{} closed the connection instead of sending its ADDRESS: it refused ours (changed "
+          "on the way, or another session's; its log names the reason)",
+          peer))));
+    }
     if (!m.ok()) return give_up(handshake_timeout(m.status()));
     // Verified (tag, then shape) before any byte of it reaches UCX.
     auto remote = open_address(*m, keys->address_receive, (*worker)->address(), peer);
