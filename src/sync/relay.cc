@@ -178,7 +178,6 @@ Result<std::unique_ptr<Relay>> Relay::connect(const std::string& upstream, std::
                          join_session(upstream, JoinAs{"relay", relay_id, 0, context}, options));
   RoundReader& reader = *impl->upstream;
   reader.set_name(fmt::format("relay {}", relay_id));
-  reader.set_linger_on_abort(true);
   impl->poller = reader.poller();
   SyncOptions local_options = options;
   local_options.checksums = reader.checksums();  // the peers below check what the sender sums

@@ -10,6 +10,13 @@
 #include "sync/round_stats.h"
 
 namespace ferry::sync {
+namespace {
+
+// Messages a reader that gave up reads past, looking for the sender's ERROR behind them: far
+// more than the FILLEDs of a round's slots.
+constexpr int kMaxUnreadMessages = 4096;
+
+}  // namespace
 
 RoundReader::RoundReader(const SyncOptions& options, Link link, wire::Conversation conversation,
                          shm::MemfdRing ring, std::unique_ptr<transport::Region> region,
@@ -34,14 +41,9 @@ Status RoundReader::abort(Status why) {
   if (!broken_.ok()) return why;
   delta_rx_.forget();
   if (in_round_ && into_ != ReadInto::kPassThrough) {  // a relay's reasons name the round
-    // A send that failed because the sender died or gave up: its ERROR may be waiting.
-    if (why.code() == Code::kAborted && link_.valid()) {
-      auto pending = receive_message(std::chrono::milliseconds(0));
-      if (!pending.ok() &&
-          pending.status().message().find("aborted the session") != std::string::npos) {
-        why = pending.status();
-      }
-    }
+    // A send or receive that failed because the sender gave up: its ERROR may be waiting,
+    // behind messages of the round this end had not read yet.
+    if (why.code() == Code::kAborted && link_.valid()) why = sender_reason(std::move(why));
     why = Status(why.code(),
                  fmt::format("round {} aborted: {}", conversation_.round(), why.message()));
   }
@@ -54,7 +56,9 @@ Status RoundReader::abort(Status why) {
         link_.send(wire::encode(session_message(conversation_.session(), conversation_.round(),
                                                 wire::Error{why.code(), why.message()})),
                    std::chrono::milliseconds(100));
-    if (linger_on_abort_ && (sent.ok() || sent.code() == Code::kTimeout)) {
+    // Linger until the sender has read why (a sender that found the link closed first would
+    // name only this end, not the reason), unless the sender is gone or stopped talking.
+    if (why.code() != Code::kTimeout && (sent.ok() || sent.code() == Code::kTimeout)) {
       await_hangup();
       link_.close();  // flushes the ERROR
     } else {
@@ -64,7 +68,20 @@ Status RoundReader::abort(Status why) {
   return why;
 }
 
-// The longest a relay that gave up waits for the sender to read its ERROR.
+// The sender's ERROR if it is among the messages waiting unread; else `why`.
+Status RoundReader::sender_reason(Status why) {
+  for (int i = 0; i < kMaxUnreadMessages; ++i) {
+    auto pending = receive_message(std::chrono::milliseconds(0));
+    if (pending.ok()) continue;
+    if (pending.status().message().find("aborted the session") != std::string::npos) {
+      return pending.status();
+    }
+    break;
+  }
+  return why;
+}
+
+// The longest a reader that gave up waits for the sender to read its ERROR.
 constexpr std::chrono::milliseconds kReportDeliveryBound{5000};
 
 // The sender ends the session (an ERROR to every peer, then it hangs up) once it has read a

@@ -107,11 +107,8 @@ class RoundReader {
   // The END's digest, once next() returned nullopt.
   std::uint64_t round_checksum() const { return digest_; }
 
-  // Errors this end reports start with `name` ("relay 3: ..."). A relay also waits, when it
-  // gives up, until the sender has read why (a sender that found the link closed first
-  // would name only the relay, not the peer behind it that failed).
+  // Errors this end reports start with `name` ("relay 3: ...").
   void set_name(std::string name) { name_ = std::move(name); }
-  void set_linger_on_abort(bool linger) { linger_on_abort_ = linger; }
 
   // OK, or the error that broke the session.
   const Status& status() const { return broken_; }
@@ -151,6 +148,7 @@ class RoundReader {
   Status end_round(const wire::End& end);
   Status send_ack();
   void await_hangup();
+  Status sender_reason(Status why);
   Status receive_segment(const wire::Filled& f);
   Status verify_and_deliver(const wire::Filled& f, const std::byte* slot);
   Status deliver(const wire::Filled& f, const std::byte* slot, BucketHash* hash);
@@ -168,7 +166,6 @@ class RoundReader {
   bool checksums_ = true;
   Status broken_;
   std::string name_;
-  bool linger_on_abort_ = false;
   BeginCheck begin_check_;
   // The lowest step a round may carry: the highest of the steps received and set_min_step's.
   std::optional<std::uint64_t> min_step_;
