@@ -323,6 +323,39 @@ TEST(NetChannel, BulkLargerThanThePostedBufferIsCorruption) {
   ASSERT_OK(ch->send(std::vector<std::byte>(1), kTimeout));
 }
 
+// An authenticated peer that sends messages nobody reads (here while this end waits for a
+// bulk message) cannot make this end hold them without bound: past 3 x 64 MiB unread the
+// channel fails naming the peer, instead of growing until the OOM killer comes (issue 31).
+TEST(NetChannel, APeerFloodingMessagesNobodyReadsFailsTheChannelNamingIt) {
+  auto ctx = make_context();
+  Listener l = bind_listener(ctx);
+  PeerThread peer(l.address(), token(), [&](Channel& ch) -> Status {
+    const std::vector<std::byte> big(60u << 20, std::byte{7});
+    for (int i = 0; i < 5; ++i) {
+      Status s = ch.send(big, kTimeout);
+      if (!s.ok()) return s;
+    }
+    return ch.receive(kTimeout).status();  // ends when the other side gives up on us
+  });
+  auto ch = l.accept(kTimeout);
+  ASSERT_OK(ch);
+  std::vector<std::byte> into(1024);
+  auto region = ctx->register_memory(into);
+  ASSERT_OK(region);
+  auto t = ch->receive_bulk(1, into, *region);  // never sent: the flood piles up meanwhile
+  ASSERT_OK(t);
+  const Status s = ch->wait(*t, kTimeout);
+  EXPECT_EQ(s.code(), Code::kResourceExhausted) << s.to_string();
+  EXPECT_NE(s.message().find("not read"), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find("127.0.0.1:"), std::string::npos) << s.message();
+  // The flooder learns at once that this end gave up on it (its bootstrap socket closes),
+  // though the receive's Transfer still holds this end's endpoint.
+  const auto aborted_at = Clock::now();
+  ch->abort();
+  EXPECT_EQ(peer.finish(*ctx).code(), Code::kAborted) << peer.body_status().to_string();
+  EXPECT_LT(ms_since(aborted_at), 5000.0);
+}
+
 TEST(NetChannel, EventFdWakesThePollLoop) {
   auto ctx = make_context();
   Listener l = bind_listener(ctx);

@@ -41,6 +41,14 @@ enum class FrameKind : std::uint8_t {
 constexpr std::size_t kAnnounceBytes = 4 + 1 + 8 + kTagBytes;
 // Announcements held for receives not yet complete; more is a misbehaving peer.
 constexpr std::size_t kMaxAnnouncements = 1u << 16;
+// Control bytes and messages a peer may have sent that this end has not taken yet. A session
+// has at most a BEGIN (<= 64 MiB) and the small messages of its ring's slots in flight; a
+// peer past these is flooding the channel, which fails naming it instead of growing.
+constexpr std::size_t kMaxUnreadBytes = 3 * transport::kMaxMessageBytes;
+constexpr std::size_t kMaxUnreadMessages = 1u << 20;
+// UCX does not always fail an endpoint whose peer went away (nor wake its worker's fd), so a
+// wait looks at the peer's bootstrap socket at least this often.
+constexpr milliseconds kPeerCheck{100};
 
 testing::Tamper& control_tamper() {
   static testing::Tamper hook;
@@ -135,6 +143,7 @@ struct Endpoint {
   std::vector<std::byte> inbox;
   std::size_t inbox_start = 0;
   std::deque<std::vector<std::byte>> ready;  // opened messages, not yet taken
+  std::size_t ready_bytes = 0;
   std::deque<PendingSend> sends;
   SessionKeys keys;
   std::uint64_t frames_sent = 0;  // the control nonces, one count per direction
@@ -233,9 +242,24 @@ struct Endpoint {
         return;
       }
       const auto* bytes = static_cast<const std::byte*>(data);
-      inbox.insert(inbox.end(), bytes, bytes + length);
+      // After a FIN, a bad frame or a flood nothing more is believed: dropped unread.
+      if (!inbox_closed) inbox.insert(inbox.end(), bytes, bytes + length);
       ucp_stream_data_release(ep, data);
+      if (!inbox_closed && unread_limit_passed()) {
+        inbox.clear();
+        inbox_start = 0;
+      }
     }
+  }
+
+  bool unread_limit_passed() {
+    const std::size_t unread = inbox.size() - inbox_start + ready_bytes;
+    if (unread <= kMaxUnreadBytes && ready.size() <= kMaxUnreadMessages) return false;
+    reject(resource_exhausted(fmt::format(
+        "{} sent {} bytes in {} messages or more that this end has not read (the limits are "
+        "{} bytes and {} messages): a peer flooding the channel",
+        peer, unread, ready.size(), kMaxUnreadBytes, kMaxUnreadMessages)));
+    return true;
   }
 
   // Opens the whole frames that arrived, in order: messages join `ready`, announcements
@@ -282,7 +306,9 @@ struct Endpoint {
       }
       switch (kind) {
         case FrameKind::kMessage:
+          ready_bytes += payload.size();
           ready.push_back(std::move(payload));
+          if (unread_limit_passed()) return;
           break;
         case FrameKind::kFin:
           // The peer closes after the messages before this one (in `ready`).
@@ -413,6 +439,7 @@ struct Endpoint {
     if (!ready.empty()) {
       std::vector<std::byte> out = std::move(ready.front());
       ready.pop_front();
+      ready_bytes -= out.size();
       return std::optional<std::vector<std::byte>>(std::move(out));
     }
     if (failed) return error;
@@ -426,7 +453,7 @@ struct Endpoint {
       if (!m.ok()) return m.status();
       if (m->has_value()) return std::move(**m);
       if (deadline.passed()) return timeout_error("");
-      ctx->wait(deadline.left());
+      ctx->wait(std::min(deadline.left(), kPeerCheck));
     }
   }
 
@@ -455,7 +482,7 @@ struct Endpoint {
       if (deadline.passed()) {
         return timeout_error(fmt::format("{} did not take our message in time", peer));
       }
-      ctx->wait(deadline.left());
+      ctx->wait(std::min(deadline.left(), kPeerCheck));
       ctx->progress();
     }
   }
@@ -528,6 +555,9 @@ struct Endpoint {
       ucp_request_free(s.request);
     }
     sends.clear();
+    // The peer learns at once that this end is gone (its check_bootstrap), even while
+    // Transfers keep this Endpoint alive.
+    bootstrap.reset();
     if (!failed) {
       failed = true;
       error = failed_precondition(fmt::format("the channel to {} is closed", peer));
@@ -823,9 +853,8 @@ Result<Transfer> Channel::receive_bulk(std::uint32_t key, std::span<std::byte> i
 
 Status Channel::wait(Transfer& t, milliseconds timeout) {
   // A peer that ended the session (an ERROR, then it closed) sends no more bulk, and a posted
-  // receive does not complete when its endpoint fails: its end is looked for every slice, so
-  // the caller reads the ERROR now instead of a timeout later.
-  constexpr milliseconds kPeerCheck{100};
+  // receive does not complete when its endpoint fails: its end is looked for every
+  // kPeerCheck, so the caller reads the ERROR now instead of a timeout later.
   const Deadline deadline(timeout);
   while (true) {
     context().progress();
