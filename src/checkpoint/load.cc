@@ -1,6 +1,8 @@
 // Collective load of checkpoints, in the saved layout or any other: each rank copies
 // the regions it needs from its node's shard files and fetches the rest from peers that
-// have them, while serving its own node's shards to the others (docs/checkpoint.md).
+// have them, while serving its own node's shards to the others (docs/checkpoint.md). Every
+// slice is checked against the manifest's XXH3 where it is used: read from disk by
+// open_checked, and fetched from a peer by the fetching rank too (a peer is not trusted).
 #include <sys/stat.h>
 #include <xxhash.h>
 
@@ -8,7 +10,9 @@
 #include <atomic>
 #include <cstring>
 #include <map>
+#include <memory>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <thread>
 
 #include "base/log.h"
@@ -323,11 +327,51 @@ struct Piece {
   std::size_t bytes() const { return static_cast<std::size_t>(region.volume()) * element_bytes(); }
 };
 
-// The read-ahead window over `pieces`, in their order.
-AheadWindow window_over(const std::vector<const Piece*>& pieces) {
+// One saved slice that pieces fetch from a peer, with those pieces (of one or more
+// destinations), in the order plan_load made them.
+struct RemoteSlice {
+  const SavedTensor* tensor;
+  std::size_t slice;  // index in tensor->slices
+  int peer;           // the same for every piece: plan_load picks it by file
+  std::vector<const Piece*> pieces;
+
+  const SavedSlice& saved() const { return tensor->slices[slice]; }
+};
+
+// Groups remote pieces by the saved slice they read, in the order of each slice's first
+// piece, so a slice that several pieces need parts of is fetched and verified once.
+std::vector<RemoteSlice> group_by_slice(const std::vector<const Piece*>& remote) {
+  std::vector<RemoteSlice> out;
+  std::map<std::string, std::size_t> at;  // keyed like open_checked's cache: "file\0tensor"
+  for (const Piece* p : remote) {
+    const SavedSlice& s = p->saved();
+    auto [it, fresh] = at.emplace(s.file + '\0' + s.tensor_in_file, out.size());
+    if (fresh) out.push_back({p->tensor, p->slice, p->peer, {}});
+    out[it->second].pieces.push_back(p);
+  }
+  return out;
+}
+
+// The read-ahead window over `slices`, in their order.
+template <typename T>
+AheadWindow window_over(const std::vector<const T*>& slices) {
   std::vector<std::uint64_t> bytes;
-  for (const Piece* p : pieces) bytes.push_back(p->saved().bytes);
+  for (const T* p : slices) bytes.push_back(p->saved().bytes);
   return AheadWindow(std::move(bytes));
+}
+
+// Whether `got`, fetched from rank `peer`, is slice `s` of `t` as saved: the XXH3 of the
+// whole slice against the manifest's. The peer checked its file before sending, but the
+// bytes come from another process (faulty, hostile, or its file changed since): trust
+// only the manifest, whose hash every rank agreed on in prepare_load.
+Status check_fetched(const SavedTensor& t, const SavedSlice& s, int peer,
+                     std::span<const std::byte> got) {
+  const std::uint64_t h = xxh3(got);
+  if (h == s.xxh3) return ok_status();
+  return corruption("rank " + std::to_string(peer) + " sent tensor " + t.name + " slice " +
+                    SliceSpec{t.name, t.dtype, t.shape, s.offset, s.extent}.to_string() + " (" +
+                    s.file + ") with XXH3 " + hex(h) + ", which does not match the manifest's " +
+                    hex(s.xxh3));
 }
 
 // Splits the destinations into pieces, one per saved slice each overlaps: from this
@@ -405,48 +449,82 @@ Result<LoadStats> Checkpointer::load(std::span<const MutableSliceView> destinati
   std::thread fetcher;
   if (s.ok() && !remote.empty()) {
     fetcher = std::thread([&] {
+      // Every fetch asks for a whole saved slice (its full box), the unit the manifest's
+      // XXH3 covers, so what arrives is checked before load() reports success.
+      const std::vector<RemoteSlice> slices = group_by_slice(remote);
       // Each request names the peer's next slices, which it reads while it sends this one.
-      std::map<int, std::vector<const Piece*>> by_peer;
-      std::map<const Piece*, std::size_t> position;
-      for (const Piece* p : remote) {
-        position[p] = by_peer[p->peer].size();
-        by_peer[p->peer].push_back(p);
+      std::map<int, std::vector<const RemoteSlice*>> by_peer;
+      std::map<const RemoteSlice*, std::size_t> position;
+      for (const RemoteSlice& r : slices) {
+        position[&r] = by_peer[r.peer].size();
+        by_peer[r.peer].push_back(&r);
       }
       std::map<int, AheadWindow> windows;
       for (auto& [peer, list] : by_peer) windows.emplace(peer, window_over(list));
-      for (const Piece* p : remote) {
+      std::uint64_t unused = 0;  // fetched to verify whole slices, outside every piece
+      for (const RemoteSlice& r : slices) {
         if (failed) return;
-        const SavedTensor& t = *p->tensor;
+        const SavedTensor& t = *r.tensor;
+        const SavedSlice& sl = r.saved();
+        const Box box = box_of(sl);
         FetchRequest q{.op = FetchRequest::Op::kSlice,
                        .step = st->step,
                        .tensor = t.name,
-                       .slice = p->slice,
-                       .region = p->region,
+                       .slice = r.slice,
+                       .region = box,
                        .ahead = {}};
-        const auto [first, last] = windows.at(p->peer).advance(position[p]);
-        const std::vector<const Piece*>& list = by_peer[p->peer];
+        const auto [first, last] = windows.at(r.peer).advance(position[&r]);
+        const std::vector<const RemoteSlice*>& list = by_peer[r.peer];
         for (std::size_t a = first; a < last; ++a) {
           q.ahead.emplace_back(list[a]->tensor->name, list[a]->slice);
         }
         const std::string request = encode_fetch_request(q);
-        const Box want = box_of(p->dest->spec);
-        const std::size_t eb = p->element_bytes(), n = p->bytes();
+        const Piece& p0 = *r.pieces.front();
+        const std::size_t eb = p0.element_bytes();
+        std::optional<std::int64_t> at;
+        if (r.pieces.size() == 1 && p0.region == box)
+          at = contiguous_offset(box, box_of(p0.dest->spec));
         Status f;
-        if (auto at = contiguous_offset(p->region, want)) {  // straight into the destination
-          f = g.fetch_into(p->peer, request,
-                           p->dest->data.subspan(static_cast<std::size_t>(*at) * eb, n));
+        if (at) {
+          // The whole slice, one run of its destination: fetched and verified in place. On
+          // a mismatch the destination keeps the unverified bytes; load() then fails, and
+          // a failed load's destinations hold nothing to use.
+          const std::span<std::byte> dst =
+              p0.dest->data.subspan(static_cast<std::size_t>(*at) * eb, sl.bytes);
+          f = g.fetch_into(r.peer, request, dst);
+          if (f.ok()) f = check_fetched(t, sl, r.peer, dst);
         } else {
-          std::vector<std::byte> got(n);
-          f = g.fetch_into(p->peer, request, got);
-          if (f.ok()) copy_region(p->region, got, p->region, p->dest->data, want, eb);
+          // Parts of the slice (a resharded load), or a slice not contiguous in its
+          // destination: the whole slice into a buffer, verified, then each piece's region
+          // copied out. One such buffer at a time, freed before the next fetch.
+          const auto buffer = std::make_unique_for_overwrite<std::byte[]>(sl.bytes);
+          const std::span<std::byte> whole(buffer.get(), sl.bytes);
+          f = g.fetch_into(r.peer, request, whole);
+          if (f.ok()) f = check_fetched(t, sl, r.peer, whole);
+          if (f.ok()) {
+            for (const Piece* p : r.pieces) {
+              copy_region(p->region, whole, box, p->dest->data, box_of(p->dest->spec), eb);
+            }
+          }
         }
         if (!f.ok()) {
-          fetched = f.with_context("fetching " + t.name + " from rank " + std::to_string(p->peer));
+          fetched = f.with_context("fetching " + t.name + " from rank " + std::to_string(r.peer));
           failed = true;
           return;
         }
-        stats.remote_bytes += n;
-        if (m.opts.progress) m.opts.progress(n);
+        std::uint64_t used = 0;
+        for (const Piece* p : r.pieces) {
+          used += p->bytes();
+          stats.remote_bytes += p->bytes();
+          if (m.opts.progress) m.opts.progress(p->bytes());
+        }
+        unused += sl.bytes > used ? sl.bytes - used : 0;
+      }
+      if (unused > 0) {
+        log::debug(
+            "checkpoint load: fetched {} bytes beyond the regions asked for, to verify "
+            "whole slices",
+            unused);
       }
     });
   }
