@@ -464,7 +464,7 @@ Status RoundReader::deliver(const wire::Filled& f, const std::byte* slot, Bucket
                                  writable);
         } else if (p.tensor_offset + p.length == spec.bytes()) {
           // Kept with the bucket's lease, as the ring's views are.
-          std::vector<std::byte>& whole = leases_.back().assembled;
+          UninitBuffer& whole = leases_.back().assembled;
           whole.swap(staging_);
           status =
               finish_tensor(p.tensor, TensorView{spec, {whole.data(), whole.size()}}, whole.data());

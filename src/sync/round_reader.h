@@ -30,6 +30,7 @@
 #include <span>
 #include <vector>
 
+#include "base/uninit_buffer.h"
 #include "ferry/status.h"
 #include "ferry/sync.h"
 #include "ferry/tensor.h"
@@ -134,7 +135,7 @@ class RoundReader {
   struct Lease {
     std::uint32_t bucket = 0;
     std::uint32_t slot = 0;
-    std::vector<std::byte> assembled;  // a split tensor that completed in this bucket
+    UninitBuffer assembled;  // a split tensor that completed in this bucket
   };
 
   Status check_session() const;
@@ -193,9 +194,9 @@ class RoundReader {
   wire::Message message_;
 
   SegmentWalker walker_{{}};
-  std::vector<std::byte> staging_;             // a tensor split across buckets, being assembled
-  std::vector<std::vector<std::byte>> spare_;  // released assemblies, reused (no page faults)
-  std::deque<Lease> leases_;                   // buckets delivered, not yet released
+  UninitBuffer staging_;             // a tensor split across buckets, being assembled
+  std::vector<UninitBuffer> spare_;  // released assemblies, reused (no page faults)
+  std::deque<Lease> leases_;         // buckets delivered, not yet released
   std::vector<TensorView> views_;
   std::vector<MutableTensorView> writable_views_;
 

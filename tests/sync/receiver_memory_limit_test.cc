@@ -6,6 +6,8 @@
 #include <unistd.h>
 
 #include <cstdint>
+#include <cstdio>
+#include <cstring>
 #include <string>
 #include <thread>
 
@@ -120,6 +122,68 @@ TEST(ReceiverMemoryLimit, ATensorAboveTheDefaultIsNotAssembledAndTheErrorNamesTh
             std::string::npos)
       << refused.message();
   EXPECT_LT(filled, big);  // refused at BEGIN: the sender never got to send it all
+}
+
+// The process's resident bytes (VmRSS).
+std::uint64_t resident_bytes() {
+  std::FILE* f = std::fopen("/proc/self/statm", "r");
+  unsigned long long size = 0, resident = 0;
+  if (f != nullptr) {
+    if (std::fscanf(f, "%llu %llu", &size, &resident) != 2) resident = 0;
+    std::fclose(f);
+  }
+  return resident * static_cast<std::uint64_t>(::sysconf(_SC_PAGE_SIZE));
+}
+
+// A tensor split across buckets is assembled in a buffer that fills as its bytes arrive: one
+// segment of a 2 GiB tensor no longer zero-fills (faults in) 2 GiB at once. Here the sender
+// sends 8 MiB of it and gives up; the receiver still holds its buffer when it fails.
+TEST(ReceiverMemoryLimit, ASplitTensorsBufferFillsAsBytesArriveNotUpFront) {
+  constexpr std::uint64_t big = 2 * kGiB;
+  auto spec =
+      TensorSpec::make("model.embed_tokens.weight", DType::kU8, {static_cast<std::int64_t>(big)});
+  ASSERT_OK(spec);
+  SyncOptions o;
+  o.bucket_bytes = 4 << 20;
+  o.slots = 2;
+  o.max_assembled_tensor_bytes = 4 * kGiB;  // allowed on any machine this runs on
+  o.timeout = std::chrono::milliseconds(20'000);
+  const std::string address = unique_address();
+  auto sender = Sender::create(address, o);
+  ASSERT_OK(sender);
+  std::uint64_t before = 0, after = 0;
+  Status received;
+  std::thread rx([&] {
+    auto r = Receiver::connect(address, 0, o);
+    if (!r.ok()) {
+      received = r.status();
+      return;
+    }
+    before = resident_bytes();
+    received = (*r)->receive_round([](const TensorView&) { return ok_status(); }).status();
+    after = resident_bytes();  // the receiver, and its assembly buffer, still here
+  });
+  ASSERT_OK((*sender)->accept(1));
+  const std::vector<TensorSpec> specs = {*spec};
+  std::uint64_t filled = 0;
+  auto sent = (*sender)->send_round_filled(
+      specs,
+      [&](std::size_t, std::uint64_t, std::span<std::byte> dst) {
+        if (filled >= (8u << 20)) return aborted("the trainer went away");
+        std::memset(dst.data(), 0x5a, dst.size());
+        filled += dst.size();
+        return ok_status();
+      },
+      [] { return ok_status(); });
+  rx.join();
+  EXPECT_FALSE(sent.ok());
+  EXPECT_FALSE(received.ok());
+  EXPECT_NE(received.message().find("went away"), std::string::npos) << received.to_string();
+  ASSERT_GT(before, 0u);
+  // 8 MiB arrived (and a sanitizer's shadow of the buffer may add 1/8 of it); 2 GiB would be
+  // the whole tensor zero-filled at its first segment.
+  EXPECT_LT(after, before + 512 * (1ull << 20))
+      << "resident grew by " << (after - before) << " bytes";
 }
 
 }  // namespace
