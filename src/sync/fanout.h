@@ -1,7 +1,8 @@
 // The downstream side of a session: the peers one ring serves. A Sender's peers are its
-// receivers (shm, same node) or relays and remote receivers (net); a Relay's peers are
-// its node's local receivers. Both publish segments, wait for RELEASE and ACK, and turn a
-// dead, silent or misbehaving peer into an error that names it and the round.
+// receivers (shm, same node) or relays and remote receivers (net); a Relay has two, its
+// node's local receivers and its downstream relays, driven as one by a FanoutSet
+// (fanout_set.h). Both publish segments, wait for RELEASE and ACK, and turn a dead, silent or
+// misbehaving peer into an error that names it and the round.
 #pragma once
 
 #include <poll.h>
@@ -79,6 +80,7 @@ class Fanout {
   void drop_peers() { peers_.clear(); }
 
   std::vector<Peer>& peers() { return peers_; }
+  const std::vector<Peer>& peers() const { return peers_; }
   // True when every peer maps the ring (shm on this node): no segment crosses a link.
   bool all_peers_share_memory() const;
   shm::MemfdRing& ring() { return *ring_; }

@@ -8,10 +8,12 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <future>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "base/clock.h"
@@ -216,6 +218,60 @@ TEST(RelayFailure, RelayKilledDownTheChainIsNamedAtTheSender) {
   EXPECT_NE(why.find("relay 0: round 2: relay 1"), std::string::npos) << why;
   EXPECT_NE(head.relay_status.to_string().find("relay 1"), std::string::npos)
       << head.relay_status.to_string();
+}
+
+// Relay::stop (Python) and Ctrl-C (CLI) reach a relay through options.interrupt: heard inside
+// a round too, while the relay waits for a local receiver that holds a bucket (here for
+// longer than the session's timeout would take), not only between rounds.
+TEST(RelayFailure, RelayHearsInterruptInsideARound) {
+  ferry::testing::TempDir dir;
+  const SyncOptions o = relay_options(dir);
+  auto sender = Sender::create("127.0.0.1:0", o);
+  ASSERT_OK(sender);
+  std::atomic<bool> stop{false};
+  SyncOptions stoppable = o;
+  stoppable.interrupt = [&] { return stop ? aborted("the relay was stopped") : ok_status(); };
+  const std::string local = testing::unique_address();
+  Status relayed = internal_error("not run");
+  std::thread relay([&] {
+    auto r = Relay::connect((*sender)->address(), 0, local, stoppable);
+    relayed = r.ok() ? (*r)->accept(1) : r.status();
+    if (relayed.ok()) relayed = (*r)->relay_round().status();
+  });
+  std::promise<void> holding;
+  std::promise<void> let_go;
+  std::thread receiver([&, let = let_go.get_future().share()] {
+    auto r = Receiver::connect(local, 0, o);
+    if (!r.ok()) return holding.set_value();
+    bool first = true;
+    (void)(*r)->receive_round_buckets([&](std::span<const TensorView>, bool) {
+      if (std::exchange(first, false)) {
+        holding.set_value();
+        let.wait();
+      }
+      return ok_status();
+    });
+  });
+  ASSERT_OK((*sender)->accept(1));
+  Weights w = make_weights(relay_model(), 1);
+  const auto views = w.views();
+  Result<RoundStats> sent = internal_error("not run");
+  std::thread sending([&] { sent = (*sender)->send_round(views); });
+  holding.get_future().wait();
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));  // the relay waits in the round
+  stop = true;
+  const auto start = Clock::now();
+  relay.join();
+  const auto took = Clock::now() - start;
+  let_go.set_value();
+  receiver.join();
+  sending.join();
+  EXPECT_EQ(relayed.code(), Code::kAborted) << relayed.to_string();
+  EXPECT_NE(relayed.message().find("stopped"), std::string::npos) << relayed.to_string();
+  EXPECT_LT(took, std::chrono::seconds(3)) << relayed.to_string();
+  ASSERT_FALSE(sent.ok());
+  EXPECT_NE(sent.status().to_string().find("relay 0"), std::string::npos)
+      << sent.status().to_string();
 }
 
 }  // namespace
