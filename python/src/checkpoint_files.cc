@@ -1,5 +1,5 @@
 // Files fetched from other nodes over the checkpoint replication protocol's file-set mode
-// (include/ferry/checkpoint_tools.h: ReplicateServeOptions::offer,
+// (include/ferry/megatron.h: ReplicateServeOptions::offer,
 // ReplicatePullOptions::only): xxh3_file, FileServer and fetch_files of ferry._ferry.
 //
 // A file travels as (relative path, bytes, xxh3). The sizes and XXH3s fetch_files checks are
@@ -19,7 +19,7 @@
 
 #include "bindings.h"
 #include "ferry/checkpoint.h"
-#include "ferry/checkpoint_tools.h"
+#include "ferry/megatron.h"
 
 namespace ferry::python {
 namespace {

@@ -10,7 +10,7 @@
 
 #include "cli/commands.h"
 #include "cli/progress.h"
-#include "ferry/checkpoint_tools.h"
+#include "ferry/megatron.h"
 
 namespace ferry::cli {
 namespace {

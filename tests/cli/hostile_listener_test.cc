@@ -14,7 +14,7 @@
 #include <thread>
 #include <vector>
 
-#include "checkpoint/megatron_fixture.h"
+#include "megatron/megatron_fixture.h"
 #include "support/test_support.h"
 
 namespace ferry {

@@ -7,7 +7,7 @@
 #include <span>
 #include <vector>
 
-#include "checkpoint/replicate.h"
+#include "megatron/replicate.h"
 
 namespace rp = ferry::checkpoint::replicate;
 

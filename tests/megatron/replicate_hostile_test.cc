@@ -3,7 +3,7 @@
 // bytes, other kinds, random bytes); the server must answer or drop that peer, never
 // crash or stop, and a legitimate puller must still copy everything afterwards.
 // (libFuzzer cannot do this itself at a useful rate: every dropped peer costs a new TCP
-// connection, handshake and UCX endpoint. fuzz/checkpoint_replicate_fuzz.cc fuzzes the
+// connection, handshake and UCX endpoint. fuzz/megatron_replicate_fuzz.cc fuzzes the
 // same decoders in-process.)
 #include <gtest/gtest.h>
 
@@ -13,9 +13,9 @@
 #include <random>
 #include <thread>
 
-#include "checkpoint/megatron_fixture.h"
-#include "checkpoint/replicate.h"
-#include "ferry/checkpoint_tools.h"
+#include "ferry/megatron.h"
+#include "megatron/megatron_fixture.h"
+#include "megatron/replicate.h"
 #include "support/status_matchers.h"
 #include "transport/net/channel.h"
 

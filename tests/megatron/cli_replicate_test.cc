@@ -8,7 +8,7 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 
-#include "checkpoint/megatron_fixture.h"
+#include "megatron/megatron_fixture.h"
 #include "support/test_support.h"
 
 namespace ferry::checkpoint {

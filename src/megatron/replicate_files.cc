@@ -1,4 +1,4 @@
-#include "checkpoint/replicate_files.h"
+#include "megatron/replicate_files.h"
 
 #include <fcntl.h>
 #include <fmt/format.h>
@@ -10,8 +10,8 @@
 #include <vector>
 
 #include "base/env.h"
-#include "checkpoint/megatron_dist_checkpoint.h"
-#include "ferry/checkpoint_tools.h"
+#include "ferry/megatron.h"
+#include "megatron/megatron_dist_checkpoint.h"
 #if defined(__x86_64__)
 // The dispatching XXH3 (AVX2 / AVX-512 where the CPU has them), as src/sync/copy.h uses.
 #include <xxh_x86dispatch.h>

@@ -14,10 +14,10 @@
 #include <thread>
 
 #include "base/clock.h"
-#include "checkpoint/megatron_dist_checkpoint.h"
-#include "checkpoint/megatron_fixture.h"
-#include "checkpoint/replicate.h"
-#include "ferry/checkpoint_tools.h"
+#include "ferry/megatron.h"
+#include "megatron/megatron_dist_checkpoint.h"
+#include "megatron/megatron_fixture.h"
+#include "megatron/replicate.h"
 #include "support/status_matchers.h"
 #include "transport/net/channel.h"
 

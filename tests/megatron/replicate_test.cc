@@ -1,7 +1,7 @@
 // `ferry ckpt replicate` in the library: a server on 127.0.0.1 with an ephemeral port and
 // pullers on threads (each with its own net context), a hand-crafted malicious server, and a
 // real server process killed mid-file (this binary re-executed as the child).
-#include "checkpoint/replicate.h"
+#include "megatron/replicate.h"
 
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -17,9 +17,9 @@
 #include <thread>
 
 #include "base/clock.h"
-#include "checkpoint/megatron_fixture.h"
-#include "checkpoint/replicate_server_thread.h"
-#include "ferry/checkpoint_tools.h"
+#include "ferry/megatron.h"
+#include "megatron/megatron_fixture.h"
+#include "megatron/replicate_server_thread.h"
 #include "support/status_matchers.h"
 #include "transport/net/channel.h"
 

@@ -25,7 +25,7 @@
 #include <string_view>
 #include <vector>
 
-#include "ferry/checkpoint_tools.h"
+#include "ferry/megatron.h"
 #include "ferry/status.h"
 
 namespace ferry::checkpoint::replicate {

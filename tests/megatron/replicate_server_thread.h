@@ -7,7 +7,7 @@
 #include <string>
 #include <thread>
 
-#include "ferry/checkpoint_tools.h"
+#include "ferry/megatron.h"
 #include "ferry/status.h"
 
 namespace ferry::checkpoint {

@@ -1,7 +1,7 @@
 // verl / Megatron checkpoint folders: scanning, what a node offers for replication, and
 // verify across node folders. docs/checkpoint.md cites the verl and Megatron sources this
 // layout and the completeness rule come from.
-#include "checkpoint/megatron_dist_checkpoint.h"
+#include "megatron/megatron_dist_checkpoint.h"
 
 #include <fcntl.h>
 #include <fmt/format.h>
@@ -22,7 +22,6 @@
 #include "base/file_util.h"
 #include "base/parse_number.h"
 #include "base/status_macros.h"
-#include "ferry/checkpoint.h"
 
 namespace ferry::checkpoint {
 namespace fs = std::filesystem;

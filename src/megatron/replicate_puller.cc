@@ -17,11 +17,11 @@
 #include "base/file_util.h"
 #include "base/log.h"
 #include "base/status_macros.h"
-#include "checkpoint/megatron_dist_checkpoint.h"
-#include "checkpoint/replicate.h"
-#include "checkpoint/replicate_common.h"
-#include "checkpoint/replicate_files.h"
 #include "ferry/checkpoint.h"
+#include "megatron/megatron_dist_checkpoint.h"
+#include "megatron/replicate.h"
+#include "megatron/replicate_common.h"
+#include "megatron/replicate_files.h"
 #include "transport/net/channel.h"
 
 namespace ferry::checkpoint {

@@ -1,15 +1,15 @@
 // verl / Megatron checkpoint folders: scanning, what a node offers for replication (the
 // completeness rule), and verify across node folders.
-#include "checkpoint/megatron_dist_checkpoint.h"
+#include "megatron/megatron_dist_checkpoint.h"
 
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <filesystem>
 
-#include "checkpoint/megatron_fixture.h"
 #include "ferry/checkpoint.h"
-#include "ferry/checkpoint_tools.h"
+#include "ferry/megatron.h"
+#include "megatron/megatron_fixture.h"
 #include "support/status_matchers.h"
 
 namespace ferry::checkpoint {

@@ -21,6 +21,9 @@
 // puller already knows (file-set mode: ReplicateServeOptions::offer, ReplicatePullOptions::
 // only), e.g. the shard files of a torch.distributed.checkpoint on other nodes.
 //
+// The `megatron` module (src/megatron/); the names stay in namespace ferry::checkpoint.
+// validate_relative_path() and expand_roots(), named below, are in ferry/checkpoint.h.
+//
 // Thread safety: the functions share no state; serve_replicas() and pull_replicas() each
 // run their own net context on the calling thread until they return.
 #pragma once

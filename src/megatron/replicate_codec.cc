@@ -4,8 +4,7 @@
 #include <string>
 
 #include "base/coding.h"
-#include "checkpoint/replicate.h"
-#include "ferry/checkpoint.h"
+#include "megatron/replicate.h"
 
 namespace ferry::checkpoint {
 namespace replicate {

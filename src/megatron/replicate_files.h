@@ -1,6 +1,6 @@
 // The file helpers of replication's file-set mode (ReplicateServeOptions::offer,
 // ReplicatePullOptions::only): shard files of many GB, so nothing here holds a file whole in
-// memory. The public xxh3_file() is declared in ferry/checkpoint_tools.h.
+// memory. The public xxh3_file() is declared in ferry/megatron.h.
 #pragma once
 
 #include <xxhash.h>

@@ -1,7 +1,7 @@
 // Replication's file-set mode (ReplicateServeOptions::offer, ReplicatePullOptions::only): a
 // server on 127.0.0.1 with an ephemeral port offering an arbitrary set of files, pullers on
 // this thread checking them against the sizes and XXH3s they hold themselves.
-#include "checkpoint/replicate_files.h"
+#include "megatron/replicate_files.h"
 
 #include <gtest/gtest.h>
 
@@ -13,9 +13,9 @@
 #include <thread>
 
 #include "base/clock.h"
-#include "checkpoint/megatron_fixture.h"
-#include "checkpoint/replicate_server_thread.h"
-#include "ferry/checkpoint_tools.h"
+#include "ferry/megatron.h"
+#include "megatron/megatron_fixture.h"
+#include "megatron/replicate_server_thread.h"
 #include "support/status_matchers.h"
 
 namespace ferry::checkpoint {

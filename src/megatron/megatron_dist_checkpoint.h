@@ -1,7 +1,7 @@
 // Internals of the tools for verl / Megatron-LM distributed checkpoint folders
 // (global_step_<N> or iter_<N> step folders of torch.distributed.checkpoint shards and
 // metadata), shared by scanning, verify and replication (public API:
-// include/ferry/checkpoint_tools.h). Not convert's own Megatron layout
+// include/ferry/megatron.h). Not convert's own Megatron layout
 // (src/convert/ferry_megatron_layout.cc).
 #pragma once
 
@@ -15,7 +15,7 @@
 #include <string_view>
 
 #include "base/file_util.h"
-#include "ferry/checkpoint_tools.h"
+#include "ferry/megatron.h"
 #include "ferry/status.h"
 
 namespace ferry::checkpoint::megatron {
