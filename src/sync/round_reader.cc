@@ -40,6 +40,9 @@ Status RoundReader::check_session() const {
 Status RoundReader::abort(Status why) {
   if (!broken_.ok()) return why;
   delta_rx_.forget();
+  // Inside a round the sender reads every peer's messages, so it reads our ERROR at once;
+  // between rounds it may not read for long, and an interrupted caller wants out now.
+  const bool linger = in_round_ && why.code() != Code::kTimeout && !interrupted_.fired();
   if (in_round_ && into_ != ReadInto::kPassThrough) {  // a relay's reasons name the round
     // A send or receive that failed because the sender gave up: its ERROR may be waiting,
     // behind messages of the round this end had not read yet.
@@ -58,7 +61,7 @@ Status RoundReader::abort(Status why) {
                    std::chrono::milliseconds(100));
     // Linger until the sender has read why (a sender that found the link closed first would
     // name only this end, not the reason), unless the sender is gone or stopped talking.
-    if (why.code() != Code::kTimeout && (sent.ok() || sent.code() == Code::kTimeout)) {
+    if (linger && (sent.ok() || sent.code() == Code::kTimeout)) {
       await_hangup();
       link_.close();  // flushes the ERROR
     } else {

@@ -54,13 +54,18 @@ class InterruptCheck {
     const auto now = now_();
     if (now - last_ < kInterruptSlice) return ok_status();
     last_ = now;
-    return hook_();
+    Status s = hook_();
+    fired_ = fired_ || !s.ok();
+    return s;
   }
+  // Whether the hook has interrupted a wait (Ctrl-C: the caller wants out at once).
+  bool fired() const { return fired_; }
 
  private:
   std::function<Status()> hook_;
   Now now_;
   Clock::time_point last_{};
+  bool fired_ = false;
 };
 
 // Calls attempt(slice) until it returns anything but a timeout, or `timeout` (positive) has
