@@ -179,20 +179,12 @@ class Sender(_Endpoint):
         """
         manifest = [(str(n), ferry_dtype(d), tuple(int(x) for x in shape))
                     for n, d, shape in specs]
-        feed = _ferry.TensorFeed()
-        loop = asyncio.get_running_loop()
-        sending = loop.run_in_executor(None, self._impl.send_round_streamed, manifest, feed,
-                                       more_follows, step)
-        try:
-            await _feed(feed, manifest, weights, loop)
-        except BaseException as e:  # aborts the round; raised here unchanged
-            feed.fail(f"the sender's weights raised {type(e).__name__}: {e}")
-            try:
-                await asyncio.shield(sending)
-            except BaseException:
-                pass
-            raise
-        return await sending
+
+        def send(take: Callable[[], tuple | None]) -> RoundStats:
+            return self._impl.send_round_streamed(manifest, lambda _: _ring_bytes(take()),
+                                                  more_follows, step)
+
+        return await _send_pulled(send, weights, manifest)
 
     def send_round_filled(self, specs: Sequence[tuple], fill: Callable[[int, int, int, int], None],
                           flush: Callable[[], None], more_follows: bool = False,
@@ -295,28 +287,57 @@ async def send_update_async(senders: Sequence[Sender], weights: Iterable | Async
     is held while one tensor is copied and is free while the sender waits for a slot or for
     acknowledgements. An exception of the iterator aborts the update and is raised here
     unchanged; a cancelled call aborts it too."""
+    impls = [s._impl for s in senders]
+    return await _send_pulled(lambda take: _ferry.send_update(impls, take, step, staging_bytes),
+                              weights)
+
+
+# How long the loop thread waits for the sender to be done with one tensor before it waits in
+# a worker instead (so a coroutine on the same loop, e.g. a colocated receiver, can run while
+# the sender waits for it): a tensor's copy, not a slot's.
+_HOLD_S = 0.005
+
+
+async def _send_pulled(send: Callable[[Callable[[], tuple | None]], Any], weights: Any,
+                       manifest: list[tuple] | None = None) -> Any:
+    """send(take) in a worker thread, fed `weights` (a sync or async iterable of (name,
+    tensor)) pulled on the calling (the loop's) thread: take() gives the next tensor argument
+    (None at the end) and releases the last, and the next item is pulled only once the sender
+    released the one before: one tensor at a time is in flight. With a manifest, each tensor
+    is checked against it before it is handed over. Anything raised on this side (the
+    iterator, a check, a cancellation) aborts the send, and is raised again unchanged once the
+    worker ended; the send's own error is raised otherwise."""
     loop = asyncio.get_running_loop()
     handoff = _Handoff()
 
-    def run() -> list[UpdateStats]:
+    def run() -> Any:
         try:
-            return _ferry.send_update([s._impl for s in senders], handoff.take, step,
-                                      staging_bytes)
+            return send(handoff.take)
         finally:
             handoff.stop()
 
     sending = loop.run_in_executor(None, run)
     try:
+        index = 0
         async for name, tensor in _each(weights):
             if handoff.stopped:
-                break  # the update failed: awaiting it raises why
-            handoff.offer(*tensor_arg(name, tensor))
-            if not handoff.wait_released(_FEED_HOLD_S):
+                break  # the send failed: awaiting it raises why
+            if manifest is not None:
+                _check_count(manifest, index, name)
+            arg, owner = tensor_arg(name, tensor)
+            if manifest is not None:
+                _check_spec(index, arg, manifest[index])
+            handoff.offer(arg, owner)
+            del arg, owner  # the handoff keeps them until the sender is done
+            if not handoff.wait_released(_HOLD_S):
                 await loop.run_in_executor(None, handoff.wait_released, None)
+            index += 1
+        if manifest is not None and not handoff.stopped:
+            _check_count(manifest, index, None)
         handoff.end()
-    except BaseException as e:  # aborts the update; raised here unchanged
+    except BaseException as e:  # aborts the send; raised here unchanged
         handoff.fail(e if isinstance(e, Exception) else
-                     _error(_ferry.AbortedError, f"the update was stopped: {type(e).__name__}"))
+                     _error(_ferry.AbortedError, f"the send was stopped: {type(e).__name__}"))
         try:
             await asyncio.shield(sending)
         except BaseException:
@@ -326,9 +347,9 @@ async def send_update_async(senders: Sequence[Sender], weights: Iterable | Async
 
 
 class _Handoff:
-    """Hands send_update_async's tensors from the loop's thread to the sender's, one at a
-    time: take() (the sender's next()) waits for the next offer, and by asking it releases the
-    last, so the loop pulls the next item only once the sender is done with the one before."""
+    """Hands _send_pulled's tensors from the loop's thread to the sender's, one at a time:
+    take() (the sender's next()) waits for the next offer, and by asking it releases the last,
+    so the loop pulls the next item only once the sender is done with the one before."""
 
     def __init__(self) -> None:
         self._changed = threading.Condition()
@@ -402,40 +423,6 @@ class _Pulled:
         return arg
 
 
-# How long the loop thread waits for the sender to take one tensor before it waits in a
-# worker instead (so a coroutine on the same loop, e.g. a colocated receiver, can run while
-# the sender waits for it): a tensor's copy, not a slot's.
-_FEED_HOLD_S = 0.005
-
-
-async def _feed(feed: Any, manifest: list[tuple], weights: Any,
-                loop: asyncio.AbstractEventLoop) -> None:
-    """Pulls `weights` and offers each tensor to the feed once the sender took the last."""
-    count, index = len(manifest), 0
-    async for name, tensor in _each(weights):
-        if feed.stopped:
-            return  # the round failed: awaiting it raises why
-        if index == count:
-            raise _error(_ferry.InvalidArgumentError,
-                         f"tensor {index} '{name}' is one more than the {count} of the manifest")
-        arg, owner = tensor_arg(name, tensor)
-        _check_spec(index, arg, manifest[index])
-        if len(arg) == 5:
-            feed.offer(arg[3], arg[4])
-        else:
-            owner = _addressable(arg[3])
-            feed.offer(*owner[:2])
-        if not feed.wait_taken(_FEED_HOLD_S):
-            await loop.run_in_executor(None, feed.wait_taken, -1.0)
-        del owner  # in the ring: the generator may reuse its memory
-        index += 1
-    if index < count and not feed.stopped:
-        raise _error(_ferry.InvalidArgumentError,
-                     f"the tensors ended before tensor {index} '{manifest[index][0]}' (the "
-                     f"manifest has {count})")
-    feed.end()
-
-
 async def _each(weights: Any) -> AsyncIterator:
     """The items of a sync or async iterable, as an async generator (verl gives either)."""
     if hasattr(weights, "__aiter__"):
@@ -454,15 +441,25 @@ def _check_spec(index: int, arg: tuple, want: tuple) -> None:
                      f"manifest has '{want[0]}' {want[1].name}{list(want[2])} there")
 
 
-def _addressable(buffer: Any) -> tuple[int, int, Any]:
-    """(address, nbytes, owner) of a buffer object's bytes; owner keeps them alive."""
-    import ctypes
-    view = memoryview(buffer).cast("B")
-    if view.nbytes == 0:
-        return 0, 0, view
-    if view.readonly:  # ctypes takes writable buffers only: a private copy of the few that are not
-        view = memoryview(bytearray(view))
-    return ctypes.addressof(ctypes.c_char.from_buffer(view)), view.nbytes, view
+def _check_count(manifest: list[tuple], index: int, name: str | None) -> None:
+    """Raises when tensor `index`, named `name` (None: the tensors ended there), is one more
+    than the manifest has, or when the tensors ended short of it."""
+    count = len(manifest)
+    if name is not None and index >= count:
+        raise _error(_ferry.InvalidArgumentError,
+                     f"tensor {index} '{name}' is one more than the {count} of the manifest")
+    if name is None and index < count:
+        raise _error(_ferry.InvalidArgumentError,
+                     f"the tensors ended before tensor {index} '{manifest[index][0]}' (the "
+                     f"manifest has {count})")
+
+
+def _ring_bytes(arg: tuple | None) -> Any:
+    """A tensor argument's bytes as send_round_streamed's next() gives them: (address,
+    nbytes) or a buffer object; None at the end."""
+    if arg is None:
+        return None
+    return (arg[3], arg[4]) if len(arg) == 5 else arg[3]
 
 
 class _StreamedTensors:
@@ -478,23 +475,14 @@ class _StreamedTensors:
 
     def __call__(self, index: int) -> Any:
         self._owner = None  # the last tensor is in the ring: the iterator may reuse its memory
-        count = len(self._manifest)
         item = next(self._items, self._END)
-        if index == count:
-            if item is self._END:
-                return None
-            raise _error(_ferry.InvalidArgumentError,
-                         f"tensor {index} '{item[0]}' is one more than the {count} of the "
-                         "manifest")
-        want = self._manifest[index]
+        _check_count(self._manifest, index, None if item is self._END else item[0])
         if item is self._END:
-            raise _error(_ferry.InvalidArgumentError,
-                         f"the tensors ended before tensor {index} '{want[0]}' (the manifest "
-                         f"has {count})")
+            return None
         name, tensor = item
         arg, self._owner = tensor_arg(name, tensor)
-        _check_spec(index, arg, want)
-        return (arg[3], arg[4]) if len(arg) == 5 else arg[3]
+        _check_spec(index, arg, self._manifest[index])
+        return _ring_bytes(arg)
 
 
 class Receiver(_Endpoint):

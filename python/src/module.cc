@@ -2,7 +2,6 @@
 #include <pybind11/pybind11.h>
 
 #include "bindings.h"
-#include "tensor_feed.h"
 
 PYBIND11_MODULE(_ferry, m) {
   m.doc() = "ferry's C++ core (use the `ferry` package, not this module)";
@@ -10,6 +9,5 @@ PYBIND11_MODULE(_ferry, m) {
   ferry::python::bind_errors(m);
   ferry::python::bind_tensor(m);
   ferry::python::bind_sync(m);
-  ferry::python::bind_tensor_feed(m);
   ferry::python::bind_checkpoint_files(m);
 }

@@ -26,7 +26,6 @@
 
 #include "bindings.h"
 #include "ferry/sync_option_fields.h"
-#include "tensor_feed.h"
 
 namespace ferry::python {
 namespace {
@@ -361,20 +360,6 @@ class PySender : public Endpoint<sync::Sender> {
     UseGuard use(mutex_, what_);
     sync::Sender& s = get();
     const std::vector<TensorSpec> manifest = manifest_from_python(specs);
-    // A TensorFeed is served without the GIL: its puller runs on another thread.
-    if (py::isinstance<TensorFeed>(next)) {
-      std::shared_ptr<TensorFeed> feed = next.cast<std::shared_ptr<TensorFeed>>();
-      const sync::TensorStream stream = [&](std::size_t) { return feed->take(); };
-      Result<RoundStats> r = [&] {
-        py::gil_scoped_release nogil;
-        Result<RoundStats> result =
-            s.send_round_streamed(manifest, stream, sync::RoundOptions{more_follows, step});
-        feed->stop();
-        return result;
-      }();
-      interrupts_.raise_pending();
-      return check(std::move(r));
-    }
     std::optional<py::error_already_set> raised;
     py::object current;                // what next returned last: the bytes it owns
     std::unique_ptr<BufferHold> hold;  // its Py_buffer, when it came as a buffer object

@@ -160,3 +160,65 @@ def test_a_cancelled_send_aborts_the_round_and_the_next_session_works():
         assert isinstance(session.rounds[0], ferry.FerryError), session.rounds
 
     asyncio.run(main())
+
+
+def test_an_async_generator_raising_is_raised_unchanged_and_the_next_session_works():
+    async def raising(weights):
+        for i, item in enumerate(weights):
+            await asyncio.sleep(0)
+            if i == 100:
+                raise ValueError(f"the generator failed at {item[0]}")
+            yield item
+
+    async def main() -> _Session:
+        session = _Session(asyncio.get_running_loop())
+        weights = make_weights(0)
+        try:
+            with pytest.raises(ValueError, match="the generator failed at small.92.fp32"):
+                await asyncio.wait_for(session.sender.send_round_streamed_async(
+                    _specs(weights), raising(_from_one_buffer(weights))), TIMEOUT_S)
+            await asyncio.get_running_loop().run_in_executor(None, session._thread.join,
+                                                             TIMEOUT_S)
+            # The session broke: a receiver joining anew gets the next round whole.
+            session._thread = threading.Thread(target=session._receive, daemon=True)
+            session._thread.start()
+            await session.sender.accept_async(1)
+            weights = make_weights(1)
+            await asyncio.wait_for(session.sender.send_round_streamed_async(
+                _specs(weights), _async_from_one_buffer(weights)), TIMEOUT_S)
+        finally:
+            session.close()
+        return session
+
+    session = asyncio.run(main())
+    assert isinstance(session.rounds[0], ferry.AbortedError), session.rounds
+    assert "ValueError: the generator failed at small.92.fp32" in str(session.rounds[0])
+    assert session.rounds[1] == _expected(make_weights(1)), session.rounds
+
+
+def test_a_receiver_callback_raising_fails_the_send_and_stops_the_pulls():
+    address, pulled = unique_address(), []
+    weights = make_weights(0)
+
+    def receive() -> None:
+        def on_bucket(views, is_last) -> None:
+            raise KeyError("the rollout's loader failed")
+
+        with ferry.Receiver(address, 0, timeout=TIMEOUT_S) as receiver:
+            with pytest.raises(KeyError):
+                receiver.receive_round_buckets(on_bucket)
+
+    async def generate():
+        for item in _from_one_buffer(weights):
+            pulled.append(item[0])
+            await asyncio.sleep(0)
+            yield item
+
+    with ferry.Sender(address, bucket_bytes=BUCKET_BYTES, timeout=TIMEOUT_S) as sender:
+        thread = threading.Thread(target=receive, daemon=True)
+        thread.start()
+        sender.accept(1)
+        with pytest.raises(ferry.FerryError, match="the rollout's loader failed"):
+            asyncio.run(sender.send_round_streamed_async(_specs(weights), generate()))
+        thread.join(TIMEOUT_S)
+    assert len(pulled) < len(weights), "the loop stopped pulling once the round failed"

@@ -142,3 +142,147 @@ def test_one_async_generator_feeds_two_senders_streamed_the_second_time():
             assert sent_step == step
     with pytest.raises(ferry.InvalidArgumentError, match="given twice"):
         ferry.sync.send_update([senders[0], senders[0]], [])
+
+
+async def _async_items(items, fail_at: int | None = None, stall_at: int | None = None,
+                       stalled: asyncio.Event | None = None):
+    """items as an async generator on the loop; raises KeyError at item `fail_at`, or stalls
+    for good at `stall_at` after setting `stalled`."""
+    for i, item in enumerate(items):
+        await asyncio.sleep(0)
+        if i == fail_at:
+            raise KeyError(f"the generator failed at {item[0]}")
+        if i == stall_at:
+            stalled.set()
+            await asyncio.sleep(3600)
+        yield item
+
+
+def _next_session_works(sender: ferry.Sender, address: str) -> None:
+    """The session broke: a receiver joining anew gets the next update whole (staged: the
+    failed update taught no manifest)."""
+    assert sender.update_manifest is None
+    got: list = []
+    thread = _receive_updates(address, 1, got)
+    sender.accept(1)
+    weights = make_weights(3)
+    stats = asyncio.run(sender.send_update_async(from_one_buffer(weights), step=3))
+    thread.join(30)
+    assert not stats.streamed and stats.tensors == len(weights)
+    assert got[0][0] == _digests(weights) and got[0][2] == 3
+
+
+@pytest.mark.parametrize("case", ["staged, nothing sent yet", "staged", "streamed"])
+def test_an_async_generator_raising_mid_update_aborts_it_and_is_raised_unchanged(case):
+    address, got = unique_address(), []
+    weights = make_weights(2)
+    # 1 MiB of staging: rounds went out before the generator fails; 64 MiB: none did.
+    staging_bytes = (64 << 20) if case == "staged, nothing sent yet" else (1 << 20)
+    with ferry.Sender(address, bucket_bytes=BUCKET_BYTES, timeout=30) as sender:
+        thread = _receive_updates(address, 2 if case == "streamed" else 1, got)
+        sender.accept(1)
+        if case == "streamed":  # teaches the manifest: the failing update streams
+            sender.send_update(make_weights(1))
+        with pytest.raises(KeyError, match="the generator failed at small.92.fp32"):
+            asyncio.run(sender.send_update_async(
+                _async_items(from_one_buffer(weights), fail_at=100),
+                staging_bytes=staging_bytes))
+        if case == "staged, nothing sent yet":  # the session is intact: the same receiver
+            stats = asyncio.run(sender.send_update_async(from_one_buffer(weights), step=3))
+            thread.join(30)
+            assert not stats.streamed
+            assert got == [(_digests(weights), 1, 3)]
+            return
+        thread.join(30)
+        assert isinstance(got[-1], ferry.AbortedError), got
+        assert "KeyError" in str(got[-1]) and "small.92.fp32" in str(got[-1]), got
+        _next_session_works(sender, address)
+
+
+def test_a_cancelled_send_update_async_aborts_the_update_and_the_next_session_works():
+    address, got = unique_address(), []
+    with ferry.Sender(address, bucket_bytes=BUCKET_BYTES, timeout=30) as sender:
+        thread = _receive_updates(address, 2, got)
+        sender.accept(1)
+        sender.send_update(make_weights(1))
+
+        async def main() -> None:
+            stalled = asyncio.Event()
+            task = asyncio.create_task(sender.send_update_async(
+                _async_items(make_weights(2), stall_at=50, stalled=stalled)))
+            await asyncio.wait_for(stalled.wait(), 30)
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+
+        asyncio.run(main())
+        thread.join(30)
+        assert isinstance(got[-1], ferry.FerryError), got
+        assert "the send was stopped: CancelledError" in str(got[-1]), got
+        _next_session_works(sender, address)
+
+
+def test_a_receiver_callback_raising_fails_send_update_async_naming_it():
+    address, pulled, raised = unique_address(), [], []
+
+    def receive() -> None:
+        def on_tensor(name, tensor) -> None:
+            if name == "norm.fp16":
+                raise KeyError("the rollout's loader failed")
+
+        with ferry.Receiver(address, 0, timeout=30) as receiver:
+            try:
+                while True:
+                    receiver.receive_round(on_tensor)
+            except KeyError as e:  # raised again unchanged by the receiver
+                raised.append(e)
+
+    async def generate():
+        for item in make_weights(1):
+            pulled.append(item[0])
+            await asyncio.sleep(0)
+            yield item
+
+    with ferry.Sender(address, bucket_bytes=BUCKET_BYTES, timeout=30) as sender:
+        thread = threading.Thread(target=receive, daemon=True)
+        thread.start()
+        sender.accept(1)
+        # 1 MiB of staging: the first round (4 tensors) goes out while the generator runs.
+        with pytest.raises(ferry.FerryError, match="the rollout's loader failed"):
+            asyncio.run(sender.send_update_async(generate(), staging_bytes=1 << 20))
+        thread.join(30)
+    assert len(raised) == 1, raised
+    assert len(pulled) < len(make_weights(1)), "the loop stopped pulling once the update failed"
+
+
+@pytest.mark.parametrize("streamed", [False, True])
+def test_send_update_async_keeps_one_pulled_tensor_alive_at_a_time(streamed):
+    """Each tensor is a fresh one: when the generator makes the next, the ones before it
+    must be gone (tensors are freed by reference counting) but for the last (which the
+    pulling loop still names)."""
+    import weakref
+
+    address, got = unique_address(), []
+    weights = make_weights(1)
+    most_alive = []
+
+    async def fresh():
+        alive: list = []
+        for name, tensor in weights:
+            alive = [r for r in alive if r() is not None]
+            most_alive.append(len(alive))
+            copy = tensor.clone()
+            alive.append(weakref.ref(copy))
+            yield name, copy
+            del copy
+
+    with ferry.Sender(address, bucket_bytes=BUCKET_BYTES, timeout=30) as sender:
+        thread = _receive_updates(address, 1 + streamed, got)
+        sender.accept(1)
+        if streamed:
+            sender.send_update(weights)
+        stats = asyncio.run(sender.send_update_async(fresh(), staging_bytes=1 << 20))
+        thread.join(30)
+    assert stats.streamed == streamed
+    assert got[-1][0] == _digests(weights)
+    assert max(most_alive) <= 1, most_alive
