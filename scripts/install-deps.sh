@@ -11,6 +11,8 @@ packages=(
   libucx-dev ucx-utils libssl-dev
   python3-dev python3-venv
   clang clang-format libclang-rt-14-dev iproute2 procps
+  # scripts/round_units.py (structure.round_units): the files one round crosses
+  valgrind
   # packaging: pip install . (tests/install), the man page
   python3-setuptools python3-wheel help2man
 )

@@ -30,3 +30,17 @@ if(FERRY_CLANG_FORMAT)
            COMMAND ${PROJECT_SOURCE_DIR}/scripts/check_format.sh ${FERRY_CLANG_FORMAT})
   set_tests_properties(structure.clang_format PROPERTIES LABELS structure TIMEOUT 120)
 endif()
+
+# The source units one round crosses (docs/architecture.md, "One round, file by file"),
+# measured: scripts/round_units.py runs tests/structure/one_round.cc under callgrind and
+# compares the files whose code ran inside the round with the lists in the doc.
+add_executable(one_round ${CMAKE_CURRENT_LIST_DIR}/one_round.cc)
+target_link_libraries(one_round PRIVATE ferry)
+find_program(FERRY_VALGRIND NAMES valgrind)
+if(FERRY_VALGRIND AND FERRY_SANITIZE STREQUAL "")  # valgrind cannot run a sanitized binary
+  add_test(NAME structure.round_units
+           COMMAND ${Python3_EXECUTABLE} ${PROJECT_SOURCE_DIR}/scripts/round_units.py
+                   --binary $<TARGET_FILE:one_round> --check ${PROJECT_SOURCE_DIR}/docs/architecture.md)
+  set_tests_properties(structure.round_units PROPERTIES LABELS structure TIMEOUT 300
+                       ENVIRONMENT PYTHONDONTWRITEBYTECODE=1)
+endif()
