@@ -9,6 +9,7 @@
 #include <mutex>
 #include <optional>
 #include <random>
+#include <span>
 #include <string>
 #include <thread>
 #include <vector>
@@ -149,5 +150,34 @@ inline std::uint64_t state_bytes(const std::vector<GlobalTensor>& state) {
   for (const GlobalTensor& t : state) n += t.data.size();
   return n;
 }
+
+// A rank group that passes every call to `inner`: tests that play a faulty or hostile peer
+// derive from it and override only the call they change.
+class ForwardingGroup : public RankGroup {
+ public:
+  explicit ForwardingGroup(RankGroup& inner) : inner_(inner) {}
+  int rank() const override { return inner_.rank(); }
+  int size() const override { return inner_.size(); }
+  const std::string& node() const override { return inner_.node(); }
+  Result<std::vector<std::string>> all_gather(std::string_view mine) override {
+    return inner_.all_gather(mine);
+  }
+  Result<std::string> broadcast(std::string_view data, int root) override {
+    return inner_.broadcast(data, root);
+  }
+  Status barrier() override { return inner_.barrier(); }
+  Result<std::string> fetch(int peer, std::string_view request) override {
+    return inner_.fetch(peer, request);
+  }
+  Status fetch_into(int peer, std::string_view request, std::span<std::byte> out) override {
+    return inner_.fetch_into(peer, request, out);
+  }
+  void set_fetch_handler(FetchHandler handler) override {
+    inner_.set_fetch_handler(std::move(handler));
+  }
+
+ protected:
+  RankGroup& inner_;
+};
 
 }  // namespace ferry::checkpoint::test

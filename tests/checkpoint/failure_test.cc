@@ -392,34 +392,17 @@ TEST(MalformedFetch, BadSliceRequestsGetClearErrorsAndTheLoadStillCompletes) {
 
 // A rank group whose all_gather number `call` hands this rank `text` as rank
 // `victim`'s part: a peer that sends a malformed collective message.
-class TamperedGroup : public RankGroup {
+class TamperedGroup : public test::ForwardingGroup {
  public:
   TamperedGroup(RankGroup& inner, int call, int victim, std::string text)
-      : inner_(inner), call_(call), victim_(victim), text_(std::move(text)) {}
-  int rank() const override { return inner_.rank(); }
-  int size() const override { return inner_.size(); }
-  const std::string& node() const override { return inner_.node(); }
+      : ForwardingGroup(inner), call_(call), victim_(victim), text_(std::move(text)) {}
   Result<std::vector<std::string>> all_gather(std::string_view mine) override {
     auto all = inner_.all_gather(mine);
     if (all.ok() && calls_++ == call_) (*all)[victim_] = text_;
     return all;
   }
-  Result<std::string> broadcast(std::string_view data, int root) override {
-    return inner_.broadcast(data, root);
-  }
-  Status barrier() override { return inner_.barrier(); }
-  Result<std::string> fetch(int peer, std::string_view request) override {
-    return inner_.fetch(peer, request);
-  }
-  Status fetch_into(int peer, std::string_view request, std::span<std::byte> out) override {
-    return inner_.fetch_into(peer, request, out);
-  }
-  void set_fetch_handler(FetchHandler handler) override {
-    inner_.set_fetch_handler(std::move(handler));
-  }
 
  private:
-  RankGroup& inner_;
   const int call_, victim_;
   const std::string text_;
   int calls_ = 0;

@@ -37,26 +37,11 @@ struct Served {
 // A rank group that passes everything through, except that each slice reply of its
 // fetch handler goes through `tamper` (which may change the bytes), and every slice
 // request is recorded.
-class ServingGroup : public RankGroup {
+class ServingGroup : public test::ForwardingGroup {
  public:
   using Tamper = std::function<void(const FetchRequest&, std::string& bytes)>;
-  ServingGroup(RankGroup& inner, Tamper tamper) : inner_(inner), tamper_(std::move(tamper)) {}
-  int rank() const override { return inner_.rank(); }
-  int size() const override { return inner_.size(); }
-  const std::string& node() const override { return inner_.node(); }
-  Result<std::vector<std::string>> all_gather(std::string_view mine) override {
-    return inner_.all_gather(mine);
-  }
-  Result<std::string> broadcast(std::string_view data, int root) override {
-    return inner_.broadcast(data, root);
-  }
-  Status barrier() override { return inner_.barrier(); }
-  Result<std::string> fetch(int peer, std::string_view request) override {
-    return inner_.fetch(peer, request);
-  }
-  Status fetch_into(int peer, std::string_view request, std::span<std::byte> out) override {
-    return inner_.fetch_into(peer, request, out);
-  }
+  ServingGroup(RankGroup& inner, Tamper tamper)
+      : ForwardingGroup(inner), tamper_(std::move(tamper)) {}
   void set_fetch_handler(FetchHandler handler) override {
     if (!handler) return inner_.set_fetch_handler({});
     inner_.set_fetch_handler([this, handler = std::move(handler)](
@@ -79,7 +64,6 @@ class ServingGroup : public RankGroup {
   }
 
  private:
-  RankGroup& inner_;
   const Tamper tamper_;
   Mutex mu_;
   std::vector<Served> served_ FERRY_GUARDED_BY(mu_);
