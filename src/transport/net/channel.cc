@@ -27,6 +27,9 @@ using std::chrono::milliseconds;
 // that direction, never sent (docs/transport-net.md).
 constexpr std::size_t kFrameHeaderBytes = 4;
 constexpr std::size_t kFrameOverhead = 1 + kTagBytes;
+// The largest frame: a message of transport::kMaxMessageBytes.
+constexpr std::size_t kMaxFrameBytes =
+    kFrameHeaderBytes + transport::kMaxMessageBytes + kFrameOverhead;
 // How long close() waits for UCX to flush what was sent before it forces the endpoint shut.
 constexpr milliseconds kCloseFlushTimeout{2000};
 // How long close() waits for the peer to acknowledge our FIN (it does when it reads it).
@@ -41,9 +44,9 @@ enum class FrameKind : std::uint8_t {
 constexpr std::size_t kAnnounceBytes = 4 + 1 + 8 + kTagBytes;
 // Announcements held for receives not yet complete; more is a misbehaving peer.
 constexpr std::size_t kMaxAnnouncements = 1u << 16;
-// Control bytes and messages a peer may have sent that this end has not taken yet. A session
-// has at most a BEGIN (<= 64 MiB) and the small messages of its ring's slots in flight; a
-// peer past these is flooding the channel, which fails naming it instead of growing.
+// Messages a peer may have sent that this end opened and has not taken yet. A session has at
+// most a BEGIN (<= 64 MiB) and the small messages of its ring's slots in flight; a peer past
+// these is flooding the channel, which fails naming it instead of growing.
 constexpr std::size_t kMaxUnreadBytes = 3 * transport::kMaxMessageBytes;
 constexpr std::size_t kMaxUnreadMessages = 1u << 20;
 // UCX does not always fail an endpoint whose peer went away (nor wake its worker's fd), so a
@@ -229,10 +232,12 @@ struct Endpoint {
         peer)));
   }
 
-  // Moves whatever the stream holds into the inbox.
+  // Moves what the stream holds into the inbox while less than a whole frame of it is
+  // undecoded: what arrives faster than this end reads (a file streamed to a slow disk) stays
+  // in UCX's buffers instead of being copied into ours as well.
   void pull() {
     if (ep == nullptr) return;
-    while (true) {
+    while (inbox_closed || inbox.size() - inbox_start < kMaxFrameBytes) {
       std::size_t length = 0;
       ucs_status_ptr_t data = ucp_stream_recv_data_nb(ep, &length);
       if (data == nullptr) return;
@@ -245,20 +250,19 @@ struct Endpoint {
       // After a FIN, a bad frame or a flood nothing more is believed: dropped unread.
       if (!inbox_closed) inbox.insert(inbox.end(), bytes, bytes + length);
       ucp_stream_data_release(ep, data);
-      if (!inbox_closed && unread_limit_passed()) {
-        inbox.clear();
-        inbox_start = 0;
-      }
     }
   }
 
+  // Messages opened while the caller waits for a bulk message are held until taken; a peer
+  // that sends more of them than any session has in flight is flooding the channel.
   bool unread_limit_passed() {
-    const std::size_t unread = inbox.size() - inbox_start + ready_bytes;
-    if (unread <= kMaxUnreadBytes && ready.size() <= kMaxUnreadMessages) return false;
+    if (ready_bytes <= kMaxUnreadBytes && ready.size() <= kMaxUnreadMessages) return false;
     reject(resource_exhausted(fmt::format(
-        "{} sent {} bytes in {} messages or more that this end has not read (the limits are "
-        "{} bytes and {} messages): a peer flooding the channel",
-        peer, unread, ready.size(), kMaxUnreadBytes, kMaxUnreadMessages)));
+        "{} sent {} bytes in {} messages that this end has not read (the limits are {} bytes "
+        "and {} messages): a peer flooding the channel",
+        peer, ready_bytes, ready.size(), kMaxUnreadBytes, kMaxUnreadMessages)));
+    ready.clear();
+    ready_bytes = 0;
     return true;
   }
 
