@@ -40,9 +40,9 @@ Status RoundReader::check_session() const {
 Status RoundReader::abort(Status why) {
   if (!broken_.ok()) return why;
   delta_rx_.forget();
-  // Inside a round the sender reads every peer's messages, so it reads our ERROR at once;
-  // between rounds it may not read for long, and an interrupted caller wants out now.
-  const bool linger = in_round_ && why.code() != Code::kTimeout && !interrupted_.fired();
+  // Not after a timeout (the sender stopped talking) or an interrupt (the caller wants out
+  // now: Ctrl-C).
+  const bool linger = why.code() != Code::kTimeout && !interrupted_.fired();
   if (in_round_ && into_ != ReadInto::kPassThrough) {  // a relay's reasons name the round
     // A send or receive that failed because the sender gave up: its ERROR may be waiting,
     // behind messages of the round this end had not read yet.
