@@ -22,7 +22,7 @@
 // only), e.g. the shard files of a torch.distributed.checkpoint on other nodes.
 //
 // The `megatron` module (src/megatron/); the names stay in namespace ferry::checkpoint.
-// validate_relative_path() and expand_roots(), named below, are in ferry/checkpoint.h.
+// validate_relative_path() is in ferry/checkpoint.h, expand_roots() in ferry/checkpoint_tools.h.
 //
 // Thread safety: the functions share no state; serve_replicas() and pull_replicas() each
 // run their own net context on the calling thread until they return.

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "ferry/checkpoint.h"
+#include "ferry/checkpoint_tools.h"
 #include "ferry/status.h"
 #include "rank_group/rank_group.h"
 

@@ -24,6 +24,7 @@
 #include "base/status_macros.h"
 #include "checkpoint/format.h"
 #include "ferry/checkpoint.h"
+#include "ferry/checkpoint_tools.h"
 #include "ferry/safetensors.h"
 #include "rank_group/rank_group.h"
 

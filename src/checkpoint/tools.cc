@@ -12,6 +12,7 @@
 #include "base/log.h"
 #include "checkpoint/format.h"
 #include "ferry/checkpoint.h"
+#include "ferry/checkpoint_tools.h"
 #include "ferry/safetensors.h"
 
 namespace ferry::checkpoint {

@@ -9,6 +9,7 @@
 #include "cli/commands.h"
 #include "cli/progress.h"
 #include "ferry/checkpoint.h"
+#include "ferry/checkpoint_tools.h"
 
 namespace ferry::cli {
 namespace {

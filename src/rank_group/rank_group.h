@@ -7,7 +7,7 @@
 
 #include <string_view>
 
-#include "ferry/checkpoint.h"
+#include "ferry/rank_group.h"
 #include "ferry/status.h"
 
 namespace ferry::rank_group {

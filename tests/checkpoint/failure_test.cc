@@ -15,6 +15,7 @@
 #include "checkpoint/format.h"
 #include "checkpoint/testing.h"
 #include "ckpt_test_util.h"
+#include "ferry/checkpoint_tools.h"
 #include "support/fault_env.h"
 #include "support/status_matchers.h"
 

@@ -12,7 +12,7 @@
 #include <thread>
 #include <vector>
 
-#include "ferry/checkpoint.h"
+#include "ferry/rank_group.h"
 
 namespace ferry::rank_group::test {
 

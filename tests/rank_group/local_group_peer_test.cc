@@ -14,7 +14,7 @@
 #include <thread>
 
 #include "base/file_util.h"
-#include "ferry/checkpoint.h"
+#include "ferry/rank_group.h"
 #include "rank_group/group_test_util.h"
 #include "support/status_matchers.h"
 #include "support/test_support.h"

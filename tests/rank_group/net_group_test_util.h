@@ -19,7 +19,7 @@
 #include <vector>
 
 #include "base/clock.h"
-#include "ferry/checkpoint.h"
+#include "ferry/rank_group.h"
 #include "rank_group/group_test_util.h"
 #include "support/test_support.h"
 
