@@ -265,7 +265,7 @@ Status Listener::State::advance(Handshake& h, std::vector<std::byte> m, bool* fi
       // Verified (tag, then shape) before any byte of it reaches UCX. Ours goes out only
       // after: a connector whose ADDRESS we refuse never learns where to make an endpoint,
       // so it cannot start a UCX wireup that we would then have to tear down (UCX 1.13
-      // aborts the process when a peer vanishes mid-wireup: docs/protocol.md).
+      // aborts the process when a peer vanishes mid-wireup: docs/transport-net.md).
       auto remote = open_address(m, h.keys->address_receive, ctx->worker_address(), h.peer);
       if (!remote.ok()) return remote.status();
       auto sealed = seal_address(ctx->worker_address(), h.keys->address_send);
