@@ -107,6 +107,9 @@ struct Layout {
 };
 struct FERRY_EXPORT Manifest {
   int version = kFormatVersion;
+  // How the shard files are written: "safetensors", the only format so far (a manifest
+  // without "shard_format" means it; decoding refuses a name this ferry does not know).
+  std::string shard_format = "safetensors";
   std::int64_t step = 0;
   Layout layout;
   std::string common_state;          // JSON text

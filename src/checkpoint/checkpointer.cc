@@ -1,6 +1,4 @@
 // Collective save (two-phase commit) of checkpoints; load.cc has the load.
-#include <xxhash.h>
-
 #include <algorithm>
 #include <cstring>
 #include <filesystem>
@@ -13,10 +11,10 @@
 #include "base/file_util.h"
 #include "base/log.h"
 #include "base/mutex.h"
-#include "base/parse_number.h"
 #include "base/status_macros.h"
 #include "checkpoint/checkpointer_impl.h"
 #include "checkpoint/format.h"
+#include "checkpoint/shard_format.h"
 #include "checkpoint/testing.h"
 
 namespace ferry::checkpoint {
@@ -28,6 +26,7 @@ const SavedTensor* Manifest::find(std::string_view name) const {
 }
 
 using json = nlohmann::json;
+using ojson = nlohmann::ordered_json;
 namespace fs = std::filesystem;
 
 namespace {
@@ -55,16 +54,6 @@ void run_save_phase_hook(std::string_view phase) {
     hook = save_phase_hook();
   }
   if (hook) hook(phase);
-}
-
-std::uint64_t xxh3(std::span<const std::byte> data) {
-  return XXH3_64bits(data.data(), data.size());
-}
-
-std::string hex(std::uint64_t v) {
-  char buf[17];
-  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(v));
-  return buf;
 }
 
 Status agree(RankGroup& group, const Status& mine, std::string_view phase) {
@@ -183,58 +172,19 @@ Result<SavePlan> agree_on_step(RankGroup& group, const CheckpointOptions& opts, 
   return plan;
 }
 
-// This rank's shard as phase 2 wrote it: its status, size and slice list (manifest entries).
-struct WrittenShard {
-  Status status;
-  std::uint64_t file_bytes = 0;
-  json slices = json::array();
-};
-
-// Phase 2: this rank's shard, one safetensors file with a tensor per slice, named after the
-// global tensor with the slice's extent as its shape (HF tools read it).
-WrittenShard write_shard(int rank, std::int64_t step, const std::string& dir,
-                         const std::vector<const SliceView*>& kept, const CheckpointOptions& opts) {
-  const std::string path = dir + "/" + format::shard_file(rank);
-  std::vector<TensorSpec> specs;
-  for (const SliceView* v : kept) specs.push_back({v->spec.name, v->spec.dtype, v->spec.extent});
-  const std::map<std::string, std::string> meta = {
-      {"format", "pt"}, {"ferry.step", std::to_string(step)}, {"ferry.rank", std::to_string(rank)}};
-  WrittenShard out;
-  auto header = build_safetensors_header(specs, meta);
-  if (!header.ok()) {
-    out.status = header.status().with_context(path);
-    return out;
-  }
-  auto writer = SafetensorsWriter::create(path, specs, meta);
-  if (!writer.ok()) out.status = writer.status();
-  std::uint64_t at = header->size();
-  for (const SliceView* v : kept) {
-    if (!out.status.ok()) break;
-    out.status = writer->write(v->data);
-    if (!out.status.ok()) break;
-    if (opts.progress) opts.progress(v->data.size());
-    out.slices.push_back({{"name", v->spec.name},
-                          {"dtype", std::string(dtype_name(v->spec.dtype))},
-                          {"shape", v->spec.global_shape},
-                          {"offset", v->spec.offset},
-                          {"extent", v->spec.extent},
-                          {"data_offset", at},
-                          {"bytes", v->data.size()},
-                          {"xxh3", hex(xxh3(v->data))}});
-    at += v->data.size();
-  }
-  if (out.status.ok()) out.status = writer->finish();
-  out.file_bytes = at;
-  return out;
-}
-
-// Phase 2's exchange: every rank's shard status and slice list (and rank 0's common state).
+// Phase 2's exchange: every rank's shard status and slice entries, coded as the manifest's
+// tensor entries (and rank 0's common state).
 Result<std::vector<std::string>> gather_shards(RankGroup& group, std::int64_t step,
-                                               const WrittenShard& shard, std::string_view common) {
-  json part = {{"code", static_cast<int>(shard.status.code())},
-               {"message", shard.status.message()},
-               {"file_bytes", shard.file_bytes},
-               {"slices", shard.slices}};
+                                               const Result<WrittenShard>& shard,
+                                               std::string_view common) {
+  ojson part = {{"code", static_cast<int>(shard.status().code())},
+                {"message", shard.status().message()}};
+  if (shard.ok()) {
+    ojson tensors = ojson::array();
+    for (const SavedTensor& t : shard->tensors) tensors.push_back(format::encode_tensor_entry(t));
+    part["file_bytes"] = shard->file.bytes;
+    part["tensors"] = std::move(tensors);
+  }
   if (group.rank() == 0) part["common_state"] = std::string(common);
   auto parts = group.all_gather(part.dump());
   if (!parts.ok()) return parts.status().with_context(save_name(step));
@@ -242,47 +192,34 @@ Result<std::vector<std::string>> gather_shards(RankGroup& group, std::int64_t st
 }
 
 // Adds rank r's part (its shard's file and slices) to the manifest and `tensors`.
-Status add_rank_part(int r, const json& p, const Layout& layout, Manifest* m,
-                     std::map<std::string, SavedTensor>* tensors) {
+Status add_rank_part(int r, const ojson& p, const ShardFormat& shards, const Layout& layout,
+                     Manifest* m, std::map<std::string, SavedTensor>* tensors) {
   if (r == 0) m->common_state = p.value("common_state", std::string("{}"));
-  const std::string f = format::shard_file(r);
-  m->files.push_back({f, r, layout.rank_nodes[r], p.value("file_bytes", std::uint64_t{0})});
-  for (const json& s : p.at("slices")) {
-    const std::string name = s.at("name");
-    auto dtype = parse_dtype(s.at("dtype").get<std::string>());
-    if (!dtype.ok()) {
-      return corruption("malformed slice list from rank " + std::to_string(r) + ": " +
-                        dtype.status().message());
+  const std::string f = shards.file_name(r);
+  m->files.push_back({f, r, layout.rank_nodes[r], p.at("file_bytes").get<std::uint64_t>()});
+  const std::string source = "malformed slice list from rank " + std::to_string(r);
+  for (const ojson& entry : p.at("tensors")) {
+    auto part = format::decode_tensor_entry(entry, source);
+    if (!part.ok()) return corruption(part.status().message());
+    for (const SavedSlice& s : part->slices) {
+      if (s.rank != r || s.file != f) {
+        return corruption(source + ": tensor " + part->name + " has a slice of rank " +
+                          std::to_string(s.rank) + " in " + s.file);
+      }
     }
-    const auto shape = s.at("shape").get<std::vector<std::int64_t>>();
-    auto [it, fresh] = tensors->try_emplace(name);
+    auto [it, fresh] = tensors->try_emplace(part->name);
     SavedTensor& t = it->second;
     if (fresh) {
-      t.name = name;
-      t.dtype = *dtype;
-      t.shape = shape;
-    } else if (t.dtype != *dtype || t.shape != shape) {
-      return invalid_argument("tensor " + name + ": rank " + std::to_string(r) + " saves it as " +
-                              TensorSpec{name, *dtype, shape}.to_string() + ", rank " +
+      t.name = part->name;
+      t.dtype = part->dtype;
+      t.shape = part->shape;
+    } else if (t.dtype != part->dtype || t.shape != part->shape) {
+      return invalid_argument("tensor " + t.name + ": rank " + std::to_string(r) + " saves it as " +
+                              TensorSpec{t.name, part->dtype, part->shape}.to_string() + ", rank " +
                               std::to_string(t.slices.front().rank) + " as " +
-                              TensorSpec{name, t.dtype, t.shape}.to_string());
+                              TensorSpec{t.name, t.dtype, t.shape}.to_string());
     }
-    SavedSlice ss;
-    ss.rank = r;
-    ss.file = f;
-    ss.tensor_in_file = name;
-    ss.offset = s.at("offset").get<std::vector<std::int64_t>>();
-    ss.extent = s.at("extent").get<std::vector<std::int64_t>>();
-    ss.data_offset = s.at("data_offset");
-    ss.bytes = s.at("bytes");
-    const auto xxh3 = parse_number_field<std::uint64_t>("tensor " + name + " xxh3",
-                                                        s.at("xxh3").get<std::string>(), 16);
-    if (!xxh3.ok()) {
-      return corruption("malformed slice list from rank " + std::to_string(r) + ": " +
-                        xxh3.status().message());
-    }
-    ss.xxh3 = *xxh3;
-    t.slices.push_back(std::move(ss));
+    t.slices.insert(t.slices.end(), part->slices.begin(), part->slices.end());
   }
   return ok_status();
 }
@@ -317,21 +254,23 @@ Status check_coverage(const SavedTensor& t) {
 
 // Phase 3: every rank builds the same manifest from the gathered parts, so all fail alike.
 // `mine` is this rank's own shard status (its part says only its code and message).
-Result<Manifest> build_manifest(int rank, std::int64_t step, const Layout& layout,
-                                const std::vector<std::string>& parts, const Status& mine) {
+Result<Manifest> build_manifest(int rank, std::int64_t step, const ShardFormat& shards,
+                                const Layout& layout, const std::vector<std::string>& parts,
+                                const Status& mine) {
   Manifest m;
+  m.shard_format = std::string(shards.name());
   m.step = step;
   m.layout = layout;
   std::map<std::string, SavedTensor> tensors;
   for (int r = 0; r < static_cast<int>(parts.size()); ++r) {
     FERRY_RETURN_IF_ERROR(read_from_rank(r, "slice list", [&]() -> Status {
-      const json p = json::parse(parts[r]);
+      const ojson p = ojson::parse(parts[r]);
       if (p.value("code", 0) != 0) {
         return r == rank ? mine
                          : aborted(save_name(step) + ": rank " + std::to_string(r) +
                                    " failed: " + p.value("message", std::string()));
       }
-      return add_rank_part(r, p, layout, &m, &tensors);
+      return add_rank_part(r, p, shards, layout, &m, &tensors);
     }));
   }
   for (auto& [name, t] : tensors) {
@@ -384,11 +323,14 @@ Status Checkpointer::Impl::save(std::int64_t step, std::span<const SliceView> sl
                                 std::string_view common) {
   const std::string dir = step_dir(step);
   FERRY_ASSIGN_OR_RETURN(const SavePlan plan, agree_on_step(group, opts, step, dir, slices));
-  const WrittenShard shard = write_shard(group.rank(), step, dir, plan.kept, opts);
+  FERRY_ASSIGN_OR_RETURN(const ShardFormat* shards, shard_format_for(kDefaultShardFormat));
+  // Phase 2: this rank's shard file.
+  const Result<WrittenShard> shard =
+      shards->write(dir, step, group.rank(), plan.kept, opts.progress);
   run_save_phase_hook("shards");
   FERRY_ASSIGN_OR_RETURN(const auto parts, gather_shards(group, step, shard, common));
-  FERRY_ASSIGN_OR_RETURN(const Manifest m,
-                         build_manifest(group.rank(), step, plan.layout, parts, shard.status));
+  FERRY_ASSIGN_OR_RETURN(const Manifest m, build_manifest(group.rank(), step, *shards, plan.layout,
+                                                          parts, shard.status()));
   return commit(group, opts, step, dir, m, plan.leader);
 }
 

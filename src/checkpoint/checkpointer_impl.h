@@ -16,14 +16,12 @@
 #include "base/thread_annotations.h"
 #include "checkpoint/format.h"
 #include "checkpoint/readahead.h"
+#include "checkpoint/shard_format.h"
 #include "checkpoint/slice.h"
 #include "ferry/checkpoint.h"
-#include "ferry/safetensors.h"
 
 namespace ferry::checkpoint {
 
-std::uint64_t xxh3(std::span<const std::byte> data);
-std::string hex(std::uint64_t v);  // 16 lowercase hex digits
 inline Box box_of(const SavedSlice& s) { return {s.offset, s.extent}; }
 inline Box box_of(const SliceSpec& s) { return {s.offset, s.extent}; }
 
@@ -51,17 +49,25 @@ Status agree(RankGroup& group, const Status& mine, std::string_view phase);
 struct ShardFileCache {
   Mutex mu;
   CondVar done;  // a slice left `verifying`
-  std::map<std::string, std::shared_ptr<SafetensorsFile>> files FERRY_GUARDED_BY(mu);
+  std::map<std::string, std::shared_ptr<const ShardReader>> files FERRY_GUARDED_BY(mu);
   // "file\0tensor" of slices whose XXH3 matched
   std::set<std::string> verified FERRY_GUARDED_BY(mu);
   // Being hashed now: others wait rather than hash again.
   std::set<std::string> verifying FERRY_GUARDED_BY(mu);
 };
 
+// A saved slice's bytes on this node's disk, checked against the manifest's XXH3; `file`
+// keeps them readable.
+struct CheckedSlice {
+  std::shared_ptr<const ShardReader> file;
+  std::span<const std::byte> bytes;
+};
+
 // What one load knows, shared with the fetch handler's server threads.
 struct LoadState {
   std::int64_t step = 0;
   Manifest manifest;
+  const ShardFormat* shards = nullptr;                 // the manifest's format
   std::map<std::string, std::vector<int>> file_ranks;  // ranks that can read a file locally
   std::set<std::string> local_files;
   ShardFileCache cache;
@@ -120,9 +126,8 @@ struct Checkpointer::Impl {
   // Load helpers (load.cc).
   Result<RankGroup::FetchReply> handle_fetch(const std::shared_ptr<LoadState>& st, int from,
                                              std::string_view request);
-  // The shard file holding slice `s` of `t`, once the slice's XXH3 has matched.
-  Result<std::shared_ptr<SafetensorsFile>> open_checked(LoadState& st, const SavedTensor& t,
-                                                        const SavedSlice& s);
+  // Slice `s` of `t` from its shard file on this node, once its XXH3 has matched.
+  Result<CheckedSlice> open_checked(LoadState& st, const SavedTensor& t, const SavedSlice& s);
 };
 
 }  // namespace ferry::checkpoint

@@ -2,6 +2,7 @@
 
 #include <dirent.h>
 #include <sys/stat.h>
+#include <xxhash.h>
 
 #include <algorithm>
 #include <cinttypes>
@@ -14,9 +15,20 @@
 #include "base/file_util.h"
 #include "base/parse_number.h"
 #include "base/status_macros.h"
+#include "checkpoint/shard_format.h"
 #include "checkpoint/slice.h"
 
 namespace ferry::checkpoint {
+
+std::uint64_t xxh3(std::span<const std::byte> data) {
+  return XXH3_64bits(data.data(), data.size());
+}
+
+std::string hex(std::uint64_t v) {
+  char buf[17];
+  std::snprintf(buf, sizeof buf, "%016" PRIx64, v);
+  return buf;
+}
 
 Status validate_relative_path(std::string_view path, std::string_view what) {
   auto bad = [&](std::string_view why) {
@@ -57,12 +69,6 @@ std::string step_path(const std::string& root, std::int64_t step) {
   return root + "/" + step_folder(step);
 }
 
-std::string shard_file(int rank) {
-  char buf[48];
-  std::snprintf(buf, sizeof buf, "rank_%05d.safetensors", rank);
-  return buf;
-}
-
 std::string node_marker_file(std::string_view node) {
   return "NODE_" + std::string(node) + ".committed";
 }
@@ -79,18 +85,15 @@ std::optional<std::string> parse_node_marker(std::string_view name) {
 
 namespace {
 
-std::string hex64(std::uint64_t v) {
-  char buf[17];
-  std::snprintf(buf, sizeof buf, "%016" PRIx64, v);
-  return buf;
-}
-
 Result<std::uint64_t> parse_hex64(const std::string& s, std::string_view what) {
-  if (s.size() != 16) return corruption(std::string(what) + ": xxh3 must be 16 hex digits");
+  auto bad = [&] {
+    return corruption(std::string(what) + ": xxh3 '" + s.substr(0, 40) + "' must be 16 hex digits");
+  };
+  if (s.size() != 16) return bad();
   std::uint64_t v = 0;
   for (char c : s) {
     int d = (c >= '0' && c <= '9') ? c - '0' : (c >= 'a' && c <= 'f') ? c - 'a' + 10 : -1;
-    if (d < 0) return corruption(std::string(what) + ": xxh3 must be 16 hex digits");
+    if (d < 0) return bad();
     v = (v << 4) | static_cast<std::uint64_t>(d);
   }
   return v;
@@ -98,10 +101,63 @@ Result<std::uint64_t> parse_hex64(const std::string& s, std::string_view what) {
 
 }  // namespace
 
+json encode_tensor_entry(const SavedTensor& t) {
+  json slices = json::array();
+  for (const SavedSlice& s : t.slices) {
+    slices.push_back({{"rank", s.rank},
+                      {"file", s.file},
+                      {"tensor", s.tensor_in_file},
+                      {"offset", s.offset},
+                      {"extent", s.extent},
+                      {"data_offset", s.data_offset},
+                      {"bytes", s.bytes},
+                      {"xxh3", hex(s.xxh3)}});
+  }
+  return {{"name", t.name},
+          {"dtype", std::string(dtype_name(t.dtype))},
+          {"shape", t.shape},
+          {"slices", slices}};
+}
+
+Result<SavedTensor> decode_tensor_entry(const json& t, std::string_view source) {
+  const std::string src(source);
+  SavedTensor st;
+  try {
+    st.name = t.at("name").get<std::string>();
+    auto dtype = parse_dtype(t.at("dtype").get<std::string>());
+    if (!dtype.ok()) return dtype.status().with_context(src + ": tensor " + st.name);
+    st.dtype = *dtype;
+    st.shape = t.at("shape").get<std::vector<std::int64_t>>();
+    for (const json& s : t.at("slices")) {
+      SavedSlice ss;
+      ss.rank = s.at("rank").get<int>();
+      ss.file = s.at("file").get<std::string>();
+      ss.tensor_in_file = s.at("tensor").get<std::string>();
+      ss.offset = s.at("offset").get<std::vector<std::int64_t>>();
+      ss.extent = s.at("extent").get<std::vector<std::int64_t>>();
+      ss.data_offset = s.at("data_offset").get<std::uint64_t>();
+      ss.bytes = s.at("bytes").get<std::uint64_t>();
+      const std::string what = src + ": tensor " + st.name + " slice in " + ss.file;
+      FERRY_ASSIGN_OR_RETURN(ss.xxh3, parse_hex64(s.at("xxh3").get<std::string>(), what));
+      if (Status v = validate_relative_path(ss.file, "file"); !v.ok()) return v.with_context(what);
+      SliceSpec spec{st.name, st.dtype, st.shape, ss.offset, ss.extent};
+      if (Status v = spec.validate(); !v.ok()) return corruption(what + ": " + v.message());
+      if (spec.bytes() != ss.bytes) return corruption(what + ": bytes do not match the extent");
+      st.slices.push_back(std::move(ss));
+    }
+  } catch (const json::exception& e) {
+    return corruption(src + ": malformed tensor entry: " + e.what());
+  }
+  return st;
+}
+
 std::string encode_manifest(const Manifest& m) {
   json j;
   j["format"] = kFormatName;
   j["version"] = m.version;
+  // Written only for a format other than safetensors, so a safetensors checkpoint's manifest
+  // keeps the bytes it had before formats had names.
+  if (m.shard_format != kDefaultShardFormat) j["shard_format"] = m.shard_format;
   j["step"] = m.step;
   j["layout"] = {{"world_size", m.layout.world_size},
                  {"ranks_per_node", m.layout.ranks_per_node},
@@ -113,23 +169,7 @@ std::string encode_manifest(const Manifest& m) {
   }
   j["files"] = files;
   json tensors = json::array();
-  for (const SavedTensor& t : m.tensors) {
-    json slices = json::array();
-    for (const SavedSlice& s : t.slices) {
-      slices.push_back({{"rank", s.rank},
-                        {"file", s.file},
-                        {"tensor", s.tensor_in_file},
-                        {"offset", s.offset},
-                        {"extent", s.extent},
-                        {"data_offset", s.data_offset},
-                        {"bytes", s.bytes},
-                        {"xxh3", hex64(s.xxh3)}});
-    }
-    tensors.push_back({{"name", t.name},
-                       {"dtype", std::string(dtype_name(t.dtype))},
-                       {"shape", t.shape},
-                       {"slices", slices}});
-  }
+  for (const SavedTensor& t : m.tensors) tensors.push_back(encode_tensor_entry(t));
   j["tensors"] = tensors;
   json common = json::parse(m.common_state, nullptr, /*allow_exceptions=*/false);
   j["common_state"] = common.is_discarded() ? json::object() : common;
@@ -151,6 +191,8 @@ Result<Manifest> decode_manifest(std::string_view text, std::string_view source)
                                  " is not supported (this ferry reads version " +
                                  std::to_string(kFormatVersion) + ")");
     }
+    m.shard_format = j.value("shard_format", std::string(kDefaultShardFormat));
+    if (auto f = shard_format_for(m.shard_format); !f.ok()) return f.status().with_context(src);
     m.step = j.at("step").get<std::int64_t>();
     const json& l = j.at("layout");
     m.layout.world_size = l.at("world_size").get<int>();
@@ -195,37 +237,15 @@ Result<Manifest> decode_manifest(std::string_view text, std::string_view source)
       m.files.push_back(std::move(sf));
     }
     for (const json& t : j.at("tensors")) {
-      SavedTensor st;
-      st.name = t.at("name").get<std::string>();
-      auto dtype = parse_dtype(t.at("dtype").get<std::string>());
-      if (!dtype.ok()) return dtype.status().with_context(src + ": tensor " + st.name);
-      st.dtype = *dtype;
-      st.shape = t.at("shape").get<std::vector<std::int64_t>>();
-      for (const json& s : t.at("slices")) {
-        SavedSlice ss;
-        ss.rank = s.at("rank").get<int>();
-        ss.file = s.at("file").get<std::string>();
-        ss.tensor_in_file = s.at("tensor").get<std::string>();
-        ss.offset = s.at("offset").get<std::vector<std::int64_t>>();
-        ss.extent = s.at("extent").get<std::vector<std::int64_t>>();
-        ss.data_offset = s.at("data_offset").get<std::uint64_t>();
-        ss.bytes = s.at("bytes").get<std::uint64_t>();
+      FERRY_ASSIGN_OR_RETURN(SavedTensor st, decode_tensor_entry(t, src));
+      for (const SavedSlice& ss : st.slices) {
         const std::string what = src + ": tensor " + st.name + " slice in " + ss.file;
-        auto hash = parse_hex64(s.at("xxh3").get<std::string>(), what);
-        if (!hash.ok()) return hash.status();
-        ss.xxh3 = *hash;
-        if (Status v = validate_relative_path(ss.file, "file"); !v.ok())
-          return v.with_context(what);
         FERRY_RETURN_IF_ERROR(check_rank(ss.rank));
-        SliceSpec spec{st.name, st.dtype, st.shape, ss.offset, ss.extent};
-        if (Status v = spec.validate(); !v.ok()) return corruption(what + ": " + v.message());
-        if (spec.bytes() != ss.bytes) return corruption(what + ": bytes do not match the extent");
         auto fb = file_bytes.find(ss.file);
         if (fb == file_bytes.end()) return corruption(what + ": file is not in 'files'");
         if (ss.data_offset > fb->second || ss.bytes > fb->second - ss.data_offset) {
           return corruption(what + ": data_offset + bytes is past the file's size");
         }
-        st.slices.push_back(std::move(ss));
       }
       m.tensors.push_back(std::move(st));
     }

@@ -3,7 +3,9 @@
 #pragma once
 
 #include <cstdint>
+#include <nlohmann/json_fwd.hpp>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -25,8 +27,6 @@ std::string step_folder(std::int64_t step);
 std::optional<std::int64_t> parse_ferry_step_folder(std::string_view name);
 // "<root>/step_<N>"
 std::string step_path(const std::string& root, std::int64_t step);
-// "rank_<r 5 digits>.safetensors"
-std::string shard_file(int rank);
 // "NODE_<node>.committed"; the node's name and its parse.
 std::string node_marker_file(std::string_view node);
 std::optional<std::string> parse_node_marker(std::string_view name);
@@ -36,10 +36,19 @@ std::optional<std::string> parse_node_marker(std::string_view name);
 using rank_group::validate_node_name;
 
 // Manifest <-> JSON text. Decoding checks everything a loader relies on:
-// version, dtypes, shapes, every slice inside its tensor, sizes, file names
+// version, shard format, dtypes, shapes, every slice inside its tensor, sizes, file names
 // (validate_relative_path), ranks inside the layout. `source` names the file.
 std::string encode_manifest(const Manifest& manifest);
 Result<Manifest> decode_manifest(std::string_view text, std::string_view source);
+
+// One entry of the manifest's "tensors", with its slice entries: the only coding of a slice
+// entry, used by manifest.json and by save's exchange of each rank's slices.
+nlohmann::ordered_json encode_tensor_entry(const SavedTensor& t);
+// Decodes one entry and checks what it tells by itself: its dtype, every slice inside the
+// tensor with `bytes` equal to its extent's size, file paths (validate_relative_path), xxh3s
+// of 16 hex digits. Ranks and files against a layout are the caller's checks. Errors are
+// corruption (invalid_argument for a bad path) prefixed with `source`.
+Result<SavedTensor> decode_tensor_entry(const nlohmann::ordered_json& j, std::string_view source);
 
 // The node marker: which node, which ranks' files it vouches for.
 std::string encode_node_marker(std::int64_t step, std::string_view node,
@@ -56,6 +65,15 @@ std::vector<std::int64_t> list_step_folders(const std::string& root);
 bool file_exists(const std::string& path);
 
 }  // namespace ferry::checkpoint::format
+
+namespace ferry::checkpoint {
+
+// XXH3-64 of a slice's bytes, as the manifest's "xxh3" holds it.
+std::uint64_t xxh3(std::span<const std::byte> data);
+// 16 lower-case hex digits, as the manifest writes an XXH3.
+std::string hex(std::uint64_t v);
+
+}  // namespace ferry::checkpoint
 
 namespace ferry::checkpoint::format {
 

@@ -4,7 +4,6 @@
 // slice is checked against the manifest's XXH3 where it is used: read from disk by
 // open_checked, and fetched from a peer by the fetching rank too (a peer is not trusted).
 #include <sys/stat.h>
-#include <xxhash.h>
 
 #include <algorithm>
 #include <atomic>
@@ -25,40 +24,33 @@ namespace ferry::checkpoint {
 
 using json = nlohmann::json;
 
-Result<std::shared_ptr<SafetensorsFile>> Checkpointer::Impl::open_checked(LoadState& st,
-                                                                          const SavedTensor& t,
-                                                                          const SavedSlice& s) {
+Result<CheckedSlice> Checkpointer::Impl::open_checked(LoadState& st, const SavedTensor& t,
+                                                      const SavedSlice& s) {
   const std::string path = step_dir(st.step) + "/" + s.file;
-  std::shared_ptr<SafetensorsFile> file;
+  std::shared_ptr<const ShardReader> file;
   {
     MutexLock lock(st.cache.mu);
     auto it = st.cache.files.find(s.file);
     if (it != st.cache.files.end()) file = it->second;
   }
   if (!file) {
-    auto opened = SafetensorsFile::open(path);
+    auto opened = st.shards->open(path);
     if (!opened.ok()) return opened.status().with_context("shard of tensor " + t.name);
-    file = std::make_shared<SafetensorsFile>(std::move(*opened));
+    file = std::move(*opened);
     MutexLock lock(st.cache.mu);
     st.cache.files.emplace(s.file, file);
   }
-  const SafetensorsEntry* e = file->header().find(s.tensor_in_file);
-  if (e == nullptr || e->spec.dtype != t.dtype || e->spec.shape != s.extent ||
-      file->header().data_offset + e->begin != s.data_offset || e->end - e->begin != s.bytes) {
-    return corruption(path + ": tensor " + t.name +
-                      " is not where the manifest puts it (dtype, shape or offset differ)");
-  }
+  FERRY_ASSIGN_OR_RETURN(const std::span<const std::byte> bytes, file->slice(t, s));
   // Hash each slice once: a second caller (the readahead worker, a peer's request,
   // the loader itself) waits for the first rather than reading the slice again.
   const std::string key = s.file + '\0' + s.tensor_in_file;
   {
     MutexLock lock(st.cache.mu);
     while (st.cache.verifying.count(key)) st.cache.done.wait(st.cache.mu);
-    if (st.cache.verified.count(key)) return file;
+    if (st.cache.verified.count(key)) return CheckedSlice{file, bytes};
     st.cache.verifying.insert(key);
   }
-  const TensorView v = file->view(*e);
-  const std::uint64_t got = xxh3(v.data);
+  const std::uint64_t got = xxh3(bytes);
   {
     MutexLock lock(st.cache.mu);
     st.cache.verifying.erase(key);
@@ -70,7 +62,7 @@ Result<std::shared_ptr<SafetensorsFile>> Checkpointer::Impl::open_checked(LoadSt
                       SliceSpec{t.name, t.dtype, t.shape, s.offset, s.extent}.to_string() +
                       ": XXH3 " + hex(got) + " does not match the manifest's " + hex(s.xxh3));
   }
-  return file;
+  return CheckedSlice{file, bytes};
 }
 
 Result<RankGroup::FetchReply> Checkpointer::Impl::handle_fetch(const std::shared_ptr<LoadState>& st,
@@ -102,16 +94,15 @@ Result<RankGroup::FetchReply> Checkpointer::Impl::handle_fetch(const std::shared
                       std::to_string(index) + " of " + t->name);
   }
   if (!st->local_files.count(s.file)) return not_found(s.file + " is not on node " + group.node());
-  auto file = open_checked(*st, *t, s);
-  if (!file.ok()) return file.status();
-  const TensorView v = (*file)->view(*(*file)->header().find(s.tensor_in_file));
+  FERRY_ASSIGN_OR_RETURN(const CheckedSlice c, open_checked(*st, *t, s));
   const std::size_t eb = static_cast<std::size_t>(dtype_bits(t->dtype) / 8);
   const std::size_t n = static_cast<std::size_t>(region.volume()) * eb;
-  if (auto at = contiguous_offset(region, box_of(s))) {  // sent straight from the mapping
-    return RankGroup::FetchReply{{}, v.data.subspan(static_cast<std::size_t>(*at) * eb, n), *file};
+  if (auto at = contiguous_offset(region, box_of(s))) {  // sent straight from the file's bytes
+    return RankGroup::FetchReply{
+        {}, c.bytes.subspan(static_cast<std::size_t>(*at) * eb, n), c.file};
   }
   std::string out(n, '\0');
-  copy_region(region, v.data, box_of(s), {reinterpret_cast<std::byte*>(out.data()), out.size()},
+  copy_region(region, c.bytes, box_of(s), {reinterpret_cast<std::byte*>(out.data()), out.size()},
               region, eb);
   return RankGroup::FetchReply{std::move(out), {}, nullptr};
 }
@@ -223,7 +214,7 @@ Status exchange_reports(RankGroup& g, const Status& mine, const std::vector<std:
                  {"message", mine.message()},
                  {"files", held},
                  {"notes", *notes},
-                 {"xxh3", hex(XXH3_64bits(manifest_text.data(), manifest_text.size()))}};
+                 {"xxh3", hex(xxh3(std::as_bytes(std::span(manifest_text))))}};
   auto reports = g.all_gather(report.dump());
   if (!reports.ok()) return reports.status().with_context("checkpoint load");
   for (const std::string& note : *notes) log::info("checkpoint: {}", note);
@@ -291,6 +282,11 @@ Result<LoadInfo> Checkpointer::prepare_load(std::optional<std::int64_t> wanted) 
     auto manifest = decode_step_manifest(*text, dir, info.step);
     s = manifest.status();
     if (s.ok()) st->manifest = std::move(*manifest);
+    if (s.ok()) {
+      auto shards = shard_format_for(st->manifest.shard_format);  // decoding checked the name
+      s = shards.status();
+      if (s.ok()) st->shards = *shards;
+    }
   }
 
   // 3. Which files each rank can read from its own disk.
@@ -534,18 +530,17 @@ Result<LoadStats> Checkpointer::load(std::span<const MutableSliceView> destinati
       const Piece& p = *local[i];
       const auto [first, last] = window.advance(i);
       for (std::size_t a = first; a < last; ++a) st->read_ahead(*local[a]->tensor, local[a]->slice);
-      auto file = m.open_checked(*st, *p.tensor, p.saved());
-      if (!file.ok()) {
-        s = file.status();
+      auto c = m.open_checked(*st, *p.tensor, p.saved());
+      if (!c.ok()) {
+        s = c.status();
         failed = true;
         break;
       }
-      const TensorView v = (*file)->view(*(*file)->header().find(p.saved().tensor_in_file));
       const Box src = box_of(p.saved()), want = box_of(p.dest->spec);
       if (src == want)
-        std::memcpy(p.dest->data.data(), v.data.data(), v.data.size());
+        std::memcpy(p.dest->data.data(), c->bytes.data(), c->bytes.size());
       else
-        copy_region(p.region, v.data, src, p.dest->data, want, p.element_bytes());
+        copy_region(p.region, c->bytes, src, p.dest->data, want, p.element_bytes());
       stats.local_bytes += p.bytes();
       if (m.opts.progress) m.opts.progress(p.bytes());
     }

@@ -1,9 +1,5 @@
 // Offline tools on node roots: list, verify, gc (what `ferry ckpt` runs).
-#include <sys/stat.h>
-#include <xxhash.h>
-
 #include <algorithm>
-#include <cinttypes>
 #include <filesystem>
 #include <map>
 #include <set>
@@ -11,26 +7,11 @@
 #include "base/file_util.h"
 #include "base/log.h"
 #include "checkpoint/format.h"
+#include "checkpoint/shard_format.h"
 #include "ferry/checkpoint.h"
 #include "ferry/checkpoint_tools.h"
-#include "ferry/safetensors.h"
 
 namespace ferry::checkpoint {
-namespace {
-
-std::string hex(std::uint64_t v) {
-  char buf[17];
-  std::snprintf(buf, sizeof buf, "%016" PRIx64, v);
-  return buf;
-}
-
-std::optional<std::uint64_t> file_size(const std::string& path) {
-  struct stat st {};
-  if (::stat(path.c_str(), &st) != 0) return std::nullopt;
-  return static_cast<std::uint64_t>(st.st_size);
-}
-
-}  // namespace
 
 Result<std::vector<StepListing>> list_steps(const std::vector<std::string>& roots) {
   if (roots.empty()) return invalid_argument("no checkpoint root given");
@@ -97,6 +78,8 @@ Result<VerifyReport> verify(const std::vector<std::string>& roots, std::optional
     return not_found("step " + std::to_string(report.step) +
                      " has no readable manifest on the roots given");
   }
+  auto shards = shard_format_for(manifest->shard_format);  // decoding checked the name
+  if (!shards.ok()) return shards.status();
   // Which root holds which node; files are looked for on their node's root.
   std::map<std::string, std::string> root_of;
   for (const NodeStepState& ns : chosen->roots) {
@@ -129,55 +112,24 @@ Result<VerifyReport> verify(const std::vector<std::string>& roots, std::optional
     for (const SavedFile& f : manifest->files) {
       if (f.node != node) continue;
       const std::string path = dir + "/" + f.file;
-      auto size = file_size(path);
-      if (!size) {
+      if (!format::file_exists(path)) {
         missing.push_back(f.file);
         continue;
       }
       // Slices of this file, in the manifest's order.
-      std::vector<std::pair<const SavedTensor*, const SavedSlice*>> slices;
+      std::vector<ManifestSlice> slices;
       for (const SavedTensor& t : manifest->tensors)
         for (const SavedSlice& s : t.slices)
           if (s.file == f.file) slices.push_back({&t, &s});
-      if (*size != f.bytes) {
-        report.problems.push_back({node, path, "",
-                                   "has " + std::to_string(*size) + " bytes, the manifest says " +
-                                       std::to_string(f.bytes)});
-        for (auto [t, s] : slices) {
-          if (s->data_offset + s->bytes > *size) {
-            report.problems.push_back({node, path, t->name,
-                                       "truncated: the slice ends at byte " +
-                                           std::to_string(s->data_offset + s->bytes) +
-                                           " past the file's end"});
-          }
-        }
-        continue;
-      }
-      auto file = SafetensorsFile::open(path);
-      if (!file.ok()) {
-        report.problems.push_back({node, path, "", file.status().to_string()});
-        continue;
-      }
-      for (auto [t, s] : slices) {
-        const SafetensorsEntry* e = file->header().find(s->tensor_in_file);
-        if (e == nullptr || file->header().data_offset + e->begin != s->data_offset ||
-            e->end - e->begin != s->bytes || e->spec.dtype != t->dtype ||
-            e->spec.shape != s->extent) {
-          report.problems.push_back({node, path, t->name, "not where the manifest puts it"});
-          continue;
-        }
-        const TensorView v = file->view(*e);
-        const std::uint64_t got = XXH3_64bits(v.data.data(), v.data.size());
-        if (got != s->xxh3) {
-          report.problems.push_back(
-              {node, path, t->name,
-               "XXH3 " + hex(got) + " does not match the manifest's " + hex(s->xxh3)});
-        }
-        ++report.slices_checked;
-        report.bytes_checked += s->bytes;
-        done += s->bytes;
+      const ShardCheck check = (*shards)->verify(path, f, slices, [&](std::uint64_t bytes) {
+        done += bytes;
         if (progress) progress(done, total);
+      });
+      for (const ShardCheck::Problem& p : check.problems) {
+        report.problems.push_back({node, path, p.tensor, p.message});
       }
+      report.slices_checked += check.slices_checked;
+      report.bytes_checked += check.bytes_checked;
     }
     report.missing_by_node.emplace_back(node, std::move(missing));
   }

@@ -424,12 +424,22 @@ TEST(MalformedCollective, FieldsOfTheWrongTypeAreNamedErrorsNotCrashes) {
       {1, R"({"code":"zero","files":[],"notes":[]})", "malformed file list from rank 1", false},
       {0, R"({"node":7,"step":2})", "malformed hello from rank 1", true},
       {1, R"({"code":{}})", "malformed status from rank 1", true},  // agree()
-      {2, R"({"code":0,"slices":[{"name":"x","dtype":"nonsense","shape":[1]}]})",
+      {2,
+       R"({"code":0,"file_bytes":8,"tensors":[{"name":"x","dtype":"nonsense","shape":[1],)"
+       R"("slices":[]}]})",
        "malformed slice list from rank 1", true},
       {2,
-       R"({"code":0,"slices":[{"name":"x","dtype":"F32","shape":[1],"offset":[0],"extent":[1],)"
-       R"("data_offset":0,"bytes":4,"xxh3":"12g"}]})",
-       "malformed slice list from rank 1: tensor x xxh3: '12g'", true},
+       R"({"code":0,"file_bytes":8,"tensors":[{"name":"x","dtype":"F32","shape":[1],"slices":[)"
+       R"({"rank":1,"file":"rank_00001.safetensors","tensor":"x","offset":[0],"extent":[1],)"
+       R"("data_offset":0,"bytes":4,"xxh3":"12g"}]}]})",
+       "malformed slice list from rank 1: tensor x slice in rank_00001.safetensors: xxh3 '12g'",
+       true},
+      {2,
+       R"({"code":0,"file_bytes":8,"tensors":[{"name":"x","dtype":"F32","shape":[1],"slices":[)"
+       R"({"rank":0,"file":"rank_00000.safetensors","tensor":"x","offset":[0],"extent":[1],)"
+       R"("data_offset":0,"bytes":4,"xxh3":"0123456789abcdef"}]}]})",
+       "malformed slice list from rank 1: tensor x has a slice of rank 0 in rank_00000", true},
+      {2, R"({"code":0,"slices":[]})", "malformed slice list from rank 1", true},
   };
   for (const Case& c : cases) {
     Status at_rank0;
