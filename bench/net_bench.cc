@@ -222,8 +222,10 @@ int main(int argc, char** argv) {
   char self[4096] = {};
   if (::readlink("/proc/self/exe", self, sizeof self - 1) <= 0) die("cannot find own binary");
   const char* tls = std::getenv("UCX_TLS");
-  std::printf("net_bench: 127.0.0.1, UCX_TLS=%s, ~%zu MiB per case, best of %d\n",
-              tls ? tls : "(unset)", total_mib, repeat);
+  const char* path = std::getenv("FERRY_NET_PATH");
+  std::printf(
+      "net_bench: 127.0.0.1, FERRY_NET_PATH=%s, UCX_TLS=%s, ~%zu MiB per case, best of %d\n",
+      path ? path : "(unset: tcp)", tls ? tls : "(unset)", total_mib, repeat);
   std::printf("%-9s %6s %3s %16s %6s %11s %7s %11s  %s\n", "bucket", "count", "K",
               "U perftest GB/s", "U mode", "ferry GB/s", "ratio", "connect ms", "ferry transports");
   double worst_connect = 0;

@@ -123,8 +123,7 @@ int run_bench_sync_delta(BenchArgs& a) {
         "%s %s, %llu MiB buckets, %s, 1 receiver per session in destination mode: each "
         "update sent dense (delta off) and on a delta session (%s), median of %d\n",
         c.preset.c_str(), a.dtypes[0].c_str(), static_cast<unsigned long long>(c.bucket_mb),
-        c.net ? "net (UCX_TLS=tcp) on loopback through one relay" : "shm", a.delta.c_str(),
-        c.rounds);
+        c.net ? "net (TCP) on loopback through one relay" : "shm", a.delta.c_str(), c.rounds);
     std::printf("%-18s %-9s %-9s %-9s %-8s %-6s %-10s %-9s %-15s %s\n", "update", "density",
                 "dense_s", "delta_s", "speedup", "delta", "wire_MB", "bytes/wire",
                 "sender_extra_MB", c.net ? "link_MB dense/delta, ratio" : "");
@@ -262,12 +261,13 @@ int run_bench_sync_net(BenchArgs& a) {
     return kExitOk;
   }
   const char* tls = std::getenv("UCX_TLS");
+  const char* path = std::getenv("FERRY_NET_PATH");
   if (!a.json) {
     std::printf(
         "%s %s, net sender on %s -> relays -> %u local receiver(s) each (destination mode); "
-        "UCX_TLS=%s; U = ucx_perftest -t tag_bw at the bucket size on %s\n",
+        "FERRY_NET_PATH=%s, UCX_TLS=%s; U = ucx_perftest -t tag_bw at the bucket size on %s\n",
         c.preset.c_str(), a.dtypes[0].c_str(), c.host.c_str(), c.receivers_per_node,
-        tls != nullptr ? tls : "(unset)", c.host.c_str());
+        path != nullptr ? path : "(unset: tcp)", tls != nullptr ? tls : "(unset)", c.host.c_str());
     std::printf("%-9s %-5s %-8s %-7s %-8s %-9s %-10s %-8s %-6s %-7s %-9s %-12s %s\n", "bucket_mb",
                 "nodes", "protect", "GB", "seconds", "GB/s/node", "ratio_none", "U_GB/s", "U_mode",
                 "ratio_U", "t(N)/t(1)", "setup_ms_max", "relay_rss_MB");

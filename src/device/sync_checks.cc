@@ -140,14 +140,25 @@ Check hugepages_check(const std::optional<std::string>& meminfo, std::uint64_t b
   return c;
 }
 
+// Cross-node sync runs on ferry's own TCP path unless FERRY_NET_PATH=ucx (for RDMA): only then
+// do UCX's transports matter.
 Check ucx_check(const Env& env, int timeout_ms) {
   Check c{"sync.ucx", Severity::kOk, "UCX transports for cross-node sync", "", {}};
+  const std::string path = env.get_env("FERRY_NET_PATH").value_or("");
+  const bool ucx = path == "ucx";
+  if (!path.empty() && path != "tcp" && !ucx) {
+    c.severity = Severity::kWarn;
+    c.seen = "FERRY_NET_PATH=" + path + ": not 'tcp' or 'ucx'; net sessions will refuse to start";
+    c.fix = {"unset FERRY_NET_PATH   # ferry's own TCP path, or: export FERRY_NET_PATH=ucx"};
+    return c;
+  }
   auto r = env.run({"ucx_info", "-d"}, timeout_ms);
   if (!r.ok() || r->timed_out || r->exit_code != 0) {
-    c.severity = Severity::kInfo;
+    c.severity = ucx ? Severity::kWarn : Severity::kInfo;
     c.seen = !r.ok() ? r.status().message()
                      : (r->timed_out ? "ucx_info -d timed out" : "ucx_info -d failed");
-    c.seen += "; cross-node transports not checked (same-node sync needs no UCX)";
+    c.seen += ucx ? "; FERRY_NET_PATH=ucx, and UCX's transports are not checked"
+                  : "; not needed: cross-node sync runs on ferry's TCP path (FERRY_NET_PATH unset)";
     c.fix = {"sudo apt-get install ucx-utils   # provides ucx_info"};
     return c;
   }
@@ -162,13 +173,19 @@ Check ucx_check(const Env& env, int timeout_ms) {
   for (const std::string& t : transports) {
     if (t.rfind("rc", 0) == 0 || t.rfind("dc", 0) == 0 || t.rfind("ud", 0) == 0) rdma = true;
   }
-  if (!transports.count("tcp") && !rdma) {
+  if (ucx && !rdma) {
     c.severity = Severity::kWarn;
-    c.seen += ": no network transport, cross-node sync cannot connect";
-    c.fix = {"export UCX_TLS=tcp,self,sm   # or install the RDMA provider (rdma-core)"};
-  } else if (!rdma) {
+    c.seen +=
+        ": FERRY_NET_PATH=ucx without RDMA, cross-node sync cannot connect (UCX's TCP "
+        "transport is left out)";
+    c.fix = {"unset FERRY_NET_PATH   # ferry's own TCP path",
+             "# or install the RDMA provider (rdma-core)"};
+  } else if (!ucx) {
     c.severity = Severity::kInfo;
-    c.seen += " (TCP only: cross-node sync works, without RDMA)";
+    c.seen += rdma ? "; cross-node sync runs on ferry's TCP path: FERRY_NET_PATH=ucx moves it "
+                     "over RDMA"
+                   : "; cross-node sync runs on ferry's TCP path (no RDMA here)";
+    if (rdma) c.fix = {"export FERRY_NET_PATH=ucx   # on every node of the job"};
   }
   return c;
 }

@@ -75,7 +75,8 @@ std::string seen_of(const Outcome& o, const std::string& id) {
 const std::vector<std::string> kHealthyAscendEnv = {
     "ASCEND_RT_VISIBLE_DEVICES=0,1,2,3,4,5,6,7",
     "RAY_EXPERIMENTAL_NOSET_ASCEND_RT_VISIBLE_DEVICES=1",
-    "ASCEND_HOME_PATH=/usr/local/Ascend/ascend-toolkit/latest"};
+    "ASCEND_HOME_PATH=/usr/local/Ascend/ascend-toolkit/latest",
+    "FERRY_NET_PATH=ucx"};  // the node has RDMA (rc_mlx5), and sync is told to use it
 
 TEST(DoctorFixture, HealthyEightNpuNode) {
   const Outcome o = doctor({"ascend8", "ascend8", "ascend_healthy", kHealthyAscendEnv});

@@ -100,12 +100,19 @@ TEST(SyncChecks, BucketSizeDrivesTheLimits) {
   EXPECT_EQ(find(*warn, "sync.memlock").severity, Severity::kWarn);
 }
 
-TEST(SyncChecks, UcxWithoutNetworkTransportWarns) {
+TEST(SyncChecks, UcxPathWithoutRdmaWarnsAndTheDefaultPathNeedsNone) {
   FakeEnv env;
   env.tools["ucx_info"] =
-      ToolResult{0, false, "#      Transport: self\n#      Transport: posix\n", ""};
+      ToolResult{0, false, "#      Transport: self\n#      Transport: tcp\n", ""};
   auto report = run_doctor(env, DoctorOptions{});
+  EXPECT_EQ(find(*report, "sync.ucx").severity, Severity::kInfo);  // ferry's TCP path
+  env.vars["FERRY_NET_PATH"] = "ucx";
+  report = run_doctor(env, DoctorOptions{});
   EXPECT_EQ(find(*report, "sync.ucx").severity, Severity::kWarn);
+  EXPECT_NE(find(*report, "sync.ucx").seen.find("without RDMA"), std::string::npos);
+  env.vars["FERRY_NET_PATH"] = "rdma";
+  report = run_doctor(env, DoctorOptions{});
+  EXPECT_NE(find(*report, "sync.ucx").seen.find("not 'tcp' or 'ucx'"), std::string::npos);
 }
 
 TEST(Platform, HungNpuSmiIsReportedNotWaitedFor) {

@@ -112,7 +112,11 @@ Spawned::Spawned(const std::string& binary, const std::vector<std::string>& args
   if (::pipe2(out, O_CLOEXEC) != 0) throw std::runtime_error("pipe2 failed");
   std::vector<std::string> env_text = env;
   for (char** e = environ; *e != nullptr; ++e) {
-    if (std::strncmp(*e, "FERRY_", 6) != 0) env_text.emplace_back(*e);
+    // The test's own FERRY_ settings stay here, but for the net path a run is made for: the
+    // child must speak to this process on it.
+    if (std::strncmp(*e, "FERRY_", 6) != 0 || std::strncmp(*e, "FERRY_NET_PATH=", 15) == 0) {
+      env_text.emplace_back(*e);
+    }
   }
   std::vector<char*> envp;
   for (auto& e : env_text) envp.push_back(e.data());

@@ -296,6 +296,7 @@ TEST(NetContext, UcxLogLinesGoToStderrNotStdout) {
   ::dup2(err, 2);
   {
     ContextOptions o;
+    o.path = NetPath::kUcx;
     o.transports = "ferry_no_such_transport,tcp";  // UCX warns that it is not available
     auto ctx = Context::create(o);
     std::fflush(stdout);

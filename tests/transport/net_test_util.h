@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <cstring>
 #include <memory>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
@@ -27,8 +28,9 @@ inline Token token(const std::string& s = ferry::testing::kTestToken) {
   return *Token::from_string(s);
 }
 
-inline std::shared_ptr<Context> make_context() {
-  auto c = Context::create();
+// On the path FERRY_NET_PATH names (ctest runs the net tests once per path), or `path`.
+inline std::shared_ptr<Context> make_context(std::optional<NetPath> path = std::nullopt) {
+  auto c = Context::create({.path = path});
   EXPECT_OK(c);
   return c.ok() ? *c : nullptr;
 }

@@ -8,6 +8,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 
@@ -300,8 +301,25 @@ Result<SealedAddress> split_address(std::span<const std::byte> bytes, const std:
   return m;
 }
 
+std::span<const std::byte> tcp_path_address() {
+  static constexpr char kMarker[] = "ferry/tcp1";  // kMinWorkerAddressBytes, no UCX header
+  static_assert(sizeof(kMarker) - 1 == kMinWorkerAddressBytes);
+  return std::as_bytes(std::span<const char>(kMarker, sizeof(kMarker) - 1));
+}
+
 Status check_worker_address(std::span<const std::byte> remote, std::span<const std::byte> local,
                             const std::string& peer) {
+  const auto is_tcp = [](std::span<const std::byte> a) {
+    return std::ranges::equal(a, tcp_path_address());
+  };
+  if (is_tcp(remote) != is_tcp(local)) {
+    return failed_precondition(fmt::format(
+        "{} moves bulk bytes over {}, this end over {}: set FERRY_NET_PATH alike on both ends",
+        peer, is_tcp(remote) ? "ferry's TCP path" : "UCX",
+        is_tcp(local) ? "ferry's TCP path (FERRY_NET_PATH=tcp, the default)"
+                      : "UCX (FERRY_NET_PATH=ucx)"));
+  }
+  if (is_tcp(local)) return ok_status();
   if (remote.size() < kMinWorkerAddressBytes || remote.size() > kMaxWorkerAddressBytes) {
     return corruption(
         fmt::format("{} sent a UCX worker address of {} bytes; one has {} to {} bytes", peer,

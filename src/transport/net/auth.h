@@ -172,6 +172,10 @@ struct SealedAddress {
 // unpacking trusts every length in it): its size is within the bounds above, and its header
 // names the same UCX address version as `local`, this process's own worker address (a peer
 // of another UCX release packs another layout). kCorruption naming `peer` otherwise.
+// A Context on ferry's TCP path (NetPath::kTcp) sends this in place of a worker address; the
+// two ends' paths must match, which check_worker_address enforces with an error naming
+// FERRY_NET_PATH.
+std::span<const std::byte> tcp_path_address();
 Status check_worker_address(std::span<const std::byte> remote, std::span<const std::byte> local,
                             const std::string& peer);
 

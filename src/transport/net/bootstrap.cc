@@ -275,7 +275,7 @@ Status Listener::State::advance(Handshake& h, std::vector<std::byte> m, bool* fi
       h.local_bulk = 0;  // open_channel owns it now
       // The handshake's fd closes when it is dropped; a dup stays with the channel.
       auto ch = open_channel(ctx, nullptr, ScopedFd(::fcntl(h.fd.get(), F_DUPFD_CLOEXEC, 0)),
-                             h.peer, *remote, local, h.remote_bulk, *h.keys);
+                             h.peer, *remote, local, h.remote_bulk, *h.keys, h.in.take_rest());
       if (!ch.ok()) return ch.status();
       wiring.emplace_back(std::move(*ch), h.deadline);
       *finished = true;
@@ -570,7 +570,7 @@ Result<Channel> connect(std::shared_ptr<Context> context, const std::string& add
     const std::uint32_t local = local_bulk;
     local_bulk = 0;  // open_channel owns it now
     auto ch = open_channel(context, std::move(*worker), std::move(*fd), peer, *remote, local,
-                           verdict->bulk_id, *keys);
+                           verdict->bulk_id, *keys, in.take_rest());
     if (!ch.ok()) return ch.status();
     while (true) {  // until UCX has wired the endpoint up (the listener waits likewise)
       context->progress();

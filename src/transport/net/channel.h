@@ -2,13 +2,15 @@
 //
 // A Channel has the shape of shm::Channel: whole control messages, in order, sent and
 // received with a timeout; a dead peer is kAborted naming it, silence is kTimeout. Its
-// control path is a UCX stream of length-prefixed frames, each sealed with AES-256-GCM
-// under a per-session, per-direction key and a counter nonce: a frame tampered with,
-// replayed, reordered, dropped or reflected fails the channel as kCorruption. Its bulk
-// path is tagged sends from registered memory straight into registered memory on the
-// peer, each announced by a sealed frame that carries its protection (WireProtect) and
-// tag. Before either carries a byte the two ends have authenticated each other (auth.h):
-// a Channel only exists once that has succeeded.
+// control path is a stream of length-prefixed frames, each sealed with AES-256-GCM under a
+// per-session, per-direction key and a counter nonce: a frame tampered with, replayed,
+// reordered, dropped or reflected fails the channel as kCorruption. Each bulk message is
+// announced by a sealed frame that carries its protection (WireProtect) and tag. What
+// carries them is the Context's NetPath: on kTcp (the default) the authenticated TCP socket
+// carries the frames and, by rendezvous, the bulk bytes (tcp_stream.cc); on kUcx a UCX stream
+// carries the frames and tagged sends move bulk from registered memory into registered
+// memory on the peer. Before either carries a byte the two ends have authenticated each
+// other (auth.h): a Channel only exists once that has succeeded.
 //
 // Single-threaded, like Context: the thread that owns the Context uses its channels.
 #pragma once
@@ -32,13 +34,15 @@
 #include "transport/net/auth.h"
 #include "transport/net/context.h"
 #include "transport/net/seal.h"
+#include "transport/net/testing.h"
 
 namespace ferry::net {
 
 // The largest control message: transport::kMaxMessageBytes.
 std::size_t max_message_bytes();
 
-struct Endpoint;  // channel.cc
+struct Endpoint;  // endpoint.h
+struct TcpOp;     // endpoint.h
 
 // One bulk send or receive in flight. Move-only. Destroying one that has not finished
 // cancels it (receives) or waits a bounded time for it (sends).
@@ -65,6 +69,7 @@ class Transfer {
   void finish(ucs_status_t st, std::size_t length);
   void release();
   std::shared_ptr<Endpoint> endpoint_;
+  std::shared_ptr<TcpOp> op_;  // ferry's TCP path; UCX's uses request_
   void* request_ = nullptr;
   bool receive_ = false;
   bool finished_ = false;
@@ -144,6 +149,7 @@ class Channel {
   const std::string& transports() const;
 
  private:
+  friend Status testing::send_frame(Channel&, std::uint8_t, std::span<const std::byte>);
   std::shared_ptr<Endpoint> endpoint_;
 };
 
@@ -210,11 +216,13 @@ Result<Channel> connect(std::shared_ptr<Context> context, const std::string& add
 // worker of its own; nullptr: the context's main worker, the listener's). Takes over `local_bulk`
 // (released with the channel, or here on failure). `keys`: this end's session keys
 // (derive_session_keys) for the frames and bulk messages. `bootstrap` is the authenticated TCP
-// socket to the peer, kept open for the channel's life: its end tells that the peer's process is
-// gone.
+// socket to the peer, kept open for the channel's life: on kTcp it carries everything (`early`:
+// bytes the handshake read from it past its last frame), on kUcx its end tells that the peer's
+// process is gone.
 Result<Channel> open_channel(const std::shared_ptr<Context>& ctx, std::shared_ptr<Worker> worker,
                              ScopedFd bootstrap, std::string peer,
                              const VerifiedWorkerAddress& remote_worker, std::uint32_t local_bulk,
-                             std::uint32_t remote_bulk, const SessionKeys& keys);
+                             std::uint32_t remote_bulk, const SessionKeys& keys,
+                             std::vector<std::byte> early = {});
 
 }  // namespace ferry::net

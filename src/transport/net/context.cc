@@ -16,6 +16,7 @@
 #include <sstream>
 
 #include "base/log.h"
+#include "base/status_macros.h"
 #include "transport/net/auth.h"
 #include "transport/net/poller.h"
 
@@ -109,7 +110,33 @@ void route_ucx_log() {
   std::call_once(once, [] { ucs_log_push_handler(ucx_log); });
 }
 
+Result<NetPath> parse_net_path(std::string_view text) {
+  if (text == "tcp") return NetPath::kTcp;
+  if (text == "ucx") return NetPath::kUcx;
+  return invalid_argument(fmt::format(
+      "FERRY_NET_PATH is '{}'; it is 'tcp' (ferry's own TCP path, the default) or 'ucx' (UCX, "
+      "for RDMA)",
+      text));
+}
+
 Result<std::shared_ptr<Context>> Context::create(const ContextOptions& options) {
+  NetPath path = NetPath::kTcp;
+  if (options.path) {
+    path = *options.path;
+  } else if (const char* env = std::getenv("FERRY_NET_PATH"); env != nullptr && *env != '\0') {
+    FERRY_ASSIGN_OR_RETURN(path, parse_net_path(env));
+  }
+  if (path == NetPath::kTcp) {
+    auto ctx = std::make_shared<Context>(Private{});
+    ctx->path_ = NetPath::kTcp;
+    ctx->serialized_ = options.serialized;
+    ctx->event_fd_ = ::epoll_create1(EPOLL_CLOEXEC);
+    if (ctx->event_fd_ < 0) return errno_status("epoll_create1", "the net context", errno);
+    const auto marker = handshake::tcp_path_address();
+    ctx->worker_address_.assign(marker.begin(), marker.end());
+    ctx->resources_ = "tcp (ferry)";
+    return ctx;
+  }
   route_ucx_log();
   ucp_config_t* config = nullptr;
   ucs_status_t st = ucp_config_read(nullptr, nullptr, &config);
@@ -124,7 +151,9 @@ Result<std::shared_ptr<Context>> Context::create(const ContextOptions& options) 
     }
     return ok_status();
   };
-  Status s = apply("TLS", "UCX_TLS", options.transports);
+  // UCX's TCP transport listens on ports of its own that parse what anybody sends before
+  // ferry's handshake could refuse it (docs/security.md): left out unless asked for.
+  Status s = apply("TLS", "UCX_TLS", options.transports.empty() ? "^tcp" : options.transports);
   if (s.ok()) s = apply("NET_DEVICES", "UCX_NET_DEVICES", options.devices);
   if (s.ok() && options.copy_sends) s = apply("ZCOPY_THRESH", "UCX_ZCOPY_THRESH", "inf");
   if (!s.ok()) {
@@ -135,6 +164,7 @@ Result<std::shared_ptr<Context>> Context::create(const ContextOptions& options) 
   params.field_mask = UCP_PARAM_FIELD_FEATURES;
   params.features = UCP_FEATURE_TAG | UCP_FEATURE_STREAM | UCP_FEATURE_WAKEUP;
   auto ctx = std::make_shared<Context>(Private{});
+  ctx->path_ = NetPath::kUcx;
   st = ucp_init(&params, config, &ctx->context_);
   ucp_config_release(config);
   if (st != UCS_OK) {
@@ -174,6 +204,10 @@ Context::~Context() {
 
 Result<std::shared_ptr<Worker>> Context::add_worker() {
   std::shared_ptr<Worker> w(new Worker());
+  if (path_ == NetPath::kTcp) {  // no UCX: only the address that names the path
+    w->address_ = worker_address_;
+    return w;
+  }
   Status s = open_worker(context_, serialized_, &w->worker_, &w->event_fd_, &w->address_);
   if (!s.ok()) return s;
   epoll_event ev{};
@@ -187,6 +221,7 @@ Result<std::shared_ptr<Worker>> Context::add_worker() {
 }
 
 void Context::watch_once(int fd) {
+  if (path_ == NetPath::kTcp) return;  // the channel's socket is watched already
   epoll_event ev{};
   ev.events = EPOLLIN | EPOLLRDHUP | EPOLLONESHOT;
   // Best effort: without it a death is still seen at the next call on the channel.
@@ -204,8 +239,28 @@ Worker::~Worker() {
   }
 }
 
+Result<std::uint64_t> Context::add_stream(int fd, std::function<bool()> flush) {
+  epoll_event ev{};
+  ev.events = EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLET;
+  if (::epoll_ctl(event_fd_, EPOLL_CTL_ADD, fd, &ev) != 0) {
+    return errno_status("epoll_ctl", "a net channel's socket", errno);
+  }
+  streams_.emplace_back(++last_stream_, std::move(flush));
+  return last_stream_;
+}
+
+void Context::remove_stream(std::uint64_t id, int fd) {
+  (void)::epoll_ctl(event_fd_, EPOLL_CTL_DEL, fd, nullptr);
+  std::erase_if(streams_, [id](const auto& entry) { return entry.first == id; });
+}
+
 bool Context::progress() {
   bool any = false;
+  if (path_ == NetPath::kTcp) {
+    // By index: a flush may end its channel, which removes its entry.
+    for (std::size_t i = 0; i < streams_.size(); ++i) any = streams_[i].second() || any;
+    return any;
+  }
   const auto turn = [&](ucp_worker_h worker) {
     while (ucp_worker_progress(worker) != 0) {
       any = true;
@@ -244,6 +299,11 @@ void Context::forget_drained(ucp_worker_h worker) {
 }
 
 bool Context::arm() {
+  if (path_ == NetPath::kTcp) {
+    // Edge-triggered: the events since the last arm say whether a socket had news since.
+    epoll_event events[64];
+    return ::epoll_wait(event_fd_, events, 64, 0) <= 0;
+  }
   // UCS_ERR_BUSY: events are pending on that worker.
   if (ucp_worker_arm(worker_) != UCS_OK) return false;
   for (Worker* w : workers_) {
@@ -261,6 +321,13 @@ void Context::wait(std::chrono::milliseconds timeout) {
 
 Result<MemoryRegion> Context::register_memory(std::span<std::byte> memory) {
   if (memory.empty()) return invalid_argument("cannot register an empty memory region");
+  if (path_ == NetPath::kTcp) {  // the socket reads and writes any memory
+    MemoryRegion region;
+    region.context_ = shared_from_this();
+    region.data_ = memory.data();
+    region.size_ = memory.size();
+    return region;
+  }
   ucp_mem_map_params_t p{};
   p.field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS | UCP_MEM_MAP_PARAM_FIELD_LENGTH;
   p.address = memory.data();

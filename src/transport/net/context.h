@@ -14,8 +14,10 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
+#include <string_view>
 #include <unordered_set>
 #include <utility>
 #include <vector>
@@ -24,7 +26,22 @@
 
 namespace ferry::net {
 
+// What carries a Context's channels after the handshake.
+enum class NetPath {
+  // ferry's own (tcp_stream.cc): the authenticated TCP socket carries the sealed frames and the
+  // bulk bytes. No UCX code runs, so nothing but ferry's listener is reachable on the network.
+  kTcp,
+  // UCX, for RDMA (InfiniBand, RoCE: rc, dc, ud). UCX's TCP transport is left out (UCX_TLS
+  // "^tcp") unless UCX_TLS or `transports` names it: its ports would listen to anybody.
+  kUcx,
+};
+// "tcp" or "ucx"; kInvalidArgument naming `text` otherwise.
+Result<NetPath> parse_net_path(std::string_view text);
+
 struct ContextOptions {
+  // Unset: the environment's FERRY_NET_PATH ("tcp" or "ucx"), else kTcp. Both ends must use
+  // the same; the handshake refuses a peer that does not, naming the setting.
+  std::optional<NetPath> path;
   // UCX transports to ask for (UCX_TLS syntax, e.g. "tcp" or "rc,sm,self"), used only when
   // the environment sets no UCX_TLS. Default "": UCX picks from all it finds (RDMA when
   // present, shared memory between processes on one host, TCP otherwise). See
@@ -76,11 +93,18 @@ class Context : public std::enable_shared_from_this<Context> {
   friend class Worker;
 
  public:
-  // ucp_init with the tag, stream and wakeup features, and one worker.
+  // On kUcx: ucp_init with the tag, stream and wakeup features, and one worker. On kTcp: no
+  // UCX, an epoll fd over the channels' sockets.
   static Result<std::shared_ptr<Context>> create(const ContextOptions& options = {});
+  NetPath path() const { return path_; }
   ~Context();
   Context(const Context&) = delete;
   Context& operator=(const Context&) = delete;
+
+  // ferry's TCP path: a channel's socket, watched by event_fd() (edge-triggered), and
+  // `flush`, which progress() runs (it writes what the socket takes; true if it wrote).
+  Result<std::uint64_t> add_stream(int fd, std::function<bool()> flush);
+  void remove_stream(std::uint64_t id, int fd);
 
   // Becomes readable when the worker has work; after it does, call progress() and then
   // look at every channel (try_receive, Transfer::done) before arming again.
@@ -148,6 +172,9 @@ class Context : public std::enable_shared_from_this<Context> {
   // Drops `worker`'s draining sends without touching their requests: it has been destroyed.
   void forget_drained(ucp_worker_h worker);
 
+  NetPath path_ = NetPath::kTcp;
+  std::vector<std::pair<std::uint64_t, std::function<bool()>>> streams_;  // kTcp's sockets
+  std::uint64_t last_stream_ = 0;
   ucp_context_h context_ = nullptr;
   ucp_worker_h worker_ = nullptr;
   int event_fd_ = -1;             // an epoll fd over every worker's event fd

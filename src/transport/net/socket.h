@@ -7,6 +7,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "base/file_util.h"
@@ -40,6 +41,8 @@ class FrameReader {
   Result<std::optional<std::vector<std::byte>>> next(std::size_t max_bytes,
                                                      const std::string& peer);
   std::size_t buffered() const { return buffer_.size(); }
+  // The bytes read past the last frame taken: on ferry's TCP path the channel's first.
+  std::vector<std::byte> take_rest() { return std::exchange(buffer_, {}); }
 
  private:
   std::vector<std::byte> buffer_;

@@ -4,8 +4,15 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <functional>
 #include <span>
+
+#include "ferry/status.h"
+
+namespace ferry::net {
+class Channel;
+}
 
 namespace ferry::net::testing {
 
@@ -16,5 +23,8 @@ using Tamper = std::function<void(std::span<std::byte>)>;
 void set_control_tamper(Tamper hook);
 // Sees each bulk message's bytes as they arrived, before they are checked, and may change them.
 void set_bulk_tamper(Tamper hook);
+// Sends a sealed frame of `kind` (endpoint.h's FrameKind, raw) and `payload` on `channel`: a
+// token holder that breaks the protocol.
+Status send_frame(Channel& channel, std::uint8_t kind, std::span<const std::byte> payload);
 
 }  // namespace ferry::net::testing
