@@ -135,13 +135,14 @@ Result<std::vector<std::byte>> receive_heeding_interrupt(Link& link,
 }
 
 Result<wire::Message> decode_from_sender(std::span<const std::byte> bytes, const Link& link,
-                                         wire::Conversation& conversation) {
+                                         wire::Conversation& conversation, bool* sender_error) {
   auto m = wire::decode(bytes, link.peer());
   if (!m.ok()) return m.status();
   Status s = conversation.received(*m);
   if (!s.ok()) return s;
   if (m->type() == wire::MessageType::kError) {
     const auto& e = std::get<wire::Error>(m->body);
+    if (sender_error != nullptr) *sender_error = true;
     return aborted(fmt::format("{} aborted the session: {}", link.peer(), e.message));
   }
   return m;

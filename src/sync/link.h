@@ -95,8 +95,9 @@ Result<std::vector<std::byte>> receive_heeding_interrupt(Link& link,
                                                          InterruptCheck& interrupted);
 
 // Decodes a message from the sender, checks that it may come now, and turns an ERROR into
-// kAborted with the sender's reason.
+// kAborted with the sender's reason (then `*sender_error`, when given, is set).
 Result<wire::Message> decode_from_sender(std::span<const std::byte> bytes, const Link& link,
-                                         wire::Conversation& conversation);
+                                         wire::Conversation& conversation,
+                                         bool* sender_error = nullptr);
 
 }  // namespace ferry::sync

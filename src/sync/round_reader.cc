@@ -76,9 +76,7 @@ Status RoundReader::sender_reason(Status why) {
   for (int i = 0; i < kMaxUnreadMessages; ++i) {
     auto pending = receive_message(std::chrono::milliseconds(0));
     if (pending.ok()) continue;
-    if (pending.status().message().find("aborted the session") != std::string::npos) {
-      return pending.status();
-    }
+    if (sender_error_) return pending.status();
     break;
   }
   return why;
@@ -122,7 +120,8 @@ Result<wire::Message> RoundReader::receive_message(std::chrono::milliseconds tim
   } else {
     FERRY_ASSIGN_OR_RETURN(got, receive_heeding_interrupt(link_, timeout, options_, interrupted_));
   }
-  FERRY_ASSIGN_OR_RETURN(wire::Message m, decode_from_sender(got, link_, conversation_));
+  FERRY_ASSIGN_OR_RETURN(wire::Message m,
+                         decode_from_sender(got, link_, conversation_, &sender_error_));
   if (into_ == ReadInto::kPassThrough) {
     message_bytes_ = std::move(got);
     // A BEGIN's manifest is forwarded in the bytes: not copied into message_.

@@ -174,6 +174,7 @@ class RoundReader {
 
   // The round being read.
   bool in_round_ = false;
+  bool sender_error_ = false;  // the sender's ERROR was decoded (nothing is read after it)
   ReadInto into_ = ReadInto::kViews;
   bool delta_ = false;  // a delta round: blobs are assembled, applied onto destinations or copies
   bool more_follows_ = false;
