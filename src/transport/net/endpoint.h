@@ -222,7 +222,9 @@ struct Endpoint {
   std::map<std::uint32_t, std::deque<std::shared_ptr<TcpOp>>> receives;
   std::shared_ptr<TcpOp> inflow;  // the receive whose bytes the stream carries now
   std::uint64_t inflow_left = 0;
-  std::vector<std::byte> scratch;  // where a cancelled receive's bytes go
+  // Where the stream is read while no bulk message arrives (not zero-filled per read), and
+  // where a cancelled receive's bytes go.
+  std::vector<std::byte> scratch;
   std::uint64_t stream_id = 0;     // ctx's registration of the socket (0: none)
 
   // Opens the TCP path on `bootstrap`: `early` are bytes read from it past the handshake.

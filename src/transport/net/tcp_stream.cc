@@ -294,10 +294,17 @@ void Endpoint::tcp_pump(bool all) {
               .u32();
       want = std::max<std::size_t>(want, kFrameHeaderBytes + length - have);
     }
-    const std::size_t old = inbox.size();
-    inbox.resize(old + want);
-    const std::size_t n = tcp_read(inbox.data() + old, want);
-    inbox.resize(old + n);
+    std::size_t n = 0;
+    if (want <= kTcpReadBytes) {  // the usual case: read into scratch, keep what came
+      if (scratch.size() < kTcpReadBytes) scratch.resize(kTcpReadBytes);
+      n = tcp_read(scratch.data(), want);
+      inbox.insert(inbox.end(), scratch.begin(), scratch.begin() + static_cast<std::ptrdiff_t>(n));
+    } else {  // the rest of a large frame (a BEGIN): straight into the inbox
+      const std::size_t old = inbox.size();
+      inbox.resize(old + want);
+      n = tcp_read(inbox.data() + old, want);
+      inbox.resize(old + n);
+    }
     if (n == 0) break;
   }
   // A dead peer leaves the bulk messages in flight unfinished: end them with its error.
