@@ -334,6 +334,12 @@ Result<Transfer> Channel::receive_bulk(std::uint32_t key, std::span<std::byte> i
         e.peer, into.size()));
   }
   if (e.failed) return e.error;
+  Transfer t;
+  t.endpoint_ = endpoint_;
+  t.receive_ = true;
+  t.key_ = key;
+  t.expected_ = into.size();
+  t.into_ = into.data();
   if (e.tcp) {
     auto op = std::make_shared<TcpOp>();
     op->receive = true;
@@ -341,12 +347,6 @@ Result<Transfer> Channel::receive_bulk(std::uint32_t key, std::span<std::byte> i
     op->into = into.data();
     op->capacity = into.size();
     FERRY_RETURN_IF_ERROR(e.tcp_receive_bulk(op));
-    Transfer t;
-    t.endpoint_ = endpoint_;
-    t.receive_ = true;
-    t.key_ = key;
-    t.expected_ = into.size();
-    t.into_ = into.data();
     t.op_ = std::move(op);
     return t;
   }
@@ -360,12 +360,6 @@ Result<Transfer> Channel::receive_bulk(std::uint32_t key, std::span<std::byte> i
     return io_error(fmt::format("UCX ucp_tag_recv_nbx for bulk message {} from {} failed: {}", key,
                                 e.peer, ucs_status_string(UCS_PTR_STATUS(r))));
   }
-  Transfer t;
-  t.endpoint_ = endpoint_;
-  t.receive_ = true;
-  t.key_ = key;
-  t.expected_ = into.size();
-  t.into_ = into.data();
   t.request_ = r;
   return t;
 }

@@ -225,7 +225,7 @@ struct Endpoint {
   // Where the stream is read while no bulk message arrives (not zero-filled per read), and
   // where a cancelled receive's bytes go.
   std::vector<std::byte> scratch;
-  std::uint64_t stream_id = 0;     // ctx's registration of the socket (0: none)
+  std::uint64_t stream_id = 0;  // ctx's registration of the socket (0: none)
 
   // Opens the TCP path on `bootstrap`: `early` are bytes read from it past the handshake.
   Status tcp_open(std::vector<std::byte> early);
