@@ -73,6 +73,7 @@ Status RoundReader::abort(Status why) {
 
 // The sender's ERROR if it is among the messages waiting unread; else `why`.
 Status RoundReader::sender_reason(Status why) {
+  if (sender_error_) return why;  // `why` is the sender's ERROR itself
   for (int i = 0; i < kMaxUnreadMessages; ++i) {
     auto pending = receive_message(std::chrono::milliseconds(0));
     if (pending.ok()) continue;
