@@ -289,14 +289,9 @@ struct Endpoint {
   // the handshake, so a byte there is a protocol error.
   void check_bootstrap() {
     if (failed || !bootstrap.valid()) return;
-    if (tcp) {  // the stream itself tells: its end is read in order, after what came before
-      std::byte b[1];
-      const ssize_t n = ::recv(bootstrap.get(), b, 1, MSG_PEEK | MSG_DONTWAIT);
-      if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) {
-        tcp_pump(/*all=*/false);
-      }
-      return;
-    }
+    // On ferry's TCP path the stream is the socket: the reads that take its frames and bulk
+    // bytes see its end (tcp_read), in order, after what came before.
+    if (tcp) return;
     char byte = 0;
     const ssize_t n = ::recv(bootstrap.get(), &byte, 1, MSG_PEEK | MSG_DONTWAIT);
     if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return;
