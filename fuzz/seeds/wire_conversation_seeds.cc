@@ -70,8 +70,8 @@ int main(int argc, char** argv) {
   w::Begin db = std::get<w::Begin>(f::begin(2, 1).body);
   db.manifest.push_back(*ferry::TensorSpec::make("w", ferry::DType::kU8, {100}));
   db.total_bytes = 100;
-  db.keep_for_delta = 1;
-  db.delta = 1;
+  db.keep_copies = 1;
+  db.codec = 1;
   db.base_version = 1;
   db.version = 2;
   db.targets.push_back({*ferry::TensorSpec::make("w", ferry::DType::kBF16, {8, 4}), 42});

@@ -5,6 +5,7 @@
 
 #include "base/clock.h"
 #include "base/status_macros.h"
+#include "codec/registry.h"
 #include "profiler/span.h"
 #include "sync/copy.h"
 #include "sync/round_stats.h"
@@ -28,7 +29,7 @@ RoundReader::RoundReader(const SyncOptions& options, Link link, wire::Conversati
       ring_(std::move(ring)),
       ring_region_(std::move(region)),
       checksums_(checksums),
-      delta_rx_(options.delta_keep_limit) {}
+      copies_(options.delta_keep_limit) {}
 
 RoundReader::~RoundReader() = default;
 
@@ -39,7 +40,7 @@ Status RoundReader::check_session() const {
 
 Status RoundReader::abort(Status why) {
   if (!broken_.ok()) return why;
-  delta_rx_.forget();
+  held_version_ = 0;
   // Not after a timeout (the sender stopped talking) or an interrupt (the caller wants out
   // now: Ctrl-C).
   const bool linger = why.code() != Code::kTimeout && !interrupted_.fired();
@@ -156,19 +157,19 @@ Status RoundReader::begin_round(wire::Message first, ReadInto into) {
   round_sum_.emplace(wire::encode(first));
   auto& begin = std::get<wire::Begin>(first.body);
   into_ = into;
-  delta_ = begin.delta != 0;
+  encoded_ = begin.codec != wire::kDense;
   more_follows_ = begin.more_follows != 0;
   ended_ = false;
   leases_.clear();
   destinations_ = {};
-  const bool was_delta = fields_.delta != 0;
-  // What the round delivers: a delta round's targets, else its manifest (not copied).
+  const bool was_encoded = fields_.codec != wire::kDense;
+  // What the round delivers: an encoded round's targets, else its manifest (not copied).
   targets_.clear();
-  if (delta_) {
-    for (const wire::DeltaTarget& t : begin.targets) targets_.push_back(t.spec);
+  if (encoded_) {
+    for (const wire::CodecTarget& t : begin.targets) targets_.push_back(t.spec);
   }
   const std::span<const TensorSpec> tensors =
-      delta_ ? std::span<const TensorSpec>(targets_) : begin.manifest;
+      encoded_ ? std::span<const TensorSpec>(targets_) : begin.manifest;
   if (begin.step && min_step_ && *begin.step < *min_step_) {
     return failed_precondition(
         fmt::format("stale weights: the sender sends step {}, but this receiver has or "
@@ -178,18 +179,20 @@ Status RoundReader::begin_round(wire::Message first, ReadInto into) {
   if (begin_check_) {
     FERRY_RETURN_IF_ERROR(begin_check_(RoundBegin{round, more_follows_, tensors, begin.step}));
   }
-  if (into != ReadInto::kPassThrough) FERRY_RETURN_IF_ERROR(delta_rx_.check_begin(begin, round));
-  // Views of delta rounds and of keep_for_delta rounds need copies sized by BEGIN: bounded
+  codec_ = nullptr;
+  if (encoded_ && into != ReadInto::kPassThrough) FERRY_RETURN_IF_ERROR(check_codec(begin, round));
+  // Views of encoded rounds and of keep_copies rounds need copies sized by BEGIN: bounded
   // before any is made.
-  if (into == ReadInto::kViews || into == ReadInto::kWritableViews) {
-    FERRY_RETURN_IF_ERROR(delta_rx_.check_keep(begin, round));
+  const bool views = into == ReadInto::kViews || into == ReadInto::kWritableViews;
+  if (views && (encoded_ || begin.keep_copies != 0)) {
+    FERRY_RETURN_IF_ERROR(copies_.check(begin, round));
   }
-  if (delta_ && into == ReadInto::kWritableViews) {
+  if (encoded_ && into == ReadInto::kWritableViews) {
     return failed_precondition(
-        fmt::format("round {} is a delta round: writable views cannot be given for it (the "
-                    "views would be the copies deltas apply onto); receive it with "
+        fmt::format("round {} is a {} round: writable views cannot be given for it (the "
+                    "views would be the copies its payloads decode onto); receive it with "
                     "receive_round_buckets",
-                    round));
+                    round, codec_->name()));
   }
   if (into == ReadInto::kWritableViews) {
     // The sender refills the slots of the last round's last buckets now: their pages the
@@ -205,7 +208,7 @@ Status RoundReader::begin_round(wire::Message first, ReadInto into) {
     manifest_ = std::move(begin.manifest);
     plan_bucket_bytes_ = begin.bucket_bytes;
     ++tensors_generation_;
-  } else if (delta_ || was_delta) {
+  } else if (encoded_ || was_encoded) {
     ++tensors_generation_;  // the targets may differ from the last round's
   }
   begin.manifest.clear();
@@ -214,9 +217,9 @@ Status RoundReader::begin_round(wire::Message first, ReadInto into) {
     return corruption(fmt::format("round {}: BEGIN says {} buckets, the plan has {}", round,
                                   fields_.bucket_count, plan_.bucket_count()));
   }
-  // Delta rounds assemble their blobs whatever the caller asked.
+  // Encoded rounds assemble their payloads whatever the caller asked.
   const bool assembles = into == ReadInto::kViews || into == ReadInto::kWritableViews ||
-                         (into == ReadInto::kDestinations && delta_);
+                         (into == ReadInto::kDestinations && encoded_);
   if (assembles) FERRY_RETURN_IF_ERROR(check_assembly(round));
   return ok_status();
 }
@@ -235,6 +238,44 @@ Status RoundReader::check_assembly(std::uint64_t round) const {
     }
   }
   return ok_status();
+}
+
+// An encoded round needs its codec and, for a codec that decodes onto the last version
+// (delta), that version held here.
+Status RoundReader::check_codec(const wire::Begin& begin, std::uint64_t round) {
+  codec_ = codec::receive_codec(begin.codec);
+  if (codec_ == nullptr) {
+    return failed_precondition(
+        fmt::format("round {}: {} encodes it with codec {}, which this receiver does not know "
+                    "(a newer ferry on the sender?)",
+                    round, link_.peer(), begin.codec));
+  }
+  if (!codec_->decodes_onto_base() ||
+      (begin.base_version != 0 && begin.base_version == held_version_)) {
+    return ok_status();
+  }
+  return failed_precondition(fmt::format(
+      "round {} is a {} from version {} to {}, but this receiver holds {}", round, codec_->name(),
+      begin.base_version, begin.version,
+      held_version_ == 0 ? std::string("no version") : fmt::format("version {}", held_version_)));
+}
+
+// Decodes a payload onto its target's bytes and checks them against the sender's hash.
+Status RoundReader::decode(const wire::CodecTarget& target, std::span<const std::byte> payload,
+                           std::span<std::byte> onto) const {
+  const std::string what =
+      fmt::format("round {} tensor '{}'", conversation_.round(), target.spec.name);
+  FERRY_RETURN_IF_ERROR(codec_->decode(payload, onto, what));
+  const std::uint64_t hash = XXH3_64bits(onto.data(), onto.size());
+  if (hash == target.hash) return ok_status();
+  const std::uint64_t base = fields_.base_version;
+  return corruption(fmt::format(
+      "{}: after the {} to version {} its bytes hash to {:016x}, the sender's to {:016x}{}", what,
+      codec_->name(), fields_.version, hash, target.hash,
+      base == 0 ? std::string()
+                : fmt::format(": what this receiver held was not version {} (a destination "
+                              "changed between rounds?)",
+                              base)));
 }
 
 void RoundReader::into(std::span<std::byte* const> destinations) { destinations_ = destinations; }
@@ -305,11 +346,11 @@ Status RoundReader::end_round(const wire::End& e) {
   // The round is over: the ACK covers every slot, so buckets still held go back now.
   while (!leases_.empty()) FERRY_RETURN_IF_ERROR(release(leases_.front().bucket));
   FERRY_RETURN_IF_ERROR(send_ack());
-  if (delta_) {
+  if (encoded_) {
     stats_.bytes = 0;
-    for (const wire::DeltaTarget& t : fields_.targets) stats_.bytes += t.spec.bytes();
+    for (const wire::CodecTarget& t : fields_.targets) stats_.bytes += t.spec.bytes();
   }
-  delta_rx_.completed(fields_);
+  held_version_ = fields_.version;
   return ok_status();
 }
 
@@ -334,7 +375,7 @@ Status RoundReader::send_ack() {
   stats_.more_follows = more_follows_;
   stats_.step = fields_.step;
   if (fields_.step) set_min_step(*fields_.step);
-  stats_.delta = delta_;
+  stats_.delta = encoded_;
   stats_.base_version = fields_.base_version;
   stats_.version = fields_.version;
   return ok_status();
@@ -386,7 +427,7 @@ Status RoundReader::receive_segment(const wire::Filled& f) {
 Status RoundReader::verify_and_deliver(const wire::Filled& f, const std::byte* slot) {
   std::uint64_t sum = f.checksum;
   Status delivered;
-  const bool copy_out = into_ == ReadInto::kDestinations && !delta_;
+  const bool copy_out = into_ == ReadInto::kDestinations && !encoded_;
   if (!checksums_) {
     delivered = deliver(f, slot, nullptr);
   } else if (copy_out) {
@@ -427,7 +468,7 @@ Status RoundReader::deliver(const wire::Filled& f, const std::byte* slot, Bucket
   }
   if (f.offset == 0) walker_ = SegmentWalker(plan_.bucket(f.bucket));
   const bool last = f.last != 0;
-  if (into_ == ReadInto::kDestinations && !delta_) {
+  if (into_ == ReadInto::kDestinations && !encoded_) {
     walker_.walk(
         f.offset, f.used_bytes, last,
         [&](const Piece& p, std::uint64_t at, std::uint64_t n) {
@@ -476,21 +517,20 @@ Status RoundReader::deliver(const wire::Filled& f, const std::byte* slot, Bucket
   return status;
 }
 
-// Hands finished tensor i out as a view. In a delta round `tensor` is its blob, applied first
-// onto the destination or this receiver's copy.
+// Hands finished tensor i out as a view. In an encoded round `tensor` is its payload,
+// decoded first onto the destination or this receiver's copy.
 Status RoundReader::finish_tensor(std::size_t i, TensorView tensor, std::byte* writable) {
-  if (delta_) {
-    const wire::DeltaTarget& target = fields_.targets[i];
+  if (encoded_) {
+    const wire::CodecTarget& target = fields_.targets[i];
     const bool onto_destination = into_ == ReadInto::kDestinations;
     const std::span<std::byte> onto =
         onto_destination ? std::span<std::byte>(destinations_[i], target.spec.bytes())
-                         : delta_rx_.copy_of(target.spec);
-    FERRY_RETURN_IF_ERROR(
-        delta_rx_.apply(tensor.data, onto, target, fields_, conversation_.round()));
+                         : copies_.copy_of(target.spec);
+    FERRY_RETURN_IF_ERROR(decode(target, tensor.data, onto));
     if (onto_destination) return ok_status();
     tensor = TensorView{target.spec, onto};
-  } else if (fields_.keep_for_delta != 0) {
-    delta_rx_.keep(tensor);
+  } else if (fields_.keep_copies != 0) {
+    copies_.keep(tensor);
   }
   if (into_ == ReadInto::kWritableViews) {
     writable_views_.push_back({tensor.spec, {writable, tensor.data.size()}});

@@ -31,12 +31,13 @@
 #include <vector>
 
 #include "base/uninit_buffer.h"
+#include "codec/tensor_codec.h"
 #include "ferry/status.h"
 #include "ferry/sync.h"
 #include "ferry/tensor.h"
 #include "sync/bucket_planner.h"
 #include "sync/copy.h"
-#include "sync/delta_receiver.h"
+#include "sync/kept_copies.h"
 #include "sync/link.h"
 #include "sync/round_checksum.h"
 #include "sync/segment.h"
@@ -52,7 +53,7 @@ namespace ferry::sync {
 // How a round's tensors reach the caller.
 enum class ReadInto : std::uint8_t {
   // Read-only views: into the ring where a tensor lies in one bucket (zero copy), else of
-  // the tensor assembled in this process. Delta rounds: views of the copies deltas apply onto.
+  // the tensor assembled in this process. Encoded rounds: views of the copies payloads decode onto.
   kViews,
   // The same views, writable: a copy-on-write mapping of the ring (writable_views_error()).
   kWritableViews,
@@ -84,7 +85,7 @@ class RoundReader {
   RoundReader& operator=(const RoundReader&) = delete;
 
   // Waits (options.idle_timeout) for the next round's BEGIN, checks it (set_begin_check, the
-  // delta base, the limits of copies and assembly) and plans its buckets.
+  // codec and its base version, the limits of copies and assembly) and plans its buckets.
   Result<RoundBegin> begin(ReadInto into);
   // kDestinations: where tensor i of begin()'s RoundBegin::tensors goes; after begin(), before
   // next(); the memory stays valid and each span holds the tensor's bytes.
@@ -140,10 +141,12 @@ class RoundReader {
 
   Status check_session() const;
   std::span<const TensorSpec> round_tensors() const {
-    return delta_ ? std::span<const TensorSpec>(targets_) : std::span<const TensorSpec>(manifest_);
+    return encoded_ ? std::span<const TensorSpec>(targets_)
+                    : std::span<const TensorSpec>(manifest_);
   }
   Result<wire::Message> receive_message(std::chrono::milliseconds timeout);
   Status begin_round(wire::Message first, ReadInto into);
+  Status check_codec(const wire::Begin& begin, std::uint64_t round);
   Status check_assembly(std::uint64_t round) const;
   Result<std::optional<ReadSegment>> next_segment();
   Status end_round(const wire::End& end);
@@ -154,6 +157,8 @@ class RoundReader {
   Status verify_and_deliver(const wire::Filled& f, const std::byte* slot);
   Status deliver(const wire::Filled& f, const std::byte* slot, BucketHash* hash);
   Status finish_tensor(std::size_t i, TensorView tensor, std::byte* writable);
+  Status decode(const wire::CodecTarget& target, std::span<const std::byte> payload,
+                std::span<std::byte> onto) const;
   Status send_release(const Lease& lease);
   void start_forgetting(std::uint32_t slot);
   Status forgotten(std::uint32_t slot);
@@ -170,13 +175,17 @@ class RoundReader {
   BeginCheck begin_check_;
   // The lowest step a round may carry: the highest of the steps received and set_min_step's.
   std::optional<std::uint64_t> min_step_;
-  DeltaReceiver delta_rx_;
+  KeptCopies copies_;
+  std::uint64_t held_version_ = 0;  // the version the last round left; 0: none known
 
   // The round being read.
   bool in_round_ = false;
   bool sender_error_ = false;  // the sender's ERROR was decoded (nothing is read after it)
   ReadInto into_ = ReadInto::kViews;
-  bool delta_ = false;  // a delta round: blobs are assembled, applied onto destinations or copies
+  // An encoded round: its payloads are assembled and decoded onto destinations or copies by
+  // codec_ (null when passing the round through).
+  bool encoded_ = false;
+  const codec::ReceiveCodec* codec_ = nullptr;
   bool more_follows_ = false;
   std::chrono::steady_clock::time_point start_;
   std::optional<RoundChecksum> round_sum_;
@@ -184,7 +193,7 @@ class RoundReader {
   std::uint64_t plan_bucket_bytes_ = 0;
   BucketPlan plan_;
   wire::Begin fields_;               // the round's BEGIN, its manifest moved out
-  std::vector<TensorSpec> targets_;  // a delta round's tensors (its manifest holds blobs)
+  std::vector<TensorSpec> targets_;  // an encoded round's tensors (its manifest: payloads)
   std::uint64_t tensors_generation_ = 0;
   std::span<std::byte* const> destinations_;
   RoundStats stats_;

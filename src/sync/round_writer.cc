@@ -39,7 +39,7 @@ Status RoundWriter::begin(std::vector<TensorSpec> manifest, const RoundOptions& 
   }
   more_follows_ = round_options.more_follows;
   step_ = round_options.step;
-  delta_ = fields.delta != 0;
+  encoded_ = fields.codec != wire::kDense;
   base_version_ = fields.base_version;
   wire::Begin begin = std::move(fields);
   begin.bucket_bytes = options_.bucket_bytes;
@@ -210,7 +210,7 @@ Result<RoundStats> RoundWriter::finish() {
     FERRY_RETURN_IF_ERROR(fanout_->drain_transfers());
   }
   RoundStats stats;
-  stats.delta = delta_;
+  stats.delta = encoded_;
   stats.base_version = base_version_;
   stats.version = round_;
   finish_round_stats(&stats, round_, manifest_.size(), plan_, start_, digest);

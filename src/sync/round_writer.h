@@ -37,7 +37,8 @@ class RoundWriter {
       : fanout_(fanout), options_(std::move(options)) {}
 
   // Plans the round (the plan is reused while the manifest is unchanged) and sends BEGIN.
-  // `fields` carries BEGIN's delta fields. REQUIRES: names unique (the caller checks).
+  // `fields` carries BEGIN's codec fields (codec/tensor_codec.h). REQUIRES: names unique (the
+  // caller checks).
   Status begin(std::vector<TensorSpec> manifest, const RoundOptions& round_options,
                wire::Begin fields = {});
   // The round's next bytes: the manifest's tensors in order, each whole or in parts.
@@ -70,7 +71,7 @@ class RoundWriter {
   // The round being written.
   bool more_follows_ = false;
   std::optional<std::uint64_t> step_;
-  bool delta_ = false;
+  bool encoded_ = false;
   std::uint64_t base_version_ = 0;
   std::chrono::steady_clock::time_point start_;
   std::optional<RoundChecksum> round_sum_;

@@ -36,7 +36,7 @@ class Update {
     const std::optional<std::vector<TensorSpec>>& learned = impls_[0]->learned;
     bool stream = learned.has_value() && !learned->empty() && first->has_value() &&
                   (*first)->spec == learned->front();
-    for (Sender::Impl* impl : impls_) stream = stream && !impl->delta && impl->learned == learned;
+    for (Sender::Impl* impl : impls_) stream = stream && !impl->codec && impl->learned == learned;
     Status s = stream ? streamed(**first) : staged(std::move(*first));
     if (!s.ok()) return s;
     for (UpdateStats& st : stats_) {

@@ -12,11 +12,11 @@
 #include "base/log.h"
 #include "base/random.h"
 #include "base/status_macros.h"
+#include "codec/registry.h"
 #include "ferry/sync.h"
 #include "profiler/span.h"
 #include "sync/bucket_planner.h"
 #include "sync/copy.h"
-#include "sync/delta_sender.h"
 #include "sync/fanout.h"
 #include "sync/round_writer.h"
 #include "sync/sender_impl.h"
@@ -108,11 +108,11 @@ Status put_streamed(RoundWriter& w, std::span<const TensorSpec> specs, const Ten
 
 Result<RoundStats> Sender::Impl::send_views(std::span<const TensorView> weights,
                                             const RoundOptions& round_options) {
-  if (delta) {
+  if (codec) {
     std::vector<GatheredTensor> tensors;
     tensors.reserve(weights.size());
     for (const TensorView& w : weights) tensors.push_back(GatheredTensor{w.spec, {w.data}});
-    return send_with_delta(tensors, round_options);
+    return send_encoded(tensors, round_options);
   }
   return send(manifest_of(weights), round_options, [&](RoundWriter& w) {
     for (const TensorView& t : weights) FERRY_RETURN_IF_ERROR(w.put(t.data));
@@ -120,27 +120,23 @@ Result<RoundStats> Sender::Impl::send_views(std::span<const TensorView> weights,
   });
 }
 
-Result<RoundStats> Sender::Impl::send_with_delta(std::span<const GatheredTensor> tensors,
-                                                 const RoundOptions& round_options) {
+Result<RoundStats> Sender::Impl::send_encoded(std::span<const GatheredTensor> tensors,
+                                              const RoundOptions& round_options) {
   const auto start = Clock::now();  // the round's time includes encoding it
-  auto prepared = delta->prepare(tensors, fanout->all_peers_share_memory());
-  if (!prepared.ok()) return prepared.status();
+  auto encoded = codec->encode(tensors, fanout->all_peers_share_memory());
+  if (!encoded.ok()) return encoded.status();
   wire::Begin fields;
-  fields.keep_for_delta = static_cast<std::uint8_t>(prepared->keep_for_delta);
-  fields.delta = static_cast<std::uint8_t>(prepared->delta);
-  fields.base_version = prepared->base_version;
-  fields.targets = std::move(prepared->targets);
+  fields.keep_copies = static_cast<std::uint8_t>(encoded->keep_copies);
+  fields.codec = encoded->codec;
+  fields.base_version = encoded->base_version;
+  fields.targets = std::move(encoded->targets);
   const std::span<const GatheredTensor> sent =
-      prepared->delta ? std::span<const GatheredTensor>(prepared->blobs) : tensors;
+      encoded->codec != wire::kDense ? std::span<const GatheredTensor>(encoded->payloads) : tensors;
   auto stats = send(
       manifest_of(sent), round_options, [&](RoundWriter& w) { return put_gathered(w, sent); },
       std::move(fields));
-  delta->finish_round();  // the snapshot copy of a dense round reads `tensors`
-  if (!stats.ok()) {
-    delta->require_dense();
-    return stats;
-  }
-  delta->acknowledged(stats->version);
+  codec->round_sent(stats.ok(), stats.ok() ? stats->version : 0);
+  if (!stats.ok()) return stats;
   stats->seconds = std::chrono::duration<double>(Clock::now() - start).count();
   if (stats->delta) {
     stats->bytes = 0;
@@ -163,7 +159,7 @@ Result<std::unique_ptr<Sender>> Sender::create(const std::string& address,
   impl->fanout = std::move(*fanout);
   impl->fanout->set_session(random_session());
   impl->writer = std::make_unique<RoundWriter>(impl->fanout.get(), options);
-  if (options.delta != DeltaMode::kOff) impl->delta = std::make_unique<DeltaSender>(options);
+  impl->codec = codec::make_send_codec(options);
   return std::unique_ptr<Sender>(new Sender(std::move(impl)));
 }
 
@@ -177,7 +173,7 @@ Status Sender::accept(std::uint32_t receivers) {
     impl_->broken = ok_status();
   }
   // A receiver that joins holds nothing yet: the next round goes dense.
-  if (impl_->delta) impl_->delta->require_dense();
+  if (impl_->codec) impl_->codec->reset();
   return impl_->fanout->accept(receivers);
 }
 
@@ -190,7 +186,7 @@ Result<RoundStats> Sender::send_round(std::span<const TensorView> weights,
 Result<RoundStats> Sender::send_round_gathered(std::span<const GatheredTensor> weights,
                                                const RoundOptions& round_options) {
   FERRY_RETURN_IF_ERROR(impl_->ready());
-  if (impl_->delta) return impl_->send_with_delta(weights, round_options);
+  if (impl_->codec) return impl_->send_encoded(weights, round_options);
   return impl_->send(manifest_of(weights), round_options,
                      [&](RoundWriter& w) { return put_gathered(w, weights); });
 }
@@ -207,7 +203,7 @@ Result<RoundStats> Sender::send_round_filled(std::span<const TensorSpec> specs,
                                              const TensorFill& fill, const FillFlush& flush,
                                              const RoundOptions& round_options) {
   FERRY_RETURN_IF_ERROR(impl_->ready());
-  if (impl_->delta) {
+  if (impl_->codec) {
     return failed_precondition(
         "send_round_filled: delta rounds need the tensors in memory (use send_round)");
   }

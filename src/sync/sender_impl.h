@@ -8,10 +8,10 @@
 #include <span>
 #include <vector>
 
+#include "codec/tensor_codec.h"
 #include "ferry/status.h"
 #include "ferry/sync.h"
 #include "profiler/span.h"
-#include "sync/delta_sender.h"
 #include "sync/fanout.h"
 #include "sync/round_writer.h"
 #include "wire/message.h"
@@ -22,8 +22,8 @@ struct Sender::Impl {
   SyncOptions options;
   std::unique_ptr<Fanout> fanout;
   std::unique_ptr<RoundWriter> writer;
-  Status broken;                       // the first error; the session is unusable after it
-  std::unique_ptr<DeltaSender> delta;  // set when options.delta is not kOff
+  Status broken;                            // the first error; the session is unusable after it
+  std::unique_ptr<codec::SendCodec> codec;  // null: rounds go dense
   // send_update: the manifest of the last update sent whole with unique names, which the
   // next one streams against; the staging buffer of staged updates.
   std::optional<std::vector<TensorSpec>> learned;
@@ -66,12 +66,12 @@ struct Sender::Impl {
     return stats;
   }
 
-  // A round of the caller's views (through the DeltaSender when delta rounds are on).
+  // A round of the caller's views (through the codec, if any).
   Result<RoundStats> send_views(std::span<const TensorView> weights,
                                 const RoundOptions& round_options);
-  // Delta rounds on: the DeltaSender sends the round dense or as encoded blobs.
-  Result<RoundStats> send_with_delta(std::span<const GatheredTensor> tensors,
-                                     const RoundOptions& round_options);
+  // A round through the codec, which sends it dense or as encoded payloads.
+  Result<RoundStats> send_encoded(std::span<const GatheredTensor> tensors,
+                                  const RoundOptions& round_options);
 };
 
 }  // namespace ferry::sync

@@ -27,25 +27,4 @@ class ScopedCorruptSlotHook {
   ScopedCorruptSlotHook& operator=(const ScopedCorruptSlotHook&) = delete;
 };
 
-// Called with each tensor's encoded delta (not dense blobs without a base) before it is
-// sent; may change the bytes, standing for a delta corrupted before its checksums.
-using CorruptDelta = std::function<void(const std::string& tensor, std::vector<std::byte>* blob)>;
-void set_corrupt_delta_hook(CorruptDelta hook);
-// Maps the base version a delta round's BEGIN names (a sender that lost track of its
-// receivers), so the receivers' refusal can be tested.
-using SkewDeltaBase = std::function<std::uint64_t(std::uint64_t base)>;
-void set_skew_delta_base_hook(SkewDeltaBase hook);
-
-// Sets a delta hook while it lives.
-template <class Hook, void (*Set)(Hook)>
-class ScopedHook {
- public:
-  explicit ScopedHook(Hook hook) { Set(std::move(hook)); }
-  ~ScopedHook() { Set({}); }
-  ScopedHook(const ScopedHook&) = delete;
-  ScopedHook& operator=(const ScopedHook&) = delete;
-};
-using ScopedCorruptDeltaHook = ScopedHook<CorruptDelta, set_corrupt_delta_hook>;
-using ScopedSkewDeltaBaseHook = ScopedHook<SkewDeltaBase, set_skew_delta_base_hook>;
-
 }  // namespace ferry::sync::testing

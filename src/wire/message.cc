@@ -72,13 +72,13 @@ struct BodyEncoder {
     put_u8(out, m.more_follows);
     put_u32(out, static_cast<std::uint32_t>(m.manifest.size()));
     for (const TensorSpec& s : m.manifest) encode_spec(out, s);
-    put_u8(out, m.keep_for_delta);
-    put_u8(out, m.delta);
+    put_u8(out, m.keep_copies);
+    put_u8(out, m.codec);
     put_u64(out, m.base_version);
     put_u64(out, m.version);
     put_u8(out, m.step.has_value() ? 1 : 0);
     put_u64(out, m.step.value_or(0));
-    for (const DeltaTarget& t : m.targets) {  // the name is the manifest entry's
+    for (const CodecTarget& t : m.targets) {  // the name is the manifest entry's
       encode_dtype_shape(out, t.spec);
       put_u64(out, t.hash);
     }
@@ -172,19 +172,19 @@ Result<TensorSpec> decode_spec(Reader* r, std::uint32_t index, const std::string
   return decode_dtype_shape(r, std::move(name), where);
 }
 
-// The delta fields after BEGIN's manifest (version 4), with the caller's step between the
-// versions and the targets (version 5).
-Status decode_delta_fields(Reader* r, Begin* b, const std::string& what) {
-  b->keep_for_delta = r->u8();
-  b->delta = r->u8();
+// The codec fields after BEGIN's manifest (version 4), with the caller's step between the
+// versions and the targets (version 5). Any codec id decodes; the receiver refuses one it
+// does not know.
+Status decode_codec_fields(Reader* r, Begin* b, const std::string& what) {
+  b->keep_copies = r->u8();
+  b->codec = r->u8();
   b->base_version = r->u64();
   b->version = r->u64();
   const std::uint8_t has_step = r->u8();
   const std::uint64_t step = r->u64();
-  if (!r->ok()) return corruption(what + ": truncated in the delta fields");
-  if (b->keep_for_delta > 1 || b->delta > 1) {
-    return corruption(fmt::format("{}: keep_for_delta {} and delta {} must be 0 or 1", what,
-                                  b->keep_for_delta, b->delta));
+  if (!r->ok()) return corruption(what + ": truncated in the codec fields");
+  if (b->keep_copies > 1) {
+    return corruption(fmt::format("{}: keep_copies {} must be 0 or 1", what, b->keep_copies));
   }
   // Strict, so that every accepted BEGIN encodes back to the bytes it came as.
   if (has_step > 1 || (has_step == 0 && step != 0)) {
@@ -194,31 +194,31 @@ Status decode_delta_fields(Reader* r, Begin* b, const std::string& what) {
                     what, has_step, step));
   }
   if (has_step == 1) b->step = step;
-  if (b->delta == 0) {
+  if (b->codec == kDense) {
     if (b->base_version != 0) {
       return corruption(
           fmt::format("{}: a dense round names base version {}", what, b->base_version));
     }
     return ok_status();
   }
-  if (b->base_version >= b->version) {
-    return corruption(fmt::format("{}: delta from version {} to version {} goes backwards", what,
+  if (b->base_version != 0 && b->base_version >= b->version) {
+    return corruption(fmt::format("{}: decoding from version {} to version {} goes backwards", what,
                                   b->base_version, b->version));
   }
   // Each target takes at least 10 bytes (dtype, rank, hash).
   if (b->manifest.size() > r->remaining() / 10) {
-    return corruption(fmt::format("{}: {} delta targets cannot fit in {} bytes", what,
+    return corruption(fmt::format("{}: {} codec targets cannot fit in {} bytes", what,
                                   b->manifest.size(), r->remaining()));
   }
   b->targets.reserve(b->manifest.size());
   for (const TensorSpec& blob : b->manifest) {
     if (blob.dtype != DType::kU8 || blob.shape.size() != 1) {
-      return corruption(fmt::format("{}: delta blob '{}' is {}, not a U8 vector", what, blob.name,
+      return corruption(fmt::format("{}: payload '{}' is {}, not a U8 vector", what, blob.name,
                                     blob.to_string()));
     }
     FERRY_ASSIGN_OR_RETURN(TensorSpec spec, decode_dtype_shape(r, blob.name, what));
     const std::uint64_t hash = r->u64();
-    b->targets.push_back(DeltaTarget{std::move(spec), hash});
+    b->targets.push_back(CodecTarget{std::move(spec), hash});
   }
   return ok_status();
 }
@@ -341,7 +341,7 @@ Result<Message> decode(std::span<const std::byte> bytes, std::string_view peer) 
                                       total, b.total_bytes));
       }
       if (b.bucket_bytes == 0) return corruption(what + ": bucket_bytes is 0");
-      FERRY_RETURN_IF_ERROR(decode_delta_fields(&r, &b, what));
+      FERRY_RETURN_IF_ERROR(decode_codec_fields(&r, &b, what));
       m.body = std::move(b);
       break;
     }

@@ -21,8 +21,9 @@ namespace ferry::wire {
 
 inline constexpr std::uint32_t kMagic = 0x31595246;  // "FRY1" in little-endian bytes
 // 2: FILLED announces a segment of a bucket. 3: BEGIN says whether the update continues
-// in the next round (an update streamed as several rounds). 4: BEGIN carries the delta
-// round's fields (versions, the tensors the blobs decode into and their hashes). 5: BEGIN
+// in the next round (an update streamed as several rounds). 4: BEGIN carries the codec
+// fields (versions, the tensors the payloads decode into and their hashes; the byte that
+// was "delta" 0/1 is the codec id, delta being 1). 5: BEGIN
 // carries the caller's step (RoundOptions::step), if it gave one.
 inline constexpr std::uint16_t kVersion = 5;
 inline constexpr std::size_t kHeaderBytes = 28;
@@ -54,8 +55,11 @@ struct Welcome {
   std::uint64_t slot_bytes = 0;
   std::uint8_t checksums = 1;  // 1: every FILLED carries an XXH3 of its bucket
 };
-// What a delta round's blob decodes into: the tensor and the XXH3-64 of its resulting bytes.
-struct DeltaTarget {
+// Codec ids (codec/registry.h names them); 0 is a dense round, whose manifest holds the
+// tensors themselves.
+inline constexpr std::uint8_t kDense = 0;
+// What a payload of an encoded round decodes into: the tensor and the XXH3-64 of its bytes.
+struct CodecTarget {
   TensorSpec spec;
   std::uint64_t hash = 0;
 };
@@ -67,18 +71,18 @@ struct Begin {
   // receiver's last bucket of this round is not the update's last (verl's is_last).
   std::uint8_t more_follows = 0;
   std::vector<TensorSpec> manifest;
-  // 1: later rounds of this session may be deltas against what this round leaves, so a
-  // receiver that does not keep the tensors itself (callback modes) keeps a copy.
-  std::uint8_t keep_for_delta = 0;
-  // 1: a delta round (docs/delta.md): manifest entry i is a U8 blob [len], the encoded
-  // delta of targets[i] against base_version.
-  std::uint8_t delta = 0;
-  std::uint64_t base_version = 0;  // delta rounds: what receivers must hold; else 0
+  // 1: later rounds of this session may decode onto what this round leaves, so a receiver
+  // that does not keep the tensors itself (callback modes) keeps a copy.
+  std::uint8_t keep_copies = 0;
+  // The codec of the round's payloads (kDense: none): manifest entry i is then a U8 payload
+  // [len] that decodes into targets[i] (for delta, docs/delta.md, onto base_version's bytes).
+  std::uint8_t codec = kDense;
+  std::uint64_t base_version = 0;  // what receivers must hold to decode; 0: nothing
   std::uint64_t version = 0;       // what receivers hold after this round
   // The caller's step (RoundOptions::step, e.g. verl's global_steps), not a round number: on
   // the wire a presence flag (0/1) and the value (0 when absent).
   std::optional<std::uint64_t> step;
-  std::vector<DeltaTarget> targets;  // delta rounds: one per manifest entry, same name
+  std::vector<CodecTarget> targets;  // encoded rounds: one per manifest entry, same name
 };
 // A bucket is published in segments, so receivers start on a large bucket before the
 // sender has filled all of it: the slot now holds the bucket's bytes [offset, used_bytes),

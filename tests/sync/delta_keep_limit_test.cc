@@ -8,8 +8,9 @@
 #include <map>
 #include <thread>
 
+#include "codec/registry.h"
 #include "support/status_matchers.h"
-#include "sync/delta_receiver.h"
+#include "sync/kept_copies.h"
 #include "sync/sync_test_util.h"
 
 namespace ferry::sync {
@@ -27,15 +28,15 @@ TensorSpec bytes_tensor(const std::string& name, std::int64_t bytes) {
 wire::Begin dense_keep_round(std::vector<TensorSpec> manifest) {
   wire::Begin b;
   b.manifest = std::move(manifest);
-  b.keep_for_delta = 1;
+  b.keep_copies = 1;
   return b;
 }
 
 // A delta round from version 1 whose results are `targets`.
 wire::Begin delta_round(const std::vector<TensorSpec>& targets) {
   wire::Begin b;
-  b.delta = 1;
-  b.keep_for_delta = 1;
+  b.codec = codec::kDeltaId;
+  b.keep_copies = 1;
   b.base_version = 1;
   b.version = 2;
   for (const TensorSpec& t : targets) {
@@ -46,8 +47,8 @@ wire::Begin delta_round(const std::vector<TensorSpec>& targets) {
 }
 
 // Keeps a copy of every tensor of `begin`, as a callback-mode receiver does once
-// check_keep passed.
-void keep_all(DeltaReceiver& rx, const wire::Begin& begin) {
+// check passed.
+void keep_all(KeptCopies& rx, const wire::Begin& begin) {
   for (const TensorSpec& spec : begin.manifest) {
     std::vector<std::byte> data(spec.bytes(), std::byte{1});
     rx.keep(TensorView{spec, data});
@@ -62,68 +63,60 @@ void expect_refused_naming_limit(const Status& s, std::uint64_t limit) {
 }
 
 TEST(DeltaKeepLimit, RoundAtTheLimitIsKept) {
-  DeltaReceiver rx(1000);
+  KeptCopies rx(1000);
   const wire::Begin begin = dense_keep_round({bytes_tensor("a", 600), bytes_tensor("b", 400)});
-  ASSERT_OK(rx.check_keep(begin, 1));
+  ASSERT_OK(rx.check(begin, 1));
   keep_all(rx, begin);
-  EXPECT_EQ(rx.kept_bytes(), 1000u);
+  EXPECT_EQ(rx.bytes(), 1000u);
   // Later rounds replace the copies of the names they give: not counted twice.
-  EXPECT_OK(rx.check_keep(delta_round({bytes_tensor("a", 600), bytes_tensor("b", 400)}), 2));
+  EXPECT_OK(rx.check(delta_round({bytes_tensor("a", 600), bytes_tensor("b", 400)}), 2));
 }
 
 TEST(DeltaKeepLimit, OneBytePastTheLimitIsRefusedBeforeAnyCopy) {
-  DeltaReceiver rx(1000);
-  const Status s =
-      rx.check_keep(dense_keep_round({bytes_tensor("a", 600), bytes_tensor("b", 401)}), 1);
+  KeptCopies rx(1000);
+  const Status s = rx.check(dense_keep_round({bytes_tensor("a", 600), bytes_tensor("b", 401)}), 1);
   expect_refused_naming_limit(s, 1000);
   EXPECT_NE(s.message().find("asks 1001 bytes"), std::string::npos) << s.message();
-  EXPECT_EQ(rx.kept_bytes(), 0u);
+  EXPECT_EQ(rx.bytes(), 0u);
 }
 
 TEST(DeltaKeepLimit, CopiesOfTensorsTheRoundDoesNotNameCount) {
-  DeltaReceiver rx(1000);
+  KeptCopies rx(1000);
   const wire::Begin first = dense_keep_round({bytes_tensor("a", 500)});
-  ASSERT_OK(rx.check_keep(first, 1));
+  ASSERT_OK(rx.check(first, 1));
   keep_all(rx, first);
   // More rounds of one update (more_follows) keep other tensors beside "a".
-  EXPECT_OK(rx.check_keep(dense_keep_round({bytes_tensor("b", 500)}), 2));
-  const Status s = rx.check_keep(dense_keep_round({bytes_tensor("b", 501)}), 2);
+  EXPECT_OK(rx.check(dense_keep_round({bytes_tensor("b", 500)}), 2));
+  const Status s = rx.check(dense_keep_round({bytes_tensor("b", 501)}), 2);
   expect_refused_naming_limit(s, 1000);
   EXPECT_NE(s.message().find("with the 500 bytes kept for other tensors"), std::string::npos)
       << s.message();
-  EXPECT_EQ(rx.kept_bytes(), 500u);
+  EXPECT_EQ(rx.bytes(), 500u);
 }
 
 // A delta's targets are sized by BEGIN alone, whatever its blobs hold: a hostile sender
-// names an exabyte behind a 40-byte blob. check_keep refuses it, so no copy is made.
+// names an exabyte behind a 40-byte blob. check() refuses it, so no copy is made.
 TEST(DeltaKeepLimit, HugeDeltaTargetIsRefusedAndNothingIsAllocated) {
-  DeltaReceiver rx(1000);
+  KeptCopies rx(1000);
   const wire::Begin first = dense_keep_round({bytes_tensor("a", 100)});
-  ASSERT_OK(rx.check_keep(first, 1));
+  ASSERT_OK(rx.check(first, 1));
   keep_all(rx, first);
   const std::int64_t exabyte = std::int64_t{1} << 60;
-  expect_refused_naming_limit(rx.check_keep(delta_round({bytes_tensor("a", exabyte)}), 2), 1000);
+  expect_refused_naming_limit(rx.check(delta_round({bytes_tensor("a", exabyte)}), 2), 1000);
   // Sizes that would wrap a 64-bit sum are refused too, not wrapped under the limit.
   // (A spec holds at most 2^61 bytes: its bit count fits 64 bits.)
   std::vector<TensorSpec> wrapping;
   for (int i = 0; i < 9; ++i)
     wrapping.push_back(bytes_tensor(fmt::format("t{}", i), exabyte * 2 - 1));
-  expect_refused_naming_limit(rx.check_keep(delta_round(wrapping), 2), 1000);
-  EXPECT_EQ(rx.kept_bytes(), 100u);
+  expect_refused_naming_limit(rx.check(delta_round(wrapping), 2), 1000);
+  EXPECT_EQ(rx.bytes(), 100u);
 }
 
 TEST(DeltaKeepLimit, NameGivenTwiceIsRefused) {
-  DeltaReceiver rx;
-  const Status s = rx.check_keep(delta_round({bytes_tensor("a", 10), bytes_tensor("a", 20)}), 2);
+  KeptCopies rx;
+  const Status s = rx.check(delta_round({bytes_tensor("a", 10), bytes_tensor("a", 20)}), 2);
   EXPECT_EQ(s.code(), Code::kCorruption) << s.to_string();
   EXPECT_NE(s.message().find("names tensor 'a' twice"), std::string::npos) << s.message();
-}
-
-TEST(DeltaKeepLimit, RoundsThatKeepNothingAreNotBounded) {
-  DeltaReceiver rx(10);
-  wire::Begin dense;
-  dense.manifest = {bytes_tensor("a", 1000)};
-  EXPECT_OK(rx.check_keep(dense, 1));
 }
 
 // End to end, in tensor-callback mode.
@@ -240,6 +233,37 @@ TEST(DeltaKeepLimit, ReceiverOneByteShortRefusesThenNextSessionWorks) {
   ASSERT_OK(got.status);
   EXPECT_EQ(got.delta, (std::vector<bool>{false, true}));
   expect_holds(got, w);
+}
+
+// Rounds that keep nothing (a sender without delta rounds) take no copies, so the limit
+// does not bound them: a callback-mode receiver with a 10-byte limit takes 1000 bytes.
+TEST(DeltaKeepLimit, RoundsThatKeepNothingAreNotBounded) {
+  SyncOptions o = options(10);
+  o.delta = DeltaMode::kOff;
+  const std::string address = unique_address();
+  auto sender = Sender::create(address, o);
+  ASSERT_OK(sender);
+  std::uint64_t got = 0;
+  Status received;
+  std::thread rx([&] {
+    auto r = Receiver::connect(address, 0, o);
+    if (!r.ok()) {
+      received = r.status();
+      return;
+    }
+    received = (*r)->receive_round([&](const TensorView& t) {
+                     got += t.data.size();
+                     return ok_status();
+                   })
+                   .status();
+  });
+  ASSERT_OK((*sender)->accept(1));
+  const Weights w = make_weights({bytes_tensor("a", 1000)}, 3);
+  auto views = w.views();
+  EXPECT_OK((*sender)->send_round(views));
+  rx.join();
+  EXPECT_OK(received);
+  EXPECT_EQ(got, 1000u);
 }
 
 // A tensor larger than a bucket is assembled whole in callback modes, in memory of the size

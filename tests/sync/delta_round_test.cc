@@ -14,6 +14,7 @@
 #include <thread>
 
 #include "base/status_macros.h"
+#include "codec/testing.h"
 #include "delta/training_update.h"
 #include "support/status_matchers.h"
 #include "support/test_support.h"
@@ -272,9 +273,10 @@ TEST(DeltaRound, CorruptedDeltaIsNamedAndTheNextSessionIsCorrect) {
   auto views = w.views();
   ASSERT_OK((*sender)->send_round(views));
   {
-    testing::ScopedCorruptDeltaHook hook([](const std::string& tensor, std::vector<std::byte>* b) {
-      if (tensor == "proj") (*b)[b->size() / 2] ^= std::byte{0x40};
-    });
+    codec::testing::ScopedCorruptDeltaHook hook(
+        [](const std::string& tensor, std::vector<std::byte>* b) {
+          if (tensor == "proj") (*b)[b->size() / 2] ^= std::byte{0x40};
+        });
     update(w, 9, 0.01);
     views = w.views();
     EXPECT_FALSE((*sender)->send_round(views).ok());
@@ -304,7 +306,7 @@ TEST(DeltaRound, DeltaFromAnotherBaseIsRefused) {
   views = w.views();
   ASSERT_OK((*sender)->send_round(views));
   {
-    testing::ScopedSkewDeltaBaseHook hook([](std::uint64_t base) { return base - 1; });
+    codec::testing::ScopedSkewDeltaBaseHook hook([](std::uint64_t base) { return base - 1; });
     update(w, 2, 0.01);
     views = w.views();
     EXPECT_FALSE((*sender)->send_round(views).ok());

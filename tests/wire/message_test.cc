@@ -78,8 +78,8 @@ Begin delta_begin() {
   b.manifest.push_back(*TensorSpec::make("b", DType::kU8, {44}));
   b.total_bytes = 94;
   b.bucket_count = 1;
-  b.keep_for_delta = 1;
-  b.delta = 1;
+  b.keep_copies = 1;
+  b.codec = 1;
   b.base_version = 4;
   b.version = 5;
   b.targets.push_back({*TensorSpec::make("w", DType::kBF16, {8, 4}), 0x1122334455667788ULL});
@@ -92,8 +92,8 @@ TEST(WireMessage, DeltaBeginRoundTrips) {
   auto back = decode(encode(m), "p");
   ASSERT_OK(back);
   const auto& b = std::get<Begin>(back->body);
-  EXPECT_EQ(b.delta, 1);
-  EXPECT_EQ(b.keep_for_delta, 1);
+  EXPECT_EQ(b.codec, 1);
+  EXPECT_EQ(b.keep_copies, 1);
   EXPECT_EQ(b.base_version, 4u);
   EXPECT_EQ(b.version, 5u);
   ASSERT_EQ(b.targets.size(), 2u);
@@ -115,7 +115,7 @@ TEST(WireDecoder, RejectsInconsistentDeltaFields) {
             std::string::npos);
   Begin not_blob = delta_begin();
   not_blob.manifest[0] = *TensorSpec::make("w", DType::kBF16, {25});
-  EXPECT_NE(message_of(not_blob).status().message().find("delta blob 'w'"), std::string::npos);
+  EXPECT_NE(message_of(not_blob).status().message().find("payload 'w'"), std::string::npos);
   Begin dense_with_base = small_begin();
   dense_with_base.base_version = 3;
   EXPECT_NE(message_of(dense_with_base).status().message().find("dense round names base"),

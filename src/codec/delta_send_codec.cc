@@ -1,5 +1,3 @@
-#include "sync/delta_sender.h"
-
 #include <fmt/format.h>
 #include <xxhash.h>
 
@@ -9,12 +7,18 @@
 #include <thread>
 #include <unordered_set>
 
+#include "codec/delta_codec.h"
+#include "codec/registry.h"
+#include "codec/testing.h"
 #include "delta/delta.h"
 #include "delta/format.h"
-#include "sync/copy.h"
-#include "sync/testing.h"
 
-namespace ferry::sync {
+namespace ferry::codec {
+
+using sync::DeltaMode;
+using sync::GatheredTensor;
+using sync::SyncOptions;
+
 namespace {
 
 testing::CorruptDelta& corrupt_delta_hook() {
@@ -68,7 +72,7 @@ std::span<const std::byte> contiguous(const GatheredTensor& t, std::vector<std::
   scratch->resize(t.spec.bytes());
   std::size_t at = 0;
   for (const auto& part : t.parts) {
-    copy_bytes(scratch->data() + at, part.data(), part.size());
+    std::memcpy(scratch->data() + at, part.data(), part.size());
     at += part.size();
   }
   return *scratch;
@@ -76,25 +80,34 @@ std::span<const std::byte> contiguous(const GatheredTensor& t, std::vector<std::
 
 }  // namespace
 
-DeltaSender::DeltaSender(const SyncOptions& options) : options_(options) {}
+DeltaSendCodec::DeltaSendCodec(const SyncOptions& options) : options_(options) {}
 
-DeltaSender::~DeltaSender() { finish_round(); }
+DeltaSendCodec::~DeltaSendCodec() { await_snapshot_copy(); }
 
-void DeltaSender::finish_round() {
+void DeltaSendCodec::await_snapshot_copy() {
   if (snapshot_copy_.joinable()) snapshot_copy_.join();
 }
 
-void DeltaSender::require_dense() {
+void DeltaSendCodec::round_sent(bool ok, std::uint64_t version) {
+  await_snapshot_copy();  // it reads the caller's tensors
+  if (ok) {
+    base_version_ = version;
+  } else {
+    reset();
+  }
+}
+
+void DeltaSendCodec::reset() {
   base_version_ = 0;
   for (auto& [name, e] : entries_) e.valid = false;
 }
 
-std::uint32_t DeltaSender::threads() const {
+std::uint32_t DeltaSendCodec::threads() const {
   if (options_.delta_threads > 0) return options_.delta_threads;
   return std::clamp<std::uint32_t>(std::thread::hardware_concurrency(), 1, 4);
 }
 
-DeltaSender::Entry& DeltaSender::entry_for(const TensorSpec& spec) {
+DeltaSendCodec::Entry& DeltaSendCodec::entry_for(const TensorSpec& spec) {
   Entry& e = entries_[spec.name];
   const std::uint64_t bytes = spec.bytes();
   if (e.snapshot.size() != bytes) {
@@ -109,8 +122,8 @@ DeltaSender::Entry& DeltaSender::entry_for(const TensorSpec& spec) {
   return e;
 }
 
-bool DeltaSender::mostly_changed(std::span<const GatheredTensor> tensors,
-                                 std::span<Entry* const> entries) const {
+bool DeltaSendCodec::mostly_changed(std::span<const GatheredTensor> tensors,
+                                    std::span<Entry* const> entries) const {
   std::uint64_t words = 0;
   std::uint64_t changed = 0;
   for (std::size_t i = 0; i < tensors.size(); ++i) {
@@ -131,15 +144,14 @@ bool DeltaSender::mostly_changed(std::span<const GatheredTensor> tensors,
   return words > 0 && static_cast<double>(changed) > kAutoChangedWords * static_cast<double>(words);
 }
 
-Result<PreparedRound> DeltaSender::prepare(std::span<const GatheredTensor> tensors,
-                                           bool all_peers_share_memory) {
-  finish_round();
-  PreparedRound round;
+Result<EncodedRound> DeltaSendCodec::encode(std::span<const GatheredTensor> tensors,
+                                            bool all_peers_share_memory) {
+  await_snapshot_copy();
+  EncodedRound round;
   if (options_.delta == DeltaMode::kAuto && all_peers_share_memory) {
     // No link to save bytes on. Peers only change through accept(), which asks for a dense
     // round; should a delta come anyway, tensors without a valid snapshot go dense-encoded.
     for (auto& [name, e] : entries_) e.valid = false;
-    round.keep_for_delta = false;
     return round;
   }
   std::vector<Entry*> entries;
@@ -160,11 +172,12 @@ Result<PreparedRound> DeltaSender::prepare(std::span<const GatheredTensor> tenso
     entries.push_back(&entry_for(t.spec));
     dense_bytes += given;
   }
-  round.delta = base_version_ != 0 &&
-                !(options_.delta == DeltaMode::kAuto && mostly_changed(tensors, entries));
-  if (!round.delta) {
+  round.keep_copies = true;
+  const bool encoded = base_version_ != 0 &&
+                       !(options_.delta == DeltaMode::kAuto && mostly_changed(tensors, entries));
+  if (!encoded) {
     // Dense: the snapshot takes the new bytes, which receivers will hold, on one thread
-    // beside the round (finish_round() waits): the round itself then costs what a dense
+    // beside the round (round_sent() waits): the round itself then costs what a dense
     // round without delta costs, as long as a core is free.
     std::vector<std::pair<std::span<std::byte>, const GatheredTensor*>> copies;
     for (std::size_t i = 0; i < tensors.size(); ++i) {
@@ -177,16 +190,17 @@ Result<PreparedRound> DeltaSender::prepare(std::span<const GatheredTensor> tenso
       for (const auto& [into, t] : copies) {
         std::size_t at = 0;
         for (const auto& part : t->parts) {
-          copy_bytes(into.data() + at, part.data(), part.size());
+          std::memcpy(into.data() + at, part.data(), part.size());
           at += part.size();
         }
       }
     });
     return round;
   }
+  round.codec = kDeltaId;
   round.base_version = base_version_;
   if (skew_delta_base_hook()) round.base_version = skew_delta_base_hook()(round.base_version);
-  round.blobs.resize(tensors.size());
+  round.payloads.resize(tensors.size());
   round.targets.resize(tensors.size());
   Status failed;
   std::atomic<bool> any_failed{false};
@@ -194,8 +208,8 @@ Result<PreparedRound> DeltaSender::prepare(std::span<const GatheredTensor> tenso
     Entry& e = *entries[i];
     const GatheredTensor& t = tensors[i];
     const std::span<const std::byte> now = contiguous(t, &e.gathered);
-    GatheredTensor& blob = round.blobs[i];
-    round.targets[i] = wire::DeltaTarget{t.spec, XXH3_64bits(now.data(), now.size())};
+    GatheredTensor& payload = round.payloads[i];
+    round.targets[i] = wire::CodecTarget{t.spec, XXH3_64bits(now.data(), now.size())};
     bool updated = false;  // the snapshot holds `now`
     if (e.valid) {
       Status s = delta::encode_into(e.snapshot, now, {}, &e.encoded);
@@ -210,7 +224,7 @@ Result<PreparedRound> DeltaSender::prepare(std::span<const GatheredTensor> tenso
         updated = true;
       }
       if (corrupt_delta_hook()) corrupt_delta_hook()(t.spec.name, &e.encoded);
-      blob.parts = {e.encoded};
+      payload.parts = {e.encoded};
     } else {
       // No base to encode against: the dense encoding, its header before the caller's bytes.
       delta::Header header;
@@ -219,38 +233,32 @@ Result<PreparedRound> DeltaSender::prepare(std::span<const GatheredTensor> tenso
       header.body_bytes = now.size();
       e.header.resize(delta::kHeaderBytes);
       delta::write_header(header, now, e.header.data());
-      blob.parts = {e.header, now};
+      payload.parts = {e.header, now};
     }
-    if (!e.snapshot.empty() && !updated) copy_bytes(e.snapshot.data(), now.data(), now.size());
+    if (!e.snapshot.empty() && !updated) std::memcpy(e.snapshot.data(), now.data(), now.size());
     e.valid = !e.snapshot.empty();
   });
   if (any_failed) {
-    require_dense();
+    reset();
     return failed;
   }
   for (std::size_t i = 0; i < tensors.size(); ++i) {
     std::uint64_t n = 0;
-    for (const auto& part : round.blobs[i].parts) n += part.size();
-    round.blobs[i].spec =
+    for (const auto& part : round.payloads[i].parts) n += part.size();
+    round.payloads[i].spec =
         *TensorSpec::make(tensors[i].spec.name, DType::kU8, {static_cast<std::int64_t>(n)});
     round.encoded_bytes += n;
   }
   if (options_.delta == DeltaMode::kAuto &&
       static_cast<double>(round.encoded_bytes) >
           kAutoDenseFraction * static_cast<double>(dense_bytes)) {
-    round.delta = false;  // the snapshot already holds the new bytes
-    round.blobs.clear();
+    // Dense after all; the snapshot already holds the new bytes.
+    round.codec = wire::kDense;
+    round.base_version = 0;
+    round.payloads.clear();
     round.targets.clear();
   }
   return round;
-}
-
-std::uint64_t DeltaSender::memory_bytes() const {
-  std::uint64_t n = 0;
-  for (const auto& [name, e] : entries_) {
-    n += e.snapshot.capacity() + e.encoded.capacity() + e.gathered.capacity();
-  }
-  return n;
 }
 
 void testing::set_corrupt_delta_hook(CorruptDelta hook) { corrupt_delta_hook() = std::move(hook); }
@@ -258,4 +266,4 @@ void testing::set_skew_delta_base_hook(SkewDeltaBase hook) {
   skew_delta_base_hook() = std::move(hook);
 }
 
-}  // namespace ferry::sync
+}  // namespace ferry::codec
