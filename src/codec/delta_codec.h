@@ -16,9 +16,16 @@
 
 namespace ferry::codec {
 
+// The sender's delta settings (SyncOptions::delta, delta_snapshot_limit, delta_threads).
+struct DeltaCodecOptions {
+  sync::DeltaMode mode = sync::DeltaMode::kOn;
+  std::uint64_t snapshot_limit = UINT64_MAX;
+  std::uint32_t threads = 0;  // 0: hardware concurrency, at most 4
+};
+
 class DeltaSendCodec final : public SendCodec {
  public:
-  explicit DeltaSendCodec(const sync::SyncOptions& options);
+  explicit DeltaSendCodec(const DeltaCodecOptions& options);
   ~DeltaSendCodec() override;
   DeltaSendCodec(const DeltaSendCodec&) = delete;
   DeltaSendCodec& operator=(const DeltaSendCodec&) = delete;
@@ -47,7 +54,7 @@ class DeltaSendCodec final : public SendCodec {
   std::uint32_t threads() const;
   void await_snapshot_copy();
 
-  sync::SyncOptions options_;
+  DeltaCodecOptions options_;
   std::uint64_t base_version_ = 0;  // 0: the next round is dense
   std::uint64_t snapshot_bytes_ = 0;
   std::unordered_map<std::string, Entry> entries_;

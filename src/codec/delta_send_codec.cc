@@ -17,7 +17,6 @@ namespace ferry::codec {
 
 using sync::DeltaMode;
 using sync::GatheredTensor;
-using sync::SyncOptions;
 
 namespace {
 
@@ -80,7 +79,7 @@ std::span<const std::byte> contiguous(const GatheredTensor& t, std::vector<std::
 
 }  // namespace
 
-DeltaSendCodec::DeltaSendCodec(const SyncOptions& options) : options_(options) {}
+DeltaSendCodec::DeltaSendCodec(const DeltaCodecOptions& options) : options_(options) {}
 
 DeltaSendCodec::~DeltaSendCodec() { await_snapshot_copy(); }
 
@@ -103,7 +102,7 @@ void DeltaSendCodec::reset() {
 }
 
 std::uint32_t DeltaSendCodec::threads() const {
-  if (options_.delta_threads > 0) return options_.delta_threads;
+  if (options_.threads > 0) return options_.threads;
   return std::clamp<std::uint32_t>(std::thread::hardware_concurrency(), 1, 4);
 }
 
@@ -114,7 +113,7 @@ DeltaSendCodec::Entry& DeltaSendCodec::entry_for(const TensorSpec& spec) {
     snapshot_bytes_ -= e.snapshot.size();
     e.snapshot = {};
     e.valid = false;
-    if (bytes <= options_.delta_snapshot_limit - snapshot_bytes_) {
+    if (bytes <= options_.snapshot_limit - snapshot_bytes_) {
       e.snapshot.resize(bytes);
       snapshot_bytes_ += bytes;
     }
@@ -148,7 +147,7 @@ Result<EncodedRound> DeltaSendCodec::encode(std::span<const GatheredTensor> tens
                                             bool all_peers_share_memory) {
   await_snapshot_copy();
   EncodedRound round;
-  if (options_.delta == DeltaMode::kAuto && all_peers_share_memory) {
+  if (options_.mode == DeltaMode::kAuto && all_peers_share_memory) {
     // No link to save bytes on. Peers only change through accept(), which asks for a dense
     // round; should a delta come anyway, tensors without a valid snapshot go dense-encoded.
     for (auto& [name, e] : entries_) e.valid = false;
@@ -174,7 +173,7 @@ Result<EncodedRound> DeltaSendCodec::encode(std::span<const GatheredTensor> tens
   }
   round.keep_copies = true;
   const bool encoded = base_version_ != 0 &&
-                       !(options_.delta == DeltaMode::kAuto && mostly_changed(tensors, entries));
+                       !(options_.mode == DeltaMode::kAuto && mostly_changed(tensors, entries));
   if (!encoded) {
     // Dense: the snapshot takes the new bytes, which receivers will hold, on one thread
     // beside the round (round_sent() waits): the round itself then costs what a dense
@@ -249,7 +248,7 @@ Result<EncodedRound> DeltaSendCodec::encode(std::span<const GatheredTensor> tens
         *TensorSpec::make(tensors[i].spec.name, DType::kU8, {static_cast<std::int64_t>(n)});
     round.encoded_bytes += n;
   }
-  if (options_.delta == DeltaMode::kAuto &&
+  if (options_.mode == DeltaMode::kAuto &&
       static_cast<double>(round.encoded_bytes) >
           kAutoDenseFraction * static_cast<double>(dense_bytes)) {
     // Dense after all; the snapshot already holds the new bytes.

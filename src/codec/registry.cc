@@ -27,7 +27,10 @@ std::unique_ptr<SendCodec> make_send_codec(const sync::SyncOptions& options) {
     MutexLock lock(h.mu);
     if (h.send_factory) return h.send_factory();
   }
-  if (options.delta != sync::DeltaMode::kOff) return std::make_unique<DeltaSendCodec>(options);
+  if (options.delta != sync::DeltaMode::kOff) {
+    return std::make_unique<DeltaSendCodec>(
+        DeltaCodecOptions{options.delta, options.delta_snapshot_limit, options.delta_threads});
+  }
   return nullptr;
 }
 

@@ -42,8 +42,8 @@ class SendCodec {
   virtual ~SendCodec() = default;
 
   // Prepares a round of `tensors` (their sizes and names are the codec's to check).
-  // `all_peers_share_memory`: every peer maps the ring, so no link saves bytes. The
-  // tensors' bytes must stay until round_sent().
+  // `all_peers_share_memory`: every peer maps the ring, so no link saves bytes. `tensors`
+  // and their bytes must stay until round_sent().
   virtual Result<EncodedRound> encode(std::span<const sync::GatheredTensor> tensors,
                                       bool all_peers_share_memory) = 0;
   // The round encode() prepared is over: acknowledged by every receiver at `version` when
