@@ -32,13 +32,14 @@ from ._ferry import (
     tensor_bytes,
 )
 from ._tensors import ferry_dtype, to_numpy, to_torch, torch_dtype
-from .sync import Receiver, Relay, RoundStats, Sender, SyncOptions
+from .sync import (MultiReceiver, Receiver, Relay, RoundStats, Sender, SyncOptions,
+                   split_into_parts)
 
 __all__ = [
     "AbortedError", "AlreadyExistsError", "CorruptionError", "DType", "FailedPreconditionError",
-    "FerryError", "InternalError", "InvalidArgumentError", "IoError", "NotFoundError",
-    "Receiver", "Relay", "ResourceExhaustedError", "RoundStats", "Sender", "SyncOptions", "TimeoutError",
-    "UnauthenticatedError", "UnimplementedError", "__version__", "ferry_dtype",
-    "hf_tensor_specs", "parse_dtype", "preset_names", "tensor_bytes", "to_numpy", "to_torch",
-    "torch_dtype",
+    "FerryError", "InternalError", "InvalidArgumentError", "IoError", "MultiReceiver",
+    "NotFoundError", "Receiver", "Relay", "ResourceExhaustedError", "RoundStats", "Sender",
+    "SyncOptions", "TimeoutError", "UnauthenticatedError", "UnimplementedError", "__version__",
+    "ferry_dtype", "hf_tensor_specs", "parse_dtype", "preset_names", "split_into_parts",
+    "tensor_bytes", "to_numpy", "to_torch", "torch_dtype",
 ]

@@ -612,6 +612,87 @@ class Receiver(_Endpoint):
         return self._impl.last_round
 
 
+class MultiReceiver(_Endpoint):
+    """Joins several Senders' sessions, each sending a disjoint part of the weights (trainer
+    ranks that split the model with split_into_parts), and receives one round of every
+    sender as one round (include/ferry/multi_receiver.h).
+
+    A tensor two senders send in one round, or senders that disagree on the step or on
+    more_follows, fail the round naming both senders; a sender that dies fails it naming its
+    address, and every session is closed: connect anew. Keyword arguments are those of
+    Receiver.
+    """
+
+    _keywords = SESSION_OPTIONS + RECEIVER_OPTIONS
+
+    def __init__(self, addresses: Sequence[str], receiver_id: int = 0, *,
+                 output: str = "torch", options: SyncOptions | None = None,
+                 **fields: Any) -> None:
+        if output not in CONVERTERS:
+            raise _error(_ferry.InvalidArgumentError,
+                         f"output '{output}': expected one of {', '.join(CONVERTERS)}")
+        self._convert = CONVERTERS[output]
+        opts = _options("MultiReceiver", self._keywords, options, fields)
+        self._impl = _ferry.MultiReceiver.connect(list(addresses), receiver_id, opts)
+        self._destinations: dict[str, Any] = {}
+
+    def set_destination(self, name: str, tensor: Any) -> None:
+        """Registers where tensor `name` goes in receive_round_into(), whichever sender
+        sends it (a contiguous CPU tensor or writable numpy array, kept alive)."""
+        arg, owner = destination_arg(name, tensor)
+        self._impl.set_destination(arg)
+        self._destinations[name] = owner
+
+    def set_destinations(self, tensors: Mapping[str, Any]) -> None:
+        """set_destination() for each item, e.g. a model's state_dict()."""
+        for name, tensor in tensors.items():
+            self.set_destination(name, tensor)
+
+    def clear_destinations(self) -> None:
+        self._impl.clear_destinations()
+        self._destinations.clear()
+
+    def receive_round_into(self) -> RoundStats:
+        """Receives one round of every sender straight into the destinations."""
+        return self._impl.receive_round_into()
+
+    def receive_round(self, on_tensor: Callable[[str, Any], None]) -> RoundStats:
+        """Receives one round of every sender, calling on_tensor(name, tensor) per tensor,
+        one call at a time (from the senders' threads, in each sender's order)."""
+        convert = self._convert
+
+        def call(view: tuple) -> None:
+            name, dtype, shape, memory = view
+            on_tensor(name, convert(dtype, shape, memory))
+
+        return self._impl.receive_round(call)
+
+    @property
+    def sender_stats(self) -> list[RoundStats]:
+        """Each sender's RoundStats of the last round that succeeded, in address order."""
+        return self._impl.sender_stats()
+
+    @property
+    def addresses(self) -> list[str]:
+        return self._impl.addresses
+
+    @property
+    def session_id(self) -> int:
+        raise AttributeError("a MultiReceiver has one session per sender (see sender_stats)")
+
+    def close(self) -> None:
+        self._impl.close()
+        self._destinations.clear()
+
+
+def split_into_parts(specs: Sequence[tuple], parts: int) -> list[list[int]]:
+    """Splits (name, dtype, shape) specs into `parts` disjoint parts of about equal bytes:
+    each part's spec indices, in the order given. The split depends on names and sizes only,
+    so every trainer rank computes the same one (rank k sends part k)."""
+    return _ferry.split_into_parts([(name, ferry_dtype(dtype), tuple(shape))
+                                    for name, dtype, shape in specs], parts)
+
+
 class Relay(_Endpoint):
     """On a receiving node: one receiver of a net Sender ("host:port") that republishes
     every round to this node's Receivers, which connect to `local_address` ("@name") as to
@@ -667,6 +748,6 @@ class Relay(_Endpoint):
         return self._impl.relays_address
 
 
-for _endpoint in (Sender, Receiver, Relay):
+for _endpoint in (Sender, Receiver, MultiReceiver, Relay):
     _show_options(_endpoint, _endpoint._keywords)
 del _endpoint

@@ -25,6 +25,8 @@
 #include <vector>
 
 #include "bindings.h"
+#include "ferry/multi_receiver.h"
+#include "ferry/sender_parts.h"
 #include "ferry/sync_option_fields.h"
 
 namespace ferry::python {
@@ -727,6 +729,89 @@ class PyRelay : public Endpoint<sync::Relay> {
   std::atomic<bool> stopping_{false};
 };
 
+// One round from several senders, each sending a disjoint part (include/ferry/multi_receiver.h).
+class PyMultiReceiver : public Endpoint<sync::MultiReceiver> {
+ public:
+  PyMultiReceiver() : Endpoint("multi-receiver") {}
+  static std::unique_ptr<PyMultiReceiver> connect(const std::vector<std::string>& addresses,
+                                                  std::uint32_t id, const SyncOptions& o) {
+    auto r = std::make_unique<PyMultiReceiver>();
+    Result<std::unique_ptr<sync::MultiReceiver>> c = [&] {
+      py::gil_scoped_release nogil;
+      return sync::MultiReceiver::connect(addresses, id, with_interrupts(o, r->interrupts_));
+    }();
+    r->interrupts_.raise_pending();
+    r->impl_ = check(std::move(c));
+    return r;
+  }
+
+  void set_destination(const py::handle& tensor) {
+    UseGuard use(mutex_, what_);
+    sync::MultiReceiver& r = get();
+    TensorArg a = tensor_arg(tensor, /*writable=*/true);
+    const std::string name = a.spec.name;
+    check(r.set_destination({std::move(a.spec), {a.data, a.size}}));
+    if (a.hold) {
+      holds_.insert_or_assign(name, std::move(a.hold));
+    } else {
+      holds_.erase(name);
+    }
+  }
+
+  void clear_destinations() {
+    UseGuard use(mutex_, what_);
+    get().clear_destinations();
+    holds_.clear();
+  }
+
+  RoundStats receive_round_into() {
+    UseGuard use(mutex_, what_);
+    sync::MultiReceiver& r = get();
+    Result<RoundStats> result = [&] {
+      py::gil_scoped_release nogil;
+      return r.receive_round_into();
+    }();
+    interrupts_.raise_pending();
+    return check(std::move(result));
+  }
+
+  // on_tensor runs on the senders' threads, one call at a time, with the GIL.
+  RoundStats receive_round(const py::function& on_tensor) {
+    UseGuard use(mutex_, what_);
+    sync::MultiReceiver& r = get();
+    CallbackBridge bridge;
+    const sync::TensorCallback cb = [&](const TensorView& v) {
+      return bridge.call([&] { on_tensor(view_to_python(v)); });
+    };
+    Result<RoundStats> result = [&] {
+      py::gil_scoped_release nogil;
+      return r.receive_round(cb);
+    }();
+    interrupts_.raise_pending();
+    return bridge.finish(std::move(result));
+  }
+
+  std::vector<RoundStats> sender_stats() const {
+    const std::span<const RoundStats> s = get().sender_stats();
+    return {s.begin(), s.end()};
+  }
+
+  void close() {
+    reset();
+    holds_.clear();
+  }
+
+ private:
+  std::map<std::string, std::unique_ptr<BufferHold>>
+      holds_;  // the destinations' buffers, kept alive
+};
+
+std::vector<std::vector<std::size_t>> split_into_parts(const py::sequence& specs,
+                                                       std::uint32_t parts) {
+  const std::vector<TensorSpec> manifest = manifest_from_python(specs);
+  return check(sync::split_into_parts(manifest, parts));
+}
+
 }  // namespace
 
 void bind_sync(py::module_& m) {
@@ -901,6 +986,33 @@ void bind_sync(py::module_& m) {
       .def_property_readonly(
           "last_round", [](const PyReceiver& r) { return r.get().last_round(); },
           "The number of the last round received.");
+
+  py::class_<PyMultiReceiver>(m, "MultiReceiver",
+                              "A rollout's end of several senders' sessions (use "
+                              "ferry.MultiReceiver).")
+      .def_static("connect", &PyMultiReceiver::connect, py::arg("addresses"),
+                  py::arg("receiver_id"), py::arg("options"),
+                  "Joins the sender at each address as `receiver_id`.")
+      .def("set_destination", &PyMultiReceiver::set_destination, py::arg("tensor"),
+           "Makes receive_round_into() write the named tensor, whichever sender sends it, into "
+           "this writable memory.")
+      .def("clear_destinations", &PyMultiReceiver::clear_destinations,
+           "Forgets every destination set_destination() gave.")
+      .def("receive_round_into", &PyMultiReceiver::receive_round_into,
+           "Receives one round from every sender into the destinations.")
+      .def("receive_round", &PyMultiReceiver::receive_round, py::arg("on_tensor"),
+           "Receives one round from every sender, calling on_tensor((name, dtype, shape, "
+           "memoryview)) per tensor, one call at a time; the view is valid only during the call.")
+      .def("sender_stats", &PyMultiReceiver::sender_stats,
+           "Each sender's RoundStats of the last round that succeeded, in address order.")
+      .def("close", &PyMultiReceiver::close, "Leaves every session.")
+      .def_property_readonly("closed", &PyMultiReceiver::closed, "True once close() ran.")
+      .def_property_readonly(
+          "addresses", [](const PyMultiReceiver& r) { return r.get().addresses(); },
+          "The senders' addresses, in the order given.");
+  m.def("split_into_parts", &split_into_parts, py::arg("specs"), py::arg("parts"),
+        "Splits (name, dtype, shape) specs into `parts` disjoint parts of about equal bytes, "
+        "the same on every rank: each part's spec indices, in the order given.");
 
   py::class_<PyRelay>(m, "Relay",
                       "A node's relay: one network copy from upstream, fanned out over shared "
