@@ -5,8 +5,10 @@
 // rank sends its part, rank 0 answers everyone with all parts. Fetches go
 // straight to the peer's own listener, answered by a server thread there.
 // Stream sockets (not the shm transport's SEQPACKET channel) because fetches
-// move whole slices of hundreds of MB in one message.
-// Messages: docs/protocol.md, "Rank groups", and rank_group/local_messages.h.
+// move whole slices of hundreds of MB in one message. The messages are the net
+// group's (rank_group/messages.h), each sent as one frame: a u32 length, then the
+// message; a fetch answer's bytes follow its kAnswer raw on the stream.
+// Protocol: docs/protocol.md, "Rank groups".
 #include <poll.h>
 #include <sys/socket.h>
 #include <sys/un.h>
@@ -29,13 +31,14 @@
 #include "base/status_macros.h"
 #include "rank_group/constants.h"
 #include "rank_group/group_base.h"
-#include "rank_group/local_messages.h"
+#include "rank_group/messages.h"
 #include "transport/shm/local_address.h"
 
 namespace ferry::rank_group {
 namespace {
 
 using checkpoint::LocalGroupOptions;
+using msg::Kind;
 using std::chrono::milliseconds;
 
 Status check_peer_user(int fd, const std::string& what) {
@@ -109,30 +112,52 @@ Status recv_all(int fd, void* data, std::size_t size, std::optional<Clock::time_
   return ok_status();
 }
 
-// A frame's length: 8 bytes, little-endian.
-constexpr std::size_t kFrameHeadBytes = 8;
-std::uint64_t frame_length(std::span<const std::byte> head) { return coding::Reader(head).u64(); }
+// A frame's length: 4 bytes, little-endian; then one message of rank_group/messages.h.
+constexpr std::size_t kFrameHeadBytes = 4;
+std::uint32_t frame_length(std::span<const std::byte> head) { return coding::Reader(head).u32(); }
 
-// A frame: its length, then the bytes.
-Status send_frame(int fd, std::string_view bytes, std::optional<Clock::time_point> dl,
-                  const std::string& what) {
-  std::vector<std::byte> head;
-  coding::put_u64(&head, bytes.size());
+// A frame of `head` and `tail` (one message, at most kMaxMessageBytes, sent in two parts so
+// that a blob chunk's bytes are not copied).
+Status send_frame(int fd, std::span<const std::byte> head, std::string_view tail,
+                  std::optional<Clock::time_point> dl, const std::string& what) {
+  std::byte length[kFrameHeadBytes];
+  coding::encode_u32(length, static_cast<std::uint32_t>(head.size() + tail.size()));
+  FERRY_RETURN_IF_ERROR(send_all(fd, length, sizeof length, dl, what));
   FERRY_RETURN_IF_ERROR(send_all(fd, head.data(), head.size(), dl, what));
-  return send_all(fd, bytes.data(), bytes.size(), dl, what);
+  return send_all(fd, tail.data(), tail.size(), dl, what);
+}
+Status send_frame(int fd, std::span<const std::byte> m, std::optional<Clock::time_point> dl,
+                  const std::string& what) {
+  return send_frame(fd, m, {}, dl, what);
 }
 
-Result<std::string> recv_frame(int fd, std::optional<Clock::time_point> dl,
-                               const std::string& what) {
+// The next frame's message; a length over kMaxMessageBytes is refused before anything is
+// allocated for it.
+Result<std::vector<std::byte>> recv_frame(int fd, std::optional<Clock::time_point> dl,
+                                          const std::string& what) {
   std::byte head[kFrameHeadBytes];
   FERRY_RETURN_IF_ERROR(recv_all(fd, head, sizeof head, dl, what));
-  const std::uint64_t n = frame_length(head);
-  if (n > kMaxPayloadBytes) {
-    return corruption(what + ": frame of " + std::to_string(n) + " bytes is over the limit");
+  const std::uint32_t n = frame_length(head);
+  if (n > transport::kMaxMessageBytes) {
+    return corruption(what + ": a frame of " + std::to_string(n) + " bytes (at most " +
+                      std::to_string(transport::kMaxMessageBytes) + ")");
   }
-  std::string out(n, '\0');
+  std::vector<std::byte> out(n);
   FERRY_RETURN_IF_ERROR(recv_all(fd, out.data(), n, dl, what));
   return out;
+}
+
+// A part or result of any size, as kPart / kResult chunks.
+Status send_blob(int fd, Kind kind, std::uint64_t seq, std::string_view data, Clock::time_point dl,
+                 const std::string& what) {
+  std::size_t at = 0;
+  do {
+    const std::size_t n = std::min(msg::kBlobChunkBytes, data.size() - at);
+    const std::vector<std::byte> head = msg::encode_blob_chunk(kind, seq, data.size(), {});
+    FERRY_RETURN_IF_ERROR(send_frame(fd, head, data.substr(at, n), dl, what));
+    at += n;
+  } while (at < data.size());
+  return ok_status();
 }
 
 Result<ScopedFd> listen_on(const std::string& address) {
@@ -177,7 +202,7 @@ Result<ScopedFd> connect_to(const std::string& address, Clock::time_point deadli
 // One joining rank's connection and hello: who it is and where it serves fetches.
 struct Joined {
   ScopedFd fd;
-  local::Hello hello;
+  msg::Join join;
 };
 
 // A connection to rank 0 whose hello has not fully arrived. Its bytes are read as they
@@ -204,7 +229,7 @@ HelloState read_hello(PendingHello& p, std::string* why) {
   while (true) {
     std::uint64_t want = kFrameHeadBytes;
     if (p.bytes.size() >= kFrameHeadBytes) {
-      const std::uint64_t n = frame_length(std::as_bytes(std::span(p.bytes)));
+      const std::uint32_t n = frame_length(std::as_bytes(std::span(p.bytes)));
       if (n > kMaxHelloBytes) {
         *why = "a hello of " + std::to_string(n) + " bytes is over the limit";
         return HelloState::kDrop;
@@ -259,9 +284,9 @@ Result<Joined> accept_hello(int listen_fd, std::vector<PendingHello>& pending,
       PendingHello done = std::move(p);
       pending.erase(pending.begin() + static_cast<std::ptrdiff_t>(i - 1));
       if (state == HelloState::kComplete) {
-        auto hello = local::decode_hello(std::string_view(done.bytes).substr(kFrameHeadBytes));
-        if (hello.ok()) return Joined{std::move(done.fd), std::move(*hello)};
-        why = hello.status().message();
+        auto join = msg::decode_join(std::as_bytes(std::span(done.bytes)).subspan(kFrameHeadBytes));
+        if (join.ok()) return Joined{std::move(done.fd), std::move(*join)};
+        why = join.status().message();
       }
       log::warn("checkpoint group: dropped {} connected to {}: {}", done.who, what, why);
     }
@@ -292,18 +317,6 @@ std::string random_suffix() {
   return buf;
 }
 
-// Responses to a fetch: one frame of one status byte (0 = OK, else the Code),
-// then the payload or the error message. The payload goes straight from the
-// handler's memory (a mapped shard) to the socket.
-Status send_response(int fd, const Result<RankGroup::FetchReply>& r, const std::string& what) {
-  const std::string error = r.ok() ? std::string() : r.status().message();
-  const std::span<const std::byte> body = r.ok() ? r->bytes() : std::as_bytes(std::span(error));
-  unsigned char head[local::kAnswerHeadBytes];
-  local::encode_answer_head({static_cast<std::uint8_t>(r.status().code()), body.size()}, head);
-  FERRY_RETURN_IF_ERROR(send_all(fd, head, sizeof head, std::nullopt, what));
-  return send_all(fd, body.data(), body.size(), std::nullopt, what);
-}
-
 class LocalGroup final : public GroupBase {
  public:
   LocalGroup(const LocalGroupOptions& o) : GroupBase(o.rank, o.size, o.node), opts_(o) {}
@@ -330,59 +343,34 @@ class LocalGroup final : public GroupBase {
     addresses_.assign(opts_.size, "");
     nodes_[opts_.rank] = opts_.node;
     addresses_[opts_.rank] = my_address_;
-    if (opts_.rank == 0) {
-      auto root = listen_on(opts_.root_address);
-      if (!root.ok()) return root.status().with_context("rank 0 listening for the group");
-      peers_.resize(opts_.size);
-      std::vector<PendingHello> pending;
-      for (int joined = 1; joined < opts_.size; ++joined) {
-        auto j = accept_hello(root->get(), pending, deadline,
-                              "rank 0 waiting for " + std::to_string(opts_.size - joined) +
-                                  " more rank(s) on " + opts_.root_address);
-        if (!j.ok()) return j.status();
-        const std::uint64_t r = j->hello.rank;
-        if (r == 0 || r >= static_cast<std::uint64_t>(opts_.size) || peers_[r].valid()) {
-          return invalid_argument("rank " + std::to_string(r) + " joined " + opts_.root_address +
-                                  " twice or is outside the group of " +
-                                  std::to_string(opts_.size));
-        }
-        nodes_[r] = std::move(j->hello.node);
-        addresses_[r] = std::move(j->hello.address);
-        peers_[r] = std::move(j->fd);
-      }
-      for (const PendingHello& p : pending) {
-        log::warn(
-            "checkpoint group: dropped {}: it sent {} bytes of a hello and the group is "
-            "complete",
-            p.who, p.bytes.size());
-      }
-      const std::string table = local::encode_member_table({nodes_, addresses_});
-      for (int r = 1; r < opts_.size; ++r) {
-        FERRY_RETURN_IF_ERROR(send_frame(peers_[r].get(), table, deadline, peer_name(r)));
-      }
-    } else {
-      auto fd = connect_to(opts_.root_address, deadline);
-      if (!fd.ok())
-        return fd.status().with_context("rank " + std::to_string(opts_.rank) + " joining");
-      root_ = std::move(*fd);
-      const std::string hello =
-          local::encode_hello({static_cast<std::uint64_t>(opts_.rank), opts_.node, my_address_});
-      FERRY_RETURN_IF_ERROR(send_frame(root_.get(), hello, deadline, "rank 0"));
-      auto table = recv_frame(root_.get(), deadline, "rank 0 (the group's member table)");
-      if (!table.ok()) return table.status();
-      auto members = local::decode_member_table(*table, opts_.size);
-      if (!members.ok()) return members.status().with_context("rank 0");
-      nodes_ = std::move(members->nodes);
-      addresses_ = std::move(members->addresses);
+    if (opts_.rank == 0) return gather_members(deadline);
+    const std::string what = "rank " + std::to_string(opts_.rank) + " joining";
+    auto fd = connect_to(opts_.root_address, deadline);
+    if (!fd.ok()) return fd.status().with_context(what);
+    root_ = std::move(*fd);
+    const std::vector<std::byte> join =
+        msg::encode_join({kVersion, static_cast<std::uint32_t>(opts_.rank),
+                          static_cast<std::uint32_t>(opts_.size), opts_.node, my_address_});
+    FERRY_RETURN_IF_ERROR(send_frame(root_.get(), join, deadline, "rank 0"));
+    auto table = recv_frame(root_.get(), deadline, "rank 0 (the group's member table)");
+    if (!table.ok()) return table.status();
+    if (msg::kind_of(*table) == static_cast<std::uint8_t>(Kind::kAbort)) {
+      return read_abort(*table).with_context(what);
     }
+    auto members = msg::decode_table(*table, static_cast<std::uint32_t>(opts_.size));
+    if (!members.ok()) return members.status().with_context("rank 0");
+    nodes_ = std::move(members->nodes);
+    addresses_ = std::move(members->addresses);
     return ok_status();
   }
 
   Result<std::vector<std::string>> all_gather(std::string_view mine) override {
     if (!broken_.ok()) return broken_;
-    auto r = gather_impl(mine);
+    const std::uint64_t seq = ++seq_;
+    auto r = gather_impl(mine, seq);
     if (!r.ok()) {
       broken_ = r.status();
+      tell_members(broken_);
       root_.reset();  // peers see EOF at once instead of waiting for their timeout
       for (ScopedFd& p : peers_) p.reset();
     }
@@ -393,7 +381,116 @@ class LocalGroup final : public GroupBase {
   struct Conn {
     Mutex mu;  // one fetch at a time on the stream
     ScopedFd fd FERRY_GUARDED_BY(mu);
+    std::uint32_t next_id FERRY_GUARDED_BY(mu) = 0;
   };
+
+  // Rank 0: accepts every other rank's kJoin on the root address, then sends every rank
+  // the member table. A join that names a wrong version, size or rank fails the group: the
+  // joiners so far are told with kAbort.
+  Status gather_members(Clock::time_point deadline) {
+    auto root = listen_on(opts_.root_address);
+    if (!root.ok()) return root.status().with_context("rank 0 listening for the group");
+    peers_.resize(opts_.size);
+    std::vector<PendingHello> pending;
+    for (int joined = 1; joined < opts_.size; ++joined) {
+      auto j = accept_hello(root->get(), pending, deadline,
+                            "rank 0 waiting for " + std::to_string(opts_.size - joined) +
+                                " more rank(s) on " + opts_.root_address);
+      if (!j.ok()) return j.status();
+      const msg::Join& join = j->join;
+      const std::uint32_t r = join.rank;
+      Status bad;
+      if (join.version != kVersion) {
+        bad = failed_precondition(
+            "rank " + std::to_string(r) + " speaks checkpoint group protocol version " +
+            std::to_string(join.version) + ", rank 0 version " + std::to_string(kVersion));
+      } else if (join.size != static_cast<std::uint32_t>(opts_.size)) {
+        bad = invalid_argument("rank " + std::to_string(r) + " joined a group of " +
+                               std::to_string(join.size) + " ranks, rank 0 one of " +
+                               std::to_string(opts_.size));
+      } else if (r == 0 || r >= join.size || peers_[r].valid()) {
+        bad = invalid_argument("rank " + std::to_string(r) + " joined " + opts_.root_address +
+                               " twice or is outside the group of " + std::to_string(opts_.size));
+      } else if (Status v = validate_node_name(join.node); !v.ok()) {
+        bad = v.with_context("rank " + std::to_string(r));
+      }
+      if (!bad.ok()) {
+        send_abort(j->fd.get(), bad);
+        tell_members(bad);
+        return bad;
+      }
+      nodes_[r] = std::move(j->join.node);
+      addresses_[r] = std::move(j->join.address);
+      peers_[r] = std::move(j->fd);
+    }
+    for (const PendingHello& p : pending) {
+      log::warn(
+          "checkpoint group: dropped {}: it sent {} bytes of a hello and the group is complete",
+          p.who, p.bytes.size());
+    }
+    const std::vector<std::byte> table = msg::encode_table({nodes_, addresses_});
+    for (int r = 1; r < opts_.size; ++r) {
+      FERRY_RETURN_IF_ERROR(send_frame(peers_[r].get(), table, deadline, peer_name(r)));
+    }
+    return ok_status();
+  }
+
+  static void send_abort(int fd, const Status& why) {
+    (void)send_frame(fd, msg::encode_abort(why), Clock::now() + kAbortSendTimeout, "abort");
+  }
+
+  // Rank 0: tells every member that the group failed and why, so that none of them waits
+  // for its own timeout. A member reads it in its current or next collective.
+  void tell_members(const Status& why) {
+    for (ScopedFd& p : peers_) {
+      if (p.valid()) send_abort(p.get(), why);
+    }
+  }
+
+  // The failure rank 0 reports in kAbort message `m`.
+  Status read_abort(std::span<const std::byte> m) const {
+    auto why = msg::decode_abort(m);
+    if (!why.ok()) return why.status().with_context(peer_name(0));
+    return Status(why->code, why->message + " (reported by rank 0)");
+  }
+
+  Result<std::vector<std::string>> gather_impl(std::string_view mine, std::uint64_t seq) {
+    const auto deadline = Clock::now() + opts_.collective_timeout;
+    if (opts_.rank == 0) {
+      std::vector<std::string> all(opts_.size);
+      all[0] = std::string(mine);
+      for (int r = 1; r < opts_.size; ++r) {
+        const std::string what = peer_name(r) + " in a collective";
+        msg::Blob part;
+        while (!part.complete()) {
+          auto m = recv_frame(peers_[r].get(), deadline, what);
+          if (!m.ok()) return m.status();
+          FERRY_RETURN_IF_ERROR(part.feed(*m, Kind::kPart, seq, peer_name(r)));
+        }
+        all[r] = std::move(part.data);
+      }
+      const std::string out = msg::encode_parts(all);
+      for (int r = 1; r < opts_.size; ++r) {
+        FERRY_RETURN_IF_ERROR(send_blob(peers_[r].get(), Kind::kResult, seq, out, deadline,
+                                        peer_name(r) + " in a collective"));
+      }
+      return all;
+    }
+    const std::string what = peer_name(0) + " in a collective";
+    FERRY_RETURN_IF_ERROR(send_blob(root_.get(), Kind::kPart, seq, mine, deadline, what));
+    msg::Blob result;
+    while (!result.complete()) {
+      auto m = recv_frame(root_.get(), deadline, what);
+      if (!m.ok()) return m.status();
+      if (msg::kind_of(*m) == static_cast<std::uint8_t>(Kind::kAbort)) return read_abort(*m);
+      FERRY_RETURN_IF_ERROR(result.feed(*m, Kind::kResult, seq, peer_name(0)));
+    }
+    auto parts = msg::decode_parts(result.data, static_cast<std::uint32_t>(opts_.size));
+    if (!parts.ok()) return parts.status().with_context(peer_name(0));
+    return parts;
+  }
+
+  // ---- fetches (caller side) ----
 
   Status fetch_impl(int peer, std::string_view request, std::span<std::byte>* into,
                     std::string* text) override {
@@ -411,75 +508,68 @@ class LocalGroup final : public GroupBase {
       auto fd = connect_to(addresses_[peer], deadline);
       if (!fd.ok()) return fd.status().with_context(what);
       conn->fd = std::move(*fd);
-      const std::string hello = local::encode_fetch_hello(static_cast<std::uint64_t>(opts_.rank));
-      FERRY_RETURN_IF_ERROR(send_frame(conn->fd.get(), hello, deadline, what));
+      const std::vector<std::byte> hello =
+          msg::encode_fetch_hello({kVersion, static_cast<std::uint32_t>(opts_.rank)});
+      if (Status s = send_frame(conn->fd.get(), hello, deadline, what); !s.ok()) {
+        conn->fd.reset();
+        return s;
+      }
     }
-    Status s = recv_reply(conn->fd.get(), request, deadline, what, into, text);
-    if (!s.ok() &&
-        (s.code() == Code::kAborted || s.code() == Code::kTimeout || s.code() == Code::kIoError)) {
-      conn->fd.reset();  // the stream is out of step; reconnect next time
-    }
+    bool out_of_step = false;
+    Status s = exchange(conn->fd.get(), ++conn->next_id, request, deadline, what, into, text,
+                        &out_of_step);
+    if (out_of_step) conn->fd.reset();  // it may hold half an answer: reconnect next time
     return s;
   }
 
-  static Status recv_reply(int fd, std::string_view request, Clock::time_point deadline,
-                           const std::string& what, std::span<std::byte>* into, std::string* text) {
-    FERRY_RETURN_IF_ERROR(send_frame(fd, request, deadline, what));
-    unsigned char raw_head[local::kAnswerHeadBytes];
-    FERRY_RETURN_IF_ERROR(recv_all(fd, raw_head, sizeof raw_head, deadline, what));
-    auto head = local::decode_answer_head(raw_head);
-    // Aborted: the stream is out of step, so the connection is dropped.
-    if (!head.ok()) return aborted(what + ": " + head.status().message());
-    const std::uint64_t body = head->body_bytes;
-    if (head->code != 0) {
-      std::string msg(body, '\0');
-      FERRY_RETURN_IF_ERROR(recv_all(fd, msg.data(), body, deadline, what));
-      return Status(static_cast<Code>(head->code), msg);
+  // One request and its answer on `fd`. *out_of_step: the stream failed or may hold the
+  // rest of an answer, so it must not be used again.
+  static Status exchange(int fd, std::uint32_t id, std::string_view request,
+                         Clock::time_point deadline, const std::string& what,
+                         std::span<std::byte>* into, std::string* text, bool* out_of_step) {
+    const std::vector<std::byte> m =
+        msg::encode_fetch({id, into != nullptr ? into->size() : kAnySize, std::string(request)});
+    if (m.size() > transport::kMaxMessageBytes) {
+      return invalid_argument("a fetch request of " + std::to_string(request.size()) +
+                              " bytes is over the limit of " +
+                              std::to_string(transport::kMaxMessageBytes));
     }
+    *out_of_step = true;
+    FERRY_RETURN_IF_ERROR(send_frame(fd, m, deadline, what));
+    auto reply = recv_frame(fd, deadline, what);
+    if (!reply.ok()) return reply.status();
+    auto answer = msg::decode_answer(*reply);
+    if (!answer.ok()) return answer.status().with_context(what);
+    if (answer->id != id) {
+      return corruption("malformed fetch answer from " + what + ": id " +
+                        std::to_string(answer->id) + ", expected " + std::to_string(id));
+    }
+    if (answer->code != Code::kOk) {
+      *out_of_step = false;  // no bytes follow an error
+      return Status(answer->code, answer->error);
+    }
+    const std::uint64_t bytes = answer->size;
+    if (bytes > kMaxPayloadBytes) {
+      return corruption(what + " announced an answer of " + std::to_string(bytes) +
+                        " bytes (at most " + std::to_string(kMaxPayloadBytes) + ")");
+    }
+    if (into != nullptr && bytes != into->size()) {
+      return corruption(what + " answered " + std::to_string(bytes) + " bytes, expected " +
+                        std::to_string(into->size()));
+    }
+    std::span<std::byte> dst;
     if (into != nullptr) {
-      if (body != into->size()) {
-        // Drain it so the connection stays usable, then say what was wrong.
-        std::string sink(body, '\0');
-        FERRY_RETURN_IF_ERROR(recv_all(fd, sink.data(), body, deadline, what));
-        return corruption(what + ": answered " + std::to_string(body) + " bytes, expected " +
-                          std::to_string(into->size()));
-      }
-      return recv_all(fd, into->data(), body, deadline, what);
+      dst = *into;
+    } else {
+      text->resize(bytes);
+      dst = std::as_writable_bytes(std::span(*text));
     }
-    text->assign(body, '\0');
-    return recv_all(fd, text->data(), body, deadline, what);
+    FERRY_RETURN_IF_ERROR(recv_all(fd, dst.data(), dst.size(), deadline, what));
+    *out_of_step = false;
+    return ok_status();
   }
 
-  Result<std::vector<std::string>> gather_impl(std::string_view mine) {
-    const auto deadline = Clock::now() + opts_.collective_timeout;
-    std::vector<std::string> all(opts_.size);
-    if (opts_.rank == 0) {
-      all[0] = std::string(mine);
-      for (int r = 1; r < opts_.size; ++r) {
-        auto part = recv_frame(peers_[r].get(), deadline, peer_name(r) + " in a collective");
-        if (!part.ok()) return part.status();
-        all[r] = std::move(*part);
-      }
-      const std::string out = local::encode_parts(all);
-      for (int r = 1; r < opts_.size; ++r) {
-        if (Status s =
-                send_frame(peers_[r].get(), out, deadline, peer_name(r) + " in a collective");
-            !s.ok()) {
-          return s;
-        }
-      }
-      return all;
-    }
-    if (Status s = send_frame(root_.get(), mine, deadline, peer_name(0) + " in a collective");
-        !s.ok()) {
-      return s;
-    }
-    auto out = recv_frame(root_.get(), deadline, peer_name(0) + " in a collective");
-    if (!out.ok()) return out.status();
-    auto parts = local::decode_parts(*out, opts_.size);
-    if (!parts.ok()) return parts.status().with_context(peer_name(0));
-    return parts;
-  }
+  // ---- fetches (serving side) ----
 
   void serve_loop() {
     while (!stop_.load()) {
@@ -500,19 +590,59 @@ class LocalGroup final : public GroupBase {
   }
 
   void serve_conn(ScopedFd fd) {
-    auto hello = recv_frame(fd.get(), std::nullopt, "fetch client");
-    auto from =
-        hello.ok() ? local::decode_fetch_hello(*hello) : Result<std::uint64_t>(hello.status());
-    if (from.ok()) {
-      while (!stop_.load()) {
-        auto req = recv_frame(fd.get(), std::nullopt, "fetch client");
-        if (!req.ok()) break;
-        Result<FetchReply> resp = answer(static_cast<int>(*from), *req);
-        if (!send_response(fd.get(), resp, "fetch client").ok()) break;
-      }
+    const std::string who = describe_peer(fd.get()) + " (fetch client)";
+    if (Status s = serve_requests(fd.get(), who); !s.ok() && !stop_.load()) {
+      log::warn("checkpoint group: rank {} drops a fetch connection: {}", opts_.rank,
+                s.to_string());
     }
     MutexLock lock(conn_mu_);
     std::erase(open_server_fds_, fd.get());
+  }
+
+  // Reads the kFetchHello, then answers each kFetch until the fetcher closes; an error
+  // (a malformed message, the fetcher gone mid-answer) ends the connection.
+  Status serve_requests(int fd, const std::string& who) {
+    auto m = recv_frame(fd, std::nullopt, who);
+    if (!m.ok()) return ok_status();  // closed before it said hello
+    auto hello = msg::decode_fetch_hello(*m);
+    if (!hello.ok()) return hello.status().with_context(who);
+    if (hello->version != kVersion || hello->rank >= static_cast<std::uint32_t>(opts_.size)) {
+      return corruption(who + ": a fetch hello of version " + std::to_string(hello->version) +
+                        " from rank " + std::to_string(hello->rank) + " (this group: version " +
+                        std::to_string(kVersion) + ", " + std::to_string(opts_.size) + " ranks)");
+    }
+    const int from = static_cast<int>(hello->rank);
+    const std::string fetcher = "rank " + std::to_string(from) + " (fetch client)";
+    while (!stop_.load()) {
+      m = recv_frame(fd, std::nullopt, fetcher);
+      if (!m.ok()) return m.status().code() == Code::kAborted ? ok_status() : m.status();
+      auto fetch = msg::decode_fetch(*m);
+      if (!fetch.ok()) return fetch.status().with_context(fetcher);
+      FERRY_RETURN_IF_ERROR(send_answer(fd, from, *fetch, fetcher));
+    }
+    return ok_status();
+  }
+
+  // The kAnswer, then the answer's bytes straight from the handler's memory (a mapped
+  // shard) to the socket.
+  Status send_answer(int fd, int from, const msg::Fetch& fetch, const std::string& fetcher) {
+    Result<FetchReply> reply = answer(from, fetch.request);
+    Status s = reply.status();
+    std::span<const std::byte> bytes;
+    if (s.ok()) {
+      bytes = reply->bytes();
+      if (fetch.expected != kAnySize && bytes.size() != fetch.expected) {
+        s = corruption("rank " + std::to_string(opts_.rank) + " (node " + opts_.node +
+                       ") answered " + std::to_string(bytes.size()) + " bytes, expected " +
+                       std::to_string(fetch.expected));
+        bytes = {};
+      }
+    }
+    std::vector<std::byte> head =
+        msg::encode_answer({fetch.id, s.code(), bytes.size(), s.message()});
+    if (head.size() > transport::kMaxMessageBytes) head.resize(transport::kMaxMessageBytes);
+    FERRY_RETURN_IF_ERROR(send_frame(fd, head, std::nullopt, fetcher));
+    return send_all(fd, bytes.data(), bytes.size(), std::nullopt, fetcher);
   }
 
   LocalGroupOptions opts_;
@@ -520,6 +650,7 @@ class LocalGroup final : public GroupBase {
   std::vector<std::string> addresses_;
   ScopedFd root_;                // ranks > 0: connection to rank 0
   std::vector<ScopedFd> peers_;  // rank 0: connection to each rank
+  std::uint64_t seq_ = 0;        // the collective this rank is at
   Status broken_;
 
   ScopedFd fetch_listener_;

@@ -1,5 +1,5 @@
 // RankGroup across machines over the UCX net transport (docs/checkpoint.md; its messages:
-// docs/protocol.md, "Rank groups", and rank_group/net_messages.h).
+// docs/protocol.md, "Rank groups", and rank_group/messages.h).
 //
 // A net::Context and everything made from it are used by one thread at a time, so each
 // rank has two:
@@ -26,7 +26,7 @@
 #include "base/status_macros.h"
 #include "rank_group/constants.h"
 #include "rank_group/group_base.h"
-#include "rank_group/net_messages.h"
+#include "rank_group/messages.h"
 #include "transport/net/channel.h"
 #include "transport/net/poller.h"
 
@@ -34,7 +34,7 @@ namespace ferry::rank_group {
 namespace {
 
 using checkpoint::NetGroupOptions;
-using net_msg::Kind;
+using msg::Kind;
 using std::chrono::milliseconds;
 
 // After progress() and a look at every channel: sleeps until the worker has news, at most
@@ -56,50 +56,14 @@ std::string port_of(const std::string& host_port) {
 }
 bool wildcard_host(const std::string& host) { return host == "0.0.0.0" || host == "[::]"; }
 
-// Reassembles one blob from its chunks.
-struct Blob {
-  bool started = false;
-  std::uint64_t total = 0;
-  std::string data;
-  bool complete() const { return started && data.size() == total; }
-
-  Status feed(std::span<const std::byte> m, Kind kind, std::uint64_t seq, const std::string& who) {
-    auto chunk = net_msg::decode_blob_chunk(m, kind);
-    if (!chunk.ok()) return chunk.status().with_context(who);
-    const std::uint64_t s = chunk->seq, total_now = chunk->total;
-    if (s != seq) {
-      return corruption(who + " is at collective #" + std::to_string(s) +
-                        " while this rank is at #" + std::to_string(seq) +
-                        " (every rank must call the collectives in the same order)");
-    }
-    if (started && total_now != total) {
-      return corruption("inconsistent collective message from " + who);
-    }
-    if (!started) {
-      if (total_now > kMaxPayloadBytes) {
-        return corruption(who + " announced a collective part of " + std::to_string(total_now) +
-                          " bytes");
-      }
-      started = true;
-      total = total_now;
-      data.reserve(total);
-    }
-    if (chunk->bytes.size() > total - data.size()) {
-      return corruption("oversized collective message from " + who);
-    }
-    data.append(reinterpret_cast<const char*>(chunk->bytes.data()), chunk->bytes.size());
-    return ok_status();
-  }
-};
-
 Status send_blob(net::Channel& ch, Kind kind, std::uint64_t seq, std::string_view data,
                  const Deadline& dl) {
-  const std::size_t chunk = net::max_message_bytes() - kBlobHeaderBytes;
+  const std::size_t chunk = msg::kBlobChunkBytes;
   std::size_t at = 0;
   do {
     const std::size_t n = std::min(chunk, data.size() - at);
     const std::vector<std::byte> m =
-        net_msg::encode_blob_chunk(kind, seq, data.size(), data.substr(at, n));
+        msg::encode_blob_chunk(kind, seq, data.size(), data.substr(at, n));
     FERRY_RETURN_IF_ERROR(ch.send(m, dl.left()));
     at += n;
   } while (at < data.size());
@@ -232,16 +196,16 @@ class NetGroup final : public GroupBase {
         if (refused.size() < kMaxRefusals) refused.push_back(hello.status().message());
         continue;
       }
-      auto join = net_msg::decode_join(*hello);
+      auto join = msg::decode_join(*hello);
       std::string address = join.ok() ? join->address : std::string();
       const std::uint32_t r = join.ok() ? join->rank : 0, n = join.ok() ? join->size : 0;
       Status bad;
       if (!join.ok()) {
         bad = join.status().with_context(ch->peer());
-      } else if (join->version != kNetVersion) {
+      } else if (join->version != kVersion) {
         bad = failed_precondition(ch->peer() + " speaks checkpoint group protocol version " +
                                   std::to_string(join->version) + ", rank 0 version " +
-                                  std::to_string(kNetVersion));
+                                  std::to_string(kVersion));
       } else if (n != static_cast<std::uint32_t>(size())) {
         bad = invalid_argument("rank " + std::to_string(r) + " (" + ch->peer() +
                                ") joined a group of " + std::to_string(n) +
@@ -272,7 +236,7 @@ class NetGroup final : public GroupBase {
       peers_[r] = std::move(*ch);
       ++joined;
     }
-    const std::vector<std::byte> table = net_msg::encode_table({nodes_, addresses_});
+    const std::vector<std::byte> table = msg::encode_table({nodes_, addresses_});
     for (int r = 1; r < size(); ++r) {
       if (Status s = peers_[r].send(table, dl.left()); !s.ok()) {
         Status failed = s.with_context(peer_name(r));
@@ -305,15 +269,15 @@ class NetGroup final : public GroupBase {
     if (!ch.ok()) return ch.status().with_context(what);
     root_ = std::move(*ch);
     const std::vector<std::byte> hello =
-        net_msg::encode_join({kNetVersion, static_cast<std::uint32_t>(rank()),
-                              static_cast<std::uint32_t>(size()), node(), serving});
+        msg::encode_join({kVersion, static_cast<std::uint32_t>(rank()),
+                          static_cast<std::uint32_t>(size()), node(), serving});
     if (Status s = root_.send(hello, dl.left()); !s.ok()) return s.with_context(what);
     auto table = root_.receive(dl.left());
     if (!table.ok()) return table.status().with_context(what);
-    if (net_msg::kind_of(*table) == static_cast<std::uint8_t>(Kind::kAbort)) {
+    if (msg::kind_of(*table) == static_cast<std::uint8_t>(Kind::kAbort)) {
       return read_abort(*table).with_context(what);
     }
-    auto members = net_msg::decode_table(*table, static_cast<std::uint32_t>(size()));
+    auto members = msg::decode_table(*table, static_cast<std::uint32_t>(size()));
     if (!members.ok()) return members.status().with_context(what + ": rank 0");
     nodes_ = std::move(members->nodes);
     addresses_ = std::move(members->addresses);
@@ -327,7 +291,7 @@ class NetGroup final : public GroupBase {
     const Deadline dl(opts_.collective_timeout);
     std::vector<std::string> all(size());
     all[0] = std::string(mine);
-    std::vector<Blob> parts(size());
+    std::vector<msg::Blob> parts(size());
     int missing = size() - 1;
     while (missing > 0) {
       calls_->progress();
@@ -356,7 +320,7 @@ class NetGroup final : public GroupBase {
       }
       if (!any) idle(*calls_, dl.left());
     }
-    const std::string result = net_msg::encode_parts(all);
+    const std::string result = msg::encode_parts(all);
     for (int r = 1; r < size(); ++r) {
       if (Status s = send_blob(peers_[r], Kind::kResult, seq, result, dl); !s.ok()) {
         return s.with_context(peer_name(r));
@@ -372,25 +336,25 @@ class NetGroup final : public GroupBase {
     const auto grace = std::min<milliseconds>(opts_.collective_timeout, kMemberGrace);
     const Deadline dl(opts_.collective_timeout + grace);
     FERRY_RETURN_IF_ERROR(send_blob(root_, Kind::kPart, seq, mine, dl));
-    Blob result;
+    msg::Blob result;
     while (!result.complete()) {
       auto m = root_.receive(dl.left());
       if (!m.ok()) return m.status();
-      if (net_msg::kind_of(*m) == static_cast<std::uint8_t>(Kind::kAbort)) return read_abort(*m);
+      if (msg::kind_of(*m) == static_cast<std::uint8_t>(Kind::kAbort)) return read_abort(*m);
       FERRY_RETURN_IF_ERROR(result.feed(*m, Kind::kResult, seq, peer_name(0)));
     }
-    auto all = net_msg::decode_parts(result.data, static_cast<std::uint32_t>(size()));
+    auto all = msg::decode_parts(result.data, static_cast<std::uint32_t>(size()));
     if (!all.ok()) return all.status().with_context(peer_name(0));
     return all;
   }
 
   static void send_abort(net::Channel& ch, const Status& why) {
-    (void)ch.send(net_msg::encode_abort(why), kAbortSendTimeout);
+    (void)ch.send(msg::encode_abort(why), kAbortSendTimeout);
   }
 
   // The failure rank 0 reports in kAbort message `m`.
   Status read_abort(std::span<const std::byte> m) const {
-    auto why = net_msg::decode_abort(m);
+    auto why = msg::decode_abort(m);
     if (!why.ok()) return why.status().with_context(peer_name(0));
     return Status(why->code, why->message + " (reported by rank 0)");
   }
@@ -415,7 +379,7 @@ class NetGroup final : public GroupBase {
           net::connect(calls_, addresses_[peer], *token_, dl.left(), {.role = peer_name(peer)});
       if (!ch.ok()) return ch.status();
       const std::vector<std::byte> hello =
-          net_msg::encode_fetch_hello({kNetVersion, static_cast<std::uint32_t>(rank())});
+          msg::encode_fetch_hello({kVersion, static_cast<std::uint32_t>(rank())});
       FERRY_RETURN_IF_ERROR(ch->send(hello, dl.left()));
       conn.ch = std::move(*ch);
     }
@@ -434,8 +398,8 @@ class NetGroup final : public GroupBase {
                   std::string* text, const Deadline& dl, bool* out_of_step)
       FERRY_REQUIRES(call_mu_) {
     const std::uint32_t id = ++conn.next_id;
-    const std::vector<std::byte> m = net_msg::encode_fetch(
-        {id, into != nullptr ? into->size() : kAnySize, std::string(request)});
+    const std::vector<std::byte> m =
+        msg::encode_fetch({id, into != nullptr ? into->size() : kAnySize, std::string(request)});
     if (m.size() > net::max_message_bytes()) {
       return invalid_argument("a fetch request of " + std::to_string(request.size()) +
                               " bytes is over the limit of " +
@@ -445,7 +409,7 @@ class NetGroup final : public GroupBase {
     FERRY_RETURN_IF_ERROR(conn.ch.send(m, dl.left()));
     auto reply = conn.ch.receive(dl.left());
     if (!reply.ok()) return reply.status();
-    auto answer = net_msg::decode_answer(*reply);
+    auto answer = msg::decode_answer(*reply);
     if (!answer.ok()) return answer.status().with_context(peer_name(peer));
     if (answer->id != id) {
       return corruption("malformed fetch answer from " + peer_name(peer) + ": id " +
@@ -541,16 +505,16 @@ class NetGroup final : public GroupBase {
 
   // Handles one message on a serving channel; an error drops the channel.
   Status serve_one(ServeConn& c, std::span<const std::byte> m) {
-    if (net_msg::kind_of(m) == static_cast<std::uint8_t>(Kind::kFetchHello)) {
-      auto hello = net_msg::decode_fetch_hello(m);
-      if (!hello.ok() || hello->version != kNetVersion ||
+    if (msg::kind_of(m) == static_cast<std::uint8_t>(Kind::kFetchHello)) {
+      auto hello = msg::decode_fetch_hello(m);
+      if (!hello.ok() || hello->version != kVersion ||
           hello->rank >= static_cast<std::uint32_t>(size())) {
         return corruption("bad fetch hello from " + c.ch.peer());
       }
       c.from = static_cast<int>(hello->rank);
       return ok_status();
     }
-    auto fetch = net_msg::decode_fetch(m);
+    auto fetch = msg::decode_fetch(m);
     if (!fetch.ok()) return fetch.status().with_context(c.ch.peer());
     if (c.from < 0) return corruption("a fetch request before the fetch hello from " + c.ch.peer());
     // In place from the start: the bytes of a short `owned` string move with it.
@@ -575,7 +539,7 @@ class NetGroup final : public GroupBase {
       }
     }
     std::vector<std::byte> head =
-        net_msg::encode_answer({id, s.code(), s.ok() ? out.reply.bytes().size() : 0, s.message()});
+        msg::encode_answer({id, s.code(), s.ok() ? out.reply.bytes().size() : 0, s.message()});
     if (head.size() > net::max_message_bytes()) head.resize(net::max_message_bytes());
     FERRY_RETURN_IF_ERROR(c.ch.send(head, opts_.timeout));
     if (!s.ok() || out.reply.bytes().empty()) return ok_status();

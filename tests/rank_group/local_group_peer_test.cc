@@ -1,7 +1,8 @@
 // The local group's rank 0 against connections that are not ranks: a process of another
 // user and a same-user process that connects and says nothing (issue #14, item 13). Both
 // are dropped with a warning; the real ranks join and a collective completes. So are a peer
-// that stops halfway through its hello and one whose hello claims to be huge.
+// that stops halfway through its hello and one whose hello claims to be huge; a rank of
+// another group size fails the join on both sides.
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/socket.h>
@@ -77,8 +78,9 @@ TEST(LocalGroupPeers, AHalfSentHelloDoesNotStallOtherRanks) {
   std::thread r0([&] { rank0 = join_and_gather(address, 0); });
   ScopedFd half(connect_abstract(address));
   ASSERT_TRUE(half.valid());
-  // A frame length of 40 bytes, then 4 of them.
-  const unsigned char partial[12] = {40, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0};
+  // A frame length (u32) of 40 bytes, then 4 of them: a join's kind and version, a rank's
+  // first byte.
+  const unsigned char partial[8] = {40, 0, 0, 0, 1, 1, 0, 1};
   ASSERT_EQ(::send(half.get(), partial, sizeof partial, MSG_NOSIGNAL),
             static_cast<ssize_t>(sizeof partial));
   std::this_thread::sleep_for(milliseconds(200));  // rank 0 has started on it
@@ -99,7 +101,7 @@ TEST(LocalGroupPeers, AnOversizedHelloDoesNotStallOtherRanks) {
   std::thread r0([&] { rank0 = join_and_gather(address, 0); });
   ScopedFd big(connect_abstract(address));
   ASSERT_TRUE(big.valid());
-  const unsigned char length[8] = {0, 0, 16, 0, 0, 0, 0, 0};  // 1 MiB
+  const unsigned char length[4] = {0, 0, 16, 0};  // a frame of 1 MiB
   ASSERT_EQ(::send(big.get(), length, sizeof length, MSG_NOSIGNAL),
             static_cast<ssize_t>(sizeof length));
   std::this_thread::sleep_for(milliseconds(200));
@@ -107,6 +109,30 @@ TEST(LocalGroupPeers, AnOversizedHelloDoesNotStallOtherRanks) {
   r0.join();
   EXPECT_OK(rank0);
   EXPECT_OK(rank1);
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5));
+}
+
+// A rank that joins with another group size fails the join on both sides, each naming the
+// rank and the sizes: rank 0 tells it with ABORT rather than leaving it to its timeout.
+TEST(LocalGroupPeers, AJoinOfAnotherGroupSizeFailsBothSidesNamingIt) {
+  const std::string address = unique_address();
+  const auto start = std::chrono::steady_clock::now();
+  Status rank0;
+  std::thread r0([&] {
+    LocalGroupOptions o{address, 0, 2, "n0", milliseconds(10'000)};
+    rank0 = connect_local_group(o).status();
+  });
+  LocalGroupOptions o{address, 1, 3, "n0", milliseconds(10'000)};
+  Status rank1 = connect_local_group(o).status();
+  r0.join();
+  EXPECT_EQ(rank0.code(), Code::kInvalidArgument) << rank0.to_string();
+  EXPECT_EQ(rank1.code(), Code::kInvalidArgument) << rank1.to_string();
+  for (const Status& s : {rank0, rank1}) {
+    EXPECT_NE(s.message().find("rank 1 joined a group of 3 ranks, rank 0 one of 2"),
+              std::string::npos)
+        << s.message();
+  }
+  EXPECT_NE(rank1.message().find("reported by rank 0"), std::string::npos) << rank1.message();
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5));
 }
 

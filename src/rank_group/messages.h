@@ -1,8 +1,10 @@
-// The net group's messages (docs/protocol.md, "Rank groups"). Each is one whole net
-// control message that starts with its Kind. Integers are little-endian; a string is a u32
-// length and its bytes. Decoders check every length against the bytes they hold and say
-// what is malformed; what a field means for the group (a rank inside it, the version
-// spoken) is checked by the caller, who knows the group.
+// The rank groups' messages, one codec for both groups (docs/protocol.md, "Rank groups").
+// Each message starts with its Kind and is at most transport::kMaxMessageBytes: the net
+// group sends each as one net control message, the local group as one frame on its stream
+// socket (a u32 length, then the message). Integers are little-endian; a string is a u32
+// length and its bytes. Decoders check every length against the bytes they hold before
+// they read or allocate, and say what is malformed; what a field means for the group (a
+// rank inside it, the version spoken) is checked by the caller, who knows the group.
 #pragma once
 
 #include <cstdint>
@@ -12,8 +14,10 @@
 #include <vector>
 
 #include "ferry/status.h"
+#include "rank_group/constants.h"
+#include "transport/transport.h"
 
-namespace ferry::rank_group::net_msg {
+namespace ferry::rank_group::msg {
 
 enum class Kind : std::uint8_t {
   kJoin = 1,        // rank -> 0
@@ -23,7 +27,8 @@ enum class Kind : std::uint8_t {
   kAbort = 5,       // 0 -> rank: the group failed
   kFetchHello = 6,  // fetcher -> server, first on a fetch channel
   kFetch = 7,       // fetcher -> server
-  kAnswer = 8,      // server -> fetcher; a bulk message of the answer's bytes may follow
+  kAnswer = 8,      // server -> fetcher; the answer's bytes follow (net: a bulk message;
+                    // local: raw on the stream)
 };
 
 // The kind of a message (its first byte); 0 for an empty one.
@@ -50,7 +55,8 @@ std::vector<std::byte> encode_table(const Table& table);
 Result<Table> decode_table(std::span<const std::byte> m, std::uint32_t size);
 
 // kPart / kResult: a blob (a part or a result of any size) as chunks: u64 collective
-// number, u64 total size, then up to max_message_bytes() - kBlobHeaderBytes of its bytes.
+// number, u64 total size, then up to kBlobChunkBytes of its bytes.
+inline constexpr std::size_t kBlobChunkBytes = transport::kMaxMessageBytes - kBlobHeaderBytes;
 struct BlobChunk {
   Kind kind = Kind::kPart;
   std::uint64_t seq = 0;
@@ -61,6 +67,16 @@ std::vector<std::byte> encode_blob_chunk(Kind kind, std::uint64_t seq, std::uint
                                          std::string_view bytes);
 // A chunk of `kind` (kPart or kResult).
 Result<BlobChunk> decode_blob_chunk(std::span<const std::byte> m, Kind kind);
+
+// Reassembles one blob from its chunks, checking each against the collective this rank is
+// at and the total its first chunk announced (at most kMaxPayloadBytes); errors name `who`.
+struct Blob {
+  bool started = false;
+  std::uint64_t total = 0;
+  std::string data;
+  bool complete() const { return started && data.size() == total; }
+  Status feed(std::span<const std::byte> m, Kind kind, std::uint64_t seq, const std::string& who);
+};
 
 // A collective's result (the blob of kResult): u32 count, then per rank a u64 length and
 // the part's bytes.
@@ -94,7 +110,8 @@ std::vector<std::byte> encode_fetch(const Fetch& fetch);
 Result<Fetch> decode_fetch(std::span<const std::byte> m);
 
 // kAnswer: u32 id, u8 code, u64 size, the error message (the rest; code != 0). When the
-// code is OK and size > 0, one bulk message of `size` bytes with key `id` follows.
+// code is OK and size > 0, the answer's `size` bytes follow: on the net group one bulk
+// message with key `id`, on the local group the bytes themselves, on the stream.
 struct Answer {
   std::uint32_t id = 0;
   Code code = Code::kOk;
@@ -104,4 +121,4 @@ struct Answer {
 std::vector<std::byte> encode_answer(const Answer& answer);
 Result<Answer> decode_answer(std::span<const std::byte> m);
 
-}  // namespace ferry::rank_group::net_msg
+}  // namespace ferry::rank_group::msg

@@ -1,9 +1,9 @@
-#include "rank_group/net_messages.h"
+#include "rank_group/messages.h"
 
 #include "base/coding.h"
 #include "rank_group/constants.h"
 
-namespace ferry::rank_group::net_msg {
+namespace ferry::rank_group::msg {
 namespace {
 
 std::vector<std::byte> message(Kind kind) {
@@ -111,6 +111,36 @@ Result<BlobChunk> decode_blob_chunk(std::span<const std::byte> m, Kind kind) {
   return c;
 }
 
+Status Blob::feed(std::span<const std::byte> m, Kind kind, std::uint64_t seq,
+                  const std::string& who) {
+  auto chunk = decode_blob_chunk(m, kind);
+  if (!chunk.ok()) return chunk.status().with_context(who);
+  if (chunk->seq != seq) {
+    return corruption(who + " is at collective #" + std::to_string(chunk->seq) +
+                      " while this rank is at #" + std::to_string(seq) +
+                      " (every rank must call the collectives in the same order)");
+  }
+  if (started && chunk->total != total) {
+    return corruption("inconsistent collective message from " + who + ": a total of " +
+                      std::to_string(chunk->total) + " bytes, earlier " + std::to_string(total));
+  }
+  if (!started) {
+    if (chunk->total > kMaxPayloadBytes) {
+      return corruption(who + " announced a collective part of " + std::to_string(chunk->total) +
+                        " bytes (at most " + std::to_string(kMaxPayloadBytes) + ")");
+    }
+    started = true;  // nothing is reserved for the total: it grows as its bytes come
+    total = chunk->total;
+  }
+  if (chunk->bytes.size() > total - data.size()) {
+    return corruption("oversized collective message from " + who + ": " +
+                      std::to_string(chunk->bytes.size()) + " bytes past the " +
+                      std::to_string(data.size()) + " of " + std::to_string(total) + " received");
+  }
+  data.append(reinterpret_cast<const char*>(chunk->bytes.data()), chunk->bytes.size());
+  return ok_status();
+}
+
 std::string encode_parts(const std::vector<std::string>& parts) {
   std::vector<std::byte> out;
   coding::put_u32(&out, static_cast<std::uint32_t>(parts.size()));
@@ -210,4 +240,4 @@ Result<Answer> decode_answer(std::span<const std::byte> m) {
   return a;
 }
 
-}  // namespace ferry::rank_group::net_msg
+}  // namespace ferry::rank_group::msg
