@@ -485,7 +485,58 @@ class _StreamedTensors:
         return _ring_bytes(arg)
 
 
-class Receiver(_Endpoint):
+class _Receiving(_Endpoint):
+    """What Receiver and MultiReceiver share: the output kind, destinations (kept alive)
+    and the destination and per-tensor rounds."""
+
+    _convert: Callable
+    _destinations: dict[str, Any]
+
+    def _set_output(self, output: str) -> None:
+        if output not in CONVERTERS:
+            raise _error(_ferry.InvalidArgumentError,
+                         f"output '{output}': expected one of {', '.join(CONVERTERS)}")
+        self._convert = CONVERTERS[output]
+        self._destinations = {}
+
+    def set_destination(self, name: str, tensor: Any) -> None:
+        """Registers where tensor `name` goes in receive_round_into(), whichever sender
+        sends it (a contiguous CPU tensor or writable numpy array, kept alive by this
+        receiver)."""
+        arg, owner = destination_arg(name, tensor)
+        self._impl.set_destination(arg)
+        self._destinations[name] = owner
+
+    def set_destinations(self, tensors: Mapping[str, Any]) -> None:
+        """set_destination() for each item, e.g. a model's state_dict()."""
+        for name, tensor in tensors.items():
+            self.set_destination(name, tensor)
+
+    def clear_destinations(self) -> None:
+        self._impl.clear_destinations()
+        self._destinations.clear()
+
+    def receive_round_into(self) -> RoundStats:
+        """Receives one round straight into the registered destinations (one copy)."""
+        return self._impl.receive_round_into()
+
+    def receive_round(self, on_tensor: Callable[[str, Any], None]) -> RoundStats:
+        """Receives one round, calling on_tensor(name, tensor) per tensor: in order; from
+        a MultiReceiver one call at a time, in each sender's order."""
+        convert = self._convert
+
+        def call(view: tuple) -> None:
+            name, dtype, shape, memory = view
+            on_tensor(name, convert(dtype, shape, memory))
+
+        return self._impl.receive_round(call)
+
+    def close(self) -> None:
+        self._impl.close()
+        self._destinations.clear()
+
+
+class Receiver(_Receiving):
     """Joins a Sender's session and receives its rounds.
 
     Connects at once, retrying within `timeout` while the sender is not up yet.
@@ -501,29 +552,9 @@ class Receiver(_Endpoint):
     def __init__(self, address: str, receiver_id: int = 0, *, session: int = 0,
                  output: str = "torch", options: SyncOptions | None = None,
                  **fields: Any) -> None:
-        if output not in CONVERTERS:
-            raise _error(_ferry.InvalidArgumentError,
-                         f"output '{output}': expected one of {', '.join(CONVERTERS)}")
-        self._convert = CONVERTERS[output]
+        self._set_output(output)
         opts = _options("Receiver", self._keywords, options, fields)
         self._impl = _ferry.Receiver.connect(address, receiver_id, opts, session)
-        self._destinations: dict[str, Any] = {}
-
-    def set_destination(self, name: str, tensor: Any) -> None:
-        """Registers where tensor `name` goes in receive_round_into() (a contiguous CPU
-        tensor or writable numpy array, kept alive by this receiver)."""
-        arg, owner = destination_arg(name, tensor)
-        self._impl.set_destination(arg)
-        self._destinations[name] = owner
-
-    def set_destinations(self, tensors: Mapping[str, Any]) -> None:
-        """set_destination() for each item, e.g. a model's state_dict()."""
-        for name, tensor in tensors.items():
-            self.set_destination(name, tensor)
-
-    def clear_destinations(self) -> None:
-        self._impl.clear_destinations()
-        self._destinations.clear()
 
     def set_min_step(self, step: int) -> None:
         """Refuses every later round whose step (send_round's `step=`) is below `step`:
@@ -531,20 +562,6 @@ class Receiver(_Endpoint):
         round fails with it. The receiver raises this minimum by itself to each step it
         receives; rounds without a step pass."""
         self._impl.set_min_step(step)
-
-    def receive_round_into(self) -> RoundStats:
-        """Receives one round straight into the registered destinations (one copy)."""
-        return self._impl.receive_round_into()
-
-    def receive_round(self, on_tensor: Callable[[str, Any], None]) -> RoundStats:
-        """Receives one round, calling on_tensor(name, tensor) per tensor in order."""
-        convert = self._convert
-
-        def call(view: tuple) -> None:
-            name, dtype, shape, memory = view
-            on_tensor(name, convert(dtype, shape, memory))
-
-        return self._impl.receive_round(call)
 
     def receive_round_buckets(
             self, on_bucket: Callable[[list[tuple[str, Any]], bool], None]) -> RoundStats:
@@ -603,16 +620,12 @@ class Receiver(_Endpoint):
         slot, buckets not a whole number of pages, or the kernel refused the mapping)."""
         return self._impl.writable_views_error()
 
-    def close(self) -> None:
-        self._impl.close()
-        self._destinations.clear()
-
     @property
     def last_round(self) -> int:
         return self._impl.last_round
 
 
-class MultiReceiver(_Endpoint):
+class MultiReceiver(_Receiving):
     """Joins several Senders' sessions, each sending a disjoint part of the weights (trainer
     ranks that split the model with split_into_parts), and receives one round of every
     sender as one round (include/ferry/multi_receiver.h).
@@ -628,44 +641,9 @@ class MultiReceiver(_Endpoint):
     def __init__(self, addresses: Sequence[str], receiver_id: int = 0, *,
                  output: str = "torch", options: SyncOptions | None = None,
                  **fields: Any) -> None:
-        if output not in CONVERTERS:
-            raise _error(_ferry.InvalidArgumentError,
-                         f"output '{output}': expected one of {', '.join(CONVERTERS)}")
-        self._convert = CONVERTERS[output]
+        self._set_output(output)
         opts = _options("MultiReceiver", self._keywords, options, fields)
         self._impl = _ferry.MultiReceiver.connect(list(addresses), receiver_id, opts)
-        self._destinations: dict[str, Any] = {}
-
-    def set_destination(self, name: str, tensor: Any) -> None:
-        """Registers where tensor `name` goes in receive_round_into(), whichever sender
-        sends it (a contiguous CPU tensor or writable numpy array, kept alive)."""
-        arg, owner = destination_arg(name, tensor)
-        self._impl.set_destination(arg)
-        self._destinations[name] = owner
-
-    def set_destinations(self, tensors: Mapping[str, Any]) -> None:
-        """set_destination() for each item, e.g. a model's state_dict()."""
-        for name, tensor in tensors.items():
-            self.set_destination(name, tensor)
-
-    def clear_destinations(self) -> None:
-        self._impl.clear_destinations()
-        self._destinations.clear()
-
-    def receive_round_into(self) -> RoundStats:
-        """Receives one round of every sender straight into the destinations."""
-        return self._impl.receive_round_into()
-
-    def receive_round(self, on_tensor: Callable[[str, Any], None]) -> RoundStats:
-        """Receives one round of every sender, calling on_tensor(name, tensor) per tensor,
-        one call at a time (from the senders' threads, in each sender's order)."""
-        convert = self._convert
-
-        def call(view: tuple) -> None:
-            name, dtype, shape, memory = view
-            on_tensor(name, convert(dtype, shape, memory))
-
-        return self._impl.receive_round(call)
 
     @property
     def sender_stats(self) -> list[RoundStats]:
@@ -679,10 +657,6 @@ class MultiReceiver(_Endpoint):
     @property
     def session_id(self) -> int:
         raise AttributeError("a MultiReceiver has one session per sender (see sender_stats)")
-
-    def close(self) -> None:
-        self._impl.close()
-        self._destinations.clear()
 
 
 def split_into_parts(specs: Sequence[tuple], parts: int) -> list[list[int]]:

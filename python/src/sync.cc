@@ -500,9 +500,72 @@ class PySender : public Endpoint<sync::Sender> {
   void close() { reset(); }
 };
 
-class PyReceiver : public Endpoint<sync::Receiver> {
+// What a Receiver and a MultiReceiver share: destinations (their buffers kept alive) and the
+// destination and per-tensor rounds, which both C++ classes offer with one signature.
+template <typename Impl>
+class Receiving : public Endpoint<Impl> {
  public:
-  PyReceiver() : Endpoint("receiver") {}
+  void set_destination(const py::handle& tensor) {
+    UseGuard use(this->mutex_, this->what_);
+    Impl& r = this->get();
+    TensorArg a = tensor_arg(tensor, /*writable=*/true);
+    const std::string name = a.spec.name;
+    check(r.set_destination({std::move(a.spec), {a.data, a.size}}));
+    if (a.hold) {
+      holds_.insert_or_assign(name, std::move(a.hold));
+    } else {
+      holds_.erase(name);
+    }
+  }
+
+  void clear_destinations() {
+    UseGuard use(this->mutex_, this->what_);
+    this->get().clear_destinations();
+    holds_.clear();
+  }
+
+  RoundStats receive_round_into() {
+    UseGuard use(this->mutex_, this->what_);
+    Impl& r = this->get();
+    Result<RoundStats> result = [&] {
+      py::gil_scoped_release nogil;
+      return r.receive_round_into();
+    }();
+    this->interrupts_.raise_pending();
+    return check(std::move(result));
+  }
+
+  // A MultiReceiver calls on_tensor from its senders' threads, one call at a time.
+  RoundStats receive_round(const py::function& on_tensor) {
+    UseGuard use(this->mutex_, this->what_);
+    Impl& r = this->get();
+    CallbackBridge bridge;
+    const sync::TensorCallback cb = [&](const TensorView& v) {
+      return bridge.call([&] { on_tensor(view_to_python(v)); });
+    };
+    Result<RoundStats> result = [&] {
+      py::gil_scoped_release nogil;
+      return r.receive_round(cb);
+    }();
+    this->interrupts_.raise_pending();
+    return bridge.finish(std::move(result));
+  }
+
+  void close() {
+    this->reset();
+    holds_.clear();
+  }
+
+ protected:
+  using Endpoint<Impl>::Endpoint;
+
+ private:
+  std::map<std::string, std::unique_ptr<BufferHold>> holds_;
+};
+
+class PyReceiver : public Receiving<sync::Receiver> {
+ public:
+  PyReceiver() : Receiving("receiver") {}
   static std::unique_ptr<PyReceiver> connect(const std::string& address, std::uint32_t id,
                                              const SyncOptions& o, std::uint64_t session) {
     auto r = std::make_unique<PyReceiver>();
@@ -515,54 +578,9 @@ class PyReceiver : public Endpoint<sync::Receiver> {
     return r;
   }
 
-  void set_destination(const py::handle& tensor) {
-    UseGuard use(mutex_, what_);
-    sync::Receiver& r = get();
-    TensorArg a = tensor_arg(tensor, /*writable=*/true);
-    const std::string name = a.spec.name;
-    check(r.set_destination({std::move(a.spec), {a.data, a.size}}));
-    if (a.hold) {
-      holds_.insert_or_assign(name, std::move(a.hold));
-    } else {
-      holds_.erase(name);
-    }
-  }
-
-  void clear_destinations() {
-    UseGuard use(mutex_, what_);
-    get().clear_destinations();
-    holds_.clear();
-  }
-
   void set_min_step(std::uint64_t step) {
     UseGuard use(mutex_, what_);
     get().set_min_step(step);
-  }
-
-  RoundStats receive_round_into() {
-    UseGuard use(mutex_, what_);
-    sync::Receiver& r = get();
-    Result<RoundStats> result = [&] {
-      py::gil_scoped_release nogil;
-      return r.receive_round_into();
-    }();
-    interrupts_.raise_pending();
-    return check(std::move(result));
-  }
-
-  RoundStats receive_round(const py::function& on_tensor) {
-    UseGuard use(mutex_, what_);
-    sync::Receiver& r = get();
-    CallbackBridge bridge;
-    const sync::TensorCallback cb = [&](const TensorView& v) {
-      return bridge.call([&] { on_tensor(view_to_python(v)); });
-    };
-    Result<RoundStats> result = [&] {
-      py::gil_scoped_release nogil;
-      return r.receive_round(cb);
-    }();
-    interrupts_.raise_pending();
-    return bridge.finish(std::move(result));
   }
 
   RoundStats receive_round_buckets(const py::function& on_bucket) {
@@ -637,11 +655,6 @@ class PyReceiver : public Endpoint<sync::Receiver> {
     return s.to_string();
   }
 
-  void close() {
-    reset();
-    holds_.clear();
-  }
-
  private:
   // (name, dtype, shape, writable memoryview) per view. REQUIRES: the GIL.
   static py::list writable_list(std::span<const MutableTensorView> views) {
@@ -655,8 +668,6 @@ class PyReceiver : public Endpoint<sync::Receiver> {
     }
     return weights;
   }
-
-  std::map<std::string, std::unique_ptr<BufferHold>> holds_;
 };
 
 // A node's relay (sync::Relay). Usually run in a background thread: stop() may be called
@@ -730,9 +741,9 @@ class PyRelay : public Endpoint<sync::Relay> {
 };
 
 // One round from several senders, each sending a disjoint part (include/ferry/multi_receiver.h).
-class PyMultiReceiver : public Endpoint<sync::MultiReceiver> {
+class PyMultiReceiver : public Receiving<sync::MultiReceiver> {
  public:
-  PyMultiReceiver() : Endpoint("multi-receiver") {}
+  PyMultiReceiver() : Receiving("multi-receiver") {}
   static std::unique_ptr<PyMultiReceiver> connect(const std::vector<std::string>& addresses,
                                                   std::uint32_t id, const SyncOptions& o) {
     auto r = std::make_unique<PyMultiReceiver>();
@@ -745,65 +756,10 @@ class PyMultiReceiver : public Endpoint<sync::MultiReceiver> {
     return r;
   }
 
-  void set_destination(const py::handle& tensor) {
-    UseGuard use(mutex_, what_);
-    sync::MultiReceiver& r = get();
-    TensorArg a = tensor_arg(tensor, /*writable=*/true);
-    const std::string name = a.spec.name;
-    check(r.set_destination({std::move(a.spec), {a.data, a.size}}));
-    if (a.hold) {
-      holds_.insert_or_assign(name, std::move(a.hold));
-    } else {
-      holds_.erase(name);
-    }
-  }
-
-  void clear_destinations() {
-    UseGuard use(mutex_, what_);
-    get().clear_destinations();
-    holds_.clear();
-  }
-
-  RoundStats receive_round_into() {
-    UseGuard use(mutex_, what_);
-    sync::MultiReceiver& r = get();
-    Result<RoundStats> result = [&] {
-      py::gil_scoped_release nogil;
-      return r.receive_round_into();
-    }();
-    interrupts_.raise_pending();
-    return check(std::move(result));
-  }
-
-  // on_tensor runs on the senders' threads, one call at a time, with the GIL.
-  RoundStats receive_round(const py::function& on_tensor) {
-    UseGuard use(mutex_, what_);
-    sync::MultiReceiver& r = get();
-    CallbackBridge bridge;
-    const sync::TensorCallback cb = [&](const TensorView& v) {
-      return bridge.call([&] { on_tensor(view_to_python(v)); });
-    };
-    Result<RoundStats> result = [&] {
-      py::gil_scoped_release nogil;
-      return r.receive_round(cb);
-    }();
-    interrupts_.raise_pending();
-    return bridge.finish(std::move(result));
-  }
-
   std::vector<RoundStats> sender_stats() const {
     const std::span<const RoundStats> s = get().sender_stats();
     return {s.begin(), s.end()};
   }
-
-  void close() {
-    reset();
-    holds_.clear();
-  }
-
- private:
-  std::map<std::string, std::unique_ptr<BufferHold>>
-      holds_;  // the destinations' buffers, kept alive
 };
 
 std::vector<std::vector<std::size_t>> split_into_parts(const py::sequence& specs,
