@@ -203,6 +203,7 @@ Result<ScopedFd> connect_to(const std::string& address, Clock::time_point deadli
 struct Joined {
   ScopedFd fd;
   msg::Join join;
+  std::string who;  // "pid 1234"
 };
 
 // A connection to rank 0 whose hello has not fully arrived. Its bytes are read as they
@@ -285,7 +286,7 @@ Result<Joined> accept_hello(int listen_fd, std::vector<PendingHello>& pending,
       pending.erase(pending.begin() + static_cast<std::ptrdiff_t>(i - 1));
       if (state == HelloState::kComplete) {
         auto join = msg::decode_join(std::as_bytes(std::span(done.bytes)).subspan(kFrameHeadBytes));
-        if (join.ok()) return Joined{std::move(done.fd), std::move(*join)};
+        if (join.ok()) return Joined{std::move(done.fd), std::move(*join), std::move(done.who)};
         why = join.status().message();
       }
       log::warn("checkpoint group: dropped {} connected to {}: {}", done.who, what, why);
@@ -397,23 +398,9 @@ class LocalGroup final : public GroupBase {
                             "rank 0 waiting for " + std::to_string(opts_.size - joined) +
                                 " more rank(s) on " + opts_.root_address);
       if (!j.ok()) return j.status();
-      const msg::Join& join = j->join;
-      const std::uint32_t r = join.rank;
-      Status bad;
-      if (join.version != kVersion) {
-        bad = failed_precondition(
-            "rank " + std::to_string(r) + " speaks checkpoint group protocol version " +
-            std::to_string(join.version) + ", rank 0 version " + std::to_string(kVersion));
-      } else if (join.size != static_cast<std::uint32_t>(opts_.size)) {
-        bad = invalid_argument("rank " + std::to_string(r) + " joined a group of " +
-                               std::to_string(join.size) + " ranks, rank 0 one of " +
-                               std::to_string(opts_.size));
-      } else if (r == 0 || r >= join.size || peers_[r].valid()) {
-        bad = invalid_argument("rank " + std::to_string(r) + " joined " + opts_.root_address +
-                               " twice or is outside the group of " + std::to_string(opts_.size));
-      } else if (Status v = validate_node_name(join.node); !v.ok()) {
-        bad = v.with_context("rank " + std::to_string(r));
-      }
+      const std::uint32_t r = j->join.rank;
+      Status bad = check_join(j->join, "rank " + std::to_string(r) + " (" + j->who + ")",
+                              opts_.root_address, r < peers_.size() && peers_[r].valid());
       if (!bad.ok()) {
         send_abort(j->fd.get(), bad);
         tell_members(bad);
@@ -445,13 +432,6 @@ class LocalGroup final : public GroupBase {
     for (ScopedFd& p : peers_) {
       if (p.valid()) send_abort(p.get(), why);
     }
-  }
-
-  // The failure rank 0 reports in kAbort message `m`.
-  Status read_abort(std::span<const std::byte> m) const {
-    auto why = msg::decode_abort(m);
-    if (!why.ok()) return why.status().with_context(peer_name(0));
-    return Status(why->code, why->message + " (reported by rank 0)");
   }
 
   Result<std::vector<std::string>> gather_impl(std::string_view mine, std::uint64_t seq) {
@@ -516,7 +496,7 @@ class LocalGroup final : public GroupBase {
       }
     }
     bool out_of_step = false;
-    Status s = exchange(conn->fd.get(), ++conn->next_id, request, deadline, what, into, text,
+    Status s = exchange(conn->fd.get(), peer, ++conn->next_id, request, deadline, what, into, text,
                         &out_of_step);
     if (out_of_step) conn->fd.reset();  // it may hold half an answer: reconnect next time
     return s;
@@ -524,11 +504,11 @@ class LocalGroup final : public GroupBase {
 
   // One request and its answer on `fd`. *out_of_step: the stream failed or may hold the
   // rest of an answer, so it must not be used again.
-  static Status exchange(int fd, std::uint32_t id, std::string_view request,
-                         Clock::time_point deadline, const std::string& what,
-                         std::span<std::byte>* into, std::string* text, bool* out_of_step) {
-    const std::vector<std::byte> m =
-        msg::encode_fetch({id, into != nullptr ? into->size() : kAnySize, std::string(request)});
+  Status exchange(int fd, int peer, std::uint32_t id, std::string_view request,
+                  Clock::time_point deadline, const std::string& what, std::span<std::byte>* into,
+                  std::string* text, bool* out_of_step) {
+    const std::uint64_t expected = into != nullptr ? into->size() : kAnySize;
+    const std::vector<std::byte> m = msg::encode_fetch({id, expected, std::string(request)});
     if (m.size() > transport::kMaxMessageBytes) {
       return invalid_argument("a fetch request of " + std::to_string(request.size()) +
                               " bytes is over the limit of " +
@@ -538,25 +518,13 @@ class LocalGroup final : public GroupBase {
     FERRY_RETURN_IF_ERROR(send_frame(fd, m, deadline, what));
     auto reply = recv_frame(fd, deadline, what);
     if (!reply.ok()) return reply.status();
-    auto answer = msg::decode_answer(*reply);
-    if (!answer.ok()) return answer.status().with_context(what);
-    if (answer->id != id) {
-      return corruption("malformed fetch answer from " + what + ": id " +
-                        std::to_string(answer->id) + ", expected " + std::to_string(id));
-    }
+    auto answer = check_answer(*reply, id, peer, expected);
+    if (!answer.ok()) return answer.status();
     if (answer->code != Code::kOk) {
       *out_of_step = false;  // no bytes follow an error
       return Status(answer->code, answer->error);
     }
     const std::uint64_t bytes = answer->size;
-    if (bytes > kMaxPayloadBytes) {
-      return corruption(what + " announced an answer of " + std::to_string(bytes) +
-                        " bytes (at most " + std::to_string(kMaxPayloadBytes) + ")");
-    }
-    if (into != nullptr && bytes != into->size()) {
-      return corruption(what + " answered " + std::to_string(bytes) + " bytes, expected " +
-                        std::to_string(into->size()));
-    }
     std::span<std::byte> dst;
     if (into != nullptr) {
       dst = *into;
@@ -604,45 +572,23 @@ class LocalGroup final : public GroupBase {
   Status serve_requests(int fd, const std::string& who) {
     auto m = recv_frame(fd, std::nullopt, who);
     if (!m.ok()) return ok_status();  // closed before it said hello
-    auto hello = msg::decode_fetch_hello(*m);
-    if (!hello.ok()) return hello.status().with_context(who);
-    if (hello->version != kVersion || hello->rank >= static_cast<std::uint32_t>(opts_.size)) {
-      return corruption(who + ": a fetch hello of version " + std::to_string(hello->version) +
-                        " from rank " + std::to_string(hello->rank) + " (this group: version " +
-                        std::to_string(kVersion) + ", " + std::to_string(opts_.size) + " ranks)");
-    }
-    const int from = static_cast<int>(hello->rank);
-    const std::string fetcher = "rank " + std::to_string(from) + " (fetch client)";
+    auto from = check_fetch_hello(*m, who);
+    if (!from.ok()) return from.status();
+    const std::string fetcher = "rank " + std::to_string(*from) + " (fetch client)";
     while (!stop_.load()) {
       m = recv_frame(fd, std::nullopt, fetcher);
       if (!m.ok()) return m.status().code() == Code::kAborted ? ok_status() : m.status();
       auto fetch = msg::decode_fetch(*m);
       if (!fetch.ok()) return fetch.status().with_context(fetcher);
-      FERRY_RETURN_IF_ERROR(send_answer(fd, from, *fetch, fetcher));
+      // The ANSWER, then the answer's bytes straight from the handler's memory (a mapped
+      // shard) to the socket.
+      FetchReply reply;
+      FERRY_RETURN_IF_ERROR(
+          send_frame(fd, answer_fetch(*from, *fetch, &reply), std::nullopt, fetcher));
+      const std::span<const std::byte> bytes = reply.bytes();
+      FERRY_RETURN_IF_ERROR(send_all(fd, bytes.data(), bytes.size(), std::nullopt, fetcher));
     }
     return ok_status();
-  }
-
-  // The kAnswer, then the answer's bytes straight from the handler's memory (a mapped
-  // shard) to the socket.
-  Status send_answer(int fd, int from, const msg::Fetch& fetch, const std::string& fetcher) {
-    Result<FetchReply> reply = answer(from, fetch.request);
-    Status s = reply.status();
-    std::span<const std::byte> bytes;
-    if (s.ok()) {
-      bytes = reply->bytes();
-      if (fetch.expected != kAnySize && bytes.size() != fetch.expected) {
-        s = corruption("rank " + std::to_string(opts_.rank) + " (node " + opts_.node +
-                       ") answered " + std::to_string(bytes.size()) + " bytes, expected " +
-                       std::to_string(fetch.expected));
-        bytes = {};
-      }
-    }
-    std::vector<std::byte> head =
-        msg::encode_answer({fetch.id, s.code(), bytes.size(), s.message()});
-    if (head.size() > transport::kMaxMessageBytes) head.resize(transport::kMaxMessageBytes);
-    FERRY_RETURN_IF_ERROR(send_frame(fd, head, std::nullopt, fetcher));
-    return send_all(fd, bytes.data(), bytes.size(), std::nullopt, fetcher);
   }
 
   LocalGroupOptions opts_;

@@ -198,24 +198,14 @@ class NetGroup final : public GroupBase {
       }
       auto join = msg::decode_join(*hello);
       std::string address = join.ok() ? join->address : std::string();
-      const std::uint32_t r = join.ok() ? join->rank : 0, n = join.ok() ? join->size : 0;
+      const std::uint32_t r = join.ok() ? join->rank : 0;
       Status bad;
       if (!join.ok()) {
         bad = join.status().with_context(ch->peer());
-      } else if (join->version != kVersion) {
-        bad = failed_precondition(ch->peer() + " speaks checkpoint group protocol version " +
-                                  std::to_string(join->version) + ", rank 0 version " +
-                                  std::to_string(kVersion));
-      } else if (n != static_cast<std::uint32_t>(size())) {
-        bad = invalid_argument("rank " + std::to_string(r) + " (" + ch->peer() +
-                               ") joined a group of " + std::to_string(n) +
-                               " ranks, rank 0 one of " + std::to_string(size()));
-      } else if (r == 0 || r >= n || peers_[r].valid()) {
-        bad = invalid_argument("rank " + std::to_string(r) + " (" + ch->peer() + ") joined " +
-                               opts_.root_address + " twice or is outside the group of " +
-                               std::to_string(size()));
-      } else if (Status v = validate_node_name(join->node); !v.ok()) {
-        bad = v;
+      } else if (Status c = check_join(*join, "rank " + std::to_string(r) + " (" + ch->peer() + ")",
+                                       opts_.root_address, r < peers_.size() && peers_[r].valid());
+                 !c.ok()) {
+        bad = c;
       } else if (wildcard_host(host_of(address))) {
         // Advertised as where its connection came from: the peer is "peer 10.0.0.2:40123".
         const std::string from = host_of(ch->peer());
@@ -352,13 +342,6 @@ class NetGroup final : public GroupBase {
     (void)ch.send(msg::encode_abort(why), kAbortSendTimeout);
   }
 
-  // The failure rank 0 reports in kAbort message `m`.
-  Status read_abort(std::span<const std::byte> m) const {
-    auto why = msg::decode_abort(m);
-    if (!why.ok()) return why.status().with_context(peer_name(0));
-    return Status(why->code, why->message + " (reported by rank 0)");
-  }
-
   // Rank 0: tells every member that the group failed and why, so that none of them waits
   // for its own timeout. A member reads it in its current or next collective.
   void tell_members(const Status& why) FERRY_REQUIRES(call_mu_) {
@@ -398,8 +381,8 @@ class NetGroup final : public GroupBase {
                   std::string* text, const Deadline& dl, bool* out_of_step)
       FERRY_REQUIRES(call_mu_) {
     const std::uint32_t id = ++conn.next_id;
-    const std::vector<std::byte> m =
-        msg::encode_fetch({id, into != nullptr ? into->size() : kAnySize, std::string(request)});
+    const std::uint64_t expected = into != nullptr ? into->size() : kAnySize;
+    const std::vector<std::byte> m = msg::encode_fetch({id, expected, std::string(request)});
     if (m.size() > net::max_message_bytes()) {
       return invalid_argument("a fetch request of " + std::to_string(request.size()) +
                               " bytes is over the limit of " +
@@ -409,25 +392,13 @@ class NetGroup final : public GroupBase {
     FERRY_RETURN_IF_ERROR(conn.ch.send(m, dl.left()));
     auto reply = conn.ch.receive(dl.left());
     if (!reply.ok()) return reply.status();
-    auto answer = msg::decode_answer(*reply);
-    if (!answer.ok()) return answer.status().with_context(peer_name(peer));
-    if (answer->id != id) {
-      return corruption("malformed fetch answer from " + peer_name(peer) + ": id " +
-                        std::to_string(answer->id) + ", expected " + std::to_string(id));
-    }
+    auto answer = check_answer(*reply, id, peer, expected);
+    if (!answer.ok()) return answer.status();
     if (answer->code != Code::kOk) {
       *out_of_step = false;  // no bulk message follows an error
       return Status(answer->code, answer->error);
     }
     const std::uint64_t bytes = answer->size;
-    if (bytes > kMaxPayloadBytes) {
-      return corruption(peer_name(peer) + " announced an answer of " + std::to_string(bytes) +
-                        " bytes");
-    }
-    if (into != nullptr && bytes != into->size()) {
-      return corruption(peer_name(peer) + " answered " + std::to_string(bytes) +
-                        " bytes, expected " + std::to_string(into->size()));
-    }
     *out_of_step = false;
     if (bytes == 0) return ok_status();
     *out_of_step = true;
@@ -506,12 +477,9 @@ class NetGroup final : public GroupBase {
   // Handles one message on a serving channel; an error drops the channel.
   Status serve_one(ServeConn& c, std::span<const std::byte> m) {
     if (msg::kind_of(m) == static_cast<std::uint8_t>(Kind::kFetchHello)) {
-      auto hello = msg::decode_fetch_hello(m);
-      if (!hello.ok() || hello->version != kVersion ||
-          hello->rank >= static_cast<std::uint32_t>(size())) {
-        return corruption("bad fetch hello from " + c.ch.peer());
-      }
-      c.from = static_cast<int>(hello->rank);
+      auto from = check_fetch_hello(m, c.ch.peer());
+      if (!from.ok()) return from.status();
+      c.from = *from;
       return ok_status();
     }
     auto fetch = msg::decode_fetch(m);
@@ -519,30 +487,16 @@ class NetGroup final : public GroupBase {
     if (c.from < 0) return corruption("a fetch request before the fetch hello from " + c.ch.peer());
     // In place from the start: the bytes of a short `owned` string move with it.
     Outgoing& out = c.sending.emplace_back();
-    Status s = send_answer(c, fetch->id, fetch->expected, fetch->request, out);
+    Status s = send_answer(c, *fetch, out);
     // Nothing in flight (an error answer, or sent already): nothing to keep.
     if (s.ok() && out.transfer.done() && out.transfer.status().ok()) c.sending.pop_back();
     return s;
   }
 
-  // Answers request `id` into `out`: the answer message, then the bulk transfer.
-  Status send_answer(ServeConn& c, std::uint32_t id, std::uint64_t expected,
-                     const std::string& request, Outgoing& out) {
-    Result<FetchReply> reply = answer(c.from, request);
-    Status s = reply.status();
-    if (s.ok()) {
-      out.reply = std::move(*reply);
-      const std::uint64_t n = out.reply.bytes().size();
-      if (expected != kAnySize && n != expected) {
-        s = corruption("rank " + std::to_string(rank()) + " (node " + node() + ") answered " +
-                       std::to_string(n) + " bytes, expected " + std::to_string(expected));
-      }
-    }
-    std::vector<std::byte> head =
-        msg::encode_answer({id, s.code(), s.ok() ? out.reply.bytes().size() : 0, s.message()});
-    if (head.size() > net::max_message_bytes()) head.resize(net::max_message_bytes());
-    FERRY_RETURN_IF_ERROR(c.ch.send(head, opts_.timeout));
-    if (!s.ok() || out.reply.bytes().empty()) return ok_status();
+  // Answers `fetch` into `out`: the answer message, then the bulk transfer.
+  Status send_answer(ServeConn& c, const msg::Fetch& fetch, Outgoing& out) {
+    FERRY_RETURN_IF_ERROR(c.ch.send(answer_fetch(c.from, fetch, &out.reply), opts_.timeout));
+    if (out.reply.bytes().empty()) return ok_status();
 
     // Straight from the handler's memory (a mapped shard) when UCX can register it; UCX
     // only reads a send buffer. Otherwise from a copy.
@@ -555,7 +509,7 @@ class NetGroup final : public GroupBase {
       if (!region.ok()) return region.status();
     }
     out.region = std::move(*region);
-    auto t = c.ch.send_bulk(id, bytes, out.region);
+    auto t = c.ch.send_bulk(fetch.id, bytes, out.region);
     if (!t.ok()) return t.status();
     out.transfer = std::move(*t);
     return ok_status();
