@@ -217,6 +217,16 @@ struct Endpoint {
   std::deque<Outgoing> outgoing;
   std::uint64_t queued = 0;   // items ever put on `outgoing`
   std::uint64_t written = 0;  // ... and ever written whole
+  // Sends the peer asked for (its READY came) whose bytes have not started. The front one
+  // starts (its DATA frame sealed, its bytes queued) when `outgoing` is empty, so the frames
+  // queued meanwhile (the next announcements, READYs) go out ahead of it, not a whole
+  // message later: otherwise the peer learns of the next message only when the stream has
+  // drained, and the stream idles for a round trip per message.
+  std::deque<std::shared_ptr<TcpOp>> asked;
+  // Receives we sent READY for whose DATA frame has not come. While there are any, the stream
+  // is read no further than the frame being read, or kDataFrameBytes past a frame's start:
+  // never into bulk bytes, which are read straight into their receive.
+  std::size_t awaiting_data = 0;
   // Sends announced, not yet asked for by the peer's READY; receives posted, in order.
   std::map<std::uint32_t, std::deque<std::shared_ptr<TcpOp>>> unasked;
   std::map<std::uint32_t, std::deque<std::shared_ptr<TcpOp>>> receives;
@@ -248,6 +258,9 @@ struct Endpoint {
   // or a socket error fails the channel (and returns 0).
   std::size_t tcp_read(std::byte* to, std::size_t n);
   void tcp_offer_ready(std::uint32_t key);
+  // Starts the front of `asked`: seals its DATA frame and queues it and the bytes; false
+  // (the channel failed) when sealing failed.
+  bool tcp_start_asked();
   void tcp_on_ready(std::span<const std::byte> payload);
   void tcp_on_data(std::span<const std::byte> payload);
   // Moves the inflowing message's bytes from the inbox, then the socket; false while more
@@ -501,22 +514,10 @@ struct Endpoint {
   // Seals (kind, payload) into a frame and hands it to UCX without waiting. Returns the
   // request still in flight (kept in `sends`), or nullptr when UCX took the frame at once.
   Result<void*> post(FrameKind kind, std::span<const std::byte> payload) {
+    auto sealed = seal_frame(kind, payload);
+    if (!sealed.ok()) return sealed.status();
     PendingSend ps;
-    const auto length = static_cast<std::uint32_t>(payload.size() + kFrameOverhead);
-    ps.frame.reserve(kFrameHeaderBytes + length);
-    coding::put_u32(&ps.frame, length);  // kFrameHeaderBytes
-    ps.frame.resize(kFrameHeaderBytes + length);
-    if (!payload.empty()) {
-      std::memcpy(ps.frame.data() + kFrameHeaderBytes, payload.data(), payload.size());
-    }
-    ps.frame[kFrameHeaderBytes + payload.size()] = static_cast<std::byte>(kind);
-    const std::span<std::byte> plain(ps.frame.data() + kFrameHeaderBytes, 1 + payload.size());
-    Tag tag{};
-    Status s = aead_seal(keys.control_send, frames_sent++,
-                         std::span<const std::byte>(ps.frame.data(), kFrameHeaderBytes), plain,
-                         plain, &tag);
-    if (!s.ok()) return s;
-    std::memcpy(ps.frame.data() + kFrameHeaderBytes + 1 + payload.size(), tag.data(), kTagBytes);
+    ps.frame = std::move(*sealed);
     if (tcp) {
       tcp_queue(std::move(ps.frame));
       if (failed) return error;
@@ -533,6 +534,28 @@ struct Endpoint {
     ps.request = r;
     sends.push_back(std::move(ps));  // the frame's heap buffer stays where UCX reads it
     return r;
+  }
+
+  // Seals (kind, payload) into the next frame of this direction: it takes the next nonce, so
+  // frames must reach the stream in the order they are sealed.
+  Result<std::vector<std::byte>> seal_frame(FrameKind kind, std::span<const std::byte> payload) {
+    std::vector<std::byte> frame;
+    const auto length = static_cast<std::uint32_t>(payload.size() + kFrameOverhead);
+    frame.reserve(kFrameHeaderBytes + length);
+    coding::put_u32(&frame, length);  // kFrameHeaderBytes
+    frame.resize(kFrameHeaderBytes + length);
+    if (!payload.empty()) {
+      std::memcpy(frame.data() + kFrameHeaderBytes, payload.data(), payload.size());
+    }
+    frame[kFrameHeaderBytes + payload.size()] = static_cast<std::byte>(kind);
+    const std::span<std::byte> plain(frame.data() + kFrameHeaderBytes, 1 + payload.size());
+    Tag tag{};
+    Status s =
+        aead_seal(keys.control_send, frames_sent++,
+                  std::span<const std::byte>(frame.data(), kFrameHeaderBytes), plain, plain, &tag);
+    if (!s.ok()) return s;
+    std::memcpy(frame.data() + kFrameHeaderBytes + 1 + payload.size(), tag.data(), kTagBytes);
+    return frame;
   }
 
   // The next whole message, if one has arrived. Messages come before the error of a peer
@@ -616,6 +639,8 @@ struct Endpoint {
   void send_fin() {
     if (fin_sent || broken || (ep == nullptr && !tcp)) return;
     fin_sent = true;
+    // The peer reads nothing after a FIN: the bulk messages it asked for go first.
+    while (tcp && !asked.empty()) tcp_start_asked();
     (void)post(FrameKind::kFin, {});
   }
 
