@@ -6,12 +6,20 @@
 //           with `ferry bench sync --net`, says why);
 //   ferry = N buckets through net::Channel::send_bulk / receive_bulk between this process
 //           (receiver, listener) and a child (sender), K buckets in flight, ring slots
-//           registered once;
-// and prints GB/s (10^9 bytes/s) for both, the ratio, and the sender's connect +
-// authenticate time. Each is the best of --repeat runs (default 3): on a shared 2-core
-// machine a run's figure says more about the neighbours than about either side.
-// Usage: net_bench [--sizes-mib 4,64,256] [--total-mib 1024] [--inflight K] [--repeat R].
+//           registered once, timed after --warmup buckets (default 1; ucx_perftest runs -w 2);
+// and prints GB/s (10^9 bytes/s) for both, the ratio, the CPU seconds (user + system) each
+// side spent per GB moved, and the sender's connect + authenticate time. GB/s is the best of
+// --repeat runs (default 3): on a shared 2-core machine a run's figure says more about the
+// neighbours than about either side. CPU s/GB moves less with the neighbours (though a busy
+// machine moves loopback's receive processing to ksoftirqd, off both sides' bills); it is
+// the lowest of the runs, per side. ferry's is measured by each process over its transfers
+// (getrusage, all threads); ucx_perftest's is each child's whole life (getrusage of the reaped
+// child) less that of a one-message run (start-up, UCX init), in -E sleep mode, which waits
+// as ferry does (-E poll spins, so its CPU is its wall time).
+// Usage: net_bench [--sizes-mib 4,64,256] [--total-mib 1024] [--inflight K] [--repeat R]
+//                  [--warmup B] [--no-perftest].
 // UCX_TLS / UCX_NET_DEVICES apply to both sides alike.
+#include <sys/resource.h>
 #include <unistd.h>
 #include <xxhash.h>
 
@@ -70,7 +78,13 @@ void fill_pattern(std::span<std::byte> out, std::uint64_t seed) {
   }
 }
 
-using tools::PerftestResult;
+// CPU seconds (user + system) of `who` (RUSAGE_SELF, RUSAGE_CHILDREN) so far.
+double cpu_seconds(int who) {
+  rusage u{};
+  ::getrusage(who, &u);
+  const auto secs = [](const timeval& t) { return t.tv_sec + t.tv_usec / 1e6; };
+  return secs(u.ru_utime) + secs(u.ru_stime);
+}
 
 // A child with stdout and stderr in one pipe, for its log in an error message.
 Subprocess spawn(const std::vector<std::string>& args, const std::vector<std::string>& extra_env) {
@@ -87,11 +101,17 @@ Subprocess spawn(const std::vector<std::string>& args, const std::vector<std::st
 struct FerryResult {
   double gbps = 0;
   double connect_ms = 0;
+  double send_cpu_per_gb = 0;  // the sender's CPU seconds per 10^9 bytes
+  double recv_cpu_per_gb = 0;  // the receiver's
   std::string transports;
 };
 
-FerryResult ferry_run(std::size_t bytes, std::uint32_t count, std::uint32_t inflight,
-                      const std::string& self) {
+// `warmup` buckets go before ferry's clock starts, as ucx_perftest's -w: on ferry's TCP path
+// the first bucket of a channel is slow (docs/benchmarks.md, issue 33). Their CPU is counted:
+// CPU per GB is over every bucket.
+FerryResult ferry_run(std::size_t bytes, std::uint32_t timed, std::uint32_t warmup,
+                      std::uint32_t inflight, const std::string& self) {
+  const std::uint32_t count = timed + warmup;
   auto token_text = net::new_token_text();
   check(token_text.status(), "new_token_text");
   const std::string secret = *token_text;
@@ -122,11 +142,13 @@ FerryResult ferry_run(std::size_t bytes, std::uint32_t count, std::uint32_t infl
     posted[b] = std::move(*t);
   }
   check(ch->send(bytes_of("go"), kTimeout), "send go");
-  const auto start = Clock::now();
+  auto start = Clock::now();  // restarted after the warm-up
+  const double cpu_start = cpu_seconds(RUSAGE_SELF);
   for (std::uint32_t b = 0; b < count; ++b) {
     net::Transfer& t = posted[b % inflight];
     check(ch->wait(t, kTimeout), "bulk receive");
     if (t.bytes() != bytes) die("bucket " + std::to_string(b) + " arrived short");
+    if (b + 1 == warmup) start = Clock::now();
     if (b + inflight < count) {
       auto next = ch->receive_bulk(b + inflight, slot(b + inflight), *region);
       check(next.status(), "receive_bulk");
@@ -134,13 +156,19 @@ FerryResult ferry_run(std::size_t bytes, std::uint32_t count, std::uint32_t infl
     }
   }
   const double secs = seconds_since(start);
+  const double recv_cpu = cpu_seconds(RUSAGE_SELF) - cpu_start;
   auto report = ch->receive(kTimeout);
   check(report.status(), "sender report");
   FerryResult r;
-  r.gbps = static_cast<double>(bytes) * count / secs / 1e9;
+  const double gb = static_cast<double>(bytes) * count / 1e9;
+  r.gbps = static_cast<double>(bytes) * timed / 1e9 / secs;
+  r.recv_cpu_per_gb = recv_cpu / gb;
   r.transports = ch->transports();
   std::uint64_t hash = 0;
-  std::sscanf(text_of(*report).c_str(), "connect_ms=%lf hash=%lu", &r.connect_ms, &hash);
+  double send_cpu = 0;
+  std::sscanf(text_of(*report).c_str(), "connect_ms=%lf cpu_s=%lf hash=%lu", &r.connect_ms,
+              &send_cpu, &hash);
+  r.send_cpu_per_gb = send_cpu / gb;
   // The last bucket in its slot must be what the sender put there: bit-exact or no figure.
   if (XXH3_64bits(slot(count - 1).data(), bytes) != hash)
     die("bucket bytes differ from the sender's");
@@ -148,6 +176,95 @@ FerryResult ferry_run(std::size_t bytes, std::uint32_t count, std::uint32_t infl
   const Subprocess::Finished sender_done = sender.finish();
   if (sender_done.exit.code != 0) die("sender failed:\n" + sender_done.out);
   return r;
+}
+
+// ---- ucx_perftest's side ----
+
+constexpr int kPerftestWarmup = 2;  // -w: messages before its clock starts
+
+struct PerftestRun {
+  double gbps = -1;     // 10^9 bytes/s; < 0 when every attempt failed
+  double send_cpu = 0;  // the client's CPU seconds over its life (it sends)
+  double recv_cpu = 0;  // the server's (it receives)
+  std::string log;      // the last failed attempt's output
+};
+
+// ucx_perftest -t tag_bw -e, as tools::ucx_perftest_loopback_once runs it, with the CPU time
+// of each child: the client is reaped first, then the server, so what RUSAGE_CHILDREN grows
+// by at each is that child's.
+PerftestRun perftest_once(std::size_t bytes, std::size_t iterations, int warmup,
+                          const std::string& mode) {
+  PerftestRun r;
+  SpawnOptions merged;
+  merged.output = ChildOutput::kMerged;
+  for (int attempt = 0; attempt < 3; ++attempt) {
+    const std::string port = std::to_string(tools::free_loopback_port());
+    auto server = Subprocess::spawn({"ucx_perftest", "-p", port, "-e", "-E", mode}, merged);
+    if (!server.ok()) {
+      r.log = server.status().to_string() + " (Debian: apt-get install ucx-utils)";
+      return r;
+    }
+    std::this_thread::sleep_for(milliseconds(300 + 300 * attempt));
+    const double cpu_before = cpu_seconds(RUSAGE_CHILDREN);
+    auto client = Subprocess::spawn(
+        {"ucx_perftest", "127.0.0.1", "-p", port, "-e", "-E", mode, "-t", "tag_bw", "-s",
+         std::to_string(bytes), "-n", std::to_string(iterations), "-w", std::to_string(warmup)},
+        merged);
+    if (!client.ok()) {
+      r.log = client.status().to_string();
+      return r;
+    }
+    const std::string out = client->finish().out;
+    const double cpu_client = cpu_seconds(RUSAGE_CHILDREN);
+    server->kill();
+    const double cpu_server = cpu_seconds(RUSAGE_CHILDREN);
+    std::istringstream in(out);
+    std::string line;
+    while (std::getline(in, line)) {
+      if (line.rfind("Final:", 0) != 0) continue;
+      // Final: iterations p50 avg overall bw-avg bw-overall rate-avg rate-overall
+      std::istringstream f(line.substr(6));
+      double v[8] = {};
+      for (double& x : v) f >> x;
+      r.gbps = v[5] * 1048576.0 / 1e9;  // perftest's MB is 2^20 bytes
+      r.send_cpu = cpu_client - cpu_before;
+      r.recv_cpu = cpu_server - cpu_client;
+      return r;
+    }
+    r.log = out;
+  }
+  return r;
+}
+
+// One case's U: the best GB/s of -E poll and -E sleep, and -E sleep's CPU per GB with the
+// start-up's taken off.
+struct PerftestResult {
+  double gbps = -1;
+  std::string mode = "-";
+  double send_cpu_per_gb = -1;
+  double recv_cpu_per_gb = -1;
+  std::string log;
+};
+
+PerftestResult perftest(std::size_t bytes, std::size_t iterations, const PerftestRun& startup) {
+  PerftestResult best;
+  for (const char* mode : {"poll", "sleep"}) {
+    const PerftestRun one = perftest_once(bytes, iterations, kPerftestWarmup, mode);
+    if (one.gbps < 0) {
+      best.log = one.log;
+      continue;
+    }
+    if (one.gbps > best.gbps) {
+      best.gbps = one.gbps;
+      best.mode = mode;
+    }
+    if (std::string(mode) == "sleep") {
+      const double gb = static_cast<double>(bytes) * (iterations + kPerftestWarmup) / 1e9;
+      best.send_cpu_per_gb = std::max(0.0, one.send_cpu - startup.send_cpu) / gb;
+      best.recv_cpu_per_gb = std::max(0.0, one.recv_cpu - startup.recv_cpu) / gb;
+    }
+  }
+  return best;
 }
 
 int child_sender(const std::string& address, std::size_t bytes, std::uint32_t count,
@@ -167,6 +284,7 @@ int child_sender(const std::string& address, std::size_t bytes, std::uint32_t co
   auto region = (*ctx)->register_memory(ring);
   check(region.status(), "register_memory");
   check(ch->receive(kTimeout).status(), "wait for go");
+  const double cpu_start = cpu_seconds(RUSAGE_SELF);
   std::vector<net::Transfer> in_flight(inflight);
   for (std::uint32_t b = 0; b < count; ++b) {
     const std::uint32_t s = b % inflight;
@@ -176,10 +294,11 @@ int child_sender(const std::string& address, std::size_t bytes, std::uint32_t co
     in_flight[s] = std::move(*t);
   }
   for (auto& t : in_flight) check(ch->wait(t, kTimeout), "bulk send");
+  const double cpu = cpu_seconds(RUSAGE_SELF) - cpu_start;
   const std::uint32_t last = (count - 1) % inflight;
   const std::uint64_t hash = XXH3_64bits(ring.data() + last * bytes, bytes);
   char report[128];
-  std::snprintf(report, sizeof report, "connect_ms=%.3f hash=%lu", connect_ms,
+  std::snprintf(report, sizeof report, "connect_ms=%.3f cpu_s=%.6f hash=%lu", connect_ms, cpu,
                 static_cast<unsigned long>(hash));
   check(ch->send(bytes_of(report), kTimeout), "send report");
   check(ch->receive(kTimeout).status(), "wait for bye");
@@ -207,59 +326,94 @@ int main(int argc, char** argv) {
   std::size_t total_mib = 1024;
   std::uint32_t inflight = 0;  // 0: 4, or 2 for buckets of 256 MiB and more
   int repeat = 3;
-  for (std::size_t i = 0; i + 1 < args.size(); i += 2) {
-    if (args[i] == "--sizes-mib")
-      sizes_mib = parse_list(args[i + 1]);
-    else if (args[i] == "--total-mib")
-      total_mib = std::stoul(args[i + 1]);
-    else if (args[i] == "--inflight")
-      inflight = static_cast<std::uint32_t>(std::stoul(args[i + 1]));
-    else if (args[i] == "--repeat")
-      repeat = std::max(1, std::stoi(args[i + 1]));
-    else
-      die("unknown option " + args[i] + " (--sizes-mib, --total-mib, --inflight, --repeat)");
+  std::uint32_t warmup = 1;
+  bool run_perftest = true;
+  for (std::size_t i = 0; i < args.size(); ++i) {
+    const bool has_value = i + 1 < args.size();
+    if (args[i] == "--no-perftest") {
+      run_perftest = false;
+    } else if (args[i] == "--sizes-mib" && has_value) {
+      sizes_mib = parse_list(args[++i]);
+    } else if (args[i] == "--total-mib" && has_value) {
+      total_mib = std::stoul(args[++i]);
+    } else if (args[i] == "--inflight" && has_value) {
+      inflight = static_cast<std::uint32_t>(std::stoul(args[++i]));
+    } else if (args[i] == "--warmup" && has_value) {
+      warmup = static_cast<std::uint32_t>(std::stoul(args[++i]));
+    } else if (args[i] == "--repeat" && has_value) {
+      repeat = std::max(1, std::stoi(args[++i]));
+    } else {
+      die("unknown option " + args[i] +
+          " (--sizes-mib, --total-mib, --inflight, --repeat, --warmup, --no-perftest)");
+    }
   }
   char self[4096] = {};
   if (::readlink("/proc/self/exe", self, sizeof self - 1) <= 0) die("cannot find own binary");
   const char* tls = std::getenv("UCX_TLS");
   const char* path = std::getenv("FERRY_NET_PATH");
   std::printf(
-      "net_bench: 127.0.0.1, FERRY_NET_PATH=%s, UCX_TLS=%s, ~%zu MiB per case, best of %d\n",
-      path ? path : "(unset: tcp)", tls ? tls : "(unset)", total_mib, repeat);
-  std::printf("%-9s %6s %3s %16s %6s %11s %7s %11s  %s\n", "bucket", "count", "K",
-              "U perftest GB/s", "U mode", "ferry GB/s", "ratio", "connect ms", "ferry transports");
+      "net_bench: 127.0.0.1, FERRY_NET_PATH=%s, UCX_TLS=%s, ~%zu MiB per case, GB/s best of %d "
+      "(ferry timed after %u warm-up buckets), CPU s/GB lowest of %d\n",
+      path ? path : "(unset: tcp)", tls ? tls : "(unset)", total_mib, repeat, warmup, repeat);
+  // ucx_perftest's start-up CPU (exec, UCX init, connect), taken off its figures below.
+  PerftestRun startup;
+  if (run_perftest) {
+    startup = perftest_once(4096, 1, 0, "sleep");
+    if (startup.gbps < 0) startup = PerftestRun{};
+  }
+  std::printf("%-9s %5s %2s %8s %6s %8s %6s  %-23s  %-23s %8s  %s\n", "", "", "", "U", "", "ferry",
+              "", "ferry CPU s/GB", "U CPU s/GB (sleep)", "", "");
+  std::printf("%-9s %5s %2s %8s %6s %8s %6s  %11s %11s  %11s %11s %8s  %s\n", "bucket", "count",
+              "K", "GB/s", "U mode", "GB/s", "ratio", "send", "recv", "send", "recv", "conn ms",
+              "ferry transports");
   double worst_connect = 0;
   for (std::size_t mib : sizes_mib) {
     const std::size_t bytes = mib << 20;
     const auto count = static_cast<std::uint32_t>(std::max<std::size_t>(4, total_mib / mib));
     const std::uint32_t k = inflight != 0 ? inflight : (mib >= 256 ? 2 : 4);
-    std::string log;
-    double u = -1;
-    std::string u_mode = "-";
+    PerftestResult u;
     FerryResult f;
     f.connect_ms = 1e9;
+    f.send_cpu_per_gb = 1e9;
+    f.recv_cpu_per_gb = 1e9;
+    const auto lowest = [](double& keep, double x) {
+      if (x >= 0 && (keep < 0 || x < keep)) keep = x;
+    };
     for (int r = 0; r < repeat; ++r) {  // interleaved, so both see the same neighbours
-      const PerftestResult one_u = tools::ucx_perftest_loopback(bytes, count);
-      if (one_u.gbps > u) {
-        u = one_u.gbps;
-        u_mode = one_u.mode;
-      } else if (u < 0) {
-        log = one_u.log;
+      if (run_perftest) {
+        const PerftestResult one_u = perftest(bytes, count, startup);
+        if (one_u.gbps > u.gbps) {
+          u.gbps = one_u.gbps;
+          u.mode = one_u.mode;
+        }
+        if (one_u.gbps < 0 && u.log.empty()) u.log = one_u.log;
+        lowest(u.send_cpu_per_gb, one_u.send_cpu_per_gb);
+        lowest(u.recv_cpu_per_gb, one_u.recv_cpu_per_gb);
       }
-      const FerryResult one = ferry_run(bytes, count, k, self);
+      const FerryResult one = ferry_run(bytes, count, warmup, k, self);
       f.gbps = std::max(f.gbps, one.gbps);
       f.connect_ms = std::min(f.connect_ms, one.connect_ms);
+      f.send_cpu_per_gb = std::min(f.send_cpu_per_gb, one.send_cpu_per_gb);
+      f.recv_cpu_per_gb = std::min(f.recv_cpu_per_gb, one.recv_cpu_per_gb);
       worst_connect = std::max(worst_connect, one.connect_ms);
       f.transports = one.transports;
     }
-    if (u > 0) {
-      std::printf("%4zu MiB %7u %3u %16.3f %6s %11.3f %7.2f %11.1f  %s\n", mib, count, k, u,
-                  u_mode.c_str(), f.gbps, f.gbps / u, f.connect_ms, f.transports.c_str());
-    } else {
-      std::printf("%4zu MiB %7u %3u %16s %6s %11.3f %7s %11.1f  %s\n", mib, count, k, "failed", "-",
-                  f.gbps, "-", f.connect_ms, f.transports.c_str());
-      std::fprintf(stderr, "ucx_perftest output:\n%s\n", log.c_str());
-    }
+    const auto figure = [](double x, const char* fmt) {
+      char text[32];
+      if (x < 0) return std::string("-");
+      std::snprintf(text, sizeof text, fmt, x);
+      return std::string(text);
+    };
+    std::printf("%4zu MiB %6u %2u %8s %6s %8.3f %6s  %11.3f %11.3f  %11s %11s %8.1f  %s\n", mib,
+                count, k,
+                u.gbps > 0     ? figure(u.gbps, "%.3f").c_str()
+                : run_perftest ? "failed"
+                               : "-",
+                u.mode.c_str(), f.gbps, u.gbps > 0 ? figure(f.gbps / u.gbps, "%.2f").c_str() : "-",
+                f.send_cpu_per_gb, f.recv_cpu_per_gb, figure(u.send_cpu_per_gb, "%.3f").c_str(),
+                figure(u.recv_cpu_per_gb, "%.3f").c_str(), f.connect_ms, f.transports.c_str());
+    if (run_perftest && u.gbps < 0)
+      std::fprintf(stderr, "ucx_perftest output:\n%s\n", u.log.c_str());
     std::fflush(stdout);
   }
   std::printf(
