@@ -182,63 +182,9 @@ FerryResult ferry_run(std::size_t bytes, std::uint32_t timed, std::uint32_t warm
 
 constexpr int kPerftestWarmup = 2;  // -w: messages before its clock starts
 
-struct PerftestRun {
-  double gbps = -1;     // 10^9 bytes/s; < 0 when every attempt failed
-  double send_cpu = 0;  // the client's CPU seconds over its life (it sends)
-  double recv_cpu = 0;  // the server's (it receives)
-  std::string log;      // the last failed attempt's output
-};
-
-// ucx_perftest -t tag_bw -e, as tools::ucx_perftest_loopback_once runs it, with the CPU time
-// of each child: the client is reaped first, then the server, so what RUSAGE_CHILDREN grows
-// by at each is that child's.
-PerftestRun perftest_once(std::size_t bytes, std::size_t iterations, int warmup,
-                          const std::string& mode) {
-  PerftestRun r;
-  SpawnOptions merged;
-  merged.output = ChildOutput::kMerged;
-  for (int attempt = 0; attempt < 3; ++attempt) {
-    const std::string port = std::to_string(tools::free_loopback_port());
-    auto server = Subprocess::spawn({"ucx_perftest", "-p", port, "-e", "-E", mode}, merged);
-    if (!server.ok()) {
-      r.log = server.status().to_string() + " (Debian: apt-get install ucx-utils)";
-      return r;
-    }
-    std::this_thread::sleep_for(milliseconds(300 + 300 * attempt));
-    const double cpu_before = cpu_seconds(RUSAGE_CHILDREN);
-    auto client = Subprocess::spawn(
-        {"ucx_perftest", "127.0.0.1", "-p", port, "-e", "-E", mode, "-t", "tag_bw", "-s",
-         std::to_string(bytes), "-n", std::to_string(iterations), "-w", std::to_string(warmup)},
-        merged);
-    if (!client.ok()) {
-      r.log = client.status().to_string();
-      return r;
-    }
-    const std::string out = client->finish().out;
-    const double cpu_client = cpu_seconds(RUSAGE_CHILDREN);
-    server->kill();
-    const double cpu_server = cpu_seconds(RUSAGE_CHILDREN);
-    std::istringstream in(out);
-    std::string line;
-    while (std::getline(in, line)) {
-      if (line.rfind("Final:", 0) != 0) continue;
-      // Final: iterations p50 avg overall bw-avg bw-overall rate-avg rate-overall
-      std::istringstream f(line.substr(6));
-      double v[8] = {};
-      for (double& x : v) f >> x;
-      r.gbps = v[5] * 1048576.0 / 1e9;  // perftest's MB is 2^20 bytes
-      r.send_cpu = cpu_client - cpu_before;
-      r.recv_cpu = cpu_server - cpu_client;
-      return r;
-    }
-    r.log = out;
-  }
-  return r;
-}
-
 // One case's U: the best GB/s of -E poll and -E sleep, and -E sleep's CPU per GB with the
 // start-up's taken off.
-struct PerftestResult {
+struct PerftestFigures {
   double gbps = -1;
   std::string mode = "-";
   double send_cpu_per_gb = -1;
@@ -246,10 +192,12 @@ struct PerftestResult {
   std::string log;
 };
 
-PerftestResult perftest(std::size_t bytes, std::size_t iterations, const PerftestRun& startup) {
-  PerftestResult best;
+PerftestFigures perftest(std::size_t bytes, std::size_t iterations,
+                         const tools::PerftestResult& startup) {
+  PerftestFigures best;
   for (const char* mode : {"poll", "sleep"}) {
-    const PerftestRun one = perftest_once(bytes, iterations, kPerftestWarmup, mode);
+    const tools::PerftestResult one =
+        tools::ucx_perftest_loopback_once(bytes, iterations, mode, kPerftestWarmup);
     if (one.gbps < 0) {
       best.log = one.log;
       continue;
@@ -260,8 +208,8 @@ PerftestResult perftest(std::size_t bytes, std::size_t iterations, const Perftes
     }
     if (std::string(mode) == "sleep") {
       const double gb = static_cast<double>(bytes) * (iterations + kPerftestWarmup) / 1e9;
-      best.send_cpu_per_gb = std::max(0.0, one.send_cpu - startup.send_cpu) / gb;
-      best.recv_cpu_per_gb = std::max(0.0, one.recv_cpu - startup.recv_cpu) / gb;
+      best.send_cpu_per_gb = std::max(0.0, one.send_cpu_seconds - startup.send_cpu_seconds) / gb;
+      best.recv_cpu_per_gb = std::max(0.0, one.recv_cpu_seconds - startup.recv_cpu_seconds) / gb;
     }
   }
   return best;
@@ -356,10 +304,10 @@ int main(int argc, char** argv) {
       "(ferry timed after %u warm-up buckets), CPU s/GB lowest of %d\n",
       path ? path : "(unset: tcp)", tls ? tls : "(unset)", total_mib, repeat, warmup, repeat);
   // ucx_perftest's start-up CPU (exec, UCX init, connect), taken off its figures below.
-  PerftestRun startup;
+  tools::PerftestResult startup;
   if (run_perftest) {
-    startup = perftest_once(4096, 1, 0, "sleep");
-    if (startup.gbps < 0) startup = PerftestRun{};
+    startup = tools::ucx_perftest_loopback_once(4096, 1, "sleep", 0);
+    if (startup.gbps < 0) startup = tools::PerftestResult{};
   }
   std::printf("%-9s %5s %2s %8s %6s %8s %6s  %-23s  %-23s %8s  %s\n", "", "", "", "U", "", "ferry",
               "", "ferry CPU s/GB", "U CPU s/GB (sleep)", "", "");
@@ -371,7 +319,7 @@ int main(int argc, char** argv) {
     const std::size_t bytes = mib << 20;
     const auto count = static_cast<std::uint32_t>(std::max<std::size_t>(4, total_mib / mib));
     const std::uint32_t k = inflight != 0 ? inflight : (mib >= 256 ? 2 : 4);
-    PerftestResult u;
+    PerftestFigures u;
     FerryResult f;
     f.connect_ms = 1e9;
     f.send_cpu_per_gb = 1e9;
@@ -381,7 +329,7 @@ int main(int argc, char** argv) {
     };
     for (int r = 0; r < repeat; ++r) {  // interleaved, so both see the same neighbours
       if (run_perftest) {
-        const PerftestResult one_u = perftest(bytes, count, startup);
+        const PerftestFigures one_u = perftest(bytes, count, startup);
         if (one_u.gbps > u.gbps) {
           u.gbps = one_u.gbps;
           u.mode = one_u.mode;

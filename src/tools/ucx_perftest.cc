@@ -1,6 +1,7 @@
 #include "tools/ucx_perftest.h"
 
 #include <netinet/in.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 
 #include <chrono>
@@ -25,8 +26,20 @@ int free_loopback_port() {
   return ntohs(a.sin_port);
 }
 
+namespace {
+
+// User + system CPU seconds of the children reaped so far.
+double children_cpu_seconds() {
+  rusage u{};
+  ::getrusage(RUSAGE_CHILDREN, &u);
+  const auto secs = [](const timeval& t) { return t.tv_sec + t.tv_usec / 1e6; };
+  return secs(u.ru_utime) + secs(u.ru_stime);
+}
+
+}  // namespace
+
 PerftestResult ucx_perftest_loopback_once(std::size_t bytes, std::size_t iterations,
-                                          const std::string& mode) {
+                                          const std::string& mode, int warmup) {
   PerftestResult r;
   r.mode = mode;
   for (int attempt = 0; attempt < 3; ++attempt) {
@@ -39,16 +52,21 @@ PerftestResult ucx_perftest_loopback_once(std::size_t bytes, std::size_t iterati
       return r;
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(300 + 300 * attempt));
+    const double cpu_before = children_cpu_seconds();
     auto client = Subprocess::spawn(
         {"ucx_perftest", "127.0.0.1", "-p", port, "-e", "-E", mode, "-t", "tag_bw", "-s",
-         std::to_string(bytes), "-n", std::to_string(iterations), "-w", "2"},
+         std::to_string(bytes), "-n", std::to_string(iterations), "-w", std::to_string(warmup)},
         merged);
     if (!client.ok()) {
       r.log = client.status().to_string();
       return r;  // the server is killed as it goes out of scope
     }
+    // The client is reaped first, then the server: what the children's CPU grows by at each
+    // is that child's.
     const std::string out = client->finish().out;
+    const double cpu_client = children_cpu_seconds();
     server->kill();
+    const double cpu_server = children_cpu_seconds();
     std::istringstream in(out);
     std::string line;
     while (std::getline(in, line)) {
@@ -58,6 +76,8 @@ PerftestResult ucx_perftest_loopback_once(std::size_t bytes, std::size_t iterati
       double v[8] = {};
       for (double& x : v) f >> x;
       r.gbps = v[5] * 1048576.0 / 1e9;  // perftest's MB is 2^20 bytes
+      r.send_cpu_seconds = cpu_client - cpu_before;
+      r.recv_cpu_seconds = cpu_server - cpu_client;
       return r;
     }
     r.log = out;
