@@ -156,6 +156,9 @@ struct RoundStats {
   std::uint32_t tensors = 0;
   std::uint32_t buckets = 0;
   std::uint64_t bytes = 0;  // tensor bytes
+  // Bytes of those this receiver delivered: `bytes`, unless its destinations are rank-local
+  // slices (TensorSlice), of which only the selected bytes are copied out of the ring.
+  std::uint64_t delivered_bytes = 0;
   double seconds = 0;
   std::uint64_t checksum = 0;      // the round checksum both sides agreed on
   bool more_follows = false;       // the sender's RoundOptions::more_follows for this round
@@ -366,6 +369,11 @@ class FERRY_EXPORT Receiver {
   // Destination mode: where tensor `destination.spec.name` goes. The memory must stay
   // valid while rounds are received. Replaces an earlier registration of the name.
   Status set_destination(MutableTensorView destination);
+  // Rank-local destination mode: tensor `slice.whole.name` goes into `local` (slice.local's
+  // bytes), of which only the bytes the slice's runs select are copied; the rest of the round's
+  // bytes are checked (checksums) but not copied. Replaces an earlier registration of the name.
+  // ferry/vllm_slices.h gives a vLLM rank's slices.
+  Status set_destination(const TensorSlice& slice, std::span<std::byte> local);
   void clear_destinations();
 
   // Called with each round's BEGIN before any of the round is delivered; an error aborts

@@ -96,4 +96,32 @@ struct MutableTensorView {
   std::span<std::byte> data;
 };
 
+// Bytes of a whole tensor that make up part of it (one tensor-parallel rank's slice): `count`
+// blocks of `block_bytes`; block i is the whole tensor's bytes
+// [whole_offset + i * whole_stride, + block_bytes) and the slice's
+// [slice_offset + i * block_bytes, + block_bytes). A dim-0 slice is one block; a dim-1 slice of
+// a matrix is one block per row, strided by the row's bytes.
+struct SliceRun {
+  std::uint64_t slice_offset = 0;
+  std::uint64_t whole_offset = 0;
+  std::uint64_t block_bytes = 0;
+  std::uint64_t count = 1;
+  std::uint64_t whole_stride = 0;
+};
+
+// One rank's slice of a tensor: `local` (its name, dtype, local shape) holds the bytes of
+// `whole` (the tensor a sender sends) that `runs` select. Local bytes no run covers (vocabulary
+// padding rows) are never written by a receiver: they keep what the memory holds.
+struct FERRY_EXPORT TensorSlice {
+  TensorSpec whole;
+  TensorSpec local;
+  std::vector<SliceRun> runs;  // in order of whole_offset, each after the previous one's end
+
+  // OK when both specs match in dtype, every run lies inside both tensors, runs are in
+  // order and do not overlap (in either tensor); the error names the tensor and the run.
+  Status check() const;
+  // Bytes the runs select: what a receiver copies of this tensor each round.
+  std::uint64_t selected_bytes() const;
+};
+
 }  // namespace ferry

@@ -32,6 +32,7 @@ from ._ferry import (
     tensor_bytes,
 )
 from ._tensors import ferry_dtype, to_numpy, to_torch, torch_dtype
+from .rank_local import TensorSlice, local_tensors, vllm_tp_slices
 from .sync import (MultiReceiver, Receiver, Relay, RoundStats, Sender, SyncOptions,
                    split_into_parts)
 
@@ -39,7 +40,7 @@ __all__ = [
     "AbortedError", "AlreadyExistsError", "CorruptionError", "DType", "FailedPreconditionError",
     "FerryError", "InternalError", "InvalidArgumentError", "IoError", "MultiReceiver",
     "NotFoundError", "Receiver", "Relay", "ResourceExhaustedError", "RoundStats", "Sender",
-    "SyncOptions", "TimeoutError", "UnauthenticatedError", "UnimplementedError", "__version__",
-    "ferry_dtype", "hf_tensor_specs", "parse_dtype", "preset_names", "split_into_parts",
-    "tensor_bytes", "to_numpy", "to_torch", "torch_dtype",
+    "SyncOptions", "TensorSlice", "TimeoutError", "UnauthenticatedError", "UnimplementedError", "__version__",
+    "ferry_dtype", "hf_tensor_specs", "local_tensors", "parse_dtype", "preset_names",
+    "split_into_parts", "tensor_bytes", "to_numpy", "to_torch", "torch_dtype", "vllm_tp_slices",
 ]

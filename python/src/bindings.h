@@ -47,10 +47,13 @@ py::tuple view_to_python(const TensorView& view);
 
 // Reads a shape given as any sequence of ints.
 std::vector<std::int64_t> shape_from_python(const py::handle& shape);
+// Reads [(name, dtype, shape)], checking each spec.
+std::vector<TensorSpec> specs_from_python(const py::sequence& specs);
 
 void bind_errors(py::module_& m);
 void bind_tensor(py::module_& m);
 void bind_sync(py::module_& m);
 void bind_checkpoint_files(py::module_& m);
+void bind_rank_local(py::module_& m);
 
 }  // namespace ferry::python

@@ -10,4 +10,5 @@ PYBIND11_MODULE(_ferry, m) {
   ferry::python::bind_tensor(m);
   ferry::python::bind_sync(m);
   ferry::python::bind_checkpoint_files(m);
+  ferry::python::bind_rank_local(m);
 }

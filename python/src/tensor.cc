@@ -16,6 +16,18 @@ std::vector<std::int64_t> shape_from_python(const py::handle& shape) {
   return out;
 }
 
+std::vector<TensorSpec> specs_from_python(const py::sequence& specs) {
+  std::vector<TensorSpec> manifest;
+  manifest.reserve(specs.size());
+  for (const py::handle& item : specs) {
+    const auto t = item.cast<py::tuple>();
+    if (t.size() != 3) throw StatusError(invalid_argument("a spec is (name, dtype, shape)"));
+    manifest.push_back(check(
+        TensorSpec::make(t[0].cast<std::string>(), t[1].cast<DType>(), shape_from_python(t[2]))));
+  }
+  return manifest;
+}
+
 py::tuple view_to_python(const TensorView& view) {
   py::tuple shape(view.spec.shape.size());
   for (std::size_t i = 0; i < view.spec.shape.size(); ++i) shape[i] = view.spec.shape[i];

@@ -1,5 +1,6 @@
 #include "sync/copy.h"
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 
@@ -84,6 +85,38 @@ void BucketHash::copy_piece(std::byte* dst, const std::byte* src, std::size_t n,
 std::uint64_t BucketHash::finish(std::uint64_t used) {
   hash_slot_until(used);
   return XXH3_64bits_digest(&state_);
+}
+
+std::uint64_t copy_selected(std::span<const SliceRun> runs, std::byte* slice, const std::byte* src,
+                            std::uint64_t tensor_offset, std::uint64_t n,
+                            std::uint64_t bucket_offset, BucketHash* hash) {
+  const std::uint64_t end = tensor_offset + n;
+  std::uint64_t copied = 0;
+  for (const SliceRun& r : runs) {
+    if (r.whole_offset >= end) break;  // runs are in tensor order
+    const std::uint64_t stride = r.count > 1 ? r.whole_stride : 0;
+    // Blocks before the piece: those ending at or before tensor_offset.
+    std::uint64_t k = 0;
+    if (stride != 0 && tensor_offset > r.whole_offset + r.block_bytes) {
+      k = (tensor_offset - r.whole_offset - r.block_bytes) / stride + 1;
+    }
+    for (; k < r.count; ++k) {
+      const std::uint64_t block = r.whole_offset + k * stride;
+      if (block >= end) break;
+      const std::uint64_t from = std::max(block, tensor_offset);
+      const std::uint64_t to = std::min(block + r.block_bytes, end);
+      if (from >= to) continue;
+      std::byte* dst = slice + r.slice_offset + k * r.block_bytes + (from - block);
+      const std::byte* at = src + (from - tensor_offset);
+      if (hash != nullptr) {
+        hash->copy_piece(dst, at, to - from, bucket_offset + (from - tensor_offset));
+      } else {
+        copy_bytes(dst, at, to - from);
+      }
+      copied += to - from;
+    }
+  }
+  return copied;
 }
 
 }  // namespace ferry::sync

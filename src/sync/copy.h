@@ -14,6 +14,9 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <span>
+
+#include "ferry/tensor.h"
 
 namespace ferry::sync {
 
@@ -58,5 +61,13 @@ class BucketHash {
   std::uint64_t hashed_;  // slot bytes [begin, hashed_) are in state_
   XXH3_state_t state_;
 };
+
+// Copies the bytes of a tensor's piece that a slice selects: the piece is the tensor's bytes
+// [tensor_offset, tensor_offset + n) at `src` (bucket offset `bucket_offset`), `runs` a
+// TensorSlice's, `slice` its local memory. `hash` (may be null) takes the piece as
+// BucketHash::copy_piece would, the bytes passed over included. Returns the bytes copied.
+std::uint64_t copy_selected(std::span<const SliceRun> runs, std::byte* slice, const std::byte* src,
+                            std::uint64_t tensor_offset, std::uint64_t n,
+                            std::uint64_t bucket_offset, BucketHash* hash);
 
 }  // namespace ferry::sync

@@ -13,8 +13,11 @@ namespace ferry::sync {
 struct Receiver::Impl {
   std::unique_ptr<RoundReader> reader;
   std::unordered_map<std::string, MutableTensorView> destinations;
+  // Rank-local destinations, by the whole tensor's name: the data is in `destinations`.
+  std::unordered_map<std::string, TensorSlice> slices;
   // Where round tensor i goes, valid while resolved_generation matches the reader's.
   std::vector<std::byte*> destination_data;
+  std::vector<const TensorSlice*> destination_slices;  // empty when no destination is a slice
   std::optional<std::uint64_t> resolved_generation;
 
   // Finds each round tensor's destination, once per change of the round's tensors or of the
@@ -23,6 +26,7 @@ struct Receiver::Impl {
     if (resolved_generation == reader->tensors_generation()) return ok_status();
     std::vector<std::string> problems;
     destination_data.assign(begin.tensors.size(), nullptr);
+    destination_slices.assign(slices.empty() ? 0 : begin.tensors.size(), nullptr);
     for (std::size_t i = 0; i < begin.tensors.size(); ++i) {
       const TensorSpec& spec = begin.tensors[i];
       auto it = destinations.find(spec.name);
@@ -32,7 +36,12 @@ struct Receiver::Impl {
         continue;
       }
       destination_data[i] = it->second.data.data();
-      const TensorSpec& d = it->second.spec;
+      const TensorSpec* whole = &it->second.spec;
+      if (auto slice = slices.find(spec.name); slice != slices.end()) {
+        destination_slices[i] = &slice->second;
+        whole = &slice->second.whole;
+      }
+      const TensorSpec& d = *whole;
       if (d.dtype != spec.dtype || d.shape != spec.shape) {
         problems.push_back(fmt::format("'{}': sender sends {} {}, destination is {} {}", spec.name,
                                        spec.shape_string(), dtype_name(spec.dtype),
@@ -56,8 +65,8 @@ struct Receiver::Impl {
     FERRY_ASSIGN_OR_RETURN(auto begin, reader->begin(into));
     if (into == ReadInto::kDestinations) {
       Status s = resolve_destinations(begin);
+      if (s.ok()) s = reader->into(destination_data, destination_slices);
       if (!s.ok()) return reader->abort(s);
-      reader->into(destination_data);
     }
     while (true) {
       FERRY_ASSIGN_OR_RETURN(auto segment, reader->next());
@@ -98,13 +107,31 @@ Status Receiver::set_destination(MutableTensorView destination) {
                                         destination.spec.to_string(), destination.spec.bytes()));
   }
   std::string name = destination.spec.name;
+  impl_->slices.erase(name);
   impl_->destinations.insert_or_assign(std::move(name), std::move(destination));
+  impl_->resolved_generation.reset();
+  return ok_status();
+}
+
+Status Receiver::set_destination(const TensorSlice& slice, std::span<std::byte> local) {
+  FERRY_RETURN_IF_ERROR(slice.check());
+  if (local.size() != slice.local.bytes()) {
+    return invalid_argument(
+        fmt::format("destination for the slice '{}' of {}: {} bytes given, {} "
+                    "needs {}",
+                    slice.local.name, slice.whole.to_string(), local.size(),
+                    slice.local.to_string(), slice.local.bytes()));
+  }
+  const std::string& name = slice.whole.name;
+  impl_->destinations.insert_or_assign(name, MutableTensorView{slice.local, local});
+  impl_->slices.insert_or_assign(name, slice);
   impl_->resolved_generation.reset();
   return ok_status();
 }
 
 void Receiver::clear_destinations() {
   impl_->destinations.clear();
+  impl_->slices.clear();
   impl_->resolved_generation.reset();
 }
 

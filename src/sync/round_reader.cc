@@ -162,6 +162,8 @@ Status RoundReader::begin_round(wire::Message first, ReadInto into) {
   ended_ = false;
   leases_.clear();
   destinations_ = {};
+  slices_ = {};
+  delivered_bytes_ = 0;
   const bool was_encoded = fields_.codec != wire::kDense;
   // What the round delivers: an encoded round's targets, else its manifest (not copied).
   targets_.clear();
@@ -278,7 +280,23 @@ Status RoundReader::decode(const wire::CodecTarget& target, std::span<const std:
                               base)));
 }
 
-void RoundReader::into(std::span<std::byte* const> destinations) { destinations_ = destinations; }
+Status RoundReader::into(std::span<std::byte* const> destinations,
+                         std::span<const TensorSlice* const> slices) {
+  destinations_ = destinations;
+  slices_ = slices;
+  const bool sliced =
+      std::any_of(slices.begin(), slices.end(), [](auto* s) { return s != nullptr; });
+  if (encoded_ && sliced) {
+    return failed_precondition(fmt::format(
+        "round {} from {} is encoded ({}), which decodes whole tensors: a receiver of "
+        "rank-local slices takes dense rounds only (turn delta off on the sender)",
+        conversation_.round(), link_.peer(), codec_ != nullptr ? codec_->name() : "a codec"));
+  }
+  if (!slices.empty() && slices.size() != destinations.size()) {
+    return internal_error("slices given for some of a round's destinations only");
+  }
+  return ok_status();
+}
 
 Result<std::optional<ReadSegment>> RoundReader::next() {
   FERRY_RETURN_IF_ERROR(check_session());
@@ -350,6 +368,7 @@ Status RoundReader::end_round(const wire::End& e) {
     stats_.bytes = 0;
     for (const wire::CodecTarget& t : fields_.targets) stats_.bytes += t.spec.bytes();
   }
+  stats_.delivered_bytes = slices_.empty() ? stats_.bytes : delivered_bytes_;
   held_version_ = fields_.version;
   return ok_status();
 }
@@ -472,8 +491,14 @@ Status RoundReader::deliver(const wire::Filled& f, const std::byte* slot, Bucket
     walker_.walk(
         f.offset, f.used_bytes, last,
         [&](const Piece& p, std::uint64_t at, std::uint64_t n) {
-          std::byte* dst = destinations_[p.tensor] + p.tensor_offset + at;
           const std::byte* src = slot + p.bucket_offset + at;
+          if (!slices_.empty() && slices_[p.tensor] != nullptr) {
+            delivered_bytes_ += copy_selected(slices_[p.tensor]->runs, destinations_[p.tensor], src,
+                                              p.tensor_offset + at, n, p.bucket_offset + at, hash);
+            return;
+          }
+          std::byte* dst = destinations_[p.tensor] + p.tensor_offset + at;
+          delivered_bytes_ += n;
           if (hash != nullptr) {
             hash->copy_piece(dst, src, n, p.bucket_offset + at);
           } else {

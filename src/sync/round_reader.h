@@ -88,8 +88,11 @@ class RoundReader {
   // codec and its base version, the limits of copies and assembly) and plans its buckets.
   Result<RoundBegin> begin(ReadInto into);
   // kDestinations: where tensor i of begin()'s RoundBegin::tensors goes; after begin(), before
-  // next(); the memory stays valid and each span holds the tensor's bytes.
-  void into(std::span<std::byte* const> destinations);
+  // next(); the memory stays valid and holds the tensor's bytes, or where `slices` (empty, or
+  // one per tensor) has a slice, the slice's local bytes: only the bytes its runs select are
+  // copied. An encoded round cannot go into slices (kFailedPrecondition).
+  Status into(std::span<std::byte* const> destinations,
+              std::span<const TensorSlice* const> slices = {});
   // The next verified segment; nullopt once the round's END matched every bucket (the ACK is
   // sent, stats() holds the round). Buckets still held are released first.
   Result<std::optional<ReadSegment>> next();
@@ -196,6 +199,8 @@ class RoundReader {
   std::vector<TensorSpec> targets_;  // an encoded round's tensors (its manifest: payloads)
   std::uint64_t tensors_generation_ = 0;
   std::span<std::byte* const> destinations_;
+  std::span<const TensorSlice* const> slices_;  // empty, or per tensor (null: the whole tensor)
+  std::uint64_t delivered_bytes_ = 0;           // copied into destinations this round
   RoundStats stats_;
   bool ended_ = false;  // END checked
   std::uint64_t digest_ = 0;
