@@ -59,9 +59,12 @@ double fill_seconds(const Stage& s, std::uint64_t segment) {
 // whatever the node count and what each node adds (as the CPU seconds do), and N nodes take
 // the fixed part once and the per-node part N times: the cores are assumed as busy as in the
 // calibrated round. Without it, every node costs a whole round beyond the sender's packing.
+// Several senders run on the same cores too: between them they pack the whole model, so
+// their packing adds up as the nodes' work does (each node's bytes are the same whichever
+// sender's part they are).
 Prediction predict_shared_host(const ClusterSpec& c, const Calibration& cal, Prediction p,
                                std::uint64_t node_bytes) {
-  const std::uint64_t pack_bytes = c.model_bytes / c.senders;
+  const std::uint64_t pack_bytes = c.model_bytes;
   const std::uint64_t node_wire = scaled(node_bytes, p.wire_ratio);
   const double round_per_byte = 1 / (cal.net_round_gbps * kGB);  // one node, whole round
   double fixed_per_byte = 1 / (cal.shm_round_gbps * kGB);
@@ -74,6 +77,7 @@ Prediction predict_shared_host(const ClusterSpec& c, const Calibration& cal, Pre
                  "% of the calibrated round's CPU)";
   }
   const double node_per_byte = std::max(0.0, round_per_byte - fixed_per_byte);
+  if (c.senders > 1) fixed_what += ", " + std::to_string(c.senders) + " senders one after another";
   p.stages.push_back(
       {"sender_pack", pack_bytes * fixed_per_byte, pack_bytes, pack_bytes, fixed_what});
   p.stages.push_back(

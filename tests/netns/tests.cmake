@@ -8,6 +8,13 @@ add_test(NAME netns.relay_chain COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/relay_cha
                                         $<TARGET_FILE:ferry_cli>)
 set_tests_properties(netns.relay_chain PROPERTIES LABELS netns TIMEOUT 600 SKIP_RETURN_CODE 77
                                                   RUN_SERIAL TRUE)
+# `ferry plan` against a measured run: 1 and 2 senders (serve --part) on nodes of their own,
+# 4 nodes x 2 receivers, links shaped with tc to 1 Gb/s; each sender's link carries 1/S of the
+# senders' bytes and the plan's bytes (about 1 minute; docs/plan.md, "Validation").
+add_test(NAME netns.plan_validate COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/plan_netns_validate.sh
+                                          $<TARGET_FILE:ferry_cli>)
+set_tests_properties(netns.plan_validate PROPERTIES LABELS netns TIMEOUT 300 SKIP_RETURN_CODE 77
+                                                    RUN_SERIAL TRUE)
 # The verl checkpoint-engine backend, actor and rollout nodes in network namespaces.
 if(FERRY_BUILD_PYTHON AND EXISTS ${PROJECT_SOURCE_DIR}/python/CMakeLists.txt)
   add_test(NAME netns.verl_backend

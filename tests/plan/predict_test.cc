@@ -158,6 +158,25 @@ TEST(Predict, SharedHostSplitsTheRoundAsTheCalibratedCpuSeconds) {
   EXPECT_NEAR(p->seconds, 4.0 + 1.0 * 4, 1e-6);
 }
 
+// On one machine several senders share the cores: between them they pack the whole model,
+// so a second sender does not halve the packing as it does on a cluster (measured in
+// tests/netns/plan_netns_validate.sh, RATE_MBIT=0: 2 senders no faster than 1).
+TEST(Predict, SharedHostSendersPackTheWholeModelBetweenThem) {
+  Calibration cal = default_calibration();
+  cal.shm_round_gbps = 10;
+  cal.net_round_gbps = 2;
+  ClusterSpec c = ten_gb_model(4, Topology::kStar);
+  c.shared_host = true;
+  c.nic_gbps = 0;
+  auto one = predict(c, cal);
+  ASSERT_OK(one);
+  c.senders = 2;
+  auto two = predict(c, cal);
+  ASSERT_OK(two);
+  EXPECT_NEAR(two->seconds, one->seconds, 1e-9);
+  EXPECT_EQ(find_stage(*two, "sender_pack")->bytes, c.model_bytes);
+}
+
 TEST(Predict, RefusesClustersItCannotModelNamingTheOption) {
   const Calibration cal = default_calibration();
   auto expect_refused = [&](ClusterSpec c, const std::string& option) {
