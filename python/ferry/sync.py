@@ -499,18 +499,33 @@ class _Receiving(_Endpoint):
         self._convert = CONVERTERS[output]
         self._destinations = {}
 
-    def set_destination(self, name: str, tensor: Any) -> None:
+    def set_destination(self, name: str, tensor: Any, slice: Any = None) -> None:
         """Registers where tensor `name` goes in receive_round_into(), whichever sender
         sends it (a contiguous CPU tensor or writable numpy array, kept alive by this
-        receiver)."""
+        receiver). With `slice` (a ferry.TensorSlice of `name`, e.g. from
+        ferry.vllm_tp_slices) `tensor` has the slice's local shape and takes only the
+        slice's bytes: the rest of the tensor is never copied (rank-local delivery)."""
         arg, owner = destination_arg(name, tensor)
-        self._impl.set_destination(arg)
+        if slice is None:
+            self._impl.set_destination(arg)
+        else:
+            if slice.name != name:
+                raise _error(_ferry.InvalidArgumentError,
+                             f"destination '{name}': the slice given is of '{slice.name}'")
+            self._impl.set_destination_slice(slice, arg)
         self._destinations[name] = owner
 
-    def set_destinations(self, tensors: Mapping[str, Any]) -> None:
-        """set_destination() for each item, e.g. a model's state_dict()."""
+    def set_destinations(self, tensors: Mapping[str, Any],
+                         slices: Sequence[Any] | None = None) -> None:
+        """set_destination() for each item, e.g. a model's state_dict(); with `slices`
+        (ferry.vllm_tp_slices), each tensor is its slice's local tensor
+        (ferry.local_tensors)."""
+        by_name = {s.name: s for s in slices} if slices is not None else {}
         for name, tensor in tensors.items():
-            self.set_destination(name, tensor)
+            if slices is not None and name not in by_name:
+                raise _error(_ferry.InvalidArgumentError,
+                             f"destination '{name}': no slice of that name was given")
+            self.set_destination(name, tensor, by_name.get(name))
 
     def clear_destinations(self) -> None:
         self._impl.clear_destinations()

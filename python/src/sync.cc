@@ -90,18 +90,6 @@ TensorArg tensor_arg(const py::handle& item, bool writable) {
 }
 
 // A round's manifest given as (name, dtype, shape) tuples.
-std::vector<TensorSpec> manifest_from_python(const py::sequence& specs) {
-  std::vector<TensorSpec> manifest;
-  manifest.reserve(specs.size());
-  for (const py::handle& item : specs) {
-    const auto t = item.cast<py::tuple>();
-    if (t.size() != 3) throw StatusError(invalid_argument("a spec is (name, dtype, shape)"));
-    manifest.push_back(check(
-        TensorSpec::make(t[0].cast<std::string>(), t[1].cast<DType>(), shape_from_python(t[2]))));
-  }
-  return manifest;
-}
-
 // Keeps two Python threads from using one Sender/Receiver at once (the C++ objects
 // are single-threaded) and reports it instead of corrupting the session.
 class UseGuard {
@@ -361,7 +349,7 @@ class PySender : public Endpoint<sync::Sender> {
                                  bool more_follows, std::optional<std::uint64_t> step) {
     UseGuard use(mutex_, what_);
     sync::Sender& s = get();
-    const std::vector<TensorSpec> manifest = manifest_from_python(specs);
+    const std::vector<TensorSpec> manifest = specs_from_python(specs);
     std::optional<py::error_already_set> raised;
     py::object current;                // what next returned last: the bytes it owns
     std::unique_ptr<BufferHold> hold;  // its Py_buffer, when it came as a buffer object
@@ -413,7 +401,7 @@ class PySender : public Endpoint<sync::Sender> {
                                std::optional<std::uint64_t> step) {
     UseGuard use(mutex_, what_);
     sync::Sender& s = get();
-    const std::vector<TensorSpec> manifest = manifest_from_python(specs);
+    const std::vector<TensorSpec> manifest = specs_from_python(specs);
     const std::byte* ring = s.ring_memory().data();
     CallbackBridge bridge;
     const sync::TensorFill on_fill = [&](std::size_t i, std::uint64_t offset,
@@ -515,6 +503,25 @@ class Receiving : public Endpoint<Impl> {
       holds_.insert_or_assign(name, std::move(a.hold));
     } else {
       holds_.erase(name);
+    }
+  }
+
+  // A rank-local destination: `tensor` (slice.local's dtype and shape) takes slice's bytes.
+  void set_destination_slice(const TensorSlice& slice, const py::handle& tensor) {
+    UseGuard use(this->mutex_, this->what_);
+    Impl& r = this->get();
+    TensorArg a = tensor_arg(tensor, /*writable=*/true);
+    if (a.spec.dtype != slice.local.dtype || a.spec.shape != slice.local.shape) {
+      throw StatusError(invalid_argument(
+          fmt::format("destination for the slice of '{}': the tensor is {} {}, the slice {} {}",
+                      slice.whole.name, a.spec.shape_string(), dtype_name(a.spec.dtype),
+                      slice.local.shape_string(), dtype_name(slice.local.dtype))));
+    }
+    check(r.set_destination(slice, {a.data, a.size}));
+    if (a.hold) {
+      holds_.insert_or_assign(slice.whole.name, std::move(a.hold));
+    } else {
+      holds_.erase(slice.whole.name);
     }
   }
 
@@ -764,7 +771,7 @@ class PyMultiReceiver : public Receiving<sync::MultiReceiver> {
 
 std::vector<std::vector<std::size_t>> split_into_parts(const py::sequence& specs,
                                                        std::uint32_t parts) {
-  const std::vector<TensorSpec> manifest = manifest_from_python(specs);
+  const std::vector<TensorSpec> manifest = specs_from_python(specs);
   return check(sync::split_into_parts(manifest, parts));
 }
 
@@ -801,6 +808,9 @@ void bind_sync(py::module_& m) {
       .def_readonly("tensors", &RoundStats::tensors, "Tensors in the round.")
       .def_readonly("buckets", &RoundStats::buckets, "Buckets the round took.")
       .def_readonly("bytes", &RoundStats::bytes, "Tensor bytes in the round.")
+      .def_readonly("delivered_bytes", &RoundStats::delivered_bytes,
+                    "Bytes this receiver copied out: `bytes`, or only its slices' bytes when its "
+                    "destinations are rank-local slices (ferry.vllm_tp_slices).")
       .def_readonly("seconds", &RoundStats::seconds, "Wall time of the round.")
       .def_readonly("checksum", &RoundStats::checksum,
                     "The round checksum sender and receivers agreed on.")
@@ -819,9 +829,10 @@ void bind_sync(py::module_& m) {
                     "global_steps), or None when it gave none.")
       .def("__repr__", [](const RoundStats& s) {
         return fmt::format(
-            "RoundStats(round={}, tensors={}, buckets={}, bytes={}, seconds={:.6f}, "
-            "checksum=0x{:016x}, more_follows={}, delta={}, wire_bytes={}, step={})",
-            s.round, s.tensors, s.buckets, s.bytes, s.seconds, s.checksum,
+            "RoundStats(round={}, tensors={}, buckets={}, bytes={}, delivered_bytes={}, "
+            "seconds={:.6f}, checksum=0x{:016x}, more_follows={}, delta={}, wire_bytes={}, "
+            "step={})",
+            s.round, s.tensors, s.buckets, s.bytes, s.delivered_bytes, s.seconds, s.checksum,
             s.more_follows ? "True" : "False", s.delta ? "True" : "False", s.wire_bytes,
             s.step ? std::to_string(*s.step) : "None");
       });
@@ -907,6 +918,10 @@ void bind_sync(py::module_& m) {
                   "Joins the sender at `address` as `receiver_id`; session 0 takes any session.")
       .def("set_destination", &PyReceiver::set_destination, py::arg("tensor"),
            "Makes receive_round_into() write the named tensor into this writable memory.")
+      .def("set_destination_slice", &PyReceiver::set_destination_slice, py::arg("slice"),
+           py::arg("tensor"),
+           "Makes receive_round_into() write only `slice`'s bytes of its tensor into this "
+           "writable memory (the slice's local shape).")
       .def("clear_destinations", &PyReceiver::clear_destinations,
            "Forgets every destination set_destination() gave.")
       .def("set_min_step", &PyReceiver::set_min_step, py::arg("step"),
