@@ -37,7 +37,7 @@ ROUNDS=${ROUNDS:-1}
 PRESET=${PRESET:-qwen2.5-0.5b}
 BUCKET_MB=${BUCKET_MB:-64}
 MTU=${MTU:-9000}
-TIMEOUT=${TIMEOUT:-120}  # seconds either side waits inside a round
+TIMEOUT=${TIMEOUT:-60}  # seconds either side waits inside a round
 TAG="pv$$"               # unique names: parallel runs must not collide
 MAX_S=0
 for s in $SENDERS; do [ "$s" -gt "$MAX_S" ] && MAX_S=$s; done
@@ -109,6 +109,22 @@ PORT=5600
 for S in $SENDERS; do
   PORT=$((PORT + 1))
   rm -f "$WORK"/*.out "$WORK"/*.err
+  # The plan for the same shape: S senders on S nodes of one NIC each is S NICs on the
+  # sender's side (--nics-per-node S; in a star no other stage uses the NIC count).
+  # Unshaped links (RATE_MBIT=0): every node on this machine's cores, --shared-host.
+  link=(--shared-host)
+  [ "$RATE_MBIT" -gt 0 ] && link=(--nic-gbps "$(awk -v r="$RATE_MBIT" 'BEGIN {print r / 1000}')")
+  plan=$("$FERRY" plan --preset "$PRESET" --bucket-mb "$BUCKET_MB" --nodes "$NODES" \
+    --gpus-per-node "$GPUS" --senders "$S" --nics-per-node "$S" "${link[@]}" \
+    ${CALIBRATION:+--calibration "$CALIBRATION"} --json) || { fail "ferry plan failed"; continue; }
+  p_secs=$(echo "$plan" | grep -m1 '"seconds"' | grep -o '[0-9.e+-]*,' | tr -d ,)
+  p_bottleneck=$(echo "$plan" | grep -m1 '"bottleneck"' | cut -d'"' -f4)
+  # The bytes it puts on the senders' links (shared host: on the nodes' streams, the same).
+  p_link=$(echo "$plan" | grep -A2 -E '"name": "(sender_link|nodes_on_shared_cpu)"' | grep '"bytes"' | grep -o '[0-9]*')
+  p_per_sender=$((p_link / S))
+  # The run may take twice the prediction and a minute (the whole script stays within
+  # ctest's 300 s at the defaults).
+  limit=$(awk -v p="$p_secs" -v r="$ROUNDS" 'BEGIN {printf "%d", 2 * p * r + 60}')
   declare -a TX0=() RX0=()
   for k in $(seq 1 "$S"); do TX0[$k]=$(counter "s$k" tx); done
   for n in $(seq 1 "$NODES"); do RX0[$n]=$(counter "$n" rx); done
@@ -121,7 +137,7 @@ for S in $SENDERS; do
     PIDS+=($!); SENDER_PIDS+=($!)
   done
   for k in $(seq 1 "$S"); do  # building the preset can take a while on a loaded machine
-    for _ in $(seq 1 300); do grep -q "waiting for" "$WORK/sender$k.err" 2>/dev/null && break; sleep 0.2; done
+    for _ in $(seq 1 150); do grep -q "waiting for" "$WORK/sender$k.err" 2>/dev/null && break; sleep 0.2; done
   done
   RECV_PIDS=()
   for n in $(seq 1 "$NODES"); do
@@ -142,7 +158,7 @@ for S in $SENDERS; do
   done
   ok=1
   for k in $(seq 1 "$S"); do
-    wait_for "${SENDER_PIDS[$((k - 1))]}" $((TIMEOUT * (ROUNDS + 1))) || { fail "S=$S: sender $k exited $?: $(tail -1 "$WORK/sender$k.err")"; ok=0; }
+    wait_for "${SENDER_PIDS[$((k - 1))]}" "$limit" || { fail "S=$S: sender $k exited $?: $(tail -1 "$WORK/sender$k.err")"; ok=0; }
   done
   for p in "${RECV_PIDS[@]}"; do wait_for "$p" 30 >/dev/null || ok=0; done
   for p in "${PIDS[@]}"; do kill -9 "$p" 2>/dev/null; done; wait 2>/dev/null; PIDS=()
@@ -179,19 +195,6 @@ for S in $SENDERS; do
     [ "$rx" -gt $rx_max ] && rx_max=$rx
   done
 
-  # The plan for the same shape: S senders on S nodes of one NIC each is S NICs on the
-  # sender's side (--nics-per-node S; in a star no other stage uses the NIC count).
-  # Unshaped links (RATE_MBIT=0): every node on this machine's cores, --shared-host.
-  link=(--shared-host)
-  [ "$RATE_MBIT" -gt 0 ] && link=(--nic-gbps "$(awk -v r="$RATE_MBIT" 'BEGIN {print r / 1000}')")
-  plan=$("$FERRY" plan --preset "$PRESET" --bucket-mb "$BUCKET_MB" --nodes "$NODES" \
-    --gpus-per-node "$GPUS" --senders "$S" --nics-per-node "$S" "${link[@]}" \
-    ${CALIBRATION:+--calibration "$CALIBRATION"} --json) || { fail "ferry plan failed"; continue; }
-  p_secs=$(echo "$plan" | grep -m1 '"seconds"' | grep -o '[0-9.e+-]*,' | tr -d ,)
-  p_bottleneck=$(echo "$plan" | grep -m1 '"bottleneck"' | cut -d'"' -f4)
-  # The bytes it puts on the senders' links (shared host: on the nodes' streams, the same).
-  p_link=$(echo "$plan" | grep -A2 -E '"name": "(sender_link|nodes_on_shared_cpu)"' | grep '"bytes"' | grep -o '[0-9]*')
-  p_per_sender=$((p_link / S))
 
   for k in $(seq 1 "$S"); do
     share=$(awk -v a="${TX[$k]}" -v t="$total" 'BEGIN {printf "%.4f", a / t}')
