@@ -180,7 +180,8 @@ for S in $SENDERS; do
       [ "$b" = "$model_bytes" ] || fail "S=$S: $(basename "$f" .out) read $b bytes in a round, not $model_bytes"
     done
   done
-  # Round time: the slowest sender's, per round; the median over rounds.
+  # Round time: the slowest sender's, per round; the median over rounds (the lower middle
+  # of an even count).
   secs=$(for r in $(seq 1 "$ROUNDS"); do
     for k in $(seq 1 "$S"); do field "$WORK/sender$k.out" seconds | sed -n "${r}p"; done | sort -g | tail -1
   done | sort -g | awk '{a[NR]=$1} END {print a[int((NR + 1) / 2)]}')
