@@ -12,6 +12,7 @@
 #include <iostream>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <span>
 #include <string_view>
 #include <thread>
@@ -29,6 +30,7 @@
 #include "ferry/sender_parts.h"
 #include "ferry/sync.h"
 #include "ferry/sync_option_fields.h"
+#include "ferry/vllm_slices.h"
 
 namespace ferry::cli {
 namespace {
@@ -60,6 +62,7 @@ struct SyncArgs {
   std::vector<std::string> addresses = {"ferry-sync"};
   std::vector<std::string> net_addresses;
   std::string part;  // serve: "K/N", only part K of N of the model (empty: all of it)
+  std::string tp;    // recv: "R/N", only tensor-parallel rank R's slices (empty: whole tensors)
   // serve: the model to send; recv: the model its senders' parts make up, checked each round
   // when recv has several senders or is given --preset or --layers (model_flags)
   std::string preset = "qwen2.5-0.5b";
@@ -257,9 +260,8 @@ Result<Part> parse_part(const std::string& text) {
   return Part{k - 1, n};
 }
 
-// The tensors of --preset at --layers (0: all its layers) in `dtype`; invalid_argument naming
-// the flag otherwise.
-Result<std::vector<TensorSpec>> model_specs(const SyncArgs& a, DType dtype) {
+// --preset at --layers (0: all its layers); invalid_argument naming the flag otherwise.
+Result<model::ModelConfig> model_config(const SyncArgs& a) {
   auto cfg = model::preset(a.preset);
   if (!cfg.ok()) return cfg.status();
   if (a.layers < 0 || a.layers > cfg->num_layers) {
@@ -267,7 +269,43 @@ Result<std::vector<TensorSpec>> model_specs(const SyncArgs& a, DType dtype) {
                                         a.preset, cfg->num_layers));
   }
   if (a.layers > 0) cfg->num_layers = a.layers;
+  return cfg;
+}
+
+// The tensors of model_config(a) in `dtype`.
+Result<std::vector<TensorSpec>> model_specs(const SyncArgs& a, DType dtype) {
+  auto cfg = model_config(a);
+  if (!cfg.ok()) return cfg.status();
   return model::hf_tensor_specs(*cfg, dtype);
+}
+
+// recv --tp R/N: rank R's slices of every tensor of the model, as vLLM cuts them, and the
+// memory each is received into (zeros: vocabulary padding stays zero, as vLLM keeps it).
+struct RankLocal {
+  std::vector<TensorSlice> slices;
+  std::vector<std::vector<std::byte>> local;
+};
+
+Result<RankLocal> rank_local_destinations(const SyncArgs& a) {
+  const auto slash = a.tp.find('/');
+  const std::string_view text(a.tp);
+  const bool zero = slash != std::string::npos && text.substr(0, slash) == "0";
+  const std::uint32_t r = slash == std::string::npos ? 0 : whole_number(text.substr(0, slash));
+  const std::uint32_t n = slash == std::string::npos ? 0 : whole_number(text.substr(slash + 1));
+  if ((r == 0 && !zero) || n == 0 || r >= n) {
+    return invalid_argument(fmt::format(
+        "--tp '{}': give R/N, tensor-parallel rank R of N (0 <= R < N), e.g. --tp 0/2", a.tp));
+  }
+  auto cfg = model_config(a);
+  if (!cfg.ok()) return cfg.status();
+  auto dtype = parse_dtype(a.dtype);
+  if (!dtype.ok()) return dtype.status();
+  const std::vector<TensorSpec> specs = model::hf_tensor_specs(*cfg, *dtype);
+  auto slices = convert::vllm_tp_slices(*cfg, specs, static_cast<int>(r), static_cast<int>(n));
+  if (!slices.ok()) return slices.status();
+  RankLocal out{std::move(*slices), {}};
+  for (const TensorSlice& s : out.slices) out.local.emplace_back(s.local.bytes(), std::byte{0});
+  return out;
 }
 
 // What is wrong in the command line, found before anything is served or joined. `role`
@@ -333,6 +371,7 @@ void print_round(const SyncArgs& a, const sync::RoundStats& s, const char* role,
                                 {"checksum", fmt::format("{:016x}", s.checksum)},
                                 {"delta", s.delta},
                                 {"wire_bytes", s.wire_bytes}};
+    if (std::string_view(role) == "receiver") j["delivered_bytes"] = s.delivered_bytes;
     if (content != nullptr) j["content_hash"] = fmt::format("{:016x}", content->value);
     std::cout << j.dump() << std::endl;
     return;
@@ -344,6 +383,9 @@ void print_round(const SyncArgs& a, const sync::RoundStats& s, const char* role,
               static_cast<unsigned long long>(s.checksum));
   if (content != nullptr) {
     std::printf(", content %016llx", static_cast<unsigned long long>(content->value));
+  }
+  if (std::string_view(role) == "receiver" && s.delivered_bytes != s.bytes) {
+    std::printf(", %s of it copied (rank-local)", format_bytes(s.delivered_bytes).c_str());
   }
   std::printf("\n");
   std::fflush(stdout);
@@ -444,6 +486,18 @@ class RecvSession {
   Result<sync::RoundStats> receive_round(const sync::TensorCallback& on_tensor) {
     return one_ ? one_->receive_round(on_tensor) : many_->receive_round(on_tensor);
   }
+  // Rank-local: every round into `rank`'s slices.
+  Result<sync::RoundStats> receive_round_into(RankLocal& rank) {
+    if (!one_) {
+      return unimplemented(
+          "--tp with several senders: rank-local slices from a MultiReceiver "
+          "are not built yet; give one sender (or this node's relay)");
+    }
+    for (std::size_t i = 0; i < rank.slices.size(); ++i) {
+      if (Status s = one_->set_destination(rank.slices[i], rank.local[i]); !s.ok()) return s;
+    }
+    return one_->receive_round_into();
+  }
 
  private:
   std::unique_ptr<sync::Receiver> one_;
@@ -494,17 +548,30 @@ int run_recv(const SyncArgs& a) {
     if (!specs.ok()) return usage_error(specs.status());
     for (const TensorSpec& t : *specs) model.push_back(t.name);
   }
+  std::optional<RankLocal> rank;
+  if (!a.tp.empty()) {
+    auto slices = rank_local_destinations(a);
+    if (!slices.ok()) return usage_error(slices.status());
+    rank = std::move(*slices);
+    model.clear();  // destination mode: a round's tensor without a slice fails by name
+  }
   auto rx = RecvSession::join(addresses, a);
   if (!rx.ok()) return report_error(rx.status());
   for (int r = 1; r <= a.rounds; ++r) {
-    // Per-tensor delivery; the round checksum printed below is what both ends agreed on.
+    // Per-tensor delivery (or into rank-local slices, hashed after); the round checksum
+    // printed below is what both ends agreed on.
     ContentHash content;
     std::unordered_set<std::string> received;
-    auto st = rx->receive_round([&](const TensorView& t) {
+    auto st = rank ? rx->receive_round_into(*rank) : rx->receive_round([&](const TensorView& t) {
       content.add(t);
       if (!model.empty()) received.insert(t.spec.name);
       return ok_status();
     });
+    if (rank && st.ok()) {
+      for (std::size_t i = 0; i < rank->slices.size(); ++i) {
+        content.add({rank->slices[i].local, rank->local[i]});
+      }
+    }
     if (!st.ok()) {
       if (!a.keep_going || r == a.rounds) return report_error(st.status());
       report_round_failure(st.status(), r);
@@ -659,6 +726,12 @@ void add_sync_command(CLI::App& app, Dispatch& dispatch) {
       recv->add_option("--layers", rargs->layers,
                        "The senders' serve --layers (0: all of the preset's), for that check")
           ->capture_default_str()};
+  recv->add_option("--tp", rargs->tp,
+                   "R/N: receive only tensor-parallel rank R's slice of each tensor (0 <= R < N), "
+                   "as vLLM cuts them (rank-local delivery; --preset, --layers and --dtype give "
+                   "the model). The content hash is then of the slices");
+  recv->add_option("--dtype", rargs->dtype, "The senders' serve --dtype, for --tp")
+      ->capture_default_str();
   add_option_flags<sync::kReceiverOptionFields>(recv, rargs.get());
   add_common(recv, rargs.get());
 
