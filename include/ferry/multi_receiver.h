@@ -70,6 +70,25 @@ class FERRY_EXPORT MultiReceiver {
   Result<RoundStats> receive_round_into();
   // The same with per-tensor delivery; `on_tensor` is called from one thread at a time.
   Result<RoundStats> receive_round(const TensorCallback& on_tensor);
+  // One whole update from every sender, with per-tensor delivery (`on_tensor` from one thread
+  // at a time): each sender's rounds up to the one that says no more follow, so senders may
+  // split an update into different numbers of rounds (Sender::send_update stages each part
+  // in rounds of staging_bytes, and parts of different sizes take different numbers). The
+  // rules, checked as each BEGIN arrives: every round of every sender carries the same step
+  // (kFailedPrecondition naming both senders: no mixing of two updates), and no tensor is
+  // sent by two senders in the update (kInvalidArgument naming it and both; one sender may
+  // send a name again in a later round of its own, delivered after the first). A failure
+  // ends every session as in receive_round. Each sender's last tensor is held (its callback
+  // returns) until every sender delivered its last, so a sender that fails before then
+  // fails the other senders' updates too (their rounds abort naming it), not only this
+  // receiver's; a sender whose last round has no tensor is not held. RoundStats: tensors, buckets, bytes, wire_bytes
+  // summed over every round of every sender; seconds the whole update's; more_follows false;
+  // round and version the first sender's last round's. sender_stats() then holds each
+  // sender's rounds summed the same way.
+  Result<RoundStats> receive_update(const TensorCallback& on_tensor);
+  // Receiver::set_min_step in every sender's session: a later round whose step is below
+  // `step` is refused at its BEGIN (kFailedPrecondition), before any tensor is delivered.
+  void set_min_step(std::uint64_t step);
 
   // Each sender's RoundStats of the last round that succeeded, in address order.
   std::span<const RoundStats> sender_stats() const;

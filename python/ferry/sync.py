@@ -660,6 +660,28 @@ class MultiReceiver(_Receiving):
         opts = _options("MultiReceiver", self._keywords, options, fields)
         self._impl = _ferry.MultiReceiver.connect(list(addresses), receiver_id, opts)
 
+    def receive_update(self, on_tensor: Callable[[str, Any], None]) -> RoundStats:
+        """Receives one whole update from every sender: each sender's rounds up to the one
+        that says no more follow, so senders may split an update into different numbers of
+        rounds (send_update stages each part in rounds of its own). Calls on_tensor(name,
+        tensor) per tensor, one call at a time, in each sender's order; the tensor is valid
+        during the call only. Every round of every sender must carry the same step
+        (FailedPreconditionError naming both senders: no mixing of two updates), and no
+        tensor may come from two senders (InvalidArgumentError naming it and both). The
+        stats sum every round of every sender; sender_stats each sender's rounds."""
+        convert = self._convert
+
+        def call(view: tuple) -> None:
+            name, dtype, shape, memory = view
+            on_tensor(name, convert(dtype, shape, memory))
+
+        return self._impl.receive_update(call)
+
+    def set_min_step(self, step: int) -> None:
+        """Receiver.set_min_step for every sender's session: a later round whose step is
+        below `step` is refused at its BEGIN, before any tensor is delivered."""
+        self._impl.set_min_step(step)
+
     @property
     def sender_stats(self) -> list[RoundStats]:
         """Each sender's RoundStats of the last round that succeeded, in address order."""

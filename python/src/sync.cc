@@ -767,6 +767,27 @@ class PyMultiReceiver : public Receiving<sync::MultiReceiver> {
     const std::span<const RoundStats> s = get().sender_stats();
     return {s.begin(), s.end()};
   }
+
+  // on_tensor from the senders' threads, one call at a time, as receive_round's.
+  RoundStats receive_update(const py::function& on_tensor) {
+    UseGuard use(mutex_, what_);
+    sync::MultiReceiver& r = get();
+    CallbackBridge bridge;
+    const sync::TensorCallback cb = [&](const TensorView& v) {
+      return bridge.call([&] { on_tensor(view_to_python(v)); });
+    };
+    Result<RoundStats> result = [&] {
+      py::gil_scoped_release nogil;
+      return r.receive_update(cb);
+    }();
+    interrupts_.raise_pending();
+    return bridge.finish(std::move(result));
+  }
+
+  void set_min_step(std::uint64_t step) {
+    UseGuard use(mutex_, what_);
+    get().set_min_step(step);
+  }
 };
 
 std::vector<std::vector<std::size_t>> split_into_parts(const py::sequence& specs,
@@ -974,6 +995,13 @@ void bind_sync(py::module_& m) {
       .def("receive_round", &PyMultiReceiver::receive_round, py::arg("on_tensor"),
            "Receives one round from every sender, calling on_tensor((name, dtype, shape, "
            "memoryview)) per tensor, one call at a time; the view is valid only during the call.")
+      .def("receive_update", &PyMultiReceiver::receive_update, py::arg("on_tensor"),
+           "Receives one whole update from every sender (each sender's rounds until one says "
+           "no more follow), calling on_tensor((name, dtype, shape, memoryview)) per tensor, "
+           "one call at a time; the view is valid only during the call.")
+      .def("set_min_step", &PyMultiReceiver::set_min_step, py::arg("step"),
+           "Refuses every later round whose step is below `step`, in every sender's session "
+           "(FailedPreconditionError at its BEGIN, before any tensor is delivered).")
       .def("sender_stats", &PyMultiReceiver::sender_stats,
            "Each sender's RoundStats of the last round that succeeded, in address order.")
       .def("close", &PyMultiReceiver::close, "Leaves every session.")

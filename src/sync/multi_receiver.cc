@@ -3,14 +3,19 @@
 #include <fmt/format.h>
 #include <xxhash.h>
 
+#include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <functional>
+#include <optional>
 #include <thread>
+#include <unordered_map>
 #include <unordered_set>
 
 #include "base/clock.h"
 #include "base/coding.h"
 #include "base/mutex.h"
+#include "base/status_macros.h"
 #include "base/thread_annotations.h"
 #include "sync/round_agreement.h"
 
@@ -65,6 +70,109 @@ class RoundStop {
   const std::function<Status()> user_interrupt_;
 };
 
+// receive_update's rules across the senders' rounds of one update (multi_receiver.h): one
+// step for every round, and each tensor from one sender only. more_follows is not compared:
+// each sender splits its part into rounds of its own. It also holds each sender's last
+// tensor until every sender delivered its last: a sender's update is acknowledged at its
+// round's END, so without this a sender whose part arrived first would succeed while another
+// dies, and only the receivers would know the update failed.
+class UpdateAgreement {
+ public:
+  explicit UpdateAgreement(std::vector<std::string> senders)
+      : senders_(std::move(senders)), left_(senders_.size(), 0) {}
+
+  void start_update() {
+    MutexLock lock(mu_);
+    first_sender_.reset();
+    owner_.clear();
+    std::fill(left_.begin(), left_.end(), 0);
+    finished_ = 0;
+  }
+
+  // Called after each tensor `sender` delivered: true when it was the sender's last of the
+  // update (its last round's BEGIN said how many that round has).
+  bool delivered(std::size_t sender) {
+    MutexLock lock(mu_);
+    if (left_[sender] == 0 || --left_[sender] != 0) return false;
+    ++finished_;
+    all_finished_.notify_all();
+    return true;
+  }
+
+  // Waits until every sender delivered its last tensor, or `interrupt` (the round's stop)
+  // says to give up, with its error.
+  Status wait_for_all(const std::function<Status()>& interrupt) {
+    while (true) {
+      {
+        MutexLock lock(mu_);
+        if (finished_ == senders_.size()) return ok_status();
+        all_finished_.wait_for(mu_, std::chrono::milliseconds(100));
+        if (finished_ == senders_.size()) return ok_status();
+      }
+      if (Status s = interrupt(); !s.ok()) return s;
+    }
+  }
+
+  Status check(std::size_t sender, const RoundBegin& begin) {
+    MutexLock lock(mu_);
+    if (!first_sender_) {
+      first_sender_ = sender;
+      first_step_ = begin.step;
+    } else if (begin.step != first_step_) {
+      const auto step = [](std::optional<std::uint64_t> v) {
+        return v ? fmt::format("step {}", *v) : std::string("no step");
+      };
+      return failed_precondition(fmt::format(
+          "{} sends {}, {} (its round {}) sends {}: every round of one update must carry the "
+          "same step",
+          senders_[*first_sender_], step(first_step_), senders_[sender], begin.round,
+          step(begin.step)));
+    }
+    for (const TensorSpec& t : begin.tensors) {
+      const auto [it, added] = owner_.try_emplace(t.name, sender);
+      if (!added && it->second != sender) {
+        return invalid_argument(fmt::format(
+            "tensor '{}' is sent by both {} and {}: the senders' parts must be disjoint", t.name,
+            senders_[it->second], senders_[sender]));
+      }
+    }
+    if (!begin.more_follows) {  // the sender's last round: count its tensors down
+      left_[sender] = begin.tensors.size();
+      if (left_[sender] == 0) {
+        ++finished_;
+        all_finished_.notify_all();
+      }
+    }
+    return ok_status();
+  }
+
+ private:
+  const std::vector<std::string> senders_;
+  Mutex mu_;
+  std::optional<std::size_t> first_sender_ FERRY_GUARDED_BY(mu_);
+  std::optional<std::uint64_t> first_step_ FERRY_GUARDED_BY(mu_);
+  std::unordered_map<std::string, std::size_t> owner_ FERRY_GUARDED_BY(mu_);
+  std::vector<std::size_t> left_ FERRY_GUARDED_BY(mu_);  // tensors left in a last round
+  std::size_t finished_ FERRY_GUARDED_BY(mu_) = 0;       // senders past their last tensor
+  CondVar all_finished_;
+};
+
+// `more` (a sender's next round of one update) added to `sum`.
+void add_round(RoundStats* sum, const RoundStats& more) {
+  const std::uint64_t previous = sum->checksum;
+  const RoundStats before = *sum;
+  *sum = more;
+  sum->tensors += before.tensors;
+  sum->buckets += before.buckets;
+  sum->bytes += before.bytes;
+  sum->wire_bytes += before.wire_bytes;
+  sum->seconds += before.seconds;
+  sum->delta = sum->delta || before.delta;
+  const std::uint64_t pair[2] = {previous, more.checksum};
+  sum->checksum = XXH3_64bits(pair, sizeof(pair));
+  sum->more_follows = false;
+}
+
 }  // namespace
 
 struct MultiReceiver::Impl {
@@ -72,6 +180,8 @@ struct MultiReceiver::Impl {
   std::vector<std::string> names;  // "sender 1 (@job42-rank1)", as errors name them
   // Declared before the receivers, whose hooks point at them.
   RoundAgreement agreement;
+  UpdateAgreement update_agreement;
+  bool whole_updates = false;  // receive_update's rules apply, not receive_round's
   RoundStop stop;
   std::vector<std::unique_ptr<Receiver>> receivers;  // one per address; empty once broken
   std::vector<RoundStats> stats;
@@ -81,17 +191,26 @@ struct MultiReceiver::Impl {
        std::function<Status()> user_interrupt)
       : addresses(std::move(addrs)),
         names(sender_names),
-        agreement(std::move(sender_names)),
+        agreement(sender_names),
+        update_agreement(std::move(sender_names)),
         stop(std::move(user_interrupt)) {}
+
+  Status check_begin(std::size_t sender, const RoundBegin& begin) {
+    return whole_updates ? update_agreement.check(sender, begin) : agreement.check(sender, begin);
+  }
 
   // Receives one round from every sender with `receive_one`, each on a thread of its own
   // (the caller's for the first).
-  Result<RoundStats> run(const std::function<Result<RoundStats>(Receiver&)>& receive_one) {
+  // `update`: receive_update's rules (whole_updates).
+  Result<RoundStats> run(const std::function<Result<RoundStats>(Receiver&)>& receive_one,
+                         bool update = false) {
     if (!broken.ok()) {
       return failed_precondition("the session failed earlier: " + broken.to_string());
     }
     const auto start = Clock::now();
+    whole_updates = update;
     agreement.start_round();
+    update_agreement.start_update();
     stop.start_round();
     std::vector<RoundStats> got(receivers.size());
     auto one = [&](std::size_t i) {
@@ -162,7 +281,7 @@ Result<std::unique_ptr<MultiReceiver>> MultiReceiver::connect(
     auto r = Receiver::connect(addresses[i], receiver_id, each);
     if (!r.ok()) return r.status().with_context(names[i]);
     (*r)->set_begin_check(
-        [shared, i](const RoundBegin& b) { return shared->agreement.check(i, b); });
+        [shared, i](const RoundBegin& b) { return shared->check_begin(i, b); });
     impl->receivers.push_back(std::move(*r));
   }
   return std::unique_ptr<MultiReceiver>(new MultiReceiver(std::move(impl)));
@@ -195,6 +314,41 @@ Result<RoundStats> MultiReceiver::receive_round(const TensorCallback& on_tensor)
     return on_tensor(t);
   };
   return impl_->run([&](Receiver& r) { return r.receive_round(serialised); });
+}
+
+Result<RoundStats> MultiReceiver::receive_update(const TensorCallback& on_tensor) {
+  Mutex one_at_a_time;
+  const TensorCallback serialised = [&](const TensorView& t) {
+    MutexLock lock(one_at_a_time);
+    return on_tensor(t);
+  };
+  Impl* impl = impl_.get();
+  Result<RoundStats> all = impl_->run(
+      [&](Receiver& r) -> Result<RoundStats> {
+        const std::size_t sender = static_cast<std::size_t>(
+            std::find_if(impl->receivers.begin(), impl->receivers.end(),
+                         [&](const auto& p) { return p.get() == &r; }) -
+            impl->receivers.begin());
+        // The user's callback one call at a time; the wait for the other senders outside it.
+        const TensorCallback hold_last = [&, sender](const TensorView& t) -> Status {
+          FERRY_RETURN_IF_ERROR(serialised(t));
+          if (!impl->update_agreement.delivered(sender)) return ok_status();
+          return impl->update_agreement.wait_for_all([impl] { return impl->stop.interrupt(); });
+        };
+        RoundStats sum;
+        while (true) {
+          FERRY_ASSIGN_OR_RETURN(RoundStats round, r.receive_round(hold_last));
+          const bool more = round.more_follows;
+          add_round(&sum, round);
+          if (!more) return sum;
+        }
+      },
+      /*update=*/true);
+  return all;
+}
+
+void MultiReceiver::set_min_step(std::uint64_t step) {
+  for (auto& r : impl_->receivers) r->set_min_step(step);
 }
 
 std::span<const RoundStats> MultiReceiver::sender_stats() const { return impl_->stats; }

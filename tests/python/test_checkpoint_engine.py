@@ -76,8 +76,17 @@ def _extra_weights(step: int) -> list[tuple[str, torch.Tensor]]:
     return _weights(step) + [("model.extra", torch.arange(7, dtype=torch.float32) * step)]
 
 
+def _dying_weights(step: int):
+    """_weights(step), but the process dies (a killed trainer rank) after 12 tensors."""
+    for i, item in enumerate(_weights(step)):
+        if i == 12:
+            os._exit(4)
+        yield item
+
+
 WEIGHTS = {"mixed": _weights, "buckets": _bucket_weights, "reused": _reused_buffer_weights,
-           "reshaped": _reshaped_weights, "missing": _missing_weights, "extra": _extra_weights}
+           "reshaped": _reshaped_weights, "missing": _missing_weights, "extra": _extra_weights,
+           "dying": _dying_weights}
 
 
 def _expected(step: int, weights: str = "mixed") -> dict[str, str]:
@@ -227,7 +236,8 @@ class _Manager:
 
     def update(self, step: int, die: dict[int, int] | None = None,
                slow: bool = False, weights: str = "mixed",
-               raises: dict[int, int] | None = None) -> dict:
+               raises: dict[int, int] | None = None,
+               actor_weights: dict[int, str] | None = None) -> dict:
         from ferry.verl.checkpoint_engine import FerryCheckpointEngine
         ranks = self.actors + self.rollouts
         metadata = self._all(ranks, *[("prepare",)] * len(ranks))
@@ -245,7 +255,9 @@ class _Manager:
             moved = self._all(ranks, *[("send", step, "buckets")] * len(self.actors),
                               *[("receive_slowly", step)] * len(self.rollouts))
         else:
-            moved = self._all(ranks, *[("send", step, weights)] * len(self.actors),
+            actor_weights = actor_weights or {}
+            moved = self._all(ranks, *[("send", step, actor_weights.get(i, weights))
+                                       for i in range(len(self.actors))],
                               *[("receive", step, die.get(i), weights, raises.get(i))
                                 for i in range(len(self.rollouts))])
         seconds = time.monotonic() - start
@@ -268,11 +280,17 @@ def colocated():
     manager.stop()
 
 
-def _assert_bit_exact(result: dict, step: int, weights: str = "mixed") -> None:
+def _assert_bit_exact(result: dict, step: int, weights: str = "mixed",
+                      ordered: bool = True) -> None:
+    """Every rollout rank got every tensor of the step once, byte for byte; in the trainer's
+    order unless several senders sent it (then each part comes in its sender's order)."""
     expected = _expected(step, weights)
     for status in result["received"]:
         assert status[0] == "ok", status
-        assert list(status[1]) == list(expected), "verl's order of tensors"
+        if ordered:
+            assert list(status[1]) == list(expected), "verl's order of tensors"
+        else:
+            assert sorted(status[1]) == sorted(expected), "every tensor once"
         bad = [n for n in expected if status[1][n] != expected[n]]
         assert not bad, f"step {step}: wrong bytes for {bad}"
 
@@ -739,3 +757,156 @@ def test_an_update_differing_from_the_manifest_fails_naming_the_tensor_then_rele
         result = colocated.update(step, weights=weights)
         _assert_bit_exact(result, step, weights)
         assert _sent_metrics(result)["ferry/streamed"] == streamed, step
+
+
+# -- several senders (engine_kwargs.ferry.senders) ------------------------------------------
+
+def _model_bytes(step: int, weights: str = "mixed") -> int:
+    return sum(t.numel() * t.element_size() for _, t in WEIGHTS[weights](step))
+
+
+def _assert_parts(result: dict, step: int, weights: str, senders: int) -> list[int]:
+    """Every sender returned the whole update's ferry/bytes and its own part's; the parts
+    add up to the model. Returns each sender's bytes."""
+    model = _model_bytes(step, weights)
+    sent = [r[1] for r in result["sent"][:senders]]
+    assert all(r[0] == "ok" for r in result["sent"]), result["sent"]
+    parts = [metrics[f"ferry/sender{k}/bytes"] for k, metrics in enumerate(sent)]
+    assert sum(parts) == model, (parts, model)
+    for metrics in sent:
+        assert metrics["ferry/bytes"] == model and metrics["ferry/senders"] == senders
+    return parts
+
+
+def test_two_senders_each_send_half_of_every_update_bit_exact():
+    """senders=2, two actor ranks and two rollout ranks on one node: both actor ranks send,
+    each a disjoint part of about half the bytes; every rollout rank gets every tensor once,
+    byte for byte; the first update is staged and the later ones streamed on both senders;
+    the sessions persist; a stale step is refused by every rank."""
+    manager = _Manager([_Rank(is_master=True, senders=2), _Rank(senders=2)], [_Rank(), _Rank()])
+    try:
+        sessions = None
+        for step in (1, 2, 3):
+            result = manager.update(step, weights="buckets")
+            _assert_bit_exact(result, step, "buckets", ordered=False)
+            parts = _assert_parts(result, step, "buckets", 2)
+            print(f"step {step}: per-sender bytes {parts}, {result['seconds']:.3f} s")
+            assert parts[0] == parts[1], "ten equal tensors: five each"
+            for k in range(2):
+                metrics = result["sent"][k][1]
+                # Each sender writes its part once per rollout rank of its shm session.
+                assert metrics[f"ferry/sender{k}/shm_bytes"] == 2 * parts[k]
+                assert metrics["ferry/streamed"] == (0.0 if step == 1 else 1.0), metrics
+            built = [b for b, _ in result["inits"]]
+            assert built == [1, 1, 1, 1], f"step {step}: sessions rebuilt {built}"
+            sessions = sessions or result["inits"]
+            assert result["inits"] == sessions
+        for step in (4, 5):  # unequal tensors: the embedding alone is most of the model
+            result = manager.update(step)
+            _assert_bit_exact(result, step, ordered=False)
+            parts = _assert_parts(result, step, "mixed", 2)
+            print(f"step {step} (mixed): per-sender bytes {parts}")
+            assert min(parts) > 0
+        result = manager.update(3)
+        for status in result["sent"]:
+            assert status[:2] == ("error", "FailedPreconditionError"), result["sent"]
+        for status in result["received"]:
+            assert status[:2] == ("error", "FailedPreconditionError"), status
+            assert "this receiver has or requires step 5" in status[2], status
+        _assert_bit_exact(manager.update(6), 6, ordered=False)
+    finally:
+        manager.stop()
+
+
+def test_a_sender_that_dies_is_named_and_the_next_update_works():
+    """senders=2: actor rank 1 dies part way through an update (killed in its generator).
+    Every rollout rank's update fails naming that rank and its pid; the master's fails too;
+    with the rank back (a new process) the next update rebuilds every session and is exact."""
+    manager = _Manager([_Rank(is_master=True, senders=2), _Rank(senders=2)], [_Rank(), _Rank()])
+    try:
+        _assert_bit_exact(manager.update(1), 1, ordered=False)
+        pid = manager.actors[1].proc.pid
+        result = manager.update(2, actor_weights={1: "dying"})
+        assert result["seconds"] < KILL_BOUND_S, result
+        assert result["sent"][1] == ("dead", 4)
+        print("master:", result["sent"][0], "\nrollout:", result["received"])
+        # The master's part arrived first, but its update fails too, naming the dead rank:
+        # each sender's last tensor is held until every sender delivered its last.
+        assert result["sent"][0][:2] == ("error", "AbortedError"), result["sent"]
+        assert f"sender 1 is trainer rank 1 (pid {pid} " in result["sent"][0][2], result["sent"]
+        for status in result["received"]:
+            assert status[0] == "error", status
+            assert f"sender 1 is trainer rank 1 (pid {pid} " in status[2], status
+        manager.actors[1] = _Rank(senders=2)
+        result = manager.update(3)
+        _assert_bit_exact(result, 3, ordered=False)
+        assert [b for b, _ in result["inits"]] == [2, 1, 2, 2]
+        _assert_parts(result, 3, "mixed", 2)
+    finally:
+        manager.stop()
+
+
+def test_two_senders_on_two_nodes_reach_every_node_through_one_relay_per_sender(tmp_path):
+    """senders=2 with the senders on nodes a and b and rollout ranks on a, b (two) and c:
+    each sender serves one net session, and every node has one relay per sender (hosted by
+    its first rollout rank). Each sender's link carries its part once per node."""
+    net = {"token_file": _token(tmp_path / "token"), "interface": "127.0.0.1", "senders": 2,
+           "timeout_s": 15}
+    manager = _Manager([_Rank(is_master=True, node_id="node-a", **net),
+                        _Rank(node_id="node-b", **net)],
+                       [_Rank(node_id=node, **net)
+                        for node in ["node-a", "node-b", "node-b", "node-c"]])
+    try:
+        for step in (1, 2):
+            result = manager.update(step, weights="buckets")
+            _assert_bit_exact(result, step, "buckets", ordered=False)
+            parts = _assert_parts(result, step, "buckets", 2)
+            for k in range(2):
+                metrics = result["sent"][k][1]
+                assert metrics[f"ferry/sender{k}/net_bytes"] == 3 * parts[k], metrics
+                assert f"ferry/sender{k}/shm_bytes" not in metrics
+            hosts = [ids for _, ids in result["inits"][2:]]
+            print(f"step {step}: per-sender bytes {parts}, sessions {hosts}")
+    finally:
+        manager.stop()
+
+
+def test_build_topology_with_two_senders_and_the_senders_setting():
+    from ferry.verl.checkpoint_engine import FerryCheckpointEngine
+
+    def meta(node, pid, master=False, senders=2):
+        m = {"node": node, "pid": pid, "host": node, "is_master": master, "epoch": None,
+             "healthy": False, "relay": f"@relay-{pid}", "senders": senders,
+             "sender_shm": f"@shm-{pid}", "sender_net": f"10.0.0.{pid}:5000"}
+        if master:
+            m.update(shm=f"@shm-{pid}", net=f"10.0.0.{pid}:5000", instance="i", members=None)
+        return m
+
+    trainer = [meta("a", 1, master=True), meta("b", 2), meta("b", 3)]
+    rollout = [meta("a", 11), meta("b", 12), meta("c", 13), meta("c", 14)]
+    t, r = FerryCheckpointEngine.build_topology(3, 4, trainer + rollout)
+    assert t["role"] == ["master", "sender", "idle"] and t["sender"] == [0, 1, -1]
+    # Rollout ranks on three nodes: each sender serves a net session, every node has a relay
+    # of each, hosted by its first rank.
+    assert r["addresses"] == [["@relay-11-s0", "@relay-11-s1"], ["@relay-12-s0", "@relay-12-s1"],
+                              ["@relay-13-s0", "@relay-13-s1"], ["@relay-13-s0", "@relay-13-s1"]]
+    assert r["receiver_id"] == [0, 0, 0, 1]
+    assert [[(h["upstream"], h["relay_id"], h["receivers"]) for h in hosted]
+            for hosted in r["part_relays"]] == [
+        [("10.0.0.1:5000", 0, 1), ("10.0.0.2:5000", 0, 1)],
+        [("10.0.0.1:5000", 1, 1), ("10.0.0.2:5000", 1, 1)],
+        [("10.0.0.1:5000", 2, 2), ("10.0.0.2:5000", 2, 2)], []]
+    # Every rollout rank on the senders' node: each sender's shm session, no relay.
+    one_node = [meta("a", 1, master=True), meta("a", 2)] + [meta("a", 11), meta("a", 12)]
+    _, r = FerryCheckpointEngine.build_topology(2, 2, one_node)
+    assert r["addresses"] == [["@shm-1", "@shm-2"]] * 2 and r["part_relays"] == [[], []]
+    assert r["receiver_id"] == [0, 1]
+    trainer[0]["senders"] = "all"
+    t, _ = FerryCheckpointEngine.build_topology(3, 4, trainer + rollout)
+    assert t["role"] == ["master", "sender", "sender"]
+    trainer[0]["senders"] = 4
+    with pytest.raises(ferry.InvalidArgumentError, match="senders=4, but the trainer has 3"):
+        FerryCheckpointEngine.build_topology(3, 4, trainer + rollout)
+    for bad in (0, -1, "two", 1.5, True):
+        with pytest.raises(ferry.InvalidArgumentError, match="engine_kwargs.ferry.senders"):
+            FerryCheckpointEngine(BUCKET, senders=bad)

@@ -20,9 +20,10 @@ import torch
 
 from .. import _ferry
 from .._tensors import _error
-from ..sync import Receiver, Relay, Sender, SyncOptions, send_update_async
-from ._handoff import Handoff
+from ..sync import MultiReceiver, Receiver, Relay, Sender, SyncOptions, send_update_async
+from ._handoff import Handoff, _with_context
 from ._memory import backed_buffer, copied_into
+from ._parts import plan_parts, sender_context, sender_count
 
 
 def node_identity() -> str:
@@ -83,6 +84,9 @@ def plan_topology(actor_wg_world_size: int, rollout_world_size: int,
         raise _error(_ferry.InvalidArgumentError,
                      f"build_topology: {len(masters)} trainer ranks are master; need one")
     master = masters[0]
+    count = sender_count(master.get("senders", 1), actor_wg_world_size)
+    if count > 1:
+        return plan_parts(trainer, rollout, master, count, _next_epoch)
     remote_nodes: list[str] = []  # in the order of their first rollout rank
     for m in rollout:
         if m["node"] != master["node"] and m["node"] not in remote_nodes:
@@ -181,13 +185,16 @@ class RankSessions:
         if self._relay is not None:
             self._relay.close(self.timeout_s)
             self._relay = None
+        for relay in self._part_relays:
+            relay.close(self.timeout_s)
+        self._part_relays = []
         self._plan = None
         self._epoch = None
 
     @property
     def session_ids(self) -> dict[str, int]:
         ids = {kind: s.session_id for kind, s in self._senders.items()}
-        if self._receiver is not None:
+        if isinstance(self._receiver, Receiver):
             ids["receiver"] = self._receiver.session_id
         if self._relay is not None:
             ids["relay"] = self._relay.session_id
@@ -205,12 +212,13 @@ class RankSessions:
             self._net_address = f"{host}:{port}"
         return self._net_address
 
-    def _options(self) -> SyncOptions:
+    def _options(self, timeout: float | None = None) -> SyncOptions:
         # token_file is per engine, not per process: unset leaves FERRY_TOKEN /
         # FERRY_TOKEN_FILE to the C++ side.
         fields = {k: str(v) if k == "token_file" else v for k, v in self.sync_options.items()
                   if not (k == "token_file" and not v)}
-        return SyncOptions(bucket_bytes=self.bucket_size, timeout=self.timeout_s,
+        return SyncOptions(bucket_bytes=self.bucket_size,
+                           timeout=self.timeout_s if timeout is None else timeout,
                            idle_timeout=-1.0, **fields)
 
     def _healthy(self) -> bool:
@@ -220,6 +228,8 @@ class RankSessions:
 
     def _sessions_alive(self) -> bool:
         if self._relay is not None and not self._relay.alive:
+            return False
+        if any(not relay.alive for relay in self._part_relays):
             return False
         if self._receiver is not None:
             return not self._receiver.closed
@@ -263,6 +273,51 @@ class RankSessions:
                 if time.monotonic() >= deadline:
                     raise
                 time.sleep(0.05)
+
+    def _join_parts(self, plan: dict, addresses: list[str], receiver_id: int,
+                    relays: list[dict]) -> None:
+        """Several senders: starts the relays this rank hosts (one per sender on another
+        node), then joins every sender's session with one MultiReceiver, retrying as _join
+        does while a sender or relay is not serving yet."""
+        self._part_relays = [_RelayThread(r["upstream"], r["relay_id"], r, self._options())
+                             for r in relays or []]
+        deadline = time.monotonic() + self.timeout_s
+        while True:
+            for relay in self._part_relays:
+                relay.raise_error()
+            try:
+                self._receiver = MultiReceiver(
+                    addresses, receiver_id,
+                    options=self._options(timeout=max(deadline - time.monotonic(), 0.001)))
+                break
+            except (_ferry.IoError, _ferry.AbortedError, _ferry.NotFoundError,
+                    _ferry.TimeoutError) as e:
+                for relay in self._part_relays:
+                    relay.raise_error()
+                if time.monotonic() >= deadline:
+                    raise _with_context(e, sender_context(e, plan)) from e
+                time.sleep(0.05)
+        self._receive_buffers.back_in_background()  # each tensor is copied into them
+
+    def _receive_parts(self, required: int | None, handoff: Handoff) -> None:
+        """Receiver thread with several senders: one whole update from every sender
+        (MultiReceiver.receive_update: the step checked across every round, each tensor from
+        one sender); each tensor, handed over for the length of one call, is copied into the
+        free receive buffer and queued alone. An error names the trainer rank of the sender
+        it names."""
+        receiver, buffers = self._receiver, self._receive_buffers
+
+        def on_tensor(name: str, tensor: torch.Tensor) -> None:
+            index, staged = buffers.fill([(name, tensor)], handoff)
+            handoff.put((staged, functools.partial(buffers.release, index)))
+
+        self._require_step(receiver, required)
+        try:
+            self._received(receiver.receive_update(on_tensor))
+        except _ferry.FerryError as e:
+            if handoff.stop.is_set():
+                raise
+            raise _with_context(e, sender_context(e, self._plan)) from e
 
     def _receive_update(self, required: int | None, handoff: Handoff) -> None:
         """Receiver thread: receives the update's rounds and queues ([(name, writable view)],
@@ -319,7 +374,7 @@ class RankSessions:
         while self._received(receive()).more_follows:
             pass
 
-    def _require_step(self, receiver: Receiver, required: int | None) -> None:
+    def _require_step(self, receiver: Receiver | MultiReceiver, required: int | None) -> None:
         """Makes the receiver refuse (FailedPreconditionError at the round's BEGIN, before any
         of it is delivered; the trainer's send_weights raises it too, naming this rank) an
         update whose step is older than the last this rank received, in any session, or than

@@ -43,7 +43,8 @@ from .._verl_compat import CheckpointEngineRegistry, CheckpointEngineWithCache
 from ..sync import SYNC_OPTIONS, Receiver, Sender
 from ._device import device_for
 from ._device_path import DevicePath
-from ._handoff import Update
+from ._handoff import Update, _with_context
+from ._parts import Split, parse_senders, part_metrics, part_of, sender_context
 from ._sessions import (_EarlySender, _items, _ReceiveBuffers, _RelayThread, RankSessions,
                         node_identity, plan_topology)
 from ._sessions import _free_port  # noqa: F401  (imported from here by tests/python/test_relay.py)
@@ -61,7 +62,7 @@ ENGINE_SETS = {"bucket_bytes": "verl's bucket_size", "timeout": "timeout_s",
                                "no delta rounds: the rollout's writable views take none")}
 # The engine's own keys, beside SyncOptions'.
 ENGINE_OWN_KWARGS = frozenset({"interface", "port", "timeout_s", "node_id", "round_bytes",
-                               "cache", "device"})
+                               "cache", "device", "senders"})
 # engine_kwargs.ferry.* this backend reads: every SyncOptions field (ferry.sync.SYNC_OPTIONS)
 # but ENGINE_SETS, passed to its sessions as given, and its own keys. Any other is warned
 # about once, by name.
@@ -109,6 +110,12 @@ class FerryCheckpointEngine(RankSessions, CheckpointEngineWithCache):
         self.device = str(engine_kwargs.get("device", "cpu"))
         device = device_for(self.device)  # a bad or absent device fails here, by name
         self._device_path = DevicePath(device, self.bucket_size) if device.kind != "cpu" else None
+        # Actor ranks that send (_parts.py): 1, N or "all"; the master's setting counts.
+        self.senders = parse_senders(engine_kwargs.get("senders", 1))
+        if self.senders != 1 and self._device_path is not None:
+            raise _error(_ferry.InvalidArgumentError,
+                         f"engine_kwargs.ferry.senders={self.senders!r} with device "
+                         f"'{self.device}': several senders take CPU tensors only")
         self._interface = engine_kwargs.get("interface")
         self._port = engine_kwargs.get("port")
         self._shm_address = f"@ferry-verl-{os.getpid()}-{uuid.uuid4().hex[:12]}"
@@ -122,6 +129,8 @@ class FerryCheckpointEngine(RankSessions, CheckpointEngineWithCache):
         # cost otherwise: ~3.5 s per GiB on a VM); taken by the first _serve that needs it.
         self._early_shm = _EarlySender(self._shm_address, self._options()) if is_master else None
         self._relay: _RelayThread | None = None  # on the rank hosting its node's relay
+        self._part_relays: list[_RelayThread] = []  # several senders: its node's, one each
+        self._sender_index = -1             # several senders: this actor rank's part
         self._cached: dict[str, torch.Tensor] | None = None  # engine_kwargs cache: the last update
         self._receive_buffers = _ReceiveBuffers(self.bucket_size)  # rollout: yielded views
         self._plan: dict | None = None      # the topology the sessions were built for
@@ -153,6 +162,10 @@ class FerryCheckpointEngine(RankSessions, CheckpointEngineWithCache):
         meta = {"host": socket.gethostname(), "node": self.node_id, "pid": os.getpid(),
                 "is_master": self.is_master, "relay": self._relay_address,
                 "epoch": self._epoch, "healthy": self._healthy()}
+        if self.senders != 1:  # any actor rank may be one of several senders
+            meta["senders"] = self.senders
+            meta["sender_shm"] = self._shm_address
+            meta["sender_net"] = self._net()
         if self.is_master:
             meta["shm"] = self._shm_address
             meta["net"] = self._net()
@@ -172,18 +185,26 @@ class FerryCheckpointEngine(RankSessions, CheckpointEngineWithCache):
         return plan_topology(actor_wg_world_size, rollout_world_size, metadata)
     def init_process_group(self, role: str, plan: dict, kind: str = "", receiver_id: int = 0,
                            relay_id: int = -1, hosts_relay: bool = False,
-                           rank: int = -1) -> None:
+                           rank: int = -1, sender: int = -1, addresses: list | None = None,
+                           part_relays: list | None = None) -> None:
         """Joins the topology; keeps the sessions of the last update when the plan's epoch is
-        the one this rank holds (build_topology decided so for every rank)."""
+        the one this rank holds (build_topology decided so for every rank). With several
+        senders (plan["senders"]): `sender` is this actor rank's part, and a rollout rank
+        joins `addresses` (one per sender) after starting the `part_relays` it hosts."""
         self._role = role
         self._rank = rank
+        self._sender_index = sender
         if role == "idle":
             return
         if plan.get("epoch") is not None and plan.get("epoch") == self._epoch:
             return
         self._close_sessions()
-        if role == "master":
+        if "senders" in plan and role in ("master", "sender"):
+            self._serve(plan["senders"][sender])
+        elif role == "master":
             self._serve(plan)
+        elif kind == "parts":
+            self._join_parts(plan, addresses, receiver_id, part_relays)
         else:
             if hosts_relay:
                 self._relay = _RelayThread(plan["net"], relay_id, plan["relays"][relay_id],
@@ -196,7 +217,7 @@ class FerryCheckpointEngine(RankSessions, CheckpointEngineWithCache):
                 self._receive_buffers.back_in_background()
         self._plan = plan
         self._epoch = plan.get("epoch")
-        self._master = str(plan.get("master", ""))
+        self._master = str(plan.get("master", "")) if "senders" not in plan else ""
         self._broken = False
         self.sessions_built += 1
 
@@ -207,11 +228,24 @@ class FerryCheckpointEngine(RankSessions, CheckpointEngineWithCache):
                            global_steps: int | None = None) -> dict[str, Any]:
         """Sends one update (master) and returns its metrics. Other actor ranks iterate the
         generator without sending (it may run collectives every rank must join), return {}."""
+        if self._role in ("master", "sender") and "senders" in (self._plan or {}):
+            return await self._send_part(weights, global_steps)
         if self._role != "master":
             async for _ in _items(weights):
                 pass
             return {}
         return await self._send_update(weights, global_steps)
+
+    async def _send_part(self, weights: Iterable | AsyncIterator,
+                         global_steps: int | None) -> dict[str, Any]:
+        """One of several senders: pulls every tensor, sends its part (_parts.py)."""
+        split = Split(len(self._plan["senders"]))
+        try:
+            metrics = await self._send_update(part_of(weights, split, self._sender_index),
+                                              global_steps)
+        except _ferry.FerryError as e:  # a sender named by address: which trainer rank
+            raise _with_context(e, sender_context(e, self._plan)) from e
+        return part_metrics(metrics, self._sender_index, split)
 
     def receive_weights(self, global_steps: int | None = None) -> Update:
         """An async iterator over (name, tensor) of one update: writable CPU views of the ring itself,
@@ -252,6 +286,8 @@ class FerryCheckpointEngine(RankSessions, CheckpointEngineWithCache):
             return self._update
         self._receive_buffers.reset()  # the last update's caller is done with both
         receive = functools.partial(self._receive_update, global_steps)
+        if self._plan is not None and "senders" in self._plan:
+            receive = functools.partial(self._receive_parts, global_steps)
         self._update = Update(self, receive, "ferry-receive", who, self._master)
         return self._update
 
