@@ -81,10 +81,10 @@ class FERRY_EXPORT MultiReceiver {
   // ends every session as in receive_round. Each sender's last tensor is held (its callback
   // returns) until every sender delivered its last, so a sender that fails before then
   // fails the other senders' updates too (their rounds abort naming it), not only this
-  // receiver's; a sender whose last round has no tensor is not held. RoundStats: tensors, buckets, bytes, wire_bytes
-  // summed over every round of every sender; seconds the whole update's; more_follows false;
-  // round and version the first sender's last round's. sender_stats() then holds each
-  // sender's rounds summed the same way.
+  // receiver's; a sender whose last round has no tensor is not held. RoundStats: tensors, buckets,
+  // bytes, wire_bytes summed over every round of every sender; seconds the whole update's;
+  // more_follows false; round and version the first sender's last round's. sender_stats() then
+  // holds each sender's rounds summed the same way.
   Result<RoundStats> receive_update(const TensorCallback& on_tensor);
   // Receiver::set_min_step in every sender's session: a later round whose step is below
   // `step` is refused at its BEGIN (kFailedPrecondition), before any tensor is delivered.

@@ -280,8 +280,7 @@ Result<std::unique_ptr<MultiReceiver>> MultiReceiver::connect(
   for (std::size_t i = 0; i < addresses.size(); ++i) {
     auto r = Receiver::connect(addresses[i], receiver_id, each);
     if (!r.ok()) return r.status().with_context(names[i]);
-    (*r)->set_begin_check(
-        [shared, i](const RoundBegin& b) { return shared->check_begin(i, b); });
+    (*r)->set_begin_check([shared, i](const RoundBegin& b) { return shared->check_begin(i, b); });
     impl->receivers.push_back(std::move(*r));
   }
   return std::unique_ptr<MultiReceiver>(new MultiReceiver(std::move(impl)));
@@ -325,10 +324,10 @@ Result<RoundStats> MultiReceiver::receive_update(const TensorCallback& on_tensor
   Impl* impl = impl_.get();
   Result<RoundStats> all = impl_->run(
       [&](Receiver& r) -> Result<RoundStats> {
-        const std::size_t sender = static_cast<std::size_t>(
-            std::find_if(impl->receivers.begin(), impl->receivers.end(),
-                         [&](const auto& p) { return p.get() == &r; }) -
-            impl->receivers.begin());
+        const std::size_t sender =
+            static_cast<std::size_t>(std::find_if(impl->receivers.begin(), impl->receivers.end(),
+                                                  [&](const auto& p) { return p.get() == &r; }) -
+                                     impl->receivers.begin());
         // The user's callback one call at a time; the wait for the other senders outside it.
         const TensorCallback hold_last = [&, sender](const TensorView& t) -> Status {
           FERRY_RETURN_IF_ERROR(serialised(t));
