@@ -10,7 +10,9 @@ set_tests_properties(netns.relay_chain PROPERTIES LABELS netns TIMEOUT 600 SKIP_
                                                   RUN_SERIAL TRUE)
 # `ferry plan` against a measured run: 1 and 2 senders (serve --part) on nodes of their own,
 # 4 nodes x 2 receivers, links shaped with tc to 1 Gb/s; each sender's link carries 1/S of the
-# senders' bytes and the plan's bytes (about 1 minute; docs/plan.md, "Validation").
+# senders' bytes and the plan's bytes; then rank-local, 1 sender and each node's 2 ranks
+# receiving --tp 0/2 and 1/2, each copying half the model out of its ring (about 1.5 minutes;
+# docs/plan.md, "Validation").
 add_test(NAME netns.plan_validate COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/plan_netns_validate.sh
                                           $<TARGET_FILE:ferry_cli>)
 set_tests_properties(netns.plan_validate PROPERTIES LABELS netns TIMEOUT 300 SKIP_RETURN_CODE 77
