@@ -107,6 +107,98 @@ def test_full_depth_model_updates_bit_exact_staged_then_streamed():
             assert metrics["ferry/tensors"] == len(base) == 290
             assert metrics["ferry/bytes"] == sum(t.numel() * 2 for _, t in base)
             assert metrics["ferry/streamed"] == (0.0 if step == 1 else 1.0), (step, metrics)
+            print(f"senders=1 step {step}: {metrics['ferry/seconds']:.2f} s")
+    finally:
+        for conn in conns:
+            conn.send(("exit",))
+        for proc in procs:
+            proc.join(30)
+            if proc.is_alive():
+                proc.kill()
+        master.close()
+
+
+def _sender(conn) -> None:
+    """A second actor rank (engine_kwargs.ferry.senders=2) in its own process: runs the
+    manager's calls; sends base + step as the master does."""
+    from ferry.verl.checkpoint_engine import FerryCheckpointEngine
+    base = _base()
+    engine = FerryCheckpointEngine(BUCKET, senders=2)
+    while True:
+        cmd, *args = conn.recv()
+        try:
+            if cmd == "prepare":
+                out = engine.prepare()
+            elif cmd == "init":
+                out = engine.init_process_group(**args[0])
+            elif cmd == "send":
+                step = args[0]
+                sent = ((name, t + _step_value(step)) for name, t in base)
+                out = asyncio.run(engine.send_weights(sent, global_steps=step))
+            else:
+                engine.close()
+                conn.send(("ok", None))
+                return
+            conn.send(("ok", out))
+        except Exception as e:  # reported to the test
+            conn.send(("error", type(e).__name__, str(e)))
+
+
+def test_full_depth_model_from_two_senders_bit_exact_half_the_bytes_each():
+    """engine_kwargs.ferry.senders=2: the master and a second actor rank each send about
+    half of qwen2.5-0.5b's bytes (a disjoint part) to both rollout ranks, which get every one
+    of the 290 tensors once and byte for byte, three updates (staged, then streamed)."""
+    from ferry.verl.checkpoint_engine import FerryCheckpointEngine
+    base = _base()
+    model = sum(t.numel() * 2 for _, t in base)
+    ctx = mp.get_context("spawn")
+    conns, procs = [], []
+    for target, args in ((_rollout, (False,)), (_rollout, (True,)), (_sender, ())):
+        conn, child = ctx.Pipe()
+        procs.append(ctx.Process(target=target, args=(child, *args), daemon=True))
+        procs[-1].start()
+        conns.append(conn)
+    rollouts, second = conns[:2], conns[2]
+    master = FerryCheckpointEngine(BUCKET, is_master=True, senders=2)
+    try:
+        for step in range(1, STEPS + 1):
+            for conn in (second, *rollouts):
+                conn.send(("prepare",))
+            second_meta = _answer(second)[1]
+            metadata = [master.prepare(), second_meta] + [_answer(c)[1] for c in rollouts]
+            trainer_kw, rollout_kw = FerryCheckpointEngine.build_topology(2, 2, metadata)
+            assert trainer_kw["role"] == ["master", "sender"]
+            for i, conn in enumerate(rollouts):
+                conn.send(("init", {k: v[i] for k, v in rollout_kw.items()}))
+            second.send(("init", {k: v[1] for k, v in trainer_kw.items()}))
+            master.init_process_group(**{k: v[0] for k, v in trainer_kw.items()})
+            assert [_answer(c)[0] for c in (second, *rollouts)] == ["ok"] * 3
+            for conn in rollouts:
+                conn.send(("receive", step))
+            second.send(("send", step))
+            sent = ((name, t + _step_value(step)) for name, t in base)  # a generator, as verl's
+            metrics = asyncio.run(master.send_weights(sent, global_steps=step))
+            other = _answer(second)
+            received = [_answer(c) for c in rollouts]
+            master.finalize()
+            assert other[0] == "ok", other
+            for rank, answer in enumerate(received):
+                assert answer[0] == "ok", f"step {step}, rank {rank}: {answer}"
+                names, wrong = answer[1]
+                assert len(names) == 290 and sorted(names) == sorted(n for n, _ in base), (
+                    f"step {step}, rank {rank}: every tensor once")
+                assert not wrong, f"step {step}, rank {rank}: wrong bytes for {wrong[:5]}"
+            parts = [metrics["ferry/sender0/bytes"], other[1]["ferry/sender1/bytes"]]
+            links = [metrics["ferry/sender0/shm_bytes"], other[1]["ferry/sender1/shm_bytes"]]
+            seconds = [metrics["ferry/seconds"], other[1]["ferry/seconds"]]
+            print(f"senders=2 step {step}: part bytes {parts}, link bytes {links}, "
+                  f"seconds {seconds[0]:.2f} / {seconds[1]:.2f}")
+            assert sum(parts) == model and metrics["ferry/bytes"] == model
+            assert metrics["ferry/tensors"] == 290
+            assert all(abs(p - model / 2) <= 0.01 * model / 2 for p in parts), parts
+            assert links == [2 * p for p in parts], "each part once per rollout rank"
+            for m in (metrics, other[1]):
+                assert m["ferry/streamed"] == (0.0 if step == 1 else 1.0), (step, m)
     finally:
         for conn in conns:
             conn.send(("exit",))
