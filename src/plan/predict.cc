@@ -182,8 +182,12 @@ Result<Prediction> predict(const ClusterSpec& c, const Calibration& cal) {
   if (c.senders > 1) {
     p.notes.push_back(
         "several senders: each rank sends a disjoint part over its own session and receivers "
-        "take the union (sync::MultiReceiver, `ferry sync serve --part`); receivers that are TP "
-        "shards still take whole tensors: slicing them per shard is not built");
+        "take the union (sync::MultiReceiver, `ferry sync serve --part`)");
+    if (c.shard_ways > 1) {
+      p.notes.push_back(
+          "rank-local slices are built for one sender (`ferry sync recv --tp`); a receiver of "
+          "several senders' parts still takes whole tensors (predict it with --shard-ways 1)");
+    }
   }
   return p;
 }
