@@ -53,6 +53,7 @@ class FerryTrainingWorker(TrainingWorker):
         self.reuse_buffer = False
         self.pause_on_update: int | None = None
         self.pause_after_tensors = 1
+        self.pause_rank: int | None = None  # the rank that pauses; None: every rank
         self.paused = False
         self.reused = 0  # tensors yielded from the reused buffer, over all updates
         self.error: str | None = None
@@ -99,7 +100,8 @@ class FerryTrainingWorker(TrainingWorker):
                 self.reused += 1
             yield name, tensor
             count += 1
-            if update == self.pause_on_update and count == self.pause_after_tensors:
+            if (update == self.pause_on_update and count == self.pause_after_tensors
+                    and self.pause_rank in (None, dist.get_rank())):
                 self.paused = True
                 while True:
                     await asyncio.sleep(0.05)
@@ -109,10 +111,11 @@ class FerryTrainingWorker(TrainingWorker):
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def configure(self, reuse_buffer: bool = False, pause_on_update: int | None = None,
-                  pause_after_tensors: int = 1) -> None:
+                  pause_after_tensors: int = 1, pause_rank: int | None = None) -> None:
         self.reuse_buffer = reuse_buffer
         self.pause_on_update = pause_on_update
         self.pause_after_tensors = pause_after_tensors
+        self.pause_rank = pause_rank
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def record(self) -> dict[str, Any]:
