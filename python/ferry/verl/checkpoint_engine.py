@@ -10,7 +10,9 @@ session (abstract socket) for rollout ranks on its node, a net session (host:por
 token-authenticated) for one relay per other node. Each such node's first rollout rank hosts
 the node's relay (ferry.Relay, in a background thread): it receives every byte once from the
 master and republishes it over shm to the node's rollout ranks, itself included. Other actor
-ranks take part in every call and iterate their generator, sending nothing. Sessions persist
+ranks take part in every call and iterate their generator, sending nothing; with
+engine_kwargs.ferry.senders=N (or "all") N actor ranks send, each a disjoint part of every
+update, merged on every rollout rank by ferry.MultiReceiver (_parts.py). Sessions persist
 across updates. Whether they do is decided once, for every rank, by build_topology from what
 each rank's prepare() reports: the sessions' epoch (the master's, which names its engine
 instance and counts its rebuilds) and whether they are healthy. Any failed or unfinished
@@ -87,7 +89,8 @@ class FerryCheckpointEngine(RankSessions, CheckpointEngineWithCache):
     """verl checkpoint engine over ferry's sync sessions (see the module docstring).
 
     bucket_size: bytes of one ring slot (verl passes update_weights_bucket_megabytes << 20).
-    is_master: the actor rank that sends. engine_kwargs: ENGINE_KWARGS (docs/verl.md).
+    is_master: the actor rank that sends (the first of several with engine_kwargs senders).
+    engine_kwargs: ENGINE_KWARGS (docs/verl.md).
     """
 
     # receive_weights yields whole (name, tensor) pairs: what verl's vLLM, SGLang and
