@@ -74,6 +74,7 @@ nlohmann::ordered_json prediction_json(const PlanArgs& a, const plan::Prediction
             {"model_bytes", c.model_bytes},
             {"shard_ways", c.shard_ways},
             {"senders", c.senders},
+            {"sender_nodes", c.sender_nodes},
             {"topology", std::string(plan::topology_name(c.topology))},
             {"fanout", c.fanout},
             {"bucket_bytes", c.bucket_bytes},
@@ -98,6 +99,9 @@ void print_prediction(const PlanArgs& a, const std::string& model, const plan::P
   std::printf("cluster:     %u node(s) x %u GPU(s), %s, model %s (%.3f GB)\n", c.nodes,
               c.gpus_per_node, std::string(plan::topology_name(c.topology)).c_str(), model.c_str(),
               c.model_bytes / 1e9);
+  if (c.senders > 1) {
+    std::printf("senders:     %u, on %u node(s)\n", c.senders, c.sender_nodes);
+  }
   if (c.shared_host) {
     std::printf("links:       none (--shared-host: every node on this machine's cores)\n");
   } else {
@@ -271,7 +275,10 @@ void add_plan_command(CLI::App& app, Dispatch& dispatch) {
   cmd->add_option("--shard-ways", c.shard_ways,
                   "GPUs one rollout replica spans: each receiver needs 1/shard-ways of the model")
       ->capture_default_str();
-  cmd->add_option("--senders", c.senders, "Trainer ranks sending disjoint parts (ferry today: 1)")
+  cmd->add_option("--senders", c.senders, "Trainer ranks sending disjoint parts")
+      ->capture_default_str();
+  cmd->add_option("--sender-nodes", c.sender_nodes,
+                  "Nodes the senders are spread over, each with --nics-per-node NICs")
       ->capture_default_str();
   cmd->add_option("--host-mem-gbps", c.host_mem_gbps,
                   "A node's memory copy rate, all cores, GB/s (default: the calibration's)");

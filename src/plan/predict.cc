@@ -33,6 +33,9 @@ Status check_cluster(const ClusterSpec& c) {
     return bad("shard_ways", "must be in 1..nodes x gpus_per_node");
   }
   if (c.senders == 0) return bad("senders", "must be at least 1");
+  if (c.sender_nodes == 0 || c.sender_nodes > c.senders) {
+    return bad("sender_nodes", "must be in 1..senders");
+  }
   if (c.topology == Topology::kTree && c.fanout == 0) return bad("fanout", "must be at least 1");
   if (c.bucket_bytes == 0) return bad("bucket_bytes", "must be > 0");
   if (c.delta_density && !(*c.delta_density > 0 && *c.delta_density <= 1)) {
@@ -114,12 +117,19 @@ Result<Prediction> predict(const ClusterSpec& c, const Calibration& cal) {
   std::vector<std::uint64_t> subtree(c.nodes + 1, 1);
   std::vector<std::uint32_t> depth(c.nodes + 1, 0);
   for (std::uint32_t node = c.nodes; node >= 1; --node) subtree[feeder[node - 1]] += subtree[node];
-  std::vector<std::uint64_t> out_bytes(c.nodes + 1, 0);  // what each node (0: sender) sends
+  std::vector<std::uint64_t> out_bytes(c.nodes + 1, 0);  // what each node (0: senders) sends
+  std::uint64_t from_senders = 0;                        // the most one node takes from the senders
   for (std::uint32_t node = 1; node <= c.nodes; ++node) {
     depth[node] = depth[feeder[node - 1]] + 1;
     const std::uint64_t needed = std::min<std::uint64_t>(model, subtree[node] * node_bytes);
     out_bytes[feeder[node - 1]] += scaled(needed, p.wire_ratio);
+    if (feeder[node - 1] == 0) from_senders = std::max(from_senders, scaled(needed, p.wire_ratio));
   }
+  // Each sender sends 1/senders of every child's bytes; a sender node sends its senders'
+  // parts (the busiest holds ceil(senders / sender_nodes) of them).
+  const std::uint32_t senders_per_node = (c.senders + c.sender_nodes - 1) / c.sender_nodes;
+  const std::uint64_t sender_node_out = static_cast<std::uint64_t>(
+      std::llround(static_cast<double>(out_bytes[0]) * senders_per_node / c.senders));
   p.depth = *std::max_element(depth.begin(), depth.end());
   const std::uint64_t relay_out = *std::max_element(out_bytes.begin() + 1, out_bytes.end());
   const std::uint64_t stream = scaled(node_bytes, p.wire_ratio);
@@ -136,8 +146,19 @@ Result<Prediction> predict(const ClusterSpec& c, const Calibration& cal) {
                       "each of " + std::to_string(c.senders) +
                           " sender(s) packs its share into its ring, one core at " +
                           rate_text(cal.shm_round_gbps)});
-  p.stages.push_back({"sender_link", out_bytes[0] / link_rate, out_bytes[0], stream,
-                      "the sender node's NICs at " + rate_text(p.link_gbps)});
+  p.stages.push_back({"sender_link", sender_node_out / link_rate, sender_node_out, stream,
+                      c.sender_nodes == 1
+                          ? "the sender node's NICs at " + rate_text(p.link_gbps)
+                          : "the busiest of " + std::to_string(c.sender_nodes) +
+                                " sender nodes' NICs (" + std::to_string(senders_per_node) +
+                                " sender(s)' parts) at " + rate_text(p.link_gbps)});
+  // From one sending node a node's inbound link carries no more than the sender's outbound
+  // one; from several, it takes its bytes from all of them at once and can bound the round.
+  if (c.sender_nodes > 1) {
+    p.stages.push_back({"node_inbound", from_senders / link_rate, from_senders, stream,
+                        "a node's NICs take its bytes from " + std::to_string(c.sender_nodes) +
+                            " sender nodes at " + rate_text(p.link_gbps)});
+  }
   if (relay_out > 0) {
     p.stages.push_back({"relay_forward", relay_out / link_rate, relay_out, stream,
                         "the busiest relay sends downstream at " + rate_text(p.link_gbps)});
@@ -159,11 +180,13 @@ Result<Prediction> predict(const ClusterSpec& c, const Calibration& cal) {
                        [](const Stage& a, const Stage& b) { return a.seconds < b.seconds; });
   p.bottleneck = slowest->name;
   // Fill: one segment through every other stage on the path. The receiver's copy and the
-  // node's fan-out are the same copy seen per core and per node: count the larger once.
+  // node's fan-out are the same copy seen per core and per node: count the larger once. A
+  // node's inbound link is the far end of the senders' links: a segment crosses both at once.
   double fill = 0;
   double copy_fill = 0;
   for (const Stage& s : p.stages) {
     const double f = fill_seconds(s, p.segment_bytes);
+    if (s.name == "node_inbound") continue;
     if (s.name == "local_fanout" || s.name == "receiver_copy") {
       copy_fill = std::max(copy_fill, f);
     } else if (s.name == "relay_forward") {
@@ -177,6 +200,8 @@ Result<Prediction> predict(const ClusterSpec& c, const Calibration& cal) {
   double slowest_fill = fill_seconds(*slowest, p.segment_bytes);
   if (slowest->name == "local_fanout" || slowest->name == "receiver_copy") {
     slowest_fill = copy_fill;
+  } else if (slowest->name == "node_inbound") {
+    slowest_fill = 0;
   }
   p.seconds = slowest->seconds + fill - slowest_fill;
   if (c.senders > 1) {

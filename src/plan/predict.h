@@ -29,9 +29,10 @@ struct ClusterSpec {
   std::uint64_t model_bytes = 0;    // one full update, dense
   // GPUs one rollout replica spans (TP x EP ...): a receiver needs model_bytes / shard_ways.
   std::uint32_t shard_ways = 1;
-  // Trainer ranks sending disjoint parts over the sender node's NICs, each over its own
-  // session (sync::MultiReceiver takes the union).
+  // Trainer ranks sending disjoint parts, each over its own session (sync::MultiReceiver
+  // takes the union), spread evenly over sender_nodes nodes of nics_per_node NICs each.
   std::uint32_t senders = 1;
+  std::uint32_t sender_nodes = 1;
   Topology topology = Topology::kStar;
   std::uint32_t fanout = 2;  // children per node, tree only
   std::uint64_t bucket_bytes = std::uint64_t{512} << 20;

@@ -128,19 +128,19 @@ for CASE in "${CASES[@]}"; do
   C="S=$S"; [ "$W" -gt 1 ] && C="S=$S, tp $W"  # the case, in messages
   PORT=$((PORT + 1))
   rm -f "$WORK"/*.out "$WORK"/*.err
-  # The plan for the same shape: S senders on S nodes of one NIC each is S NICs on the
-  # sender's side (--nics-per-node S; in a star no other stage uses the NIC count).
+  # The plan for the same shape: S senders on S nodes of one NIC each (--sender-nodes S).
   # Unshaped links (RATE_MBIT=0): every node on this machine's cores, --shared-host.
   link=(--shared-host)
   [ "$RATE_MBIT" -gt 0 ] && link=(--nic-gbps "$(awk -v r="$RATE_MBIT" 'BEGIN {print r / 1000}')")
   plan=$("$FERRY" plan --preset "$PRESET" --bucket-mb "$BUCKET_MB" --nodes "$NODES" \
-    --gpus-per-node "$GPUS" --senders "$S" --nics-per-node "$S" --shard-ways "$W" "${link[@]}" \
+    --gpus-per-node "$GPUS" --senders "$S" --sender-nodes "$S" --shard-ways "$W" "${link[@]}" \
     ${CALIBRATION:+--calibration "$CALIBRATION"} --json) || { fail "ferry plan failed"; continue; }
   p_secs=$(echo "$plan" | grep -m1 '"seconds"' | grep -o '[0-9.e+-]*,' | tr -d ,)
   p_bottleneck=$(echo "$plan" | grep -m1 '"bottleneck"' | cut -d'"' -f4)
-  # The bytes it puts on the senders' links (shared host: on the nodes' streams, the same).
+  # The bytes it puts on a sender node's link (shared host: on all the nodes' streams).
   p_link=$(echo "$plan" | grep -A2 -E '"name": "(sender_link|nodes_on_shared_cpu)"' | grep '"bytes"' | grep -o '[0-9]*')
-  p_per_sender=$((p_link / S))
+  p_per_sender=$p_link
+  [ "$RATE_MBIT" -gt 0 ] || p_per_sender=$((p_link / S))
   # The bytes it gives one receiver (model / W; a shared host has no receiver_copy stage).
   p_rank=$(echo "$plan" | grep -A2 '"name": "receiver_copy"' | grep '"bytes"' | grep -o '[0-9]*')
   [ -n "$p_rank" ] || p_rank=$(( $(echo "$plan" | grep -m1 '"model_bytes"' | grep -o '[0-9]*') / W ))

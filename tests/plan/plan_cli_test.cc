@@ -43,6 +43,7 @@ TEST(PlanCli, ErrorsNameTheOption) {
       {{"plan", "--params", "1e9", "--dtype", "int3", "--nic-gbps", "100"}, "--dtype"},
       {{"plan", "--params", "1e9", "--nic-gbps", "100", "--nodes", "0"}, "--nodes"},
       {{"plan", "--params", "1e9", "--nic-gbps", "100", "--delta-density", "2"}, "--delta-density"},
+      {{"plan", "--params", "1e9", "--nic-gbps", "100", "--sender-nodes", "2"}, "--sender-nodes"},
   };
   for (const Case& c : cases) {
     auto r = run_ferry(c.args);

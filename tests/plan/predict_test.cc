@@ -106,6 +106,59 @@ TEST(Predict, ShardsShrinkWhatEachReceiverAndNodeNeeds) {
   EXPECT_EQ(find_stage(*p, "receiver_copy")->bytes, c.model_bytes / 8);
 }
 
+// Senders spread over nodes of their own: each sender node's NICs carry its senders' parts,
+// so S one-NIC nodes are S NICs' worth on the sender's side, and the busiest node (the one
+// with the most senders) is the sender's link.
+TEST(Predict, SenderNodesEachSendTheirSendersParts) {
+  const Calibration cal = link_bound_calibration();
+  ClusterSpec c = ten_gb_model(4, Topology::kStar);
+  c.senders = 2;
+  c.sender_nodes = 2;
+  auto spread = predict(c, cal);
+  ASSERT_OK(spread);
+  // 4 nodes x 10 GB over two senders' nodes of 10 GB/s each: 20 GB and 2 s apiece.
+  EXPECT_EQ(find_stage(*spread, "sender_link")->bytes, 2 * c.model_bytes);
+  EXPECT_NEAR(spread->seconds, 2.0, 0.01);
+  EXPECT_EQ(spread->bottleneck, "sender_link");
+  // The same as one node with both senders' NICs (the stand-in before --sender-nodes).
+  c.sender_nodes = 1;
+  c.nics_per_node = 2;
+  auto one_node = predict(c, cal);
+  ASSERT_OK(one_node);
+  EXPECT_NEAR(one_node->seconds, spread->seconds, 1e-9);
+  EXPECT_EQ(find_stage(*one_node, "node_inbound"), nullptr) << "one sending node: no stage";
+  // 3 senders over 2 nodes: the busiest node sends 2 of the 3 parts.
+  c.nics_per_node = 1;
+  c.senders = 3;
+  c.sender_nodes = 2;
+  auto uneven = predict(c, cal);
+  ASSERT_OK(uneven);
+  EXPECT_NEAR(static_cast<double>(find_stage(*uneven, "sender_link")->bytes),
+              4 * c.model_bytes * 2.0 / 3, 1.0);
+}
+
+// From several sending nodes a node takes its bytes from all of them at once: past as many
+// sender nodes as receiving nodes (a star), the receiving node's inbound link bounds it.
+TEST(Predict, ManySenderNodesAreBoundByANodesInboundLink) {
+  ClusterSpec c = ten_gb_model(1, Topology::kStar);
+  c.senders = 4;
+  c.sender_nodes = 4;
+  auto p = predict(c, link_bound_calibration());
+  ASSERT_OK(p);
+  EXPECT_EQ(find_stage(*p, "sender_link")->bytes, c.model_bytes / 4);
+  EXPECT_EQ(find_stage(*p, "node_inbound")->bytes, c.model_bytes);
+  EXPECT_EQ(p->bottleneck, "node_inbound");
+  EXPECT_NEAR(p->seconds, 1.0, 0.01);  // 10 GB through one 10 GB/s node, not 2.5 GB per node
+  // A chain's first node takes the model once from the senders, whatever the node count.
+  c = ten_gb_model(8, Topology::kChain);
+  c.senders = 2;
+  c.sender_nodes = 2;
+  p = predict(c, link_bound_calibration());
+  ASSERT_OK(p);
+  EXPECT_EQ(find_stage(*p, "node_inbound")->bytes, c.model_bytes);
+  EXPECT_EQ(find_stage(*p, "sender_link")->bytes, c.model_bytes / 2);
+}
+
 TEST(Predict, DeltaScalesTheWireOnly) {
   ClusterSpec c = ten_gb_model(1, Topology::kStar);
   c.delta_density = 0.01;
@@ -202,6 +255,13 @@ TEST(Predict, RefusesClustersItCannotModelNamingTheOption) {
   bad = c;
   bad.delta_density = 1.5;
   expect_refused(bad, "--delta-density");
+  bad = c;
+  bad.sender_nodes = 0;
+  expect_refused(bad, "--sender-nodes");
+  bad = c;
+  bad.senders = 2;
+  bad.sender_nodes = 3;  // more nodes than senders
+  expect_refused(bad, "--sender-nodes");
 }
 
 TEST(Topology, ParsesNamesAndRefusesOthers) {
