@@ -333,6 +333,7 @@ int run_bench_sync(BenchArgs& a) {
         static_cast<unsigned long long>(a.memcpy_mb), m.whole_gbps, m.glibc_pieces_gbps,
         m.ferry_pieces_gbps, m.two_threads_gbps,
         a.config.bucket_callback ? "through the per-bucket callback, memcpy per tensor (verl)"
+        : a.config.tp > 1        ? "into rank-local slices (tensor-parallel ranks, vLLM's cut)"
                                  : "into destinations");
     std::printf("%-6s %-9s %-9s %-8s %-9s %-8s %-7s %-7s %-8s %-7s %s\n", "dtype", "bucket_mb",
                 "receivers", "tensors", "GB", "seconds", "GB/s", "ratio", "agg_GB/s", "agg/M2",
@@ -346,6 +347,10 @@ int run_bench_sync(BenchArgs& a) {
                 static_cast<unsigned long long>(r.bucket_mb), r.receivers, r.tensors, r.bytes / 1e9,
                 r.seconds, r.gbps, r.ratio_to_memcpy, r.aggregate_gbps,
                 r.aggregate_ratio_to_two_threads, r.peak_rss_bytes / 1048576.0);
+    if (a.config.tp > 1) {
+      std::printf("  each receiver copied %.3f GB of the %.3f GB round (tp %u)\n",
+                  r.delivered_bytes / 1e9, r.bytes / 1e9, a.config.tp);
+    }
     std::fflush(stdout);
   });
   if (!results.ok()) return report_error(results.status());
@@ -362,6 +367,7 @@ int run_bench_sync(BenchArgs& a) {
                       {"ratio_to_memcpy", r.ratio_to_memcpy},
                       {"aggregate_gbps", r.aggregate_gbps},
                       {"aggregate_ratio_to_two_threads", r.aggregate_ratio_to_two_threads},
+                      {"delivered_bytes", r.delivered_bytes},
                       {"peak_rss_bytes", r.peak_rss_bytes},
                       {"sender_peak_rss_bytes", r.sender_peak_rss_bytes}});
     }
@@ -410,6 +416,10 @@ void add_bench_command(CLI::App& app, Dispatch& dispatch) {
       ->capture_default_str();
   cmd->add_flag("--json", args->json, "Print one JSON object");
   cmd->add_flag("!--no-checksums", args->config.checksums, "Skip per-bucket checksums");
+  cmd->add_option("--tp", args->config.tp,
+                  "Receiver i is tensor-parallel rank i % N of N and takes only its vLLM slices "
+                  "of the preset's tensors (rank-local delivery; 1: whole tensors)")
+      ->capture_default_str();
   cmd->add_flag("--bucket-callback", args->config.bucket_callback,
                 "Receivers take verl's per-bucket callback and memcpy each tensor out "
                 "(what ferry.verl does), instead of destination mode");

@@ -22,6 +22,7 @@
 #include "base/status_macros.h"
 #include "ferry/model.h"
 #include "ferry/sync.h"
+#include "ferry/vllm_slices.h"
 #include "sync/copy.h"
 #include "tools/child_process.h"
 #include "tools/host_buffer.h"
@@ -116,6 +117,19 @@ Result<std::vector<BenchResult>> run_sync_bench(
     auto source = map_anonymous(total, true, /*prefault=*/true);
     if (!source.ok()) return source.status();
     const std::vector<TensorView> views = lay_out(specs, source->data());
+    // Per tensor-parallel rank, its slice of each tensor (config.tp > 1).
+    std::vector<std::vector<TensorSlice>> slices;
+    if (config.tp > 1) {
+      if (config.tensor_count != 0) {
+        return invalid_argument("--tp slices the preset's tensors: give no synthetic manifest");
+      }
+      FERRY_ASSIGN_OR_RETURN(const model::ModelConfig cfg, model::preset(config.preset));
+      for (std::uint32_t r = 0; r < config.tp; ++r) {
+        FERRY_ASSIGN_OR_RETURN(auto rank, convert::vllm_tp_slices(cfg, specs, static_cast<int>(r),
+                                                                  static_cast<int>(config.tp)));
+        slices.push_back(std::move(rank));
+      }
+    }
     for (std::uint64_t bucket_mb : config.bucket_mb) {
       for (std::uint32_t n : config.receivers) {
         sync::SyncOptions o;
@@ -134,14 +148,19 @@ Result<std::vector<BenchResult>> run_sync_bench(
             if (!dst.ok()) return "error " + dst.status().to_string();
             std::uint64_t off = 0;
             std::unordered_map<std::string, std::byte*> where;  // bucket_callback mode
-            for (const auto& s : specs) {
+            for (std::size_t i = 0; i < specs.size(); ++i) {
+              const TensorSpec& s = specs[i];
               if (config.bucket_callback) {
                 where[s.name] = dst->data() + off;
+              } else if (!slices.empty()) {
+                const TensorSlice& slice = slices[id % config.tp][i];
+                (void)(*rx)->set_destination(slice, {dst->data() + off, slice.local.bytes()});
               } else {
                 (void)(*rx)->set_destination({s, {dst->data() + off, s.bytes()}});
               }
               off += s.bytes();
             }
+            std::uint64_t delivered = 0;
             const sync::BucketCallback copy_out = [&](std::span<const TensorView> weights, bool) {
               for (const TensorView& t : weights) {
                 std::memcpy(where.at(t.spec.name), t.data.data(), t.data.size());
@@ -152,8 +171,9 @@ Result<std::vector<BenchResult>> run_sync_bench(
               auto got = config.bucket_callback ? (*rx)->receive_round_buckets(copy_out)
                                                 : (*rx)->receive_round_into();
               if (!got.ok()) return "error " + got.status().to_string();
+              delivered = got->delivered_bytes;
             }
-            return fmt::format("{}", peak_rss_bytes());
+            return fmt::format("{} {}", peak_rss_bytes(), delivered);
           });
           if (!kid.ok()) return kid.status();
           kids.push_back(std::move(*kid));
@@ -173,9 +193,17 @@ Result<std::vector<BenchResult>> run_sync_bench(
           auto out = finish_child(k);
           if (!out.ok()) return out.status();
           if (out->rfind("error", 0) == 0) return aborted("bench receiver: " + *out);
+          const auto space = out->find(' ');
           FERRY_ASSIGN_OR_RETURN(
-              const auto rss, parse_number_field<std::uint64_t>("bench receiver peak RSS", *out));
+              const auto rss,
+              parse_number_field<std::uint64_t>("bench receiver peak RSS", out->substr(0, space)));
+          FERRY_ASSIGN_OR_RETURN(
+              const auto delivered,
+              parse_number_field<std::uint64_t>(
+                  "bench receiver delivered bytes",
+                  space == std::string::npos ? std::string() : out->substr(space + 1)));
           res.peak_rss_bytes = std::max(res.peak_rss_bytes, rss);
+          res.delivered_bytes = std::max(res.delivered_bytes, delivered);
         }
         std::sort(times.begin(), times.end());
         res.dtype = dtype;

@@ -46,6 +46,9 @@ struct BenchConfig {
   // A synthetic manifest instead of the preset: `tensor_count` tensors of `tensor_bytes`.
   std::uint32_t tensor_count = 0;
   std::uint64_t tensor_bytes = 0;
+  // Rank-local delivery: receiver i is tensor-parallel rank i % tp of tp and takes only its
+  // vLLM slices of the preset's tensors (1: whole tensors).
+  std::uint32_t tp = 1;
 };
 
 struct BenchResult {
@@ -59,7 +62,8 @@ struct BenchResult {
   double ratio_to_memcpy = 0;
   double aggregate_gbps = 0;  // receivers x bytes / seconds: what all receivers got
   double aggregate_ratio_to_two_threads = 0;
-  std::uint64_t peak_rss_bytes = 0;         // largest receiver's peak RSS
+  std::uint64_t delivered_bytes = 0;  // most bytes one receiver copied out (tp > 1: its slices)
+  std::uint64_t peak_rss_bytes = 0;   // largest receiver's peak RSS
   std::uint64_t sender_peak_rss_bytes = 0;  // the sender's, after this case
 };
 
