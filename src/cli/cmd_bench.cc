@@ -308,6 +308,10 @@ int run_bench_sync(BenchArgs& a) {
     if (n < 1) return usage_error("--receivers 0: give 1 or more");
   }
   if (a.config.rounds < 1) return usage_error("--rounds must be 1 or more");
+  if (a.config.tp < 1) return usage_error("--tp 0: give 1 (whole tensors) or more");
+  if (a.config.tp > 1 && a.config.tensor_count != 0) {
+    return usage_error("--tp slices the preset's tensors: leave out --tensors");
+  }
   if (!a.listen.empty()) {
     if (Status s = check_host_port("--listen", a.listen); !s.ok()) return usage_error(s);
   }
