@@ -166,3 +166,66 @@ def test_multi_receiver_takes_receiver_options_only():
         ferry.MultiReceiver(["@a", "@b"], 0, bucket_bytes=1)
     with pytest.raises(ferry.InvalidArgumentError):
         ferry.MultiReceiver([], 0, timeout=1)
+
+
+def _serve_rounds(address: str, rounds: list[list], step: int, errors: list) -> None:
+    """A trainer rank sending one update as `rounds` (every round but the last says more
+    follow), as send_update stages a part."""
+    try:
+        with ferry.Sender(address, bucket_bytes=BUCKET, timeout=TIMEOUT_S) as sender:
+            sender.accept(1)
+            for i, weights in enumerate(rounds):
+                sender.send_round(weights, more_follows=i + 1 < len(rounds), step=step)
+    except ferry.FerryError as e:
+        errors.append(e)
+
+
+def _start_rounds(parts: list[tuple[list[list], int]]) -> tuple[list[str], list, list]:
+    addresses = [unique_address() for _ in parts]
+    errors: list = []
+    threads = [threading.Thread(target=_serve_rounds, args=(a, rounds, step, errors))
+               for a, (rounds, step) in zip(addresses, parts)]
+    for t in threads:
+        t.start()
+    return addresses, threads, errors
+
+
+def test_receive_update_takes_parts_split_into_different_numbers_of_rounds():
+    """receive_update (the verl backend's several senders): one sender's part in three rounds,
+    the other's in one, the same step: every tensor once, the stats summed per sender."""
+    weights = make_weights(3)
+    first, second = weights[:30], weights[30:]
+    addresses, threads, errors = _start_rounds(
+        [([first[:10], first[10:20], first[20:]], 9), ([second], 9)])
+    received: dict[str, torch.Tensor] = {}
+
+    def on_tensor(name: str, tensor: torch.Tensor) -> None:
+        assert name not in received
+        received[name] = tensor.clone()
+
+    with ferry.MultiReceiver(addresses, 0, timeout=TIMEOUT_S) as rx:
+        stats = rx.receive_update(on_tensor)
+        per_sender = rx.sender_stats
+    for t in threads:
+        t.join(TIMEOUT_S)
+    assert not errors, errors
+    assert stats.tensors == len(weights) and stats.step == 9 and not stats.more_follows
+    assert [s.tensors for s in per_sender] == [len(first), len(second)]
+    for name, t in weights:
+        assert torch.equal(received[name], t.contiguous()), name
+
+
+def test_receive_update_refuses_rounds_of_two_steps_naming_both_senders():
+    """A later round of one sender carrying another step than the other sender's update (two
+    updates mixed) fails before its tensors are delivered, naming both senders."""
+    weights = make_weights(4)
+    addresses, threads, errors = _start_rounds(
+        [([weights[:10], weights[10:20]], 5), ([weights[20:30]], 6)])
+    with ferry.MultiReceiver(addresses, 0, timeout=TIMEOUT_S) as rx:
+        with pytest.raises(ferry.FailedPreconditionError) as e:
+            rx.receive_update(lambda name, tensor: None)
+    for t in threads:
+        t.join(TIMEOUT_S)
+    message = str(e.value)
+    assert "step 5" in message and "step 6" in message, message
+    assert addresses[0] in message and addresses[1] in message, message
