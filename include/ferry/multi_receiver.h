@@ -60,6 +60,9 @@ class FERRY_EXPORT MultiReceiver {
   // Destination mode, as Receiver's: where tensor `destination.spec.name` goes, whichever
   // sender sends it. Every tensor of a round needs one; those no sender sends are left alone.
   Status set_destination(MutableTensorView destination);
+  // Rank-local destination mode, as Receiver's: only `slice`'s bytes of its tensor, whichever
+  // sender sends it, go into `local`.
+  Status set_destination(const TensorSlice& slice, std::span<std::byte> local);
   void clear_destinations();
 
   // One round from every sender into the destinations. RoundStats: tensors, buckets, bytes

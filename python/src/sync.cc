@@ -988,6 +988,10 @@ void bind_sync(py::module_& m) {
       .def("set_destination", &PyMultiReceiver::set_destination, py::arg("tensor"),
            "Makes receive_round_into() write the named tensor, whichever sender sends it, into "
            "this writable memory.")
+      .def("set_destination_slice", &PyMultiReceiver::set_destination_slice, py::arg("slice"),
+           py::arg("tensor"),
+           "Makes receive_round_into() write only `slice`'s bytes of its tensor, whichever "
+           "sender sends it, into this writable memory (the slice's local shape).")
       .def("clear_destinations", &PyMultiReceiver::clear_destinations,
            "Forgets every destination set_destination() gave.")
       .def("receive_round_into", &PyMultiReceiver::receive_round_into,

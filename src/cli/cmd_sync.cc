@@ -488,15 +488,12 @@ class RecvSession {
   }
   // Rank-local: every round into `rank`'s slices.
   Result<sync::RoundStats> receive_round_into(RankLocal& rank) {
-    if (!one_) {
-      return unimplemented(
-          "--tp with several senders: rank-local slices from a MultiReceiver "
-          "are not built yet; give one sender (or this node's relay)");
-    }
     for (std::size_t i = 0; i < rank.slices.size(); ++i) {
-      if (Status s = one_->set_destination(rank.slices[i], rank.local[i]); !s.ok()) return s;
+      Status s = one_ ? one_->set_destination(rank.slices[i], rank.local[i])
+                      : many_->set_destination(rank.slices[i], rank.local[i]);
+      if (!s.ok()) return s;
     }
-    return one_->receive_round_into();
+    return one_ ? one_->receive_round_into() : many_->receive_round_into();
   }
 
  private:

@@ -165,6 +165,7 @@ void add_round(RoundStats* sum, const RoundStats& more) {
   sum->tensors += before.tensors;
   sum->buckets += before.buckets;
   sum->bytes += before.bytes;
+  sum->delivered_bytes += before.delivered_bytes;
   sum->wire_bytes += before.wire_bytes;
   sum->seconds += before.seconds;
   sum->delta = sum->delta || before.delta;
@@ -247,6 +248,7 @@ struct MultiReceiver::Impl {
       all.tensors += s.tensors;
       all.buckets += s.buckets;
       all.bytes += s.bytes;
+      all.delivered_bytes += s.delivered_bytes;
       all.wire_bytes += s.wire_bytes;
       all.delta = all.delta || s.delta;
       coding::put_u64(&checksums, s.checksum);
@@ -294,6 +296,16 @@ Status MultiReceiver::set_destination(MutableTensorView destination) {
   // known from its BEGIN.
   for (auto& r : impl_->receivers) {
     if (Status s = r->set_destination(destination); !s.ok()) return s;
+  }
+  return ok_status();
+}
+
+Status MultiReceiver::set_destination(const TensorSlice& slice, std::span<std::byte> local) {
+  if (!impl_->broken.ok()) {
+    return failed_precondition("the session failed earlier: " + impl_->broken.to_string());
+  }
+  for (auto& r : impl_->receivers) {
+    if (Status s = r->set_destination(slice, local); !s.ok()) return s;
   }
   return ok_status();
 }

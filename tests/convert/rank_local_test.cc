@@ -9,6 +9,8 @@
 #include <thread>
 
 #include "base/status_macros.h"
+#include "ferry/multi_receiver.h"
+#include "ferry/sender_parts.h"
 #include "ferry/vllm_slices.h"
 #include "support/status_matchers.h"
 #include "sync/sync_test_util.h"
@@ -169,6 +171,66 @@ TEST(RankLocal, EachRankGetsExactlyItsVllmSliceOfEveryTensor) {
 }
 
 TEST(RankLocal, WithoutChecksumsOnlyTheSlicesAreRead) { run_ranks(2, /*checksums=*/false); }
+
+// Two trainer ranks each send a part (split_into_parts); each tensor-parallel rank merges
+// the parts with a MultiReceiver into its slices.
+TEST(RankLocal, SlicesFromTwoSendersThroughAMultiReceiver) {
+  const model::ModelConfig config = tiny_qwen2();
+  const std::vector<TensorSpec> specs = model::hf_tensor_specs(config, DType::kBF16);
+  auto parts = split_into_parts(specs, 2);
+  ASSERT_OK(parts);
+  SyncOptions options = testing::tiny_options();
+  options.bucket_bytes = 1008;
+  const std::vector<std::string> addresses = {unique_address(), unique_address()};
+  const Weights sent = make_weights(specs, 3);
+  constexpr int kTp = 2;
+  std::vector<Status> served(2);
+  std::vector<std::thread> senders;
+  for (int k = 0; k < 2; ++k) {
+    senders.emplace_back([&, k] {
+      auto sender = Sender::create(addresses[k], options);
+      if (!sender.ok()) {
+        served[k] = sender.status();
+        return;
+      }
+      std::vector<TensorView> views;
+      for (std::size_t i : (*parts)[k]) views.push_back({specs[i], sent.data[i]});
+      served[k] = (*sender)->accept(kTp);
+      if (served[k].ok()) served[k] = (*sender)->send_round(views).status();
+    });
+  }
+  std::vector<RankResult> results(kTp);
+  std::vector<std::thread> ranks;
+  for (int r = 0; r < kTp; ++r) {
+    ranks.emplace_back([&, r] {
+      RankResult& out = results[r];
+      out.slices = *convert::vllm_tp_slices(config, specs, r, kTp);
+      auto rx = MultiReceiver::connect(addresses, r, options);
+      if (!rx.ok()) {
+        out.stats = rx.status();
+        return;
+      }
+      for (const TensorSlice& s : out.slices) {
+        out.local.emplace_back(s.local.bytes(), kUntouched);
+        ASSERT_OK((*rx)->set_destination(s, out.local.back()));
+      }
+      out.stats = (*rx)->receive_round_into();
+    });
+  }
+  for (auto& t : ranks) t.join();
+  for (auto& t : senders) t.join();
+  for (int k = 0; k < 2; ++k) ASSERT_OK(served[k]) << "sender " << k;
+  for (int r = 0; r < kTp; ++r) {
+    ASSERT_OK(results[r].stats) << "rank " << r;
+    std::uint64_t selected = 0;
+    for (std::size_t i = 0; i < specs.size(); ++i) {
+      EXPECT_EQ(results[r].local[i], reference_slice(config, specs[i], sent.data[i], r, kTp))
+          << specs[i].name << " rank " << r;
+      selected += results[r].slices[i].selected_bytes();
+    }
+    EXPECT_EQ(results[r].stats->delivered_bytes, selected) << "rank " << r;
+  }
+}
 
 TEST(RankLocal, VllmSlicesNameWhatTheyCannotSlice) {
   const model::ModelConfig config = tiny_qwen2();

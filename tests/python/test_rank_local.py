@@ -54,27 +54,32 @@ def _send(address: str, weights: list, ranks: int, errors: list, rounds: int = 1
         errors.append(e)
 
 
-def _receive_as_ranks(config, weights: list, tp: int) -> list[tuple]:
-    """Sends `weights` whole to `tp` receivers, each taking rank r's slices; per rank its
+def _receive_as_ranks(config, weights: list, tp: int, senders: int = 1) -> list[tuple]:
+    """Sends `weights` whole to `tp` receivers, each taking rank r's slices (from `senders`
+    trainer ranks, each a part: split_into_parts, merged by a MultiReceiver); per rank its
     local tensors and RoundStats."""
     specs = [(n, ferry.ferry_dtype(t.dtype), tuple(t.shape)) for n, t in weights]
-    address = unique_address()
+    addresses = [unique_address() for _ in range(senders)]
+    parts = ferry.split_into_parts(specs, senders)
     errors: list = []
-    sender = threading.Thread(target=_send, args=(address, weights, tp, errors))
-    sender.start()
+    threads = [threading.Thread(target=_send,
+                                args=(a, [weights[i] for i in part], tp, errors))
+               for a, part in zip(addresses, parts)]
     results = [None] * tp
 
     def rank(r: int) -> None:
         slices = ferry.vllm_tp_slices(config, specs, r, tp)
         local = ferry.local_tensors(slices)
-        with ferry.Receiver(address, r, timeout=TIMEOUT_S) as rx:
+        rx = (ferry.Receiver(addresses[0], r, timeout=TIMEOUT_S) if senders == 1
+              else ferry.MultiReceiver(addresses, r, timeout=TIMEOUT_S))
+        with rx:
             rx.set_destinations(local, slices=slices)
             results[r] = (local, rx.receive_round_into(), slices)
 
-    threads = [threading.Thread(target=rank, args=(r,)) for r in range(tp)]
+    threads += [threading.Thread(target=rank, args=(r,)) for r in range(tp)]
     for t in threads:
         t.start()
-    for t in threads + [sender]:
+    for t in threads:
         t.join()
     assert not errors, errors
     return results
@@ -93,14 +98,15 @@ def _check(results, weights, cfg, tp):
     return [stats.delivered_bytes / total for _, stats, _ in results]
 
 
-def test_two_ranks_of_qwen2_5_0_5b_each_get_exactly_their_half():
+@pytest.mark.parametrize("senders", [1, 2])
+def test_two_ranks_of_qwen2_5_0_5b_each_get_exactly_their_half(senders):
     specs = ferry.hf_tensor_specs("qwen2.5-0.5b", ferry.DType.BF16)
     assert len(specs) == 290
     g = torch.Generator().manual_seed(5)
     weights = [(n, torch.empty(s, dtype=torch.bfloat16).uniform_(-1, 1, generator=g))
                for n, _, s in specs]
     cfg = {"num_attention_heads": 14, "num_key_value_heads": 2, "head_dim": 64}
-    shares = _check(_receive_as_ranks("qwen2.5-0.5b", weights, 2), weights, cfg, 2)
+    shares = _check(_receive_as_ranks("qwen2.5-0.5b", weights, 2, senders), weights, cfg, 2)
     # Each rank copies half of the model out of the ring, plus the replicated norms and
     # biases (and the k/v heads, split here since tp <= kv heads): within 0.1% of 1/2.
     for share in shares:
