@@ -550,7 +550,9 @@ int run_recv(const SyncArgs& a) {
     auto slices = rank_local_destinations(a);
     if (!slices.ok()) return usage_error(slices.status());
     rank = std::move(*slices);
-    model.clear();  // destination mode: a round's tensor without a slice fails by name
+    // Destination mode: a round's tensor without a slice fails by name, and names are unique
+    // in a round, so a round covers the model when it has as many tensors as the model.
+    model.clear();
   }
   auto rx = RecvSession::join(addresses, a);
   if (!rx.ok()) return report_error(rx.status());
@@ -579,7 +581,15 @@ int run_recv(const SyncArgs& a) {
     }
     // What did arrive is reported either way; a round short of the model then fails.
     print_round(a, *st, "receiver", &content);
-    if (Status s = check_covers_model(a, st->round, model, received, addresses.size()); !s.ok()) {
+    Status covered = check_covers_model(a, st->round, model, received, addresses.size());
+    if (rank && st->tensors < rank->slices.size()) {
+      covered = not_found(fmt::format(
+          "round {}: {} of the {} tensors of {} arrived from {} sender(s) into --tp slices; the "
+          "rest keep what they held. Give recv one address per part of one split and the "
+          "senders' --preset and --layers",
+          st->round, st->tensors, rank->slices.size(), a.preset, addresses.size()));
+    }
+    if (Status s = covered; !s.ok()) {
       // The sessions are intact (every sender's round went through): under --keep-going the
       // next round is received on them.
       if (!a.keep_going || r == a.rounds) return report_error(s);

@@ -58,6 +58,35 @@ TEST(RankLocalCli, TwoRanksEachCopyOnlyTheirSlices) {
   EXPECT_EQ(server.wait(std::chrono::seconds(10)), 0);
 }
 
+// Parts of two different splits (1/2 and 2/3) leave tensors out: a rank's slices of those
+// keep what they held, so the round is reported and then fails, counting what arrived.
+TEST(RankLocalCli, PartsThatDoNotCoverTheModelFailTheRound) {
+  const std::string base = "@ferry-cli-tp-gap-" + std::to_string(::getpid());
+  const std::vector<std::string> addresses = {base + "-1", base + "-2"};
+  const std::vector<std::string> parts = {"1/2", "2/3"};
+  std::vector<std::unique_ptr<Spawned>> servers;
+  for (std::size_t k = 0; k < 2; ++k) {
+    servers.push_back(std::make_unique<Spawned>(
+        FERRY_BINARY,
+        std::vector<std::string>{"sync", "serve", "--address", addresses[k], "--part", parts[k],
+                                 "--layers", "2", "--timeout", "30"},
+        std::vector<std::string>{}));
+  }
+  auto r = run_ferry({"sync", "recv", "--address", addresses[0], "--address", addresses[1], "--tp",
+                      "0/2", "--layers", "2", "--timeout", "30", "--json"});
+  EXPECT_EQ(r.exit_code, 1) << r.out << r.err;
+  EXPECT_NE(r.err.find("tensors of qwen2.5-0.5b arrived from 2 sender(s) into --tp slices"),
+            std::string::npos)
+      << r.err;
+  auto config = model::preset("qwen2.5-0.5b");
+  ASSERT_TRUE(config.ok());
+  config->num_layers = 2;
+  const auto got = nlohmann::json::parse(r.out);  // the round is still reported
+  EXPECT_LT(got["tensors"].get<std::size_t>(),
+            model::hf_tensor_specs(*config, DType::kBF16).size());
+  for (auto& server : servers) EXPECT_EQ(server->wait(std::chrono::seconds(10)), 0);
+}
+
 TEST(RankLocalCli, ARankOutsideTheGroupOrASizeThatDoesNotFitIsAUsageError) {
   auto outside = run_ferry({"sync", "recv", "--tp", "2/2"});
   EXPECT_EQ(outside.exit_code, 2);
