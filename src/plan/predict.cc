@@ -185,8 +185,8 @@ Result<Prediction> predict(const ClusterSpec& c, const Calibration& cal) {
   double fill = 0;
   double copy_fill = 0;
   for (const Stage& s : p.stages) {
-    const double f = fill_seconds(s, p.segment_bytes);
     if (s.name == "node_inbound") continue;
+    const double f = fill_seconds(s, p.segment_bytes);
     if (s.name == "local_fanout" || s.name == "receiver_copy") {
       copy_fill = std::max(copy_fill, f);
     } else if (s.name == "relay_forward") {
