@@ -81,13 +81,15 @@ class FERRY_EXPORT MultiReceiver {
   // (kFailedPrecondition naming both senders: no mixing of two updates), and no tensor is
   // sent by two senders in the update (kInvalidArgument naming it and both; one sender may
   // send a name again in a later round of its own, delivered after the first). A failure
-  // ends every session as in receive_round. Each sender's last tensor is held (its callback
-  // returns) until every sender delivered its last, so a sender that fails before then
-  // fails the other senders' updates too (their rounds abort naming it), not only this
-  // receiver's; a sender whose last round has no tensor is not held. RoundStats: tensors, buckets,
-  // bytes, wire_bytes summed over every round of every sender; seconds the whole update's;
-  // more_follows false; round and version the first sender's last round's. sender_stats() then
-  // holds each sender's rounds summed the same way.
+  // ends every session as in receive_round. No sender's last round is acknowledged (its
+  // send_update returns OK only then) until every sender's last round ended and its END
+  // checked out here, so a sender that fails before then, even after all its tensors arrived,
+  // fails the other senders' updates too (their last rounds abort naming it), not only this
+  // receiver's. Only a sender lost while the ACKs go out can leave the others' updates
+  // acknowledged and this one failed. RoundStats: tensors, buckets, bytes, wire_bytes summed
+  // over every round of every sender; seconds the whole update's; more_follows false; round
+  // and version the first sender's last round's. sender_stats() then holds each sender's
+  // rounds summed the same way.
   Result<RoundStats> receive_update(const TensorCallback& on_tensor);
   // Receiver::set_min_step in every sender's session: a later round whose step is below
   // `step` is refused at its BEGIN (kFailedPrecondition), before any tensor is delivered.

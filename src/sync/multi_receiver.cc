@@ -3,7 +3,6 @@
 #include <fmt/format.h>
 #include <xxhash.h>
 
-#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <functional>
@@ -18,6 +17,7 @@
 #include "base/status_macros.h"
 #include "base/thread_annotations.h"
 #include "sync/round_agreement.h"
+#include "sync/round_reader.h"
 
 namespace ferry::sync {
 namespace {
@@ -72,42 +72,35 @@ class RoundStop {
 
 // receive_update's rules across the senders' rounds of one update (multi_receiver.h): one
 // step for every round, and each tensor from one sender only. more_follows is not compared:
-// each sender splits its part into rounds of its own. It also holds each sender's last
-// tensor until every sender delivered its last: a sender's update is acknowledged at its
-// round's END, so without this a sender whose part arrived first would succeed while another
-// dies, and only the receivers would know the update failed.
+// each sender splits its part into rounds of its own. It is also the barrier before the last
+// rounds' ACKs: a sender's update succeeds once its last round is acknowledged, so without it
+// a sender whose part arrived first would succeed while another dies, and only the receivers
+// would know the update failed.
 class UpdateAgreement {
  public:
-  explicit UpdateAgreement(std::vector<std::string> senders)
-      : senders_(std::move(senders)), left_(senders_.size(), 0) {}
+  explicit UpdateAgreement(std::vector<std::string> senders) : senders_(std::move(senders)) {}
 
   void start_update() {
     MutexLock lock(mu_);
     first_sender_.reset();
     owner_.clear();
-    std::fill(left_.begin(), left_.end(), 0);
-    finished_ = 0;
+    last_ended_ = 0;
   }
 
-  // Called after each tensor `sender` delivered: true when it was the sender's last of the
-  // update (its last round's BEGIN said how many that round has).
-  bool delivered(std::size_t sender) {
-    MutexLock lock(mu_);
-    if (left_[sender] == 0 || --left_[sender] != 0) return false;
-    ++finished_;
-    all_finished_.notify_all();
-    return true;
-  }
-
-  // Waits until every sender delivered its last tensor, or `interrupt` (the round's stop)
-  // says to give up, with its error.
-  Status wait_for_all(const std::function<Status()>& interrupt) {
+  // Called at a sender's last round's verified END, before its ACK: waits until every
+  // sender's last round got there, or `interrupt` (the update's stop) says to give up.
+  Status wait_for_every_last_end(const std::function<Status()>& interrupt) {
+    {
+      MutexLock lock(mu_);
+      ++last_ended_;
+      all_ended_.notify_all();
+    }
     while (true) {
       {
         MutexLock lock(mu_);
-        if (finished_ == senders_.size()) return ok_status();
-        all_finished_.wait_for(mu_, std::chrono::milliseconds(100));
-        if (finished_ == senders_.size()) return ok_status();
+        if (last_ended_ == senders_.size()) return ok_status();
+        all_ended_.wait_for(mu_, std::chrono::milliseconds(100));
+        if (last_ended_ == senders_.size()) return ok_status();
       }
       if (Status s = interrupt(); !s.ok()) return s;
     }
@@ -136,13 +129,6 @@ class UpdateAgreement {
             senders_[it->second], senders_[sender]));
       }
     }
-    if (!begin.more_follows) {  // the sender's last round: count its tensors down
-      left_[sender] = begin.tensors.size();
-      if (left_[sender] == 0) {
-        ++finished_;
-        all_finished_.notify_all();
-      }
-    }
     return ok_status();
   }
 
@@ -152,9 +138,8 @@ class UpdateAgreement {
   std::optional<std::size_t> first_sender_ FERRY_GUARDED_BY(mu_);
   std::optional<std::uint64_t> first_step_ FERRY_GUARDED_BY(mu_);
   std::unordered_map<std::string, std::size_t> owner_ FERRY_GUARDED_BY(mu_);
-  std::vector<std::size_t> left_ FERRY_GUARDED_BY(mu_);  // tensors left in a last round
-  std::size_t finished_ FERRY_GUARDED_BY(mu_) = 0;       // senders past their last tensor
-  CondVar all_finished_;
+  std::size_t last_ended_ FERRY_GUARDED_BY(mu_) = 0;  // senders at their last round's END
+  CondVar all_ended_;
 };
 
 // `more` (a sender's next round of one update) added to `sum`.
@@ -198,6 +183,12 @@ struct MultiReceiver::Impl {
 
   Status check_begin(std::size_t sender, const RoundBegin& begin) {
     return whole_updates ? update_agreement.check(sender, begin) : agreement.check(sender, begin);
+  }
+
+  // At each round's verified END, before its ACK: an update's last rounds wait for each other.
+  Status check_end(const RoundEnd& end) {
+    if (!whole_updates || end.more_follows) return ok_status();
+    return update_agreement.wait_for_every_last_end([this] { return stop.interrupt(); });
   }
 
   // Receives one round from every sender with `receive_one`, each on a thread of its own
@@ -283,6 +274,7 @@ Result<std::unique_ptr<MultiReceiver>> MultiReceiver::connect(
     auto r = Receiver::connect(addresses[i], receiver_id, each);
     if (!r.ok()) return r.status().with_context(names[i]);
     (*r)->set_begin_check([shared, i](const RoundBegin& b) { return shared->check_begin(i, b); });
+    reader_of(**r).set_end_check([shared](const RoundEnd& e) { return shared->check_end(e); });
     impl->receivers.push_back(std::move(*r));
   }
   return std::unique_ptr<MultiReceiver>(new MultiReceiver(std::move(impl)));
@@ -333,29 +325,17 @@ Result<RoundStats> MultiReceiver::receive_update(const TensorCallback& on_tensor
     MutexLock lock(one_at_a_time);
     return on_tensor(t);
   };
-  Impl* impl = impl_.get();
-  Result<RoundStats> all = impl_->run(
+  return impl_->run(
       [&](Receiver& r) -> Result<RoundStats> {
-        const std::size_t sender =
-            static_cast<std::size_t>(std::find_if(impl->receivers.begin(), impl->receivers.end(),
-                                                  [&](const auto& p) { return p.get() == &r; }) -
-                                     impl->receivers.begin());
-        // The user's callback one call at a time; the wait for the other senders outside it.
-        const TensorCallback hold_last = [&, sender](const TensorView& t) -> Status {
-          FERRY_RETURN_IF_ERROR(serialised(t));
-          if (!impl->update_agreement.delivered(sender)) return ok_status();
-          return impl->update_agreement.wait_for_all([impl] { return impl->stop.interrupt(); });
-        };
         RoundStats sum;
         while (true) {
-          FERRY_ASSIGN_OR_RETURN(RoundStats round, r.receive_round(hold_last));
+          FERRY_ASSIGN_OR_RETURN(RoundStats round, r.receive_round(serialised));
           const bool more = round.more_follows;
           add_round(&sum, round);
           if (!more) return sum;
         }
       },
       /*update=*/true);
-  return all;
 }
 
 void MultiReceiver::set_min_step(std::uint64_t step) {

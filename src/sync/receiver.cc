@@ -85,7 +85,12 @@ struct Receiver::Impl {
     if (!s.ok()) return reader->abort(s);
     return stats;
   }
+
+  // A member's access to Receiver's impl_, for reader_of().
+  static RoundReader& reader_of(Receiver& receiver) { return *receiver.impl_->reader; }
 };
+
+RoundReader& reader_of(Receiver& receiver) { return Receiver::Impl::reader_of(receiver); }
 
 Receiver::Receiver(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 Receiver::~Receiver() = default;

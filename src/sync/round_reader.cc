@@ -358,6 +358,7 @@ Status RoundReader::end_round(const wire::End& e) {
                     "computed {:016x}",
                     round, e.round_checksum, link_.peer(), digest));
   }
+  if (end_check_) FERRY_RETURN_IF_ERROR(end_check_(RoundEnd{round, more_follows_}));
   digest_ = digest;
   ended_ = true;
   if (into_ == ReadInto::kPassThrough) return ok_status();  // its peers acknowledge first

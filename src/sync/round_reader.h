@@ -24,6 +24,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <future>
 #include <memory>
 #include <optional>
@@ -63,6 +64,16 @@ enum class ReadInto : std::uint8_t {
   // The round ends unacknowledged (acknowledge()) and with the buckets not yet released.
   kPassThrough,
 };
+
+// What a round's verified END tells an EndCheck.
+struct RoundEnd {
+  std::uint64_t round = 0;  // the sender's round number
+  bool more_follows = false;
+};
+// Called once a round's END is verified, before its ACK is sent; an error aborts the round as
+// any error does, so the sender's round fails too (MultiReceiver's barrier before the last
+// rounds of an update are acknowledged).
+using EndCheck = std::function<Status(const RoundEnd& end)>;
 
 // One verified segment of a bucket. Views stay valid until the bucket is released.
 struct ReadSegment {
@@ -118,6 +129,7 @@ class RoundReader {
   // OK, or the error that broke the session.
   const Status& status() const { return broken_; }
   void set_begin_check(BeginCheck check) { begin_check_ = std::move(check); }
+  void set_end_check(EndCheck check) { end_check_ = std::move(check); }
   // Refuses, from the next BEGIN on, a round whose step is below `step` (Receiver::set_min_step).
   void set_min_step(std::uint64_t step) { min_step_ = std::max(min_step_.value_or(0), step); }
   // Bumped whenever a round's tensors differ from the last round's, so a caller resolving
@@ -176,6 +188,7 @@ class RoundReader {
   Status broken_;
   std::string name_;
   BeginCheck begin_check_;
+  EndCheck end_check_;
   // The lowest step a round may carry: the highest of the steps received and set_min_step's.
   std::optional<std::uint64_t> min_step_;
   KeptCopies copies_;
@@ -225,5 +238,9 @@ class RoundReader {
   std::vector<bool> writes_to_forget_;           // per slot: released, not yet scanned
   std::vector<std::future<Status>> forgetting_;  // per slot: the scan running; after cow_
 };
+
+// The reader `receiver` drives (receiver.cc), for hooks that are not Receiver's public API:
+// MultiReceiver's set_end_check.
+RoundReader& reader_of(Receiver& receiver);
 
 }  // namespace ferry::sync

@@ -13,10 +13,12 @@
 #include <atomic>
 #include <functional>
 #include <map>
+#include <optional>
 #include <set>
 #include <thread>
 
 #include "base/clock.h"
+#include "base/status_macros.h"
 #include "base/subprocess.h"
 #include "ferry/sender_parts.h"
 #include "support/status_matchers.h"
@@ -573,6 +575,140 @@ TEST(MultiReceiver, ASenderKilledMidRoundFailsTheRoundAtOnceNamingIt) {
   const auto exit = child->wait(Deadline(std::chrono::milliseconds(10'000)));
   ASSERT_TRUE(exit.has_value());
   EXPECT_EQ(exit->signal, SIGKILL);
+}
+
+// Serves part `part` of two updates, each one last round: the first whole, the second streamed
+// and, at the stream's end (its last bucket sent, its END not), `at_end` decides how it goes.
+Status serve_two_updates_failing_at_the_end(const std::string& address, const SyncOptions& o,
+                                            const std::vector<TensorSpec>& model,
+                                            const std::vector<std::size_t>& part,
+                                            const std::function<Status()>& at_end) {
+  auto sender = Sender::create(address, o);
+  if (!sender.ok()) return sender.status();
+  FERRY_RETURN_IF_ERROR((*sender)->accept(1));
+  const Weights first = round_weights(model, 1);
+  FERRY_RETURN_IF_ERROR((*sender)->send_round(part_views(first, part)).status());
+  const Weights second = round_weights(model, 2);
+  const std::vector<TensorView> views = part_views(second, part);
+  std::vector<TensorSpec> specs;
+  for (const TensorView& v : views) specs.push_back(v.spec);
+  return (*sender)
+      ->send_round_streamed(specs,
+                            [&](std::size_t i) -> Result<std::span<const std::byte>> {
+                              if (i < views.size()) return views[i].data;
+                              FERRY_RETURN_IF_ERROR(at_end());
+                              return std::span<const std::byte>();
+                            })
+      .status();
+}
+
+// Sender 1 fails after its last tensor of the update was delivered and before its round's END
+// (its stream fails, or it is killed): sender 0, whose part arrived whole, must not have its
+// update acknowledged, and the receiver's update fails naming sender 1. The update before
+// goes through for both.
+void expect_a_sender_lost_before_its_end_fails_every_update(bool killed) {
+  const SyncOptions o = tiny_options();
+  const std::vector<TensorSpec> model = small_model();
+  auto parts = split_into_parts(model, 2);
+  ASSERT_OK(parts);
+  const std::string healthy = unique_address();
+  const std::string doomed = unique_address();
+  std::atomic<bool> fail_now{false};
+  std::optional<Subprocess> child;
+  std::optional<std::thread> in_process;
+  Status doomed_status;
+  if (killed) {  // forked before any thread starts; it waits at its stream's end to be killed
+    auto forked = Subprocess::fork(
+        [&](int) {
+          Status s = serve_two_updates_failing_at_the_end(doomed, o, model, (*parts)[1], [] {
+            while (true) ::pause();
+            return ok_status();
+          });
+          return s.ok() ? 0 : 12;
+        },
+        "doomed sender");
+    ASSERT_OK(forked);
+    child.emplace(std::move(*forked));
+  } else {
+    in_process.emplace([&] {
+      doomed_status = serve_two_updates_failing_at_the_end(doomed, o, model, (*parts)[1], [&] {
+        while (!fail_now) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+        return aborted("the trainer gave up after its last tensor");
+      });
+    });
+  }
+  auto sender = Sender::create(healthy, o);
+  ASSERT_OK(sender);
+  std::vector<Status> healthy_updates;
+  std::atomic<bool> healthy_done{false};
+  std::thread serve([&] {
+    Status s = (*sender)->accept(1);
+    for (int update = 1; update <= 2 && s.ok(); ++update) {
+      const Weights w = round_weights(model, update);
+      s = (*sender)->send_round(part_views(w, (*parts)[0])).status();
+      healthy_updates.push_back(s);
+    }
+    healthy_done = true;
+  });
+
+  auto rx = MultiReceiver::connect({healthy, doomed}, 0, o);
+  ASSERT_OK(rx);
+  std::atomic<std::size_t> delivered{0};
+  const auto count = [&](const TensorView&) {
+    ++delivered;
+    return ok_status();
+  };
+  auto whole = (*rx)->receive_update(count);
+  ASSERT_OK(whole);
+  EXPECT_EQ(whole->tensors, model.size());
+  delivered = 0;
+  // Once every tensor of the update arrived, sender 1 goes; first sender 0 gets a second to be
+  // acknowledged, which it must not be.
+  std::thread fail([&] {
+    const Deadline all_delivered(std::chrono::seconds(10));
+    while (delivered < model.size() && !all_delivered.passed()) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    const Deadline acknowledged(std::chrono::seconds(1));
+    while (!healthy_done && !acknowledged.passed()) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    if (killed) {
+      ::kill(child->pid(), SIGKILL);
+    } else {
+      fail_now = true;
+    }
+  });
+  auto failed = (*rx)->receive_update(count);
+  fail.join();
+  serve.join();
+  if (in_process) in_process->join();
+  EXPECT_EQ(delivered, model.size());
+  ASSERT_FALSE(failed.ok());
+  const std::string& m = failed.status().message();
+  EXPECT_NE(m.find("sender 1 (" + doomed + ")"), std::string::npos) << m;
+  EXPECT_EQ(m.find("sender 0"), std::string::npos) << "the healthy sender is blamed: " << m;
+  ASSERT_EQ(healthy_updates.size(), 2u);
+  EXPECT_OK(healthy_updates[0]);
+  ASSERT_FALSE(healthy_updates[1].ok()) << "sender 0's update was acknowledged";
+  EXPECT_NE(healthy_updates[1].message().find("sender 1 (" + doomed + ") failed the round"),
+            std::string::npos)
+      << healthy_updates[1].to_string();
+  if (killed) {
+    const auto exit = child->wait(Deadline(std::chrono::milliseconds(10'000)));
+    ASSERT_TRUE(exit.has_value());
+    EXPECT_EQ(exit->signal, SIGKILL);
+  } else {
+    EXPECT_FALSE(doomed_status.ok());
+  }
+}
+
+TEST(MultiReceiver, ASenderFailingAfterItsLastTensorBeforeItsEndFailsTheOthersUpdate) {
+  expect_a_sender_lost_before_its_end_fails_every_update(/*killed=*/false);
+}
+
+TEST(MultiReceiver, ASenderKilledAfterItsLastTensorBeforeItsEndFailsTheOthersUpdate) {
+  expect_a_sender_lost_before_its_end_fails_every_update(/*killed=*/true);
 }
 
 TEST(MultiReceiver, BadAddressListsAreRejected) {
