@@ -667,10 +667,10 @@ class MultiReceiver(_Receiving):
         tensor) per tensor, one call at a time, in each sender's order; the tensor is valid
         during the call only. Every round of every sender must carry the same step
         (FailedPreconditionError naming both senders: no mixing of two updates), and no
-        tensor may come from two senders (InvalidArgumentError naming it and both). Each
-        sender's last tensor is held (its call returns) until every sender delivered its
-        last, so a sender that fails before then fails the other senders' updates too. The
-        stats sum every round of every sender; sender_stats each sender's rounds."""
+        tensor may come from two senders (InvalidArgumentError naming it and both). No
+        sender's last round is acknowledged until every sender's last round ended and checked
+        out here, so a sender that fails before then fails the other senders' updates too.
+        The stats sum every round of every sender; sender_stats each sender's rounds."""
         convert = self._convert
 
         def call(view: tuple) -> None:

@@ -831,7 +831,7 @@ def test_a_sender_that_dies_is_named_and_the_next_update_works():
         assert result["sent"][1] == ("dead", 4)
         print("master:", result["sent"][0], "\nrollout:", result["received"])
         # The master's part arrived first, but its update fails too, naming the dead rank:
-        # each sender's last tensor is held until every sender delivered its last.
+        # no sender's last round is acknowledged until every sender's last round ended.
         assert result["sent"][0][:2] == ("error", "AbortedError"), result["sent"]
         assert f"sender 1 is trainer rank 1 (pid {pid} " in result["sent"][0][2], result["sent"]
         for status in result["received"]:

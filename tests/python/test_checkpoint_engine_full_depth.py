@@ -14,8 +14,11 @@ import pytest
 import torch
 
 import ferry
+from vllm_reference import reference_slice
 
 PRESET = "qwen2.5-0.5b"
+# What the reference slicing needs of the preset's config (Qwen2.5-0.5B's config.json).
+PRESET_HEADS = {"num_attention_heads": 14, "num_key_value_heads": 2, "head_dim": 64}
 BUCKET = 128 << 20
 STEPS = 3
 TIMEOUT_S = 300
@@ -31,22 +34,29 @@ def _step_value(step: int) -> float:
     return 0.125 * step  # exact in bf16 beside values in [-1, 1): no two steps alike
 
 
-def _rollout(conn, writes: bool) -> None:
-    """A rollout rank: runs the manager's calls; per update answers the names received and
-    the names whose bytes differ from base + step."""
+def _rollout(conn, writes: bool, tp_size: int = 1) -> None:
+    """A rollout rank: runs the manager's calls; per update answers the names received, the
+    names whose bytes differ from base + step (with tp_size, from its slice of it, as the
+    reference slicing cuts it) and the bytes it was given."""
     from ferry.verl.checkpoint_engine import FerryCheckpointEngine
     base = dict(_base())
-    engine = FerryCheckpointEngine(BUCKET)
+    local = {"tp_size": tp_size, "hf_config": PRESET} if tp_size > 1 else {}
+    engine = FerryCheckpointEngine(BUCKET, **local)
+    rank = [0]
 
-    async def receive(step: int) -> tuple[list, list]:
-        names, wrong = [], []
-        async for name, tensor in engine.receive_weights(global_steps=step):
+    async def receive(step: int) -> tuple[list, list, int]:
+        names, wrong, given = [], [], 0
+        async for name, tensor, *spec in engine.receive_weights(global_steps=step):
             names.append(name)
-            if not torch.equal(tensor, base[name] + _step_value(step)):
+            want = base[name] + _step_value(step)
+            if tp_size > 1:
+                want = reference_slice(name, want, PRESET_HEADS, rank[0] % tp_size, tp_size)
+            if not torch.equal(tensor, want):
                 wrong.append(name)
+            given += tensor.numel() * tensor.element_size()
             if writes:
                 tensor.fill_(-7.0)  # into the ring's pages: private to this rank and round
-        return names, wrong
+        return names, wrong, given
 
     while True:
         cmd, *args = conn.recv()
@@ -54,6 +64,7 @@ def _rollout(conn, writes: bool) -> None:
             if cmd == "prepare":
                 out = engine.prepare()
             elif cmd == "init":
+                rank[0] = args[0].get("rank", 0)
                 out = engine.init_process_group(**args[0])
             elif cmd == "receive":
                 out = asyncio.run(receive(args[0]))
@@ -72,19 +83,23 @@ def _answer(conn) -> tuple:
     return conn.recv()
 
 
-def test_full_depth_model_updates_bit_exact_staged_then_streamed():
+@pytest.mark.parametrize("tp_size,steps", [(1, STEPS), (2, 2)])
+def test_full_depth_model_updates_bit_exact_staged_then_streamed(tp_size, steps):
+    """tp_size 2: the two rollout ranks are one tensor-parallel group (engine_kwargs.ferry
+    tp_size, hf_config), each given only its slice of every tensor."""
     from ferry.verl.checkpoint_engine import FerryCheckpointEngine
     base = _base()
+    model_bytes = sum(t.numel() * 2 for _, t in base)
     ctx = mp.get_context("spawn")
     conns, procs = [], []
     for writes in (False, True):
         conn, child = ctx.Pipe()
-        procs.append(ctx.Process(target=_rollout, args=(child, writes), daemon=True))
+        procs.append(ctx.Process(target=_rollout, args=(child, writes, tp_size), daemon=True))
         procs[-1].start()
         conns.append(conn)
     master = FerryCheckpointEngine(BUCKET, is_master=True)
     try:
-        for step in range(1, STEPS + 1):
+        for step in range(1, steps + 1):
             for conn in conns:
                 conn.send(("prepare",))
             metadata = [master.prepare()] + [_answer(c)[1] for c in conns]
@@ -101,13 +116,17 @@ def test_full_depth_model_updates_bit_exact_staged_then_streamed():
             master.finalize()
             for rank, answer in enumerate(received):
                 assert answer[0] == "ok", f"step {step}, rank {rank}: {answer}"
-                names, wrong = answer[1]
+                names, wrong, given = answer[1]
                 assert names == [n for n, _ in base], f"step {step}, rank {rank}: names"
                 assert not wrong, f"step {step}, rank {rank}: wrong bytes for {wrong[:5]}"
+                print(f"tp_size={tp_size} step {step}, rank {rank}: given {given} bytes, "
+                      f"{given / model_bytes:.5f} of the model")
+                if tp_size > 1:  # its slices: half but the replicated norms and biases
+                    assert 0.5 <= given / model_bytes < 0.501, (step, rank, given)
             assert metrics["ferry/tensors"] == len(base) == 290
             assert metrics["ferry/bytes"] == sum(t.numel() * 2 for _, t in base)
             assert metrics["ferry/streamed"] == (0.0 if step == 1 else 1.0), (step, metrics)
-            print(f"senders=1 step {step}: {metrics['ferry/seconds']:.2f} s")
+            print(f"senders=1 tp_size={tp_size} step {step}: {metrics['ferry/seconds']:.2f} s")
     finally:
         for conn in conns:
             conn.send(("exit",))
@@ -184,7 +203,7 @@ def test_full_depth_model_from_two_senders_bit_exact_half_the_bytes_each():
             assert other[0] == "ok", other
             for rank, answer in enumerate(received):
                 assert answer[0] == "ok", f"step {step}, rank {rank}: {answer}"
-                names, wrong = answer[1]
+                names, wrong, _ = answer[1]
                 assert len(names) == 290 and sorted(names) == sorted(n for n, _ in base), (
                     f"step {step}, rank {rank}: every tensor once")
                 assert not wrong, f"step {step}, rank {rank}: wrong bytes for {wrong[:5]}"

@@ -78,12 +78,13 @@ def test_a_killed_sender_is_named_and_a_new_trainer_takes_over(stack):
             problems.append(f"{where} failed {state['failed_at'] - killed_at:.1f} s after")
         elif named not in state["error"]:
             problems.append(f"{where}: its error does not name {named}: {state['error']}")
-    # Rank 1 paused after its last tensor was delivered: rank 0's part had been delivered
-    # too, so its update may have been acknowledged before the kill (the window docs/verl.md
-    # names). If its send_weights failed, it names rank 1 (test_checkpoint_engine.py kills a
-    # sender while its part is unfinished, which always fails the master naming it).
+    # Rank 1 paused after its last tensor was delivered, before its round's END: rank 0's
+    # part was through too, but no rollout rank acknowledges a sender's last round before
+    # every sender's ended, so rank 0's send_weights fails as well, naming rank 1.
     print(f"trainer rank 0: {master['error']}")
-    if master["error"] is not None and named not in master["error"]:
+    if master["error"] is None:
+        problems.append("trainer rank 0's send_weights succeeded with sender 1 killed")
+    elif named not in master["error"]:
         problems.append(f"trainer rank 0's send_weights does not name {named}: "
                         f"{master['error']}")
     if finished:

@@ -156,19 +156,19 @@ class DeviceReceive:
     def _copy_bucket(self, buffer: _Buffer, tensors: list) -> list:
         """Starts the bucket's copies into `buffer`, waits for them; the device views."""
         offsets, end = [], 0
-        sizes = [tensor.numel() * tensor.element_size() for _, tensor in tensors]
+        sizes = [entry[1].numel() * entry[1].element_size() for entry in tensors]
         for nbytes in sizes:
             offsets.append(end)
             end += -(-nbytes // _ALIGN) * _ALIGN
         if buffer.memory is None or buffer.memory.numel() < end:
             buffer.memory = self.device.empty(max(end, self.bucket_size))
         out = []
-        for (name, tensor), at, nbytes in zip(tensors, offsets, sizes):
+        for (name, tensor, *rest), at, nbytes in zip(tensors, offsets, sizes):
             dst = buffer.memory[at:at + nbytes]
             if nbytes:
                 self.device.copy_async(dst, byte_view(tensor))
             view = dst.view(tensor.dtype).view(tensor.shape)
-            out.append((name, view.to(dst.device)))  # an empty one comes on the CPU
+            out.append((name, view.to(dst.device), *rest))  # an empty one comes on the CPU
         # The ring slot is handed back when the callback returns: the copies must be done.
         self.device.synchronize()
         return out
@@ -201,7 +201,8 @@ class DeviceReceive:
                 def release(buffer: _Buffer = buffer) -> None:  # one per bucket: compared
                     buffer.fence = self.device.fence()  # on the caller's thread and stream
                     buffer.free.set()
-                handoff.put((self._copy_bucket(buffer, tensors), release))  # one hop a bucket
+                # With tp_size, only each tensor's slice crosses to the device.
+                handoff.put((self._copy_bucket(buffer, engine._local(tensors)), release))
             if is_last:  # acknowledged only once the caller took every tensor
                 handoff.wait_until_all_taken()
 

@@ -193,11 +193,12 @@ class Update:
                     engine._broken = True
                     raise item
                 tensors, release = item
-                for name, tensor in tensors:
+                for entry in tensors:  # (name, tensor) or (name, slice, ShardSpec)
                     if cache is not None:
+                        name, tensor, *rest = entry
                         cache.pop(name, None)  # a name sent twice: the last one, at the end
-                        cache[name] = tensor.to("cpu", copy=True)
-                    yield name, tensor
+                        cache[name] = (tensor.to("cpu", copy=True), *rest)
+                    yield entry
                     # The caller moved past this tensor: where it was its bucket's first, the
                     # caller is done with the bucket before, whose slot or buffer may be
                     # refilled.

@@ -20,11 +20,12 @@ node's relay of the sender. It has one receiver id, its index among its node's r
 ranks, which is its id in each of them.
 
 Why not an shm session for the sender's own node beside the net session, as one sender has:
-MultiReceiver.receive_update holds each sender's last tensor until every sender delivered its
-last (so a sender that dies fails the others' updates too), and a Sender streaming one update
-into two sessions finishes them in turn, the second only once the first was acknowledged:
-with two such senders, each one's first session waits on the other's second. One session
-per sender has no such cycle; the sender's node pays one relay hop (loopback) instead.
+MultiReceiver.receive_update acknowledges each sender's last round only once every sender's
+last round ended (so a sender that dies fails the others' updates too), and a Sender streaming
+one update into two sessions finishes them in turn, the second only once the first was
+acknowledged: with two such senders, each one's first session waits on the other's second.
+One session per sender has no such cycle; the sender's node pays one relay hop (loopback)
+instead.
 """
 
 from __future__ import annotations

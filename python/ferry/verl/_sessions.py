@@ -84,6 +84,11 @@ def plan_topology(actor_wg_world_size: int, rollout_world_size: int,
         raise _error(_ferry.InvalidArgumentError,
                      f"build_topology: {len(masters)} trainer ranks are master; need one")
     master = masters[0]
+    tp_size = max([m.get("tp_size", 1) for m in rollout] or [1])
+    if rollout_world_size % tp_size:
+        raise _error(_ferry.InvalidArgumentError,
+                     f"build_topology: engine_kwargs.ferry.tp_size={tp_size}, but there are "
+                     f"{rollout_world_size} rollout ranks (not whole tensor-parallel groups)")
     count = sender_count(master.get("senders", 1), actor_wg_world_size)
     if count > 1:
         return plan_parts(trainer, rollout, master, count, _next_epoch)
@@ -299,6 +304,12 @@ class RankSessions:
                 time.sleep(0.05)
         self._receive_buffers.back_in_background()  # each tensor is copied into them
 
+    def _local(self, tensors: list) -> list:
+        """A batch as the caller gets it: (name, tensor), or with engine_kwargs.ferry.tp_size
+        (name, this rank's slice, ShardSpec) (_rank_local.py), a view where it can be."""
+        slicer = self._slicer
+        return tensors if slicer is None else [slicer.cut(name, t) for name, t in tensors]
+
     def _receive_parts(self, required: int | None, handoff: Handoff) -> None:
         """Receiver thread with several senders: one whole update from every sender
         (MultiReceiver.receive_update: the step checked across every round, each tensor from
@@ -308,7 +319,7 @@ class RankSessions:
         receiver, buffers = self._receiver, self._receive_buffers
 
         def on_tensor(name: str, tensor: torch.Tensor) -> None:
-            index, staged = buffers.fill([(name, tensor)], handoff)
+            index, staged = buffers.fill(self._local([(name, tensor)]), handoff)
             handoff.put((staged, functools.partial(buffers.release, index)))
 
         self._require_step(receiver, required)
@@ -333,7 +344,7 @@ class RankSessions:
 
         def on_bucket(tensors: list, is_last: bool) -> None:
             if tensors:
-                buffer, staged = buffers.fill(tensors, handoff)
+                buffer, staged = buffers.fill(self._local(tensors), handoff)
                 put((staged, functools.partial(buffers.release, buffer)))
             if is_last:
                 # The update is acknowledged only once the caller took every tensor, so a
@@ -351,7 +362,7 @@ class RankSessions:
                 if not current:
                     released = threading.Event()
                     current.extend((released, released.set))
-                put((tensors, current[1]))
+                put((self._local(tensors), current[1]))
             if not bucket_ends:
                 return  # nothing is released before the bucket's last segment
             # Returning lets ferry hand the bucket before this one back to the sender, and at
@@ -433,13 +444,13 @@ class _ReceiveBuffers:
 
     def fill(self, tensors: list, handoff: Handoff) -> tuple[int, list]:
         """Waits for the next buffer to be released (or the caller's end to stop), copies
-        `tensors` ((name, tensor) views of the ring) into it: (its index,
-        [(name, writable view)])."""
+        `tensors` ((name, tensor, ...) views of the ring) into it: (its index,
+        [(name, writable view, ...)])."""
         index = self._next
         handoff.wait(self._free[index])
         self._free[index].clear()
         self._next = 1 - index
-        sizes = [tensor.numel() * tensor.element_size() for _, tensor in tensors]
+        sizes = [entry[1].numel() * entry[1].element_size() for entry in tensors]
         starts, end = [], 0
         for nbytes in sizes:
             starts.append(-(-end // self.ALIGN) * self.ALIGN)
@@ -451,8 +462,8 @@ class _ReceiveBuffers:
         if buffer is None or buffer.numel() < end:  # a tensor larger than a bucket: grows
             buffer = backed_buffer(max(end, self.bucket_size))
             self._buffers[index] = buffer
-        staged = [(name, copied_into(buffer[start:start + nbytes], tensor))
-                  for (name, tensor), start, nbytes in zip(tensors, starts, sizes)]
+        staged = [(name, copied_into(buffer[start:start + nbytes], tensor), *rest)
+                  for (name, tensor, *rest), start, nbytes in zip(tensors, starts, sizes)]
         return index, staged
 
 

@@ -47,6 +47,7 @@ from ._device import device_for
 from ._device_path import DevicePath
 from ._handoff import Update, _with_context
 from ._parts import Split, parse_senders, part_metrics, part_of, sender_context
+from ._rank_local import WIRE_FORMAT as RANK_LOCAL_WIRE_FORMAT, LocalSlicer, parse_tp_size
 from ._sessions import (_EarlySender, _items, _ReceiveBuffers, _RelayThread, RankSessions,
                         node_identity, plan_topology)
 from ._sessions import _free_port  # noqa: F401  (imported from here by tests/python/test_relay.py)
@@ -64,7 +65,7 @@ ENGINE_SETS = {"bucket_bytes": "verl's bucket_size", "timeout": "timeout_s",
                                "no delta rounds: the rollout's writable views take none")}
 # The engine's own keys, beside SyncOptions'.
 ENGINE_OWN_KWARGS = frozenset({"interface", "port", "timeout_s", "node_id", "round_bytes",
-                               "cache", "device", "senders"})
+                               "cache", "device", "senders", "tp_size", "hf_config"})
 # engine_kwargs.ferry.* this backend reads: every SyncOptions field (ferry.sync.SYNC_OPTIONS)
 # but ENGINE_SETS, passed to its sessions as given, and its own keys. Any other is warned
 # about once, by name.
@@ -94,7 +95,8 @@ class FerryCheckpointEngine(RankSessions, CheckpointEngineWithCache):
     """
 
     # receive_weights yields whole (name, tensor) pairs: what verl's vLLM, SGLang and
-    # TensorRT-LLM server adapters take (vLLM's and TRT-LLM's assert it).
+    # TensorRT-LLM server adapters take (vLLM's and TRT-LLM's assert it). With
+    # engine_kwargs.ferry.tp_size > 1 an engine's is "rank_local_named_tensors" (_rank_local.py).
     wire_format = "named_tensors"
 
     def __init__(self, bucket_size: int, is_master: bool = False, **engine_kwargs: Any) -> None:
@@ -119,6 +121,17 @@ class FerryCheckpointEngine(RankSessions, CheckpointEngineWithCache):
             raise _error(_ferry.InvalidArgumentError,
                          f"engine_kwargs.ferry.senders={self.senders!r} with device "
                          f"'{self.device}': several senders take CPU tensors only")
+        # Rank-local delivery (_rank_local.py): each rollout rank yields only its slice.
+        self.tp_size = parse_tp_size(engine_kwargs.get("tp_size", 1))
+        self.hf_config = engine_kwargs.get("hf_config")
+        if self.tp_size > 1:
+            if not self.hf_config:
+                raise _error(_ferry.InvalidArgumentError,
+                             f"engine_kwargs.ferry.tp_size={self.tp_size} needs "
+                             "engine_kwargs.ferry.hf_config (the model's folder, config.json "
+                             "or a ferry preset): the slices follow its heads and sizes")
+            self.wire_format = RANK_LOCAL_WIRE_FORMAT
+        self._slicer: LocalSlicer | None = None  # rollout rank, tp_size > 1
         self._interface = engine_kwargs.get("interface")
         self._port = engine_kwargs.get("port")
         self._shm_address = f"@ferry-verl-{os.getpid()}-{uuid.uuid4().hex[:12]}"
@@ -165,6 +178,8 @@ class FerryCheckpointEngine(RankSessions, CheckpointEngineWithCache):
         meta = {"host": socket.gethostname(), "node": self.node_id, "pid": os.getpid(),
                 "is_master": self.is_master, "relay": self._relay_address,
                 "epoch": self._epoch, "healthy": self._healthy()}
+        if self.tp_size != 1:
+            meta["tp_size"] = self.tp_size
         if self.senders != 1:  # any actor rank may be one of several senders
             meta["senders"] = self.senders
             meta["sender_shm"] = self._shm_address
@@ -197,6 +212,9 @@ class FerryCheckpointEngine(RankSessions, CheckpointEngineWithCache):
         self._role = role
         self._rank = rank
         self._sender_index = sender
+        # verl orders the rollout ranks replica by replica, each replica's by its rank.
+        self._slicer = (LocalSlicer(self.hf_config, rank % self.tp_size, self.tp_size)
+                        if role == "receiver" and self.tp_size > 1 else None)
         if role == "idle":
             return
         if plan.get("epoch") is not None and plan.get("epoch") == self._epoch:
@@ -251,9 +269,11 @@ class FerryCheckpointEngine(RankSessions, CheckpointEngineWithCache):
         return part_metrics(metrics, self._sender_index, split)
 
     def receive_weights(self, global_steps: int | None = None) -> Update:
-        """An async iterator over (name, tensor) of one update: writable CPU views of the ring itself,
-        copy-on-write (reading copies nothing; a write copies the pages written, into this
-        rank only), as verl's nccl backend yields views into its double-buffered bucket.
+        """An async iterator over (name, tensor) of one update (with engine_kwargs.ferry.tp_size
+        above 1, (name, this rank's slice, ShardSpec): _rank_local.py): writable CPU views of
+        the ring itself, copy-on-write (reading copies nothing; a write copies the pages
+        written, into this rank only), as verl's nccl backend yields views into its
+        double-buffered bucket.
         Where the receiver cannot give such views (a ring of one slot, a bucket size that is
         not a whole number of pages), views into one of two receive buffers of about bucket
         size that this rank reuses every update, filled by a copy from the ring.
@@ -306,8 +326,8 @@ class FerryCheckpointEngine(RankSessions, CheckpointEngineWithCache):
         if self._cached is None:
             raise _error(_ferry.FailedPreconditionError,
                          "get_weights: no update was received completely yet")
-        for name, tensor in list(self._cached.items()):
-            yield name, tensor.clone()
+        for name, (tensor, *rest) in list(self._cached.items()):
+            yield (name, tensor.clone(), *rest)
 
     # -- sessions ---------------------------------------------------------------------------
 

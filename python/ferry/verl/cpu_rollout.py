@@ -53,6 +53,9 @@ except ImportError as e:  # pragma: no cover - this module is verl's, by definit
     raise ImportError(f"ferry.verl.cpu_rollout needs verl and ray: {e}") from e
 
 WIRE_FORMAT = "named_tensors"  # what verl's vLLM adapter accepts besides "delta_flush"
+# (name, local shard, ShardSpec): taken only with configure(accept_rank_local=True), as a
+# rollout whose ranks load tensor-parallel shards would (verl 0.9.1's adapters refuse it).
+RANK_LOCAL_WIRE_FORMAT = "rank_local_named_tensors"
 
 
 def weight_hash(state: Mapping[str, torch.Tensor]) -> str:
@@ -122,24 +125,30 @@ class CpuServerAdapter(BaseRollout):
         self.pause_on_update: int | None = None
         self.pause_after_tensors = 1
         self.write_into_received = False
+        self.accept_rank_local = False
+        self.local: dict[str, tuple] = {}  # rank-local: name -> (its shard, ShardSpec)
+        self.local_bytes = 0               # rank-local: bytes of the last update's shards
         self.configure(**hooks)
 
     def configure(self, fail_on_update: int | None = None, fail_after_tensors: int = 1,
                   fail_message: str = "injected consumer failure",
                   pause_on_update: int | None = None, pause_after_tensors: int = 1,
-                  write_into_received: bool = False) -> None:
+                  write_into_received: bool = False, accept_rank_local: bool = False) -> None:
         """Test hooks, counted in update_weights calls of this adapter (1 is the first):
         fail_on_update: raise RuntimeError(fail_message) after fail_after_tensors tensors of
         that update; pause_on_update: after pause_after_tensors tensors of that update, wait
         (the event loop stays free) until the process is killed, with `paused` set;
         write_into_received: after copying each tensor, overwrite the tensor it was given
-        (fills it with 0x5A bytes), as a consumer that uses its input as scratch space."""
+        (fills it with 0x5A bytes), as a consumer that uses its input as scratch space;
+        accept_rank_local: take RANK_LOCAL_WIRE_FORMAT, keeping a copy of each shard (`local`)
+        instead of loading it (the model here is whole)."""
         self.fail_on_update = fail_on_update
         self.fail_after_tensors = int(fail_after_tensors)
         self.fail_message = str(fail_message)
         self.pause_on_update = pause_on_update
         self.pause_after_tensors = int(pause_after_tensors)
         self.write_into_received = bool(write_into_received)
+        self.accept_rank_local = bool(accept_rank_local)
 
     @property
     def is_leader_rank(self) -> bool:
@@ -155,13 +164,17 @@ class CpuServerAdapter(BaseRollout):
                              wire_format: str = WIRE_FORMAT, **kwargs: Any) -> None:
         """Copies every (name, tensor) of `weights` into the model by name, as verl's vLLM
         adapter hands them to vLLM's load_weights; then updates `hash`."""
-        assert wire_format == WIRE_FORMAT, (
+        rank_local = wire_format == RANK_LOCAL_WIRE_FORMAT and self.accept_rank_local
+        assert wire_format == WIRE_FORMAT or rank_local, (
             f"CPU rollout (as verl's vLLM rollout) supports wire_format={WIRE_FORMAT!r}; "
             f"got {wire_format!r}")
         self.updates += 1
         self.received, self.error, self.failed_at = [], None, None
         try:
-            await self._load(weights, self.updates)
+            if rank_local:
+                await self._keep_local(weights)
+            else:
+                await self._load(weights, self.updates)
         except BaseException as e:
             self.error, self.failed_at = f"{type(e).__name__}: {e}", time.monotonic()
             raise
@@ -193,6 +206,22 @@ class CpuServerAdapter(BaseRollout):
                 while True:  # until killed
                     await asyncio.sleep(0.05)
 
+    async def _keep_local(self, weights: Iterable | Any) -> None:
+        """Rank-local: checks each (name, shard, spec) against the model's whole tensor and
+        keeps a copy of the shard."""
+        self.local, self.local_bytes = {}, 0
+        async for name, shard, spec in ensure_async_iterator(weights):
+            target = self._targets.get(name)
+            if target is None:
+                raise KeyError(f"CpuServerAdapter: '{name}' is not a weight of the rollout model")
+            if tuple(spec.full_shape) != tuple(target.shape) or shard.dtype != target.dtype:
+                raise ValueError(f"CpuServerAdapter: shard of '{name}' is of {shard.dtype}"
+                                 f"{list(spec.full_shape)}, the rollout model has "
+                                 f"{target.dtype}{list(target.shape)}")
+            self.local[name] = (shard.clone(), spec)
+            self.local_bytes += shard.numel() * shard.element_size()
+            self.received.append(name)
+
     def state(self) -> dict[str, Any]:
         """What a test or a trainer checks: pid, ranks, counts (updates begun, completed), the
         last completed update's global_steps and hash, the last update's names in order, its
@@ -202,7 +231,8 @@ class CpuServerAdapter(BaseRollout):
                 "rollout_rank": self.rollout_rank, "updates": self.updates,
                 "completed": self.completed, "global_steps": self.global_steps,
                 "hash": self.hash, "received": list(self.received), "error": self.error,
-                "failed_at": self.failed_at, "paused": self.paused, "written": self.written}
+                "failed_at": self.failed_at, "paused": self.paused, "written": self.written,
+                "local_bytes": self.local_bytes}
 
 
 class CpuCheckpointEngineWorker(CheckpointEngineWorker):
@@ -231,6 +261,11 @@ class CpuCheckpointEngineWorker(CheckpointEngineWorker):
     def adapter_weights(self) -> dict[str, torch.Tensor]:
         """A copy of the rollout model's state dict."""
         return {k: v.detach().clone() for k, v in self.server_adapter.model.state_dict().items()}
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def adapter_local(self) -> dict[str, tuple]:
+        """Rank-local: the shards of the last update, name -> (shard, ShardSpec)."""
+        return dict(self.server_adapter.local)
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def configure_adapter(self, **hooks: Any) -> None:
@@ -311,4 +346,4 @@ def cpu_rollout_replicas(rollout_config: Any, model_config: Any, num_replicas: i
 
 
 __all__ = ["CpuServerAdapter", "CpuCheckpointEngineWorker", "CpuRolloutReplica",
-           "cpu_rollout_replicas", "weight_hash", "WIRE_FORMAT"]
+           "cpu_rollout_replicas", "weight_hash", "WIRE_FORMAT", "RANK_LOCAL_WIRE_FORMAT"]
