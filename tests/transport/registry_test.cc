@@ -32,9 +32,9 @@ TEST(RegistryTest, SchemeFollowsTheAddressForm) {
 TEST(RegistryTest, UnknownSchemeIsAnErrorNamingTheAddress) {
   Registry transports({});
   const std::string address = "rdma://10.0.0.1:4791";
-  for (const Status& s : {transports.for_address(address).status(),
-                          transports.listen(address).status(),
-                          transports.connect(address, std::chrono::milliseconds(10)).status()}) {
+  for (const Status& s :
+       {transports.for_address(address).status(), transports.listen(address).status(),
+        transports.connect(address, std::chrono::milliseconds(10)).status()}) {
     EXPECT_EQ(s.code(), Code::kInvalidArgument) << s.to_string();
     EXPECT_NE(s.message().find("unknown transport scheme 'rdma'"), std::string::npos)
         << s.message();
