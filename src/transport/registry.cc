@@ -19,12 +19,15 @@ using Factory = Result<std::unique_ptr<Transport>> (*)(const TransportConfig&);
 struct Entry {
   std::string_view scheme;
   Factory create;
+  // Picked by the address's form ("@name", "host:port"), never written as "<scheme>://":
+  // its transport would be handed an address it cannot read.
+  bool by_form = false;
 };
 
-// One line per transport.
+// One line per transport; a new one is written "<scheme>://...".
 constexpr Entry kTransports[] = {
-    {"shm", &shm::create_transport},
-    {"net", &net::create_transport},
+    {"shm", &shm::create_transport, true},
+    {"net", &net::create_transport, true},
 };
 
 // "host:port": a colon and no slash; "@name", names and paths are shm (shm/local_address.h).
@@ -53,16 +56,18 @@ std::string Registry::scheme_of(const std::string& address) {
 }
 
 Result<Transport*> Registry::for_address(const std::string& address) {
+  const bool written = !written_scheme(address).empty();
   const std::string scheme = scheme_of(address);
-  if (auto it = made_.find(scheme); it != made_.end()) return it->second.get();
-  const auto* entry = std::find_if(std::begin(kTransports), std::end(kTransports),
-                                   [&](const Entry& e) { return e.scheme == scheme; });
+  const auto* entry =
+      std::find_if(std::begin(kTransports), std::end(kTransports),
+                   [&](const Entry& e) { return e.scheme == scheme && e.by_form != written; });
   if (entry == std::end(kTransports)) {
     return invalid_argument(fmt::format(
         "unknown transport scheme '{}' in address '{}' (known: \"@name\" or a path for shm, "
         "\"host:port\" for net)",
         scheme, address));
   }
+  if (auto it = made_.find(scheme); it != made_.end()) return it->second.get();
   FERRY_ASSIGN_OR_RETURN(auto made, entry->create(config_));
   return made_.emplace(scheme, std::move(made)).first->second.get();
 }

@@ -1,7 +1,8 @@
 // Picks a Transport by the address's scheme, so callers never branch on addresses:
 //   "@name", a name or a path   shm, a process on this node
 //   "host:port"                 net (UCX), a process on another node
-//   "<scheme>://..."            the transport registered under <scheme> (none yet)
+//   "<scheme>://..."            the transport registered under <scheme> (none yet; shm and
+//                               net are never written so)
 // Adding a transport is a folder under transport/ with a create_transport(config) and one
 // line in registry.cc's table.
 #pragma once

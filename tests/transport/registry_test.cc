@@ -32,6 +32,12 @@ TEST(RegistryTest, SchemeFollowsTheAddressForm) {
 TEST(RegistryTest, UnknownSchemeIsAnErrorNamingTheAddress) {
   Registry transports({});
   const std::string address = "rdma://10.0.0.1:4791";
+  // shm and net are picked by the address's form; written, their scheme is unknown too.
+  for (const std::string form : {"shm://@job", "net://10.0.0.1:5555"}) {
+    auto t = transports.for_address(form);
+    EXPECT_EQ(t.status().code(), Code::kInvalidArgument) << form;
+    EXPECT_NE(t.status().message().find(form), std::string::npos) << t.status().message();
+  }
   for (const Status& s :
        {transports.for_address(address).status(), transports.listen(address).status(),
         transports.connect(address, std::chrono::milliseconds(10)).status()}) {

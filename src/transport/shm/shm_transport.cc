@@ -33,8 +33,7 @@ class ShmTransport final : public transport::Transport {
     return MemfdRing::create(slots, slot_bytes);
   }
 
-  Result<transport::Ring> map_peer_ring(ScopedFd fd, std::uint32_t slots,
-                                        std::uint64_t slot_bytes,
+  Result<transport::Ring> map_peer_ring(ScopedFd fd, std::uint32_t slots, std::uint64_t slot_bytes,
                                         const std::string& peer) override {
     return MemfdRing::map_readonly(std::move(fd), slots, slot_bytes, peer);
   }
