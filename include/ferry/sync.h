@@ -437,6 +437,9 @@ class FERRY_EXPORT Receiver {
 //   (*relay)->accept(2);                          // this node's two rollout processes
 //   while (...) (*relay)->relay_round();          // one call per round
 //
+// `local_address` may be on any transport (a "host:port" serves local receivers over the
+// network); `upstream` on any but shm, since a relay serves a ring of its own.
+//
 // Relays may also feed relays (a chain or tree; ferry/relay_topology.h picks one), so the
 // sender's link carries each byte once whatever the node count: a relay given a
 // `relays_address` ("host:port") serves downstream relays there, which connect to it exactly

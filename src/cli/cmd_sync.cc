@@ -73,7 +73,7 @@ struct SyncArgs {
   std::uint32_t id = 0;
   int rounds = 1;
   bool json = false;
-  std::string local = "ferry-relay";  // relay: the shm address local receivers join
+  std::string local = "ferry-relay";  // relay: where local receivers join (shm unless host:port)
   bool keep_going = false;            // after a failed round, rejoin (or re-accept) and go on
   std::string serve_relays;           // relay: host:port where downstream relays join
   std::uint32_t downstream = 0;       // relay: downstream relays to wait for

@@ -23,10 +23,12 @@ Result<std::unique_ptr<Fanout>> Fanout::create(const std::string& address,
   auto f = std::make_unique<Fanout>();
   f->options_ = options;
   f->interrupted_ = InterruptCheck(options);
-  FERRY_ASSIGN_OR_RETURN(f->listener_, listen_downstream(address, options));
+  transport::Registry transports(transport_config(options));
+  FERRY_ASSIGN_OR_RETURN(transport::Transport * transport, transports.for_address(address));
+  FERRY_ASSIGN_OR_RETURN(f->listener_, transport->listen(address));
   f->address_ = f->listener_->address();
   f->poller_ = f->listener_->poller();
-  FERRY_ASSIGN_OR_RETURN(f->owned_ring_, shm::MemfdRing::create(slots, slot_bytes));
+  FERRY_ASSIGN_OR_RETURN(f->owned_ring_, transport->allocate_ring(slots, slot_bytes));
   FERRY_ASSIGN_OR_RETURN(f->ring_region_, f->listener_->register_memory(std::span(
                                               f->ring_->slot(0), std::size_t{slots} * slot_bytes)));
   return f;
@@ -34,12 +36,12 @@ Result<std::unique_ptr<Fanout>> Fanout::create(const std::string& address,
 
 Result<std::unique_ptr<Fanout>> Fanout::create_over(const std::string& address,
                                                     const SyncOptions& options,
-                                                    shm::MemfdRing* ring,
-                                                    std::shared_ptr<net::Context> context) {
+                                                    transport::Ring* ring,
+                                                    transport::Registry& transports) {
   auto f = std::make_unique<Fanout>();
   f->options_ = options;
   f->interrupted_ = InterruptCheck(options);
-  FERRY_ASSIGN_OR_RETURN(f->listener_, listen_downstream(address, options, std::move(context)));
+  FERRY_ASSIGN_OR_RETURN(f->listener_, transports.listen(address));
   f->address_ = f->listener_->address();
   f->poller_ = f->listener_->poller();
   f->ring_ = ring;

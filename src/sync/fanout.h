@@ -1,6 +1,6 @@
 // The downstream side of a session: the peers one ring serves. A Sender's peers are its
 // receivers (shm, same node) or relays and remote receivers (net); a Relay has two, its
-// node's local receivers and its downstream relays, driven as one by a FanoutSet
+// local receivers and its downstream relays (each on any transport), driven as one by a FanoutSet
 // (fanout_set.h). Both publish segments, wait for RELEASE and ACK, and turn a dead, silent or
 // misbehaving peer into an error that names it and the round.
 #pragma once
@@ -18,7 +18,7 @@
 #include "ferry/sync.h"
 #include "sync/link.h"
 #include "sync/sync_options.h"
-#include "transport/shm/memfd_ring.h"
+#include "transport/registry.h"
 #include "transport/transport.h"
 #include "wire/conversation.h"
 #include "wire/message.h"
@@ -36,19 +36,18 @@ struct Peer {
 class Fanout {
  public:
   // Listens on `address` (shm "@name" or path; net "host:port") for peers of `session`
-  // and creates the ring they share: a memfd that peers sharing memory map, registered
-  // with the transport for the others (their segments are sent from it).
+  // and has the transport allocate the ring they share: peers sharing memory map it; it is
+  // registered with the transport for the others (their segments are sent from it).
   static Result<std::unique_ptr<Fanout>> create(const std::string& address,
                                                 const SyncOptions& options, std::uint32_t slots,
                                                 std::uint64_t slot_bytes);
-  // A Fanout over a ring another Fanout owns (which must outlive this one): a Relay serves
-  // its downstream relays (net) the segments its local receivers read, with no copy.
-  // `context`: the UCX context to serve on; the relay's upstream's, so one wait loop serves
-  // both.
+  // A Fanout over a ring owned elsewhere (which must outlive this one): a Relay serves its
+  // local receivers and downstream relays the ring its upstream reader fills, with no copy.
+  // `transports`: the relay's, shared with its upstream, so one wait loop serves all.
   static Result<std::unique_ptr<Fanout>> create_over(const std::string& address,
                                                      const SyncOptions& options,
-                                                     shm::MemfdRing* ring,
-                                                     std::shared_ptr<net::Context> context);
+                                                     transport::Ring* ring,
+                                                     transport::Registry& transports);
 
   void set_session(std::uint64_t session) { session_ = session; }
   std::uint64_t session() const { return session_; }
@@ -83,7 +82,7 @@ class Fanout {
   const std::vector<Peer>& peers() const { return peers_; }
   // True when every peer maps the ring (shm on this node): no segment crosses a link.
   bool all_peers_share_memory() const;
-  shm::MemfdRing& ring() { return *ring_; }
+  transport::Ring& ring() { return *ring_; }
   const std::string& address() const { return address_; }
 
   // For a caller's own poll() loop (a Relay also waits on its upstream): appends one
@@ -126,8 +125,8 @@ class Fanout {
   std::string address_;
   std::unique_ptr<transport::Listener> listener_;
   std::unique_ptr<transport::Poller> poller_;  // the listener's channels' wait loop
-  shm::MemfdRing owned_ring_;
-  shm::MemfdRing* ring_ = &owned_ring_;  // owned_ring_, or create_over()'s
+  transport::Ring owned_ring_;
+  transport::Ring* ring_ = &owned_ring_;  // owned_ring_, or create_over()'s
   // The ring registered for segments (nullptr: peers share memory); after ring_, so it is
   // deregistered before the ring is unmapped.
   std::unique_ptr<transport::Region> ring_region_;

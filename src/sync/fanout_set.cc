@@ -24,9 +24,9 @@ FanoutSet::FanoutSet(const SyncOptions& options, std::unique_ptr<transport::Poll
     : options_(options), interrupted_(options), poller_(std::move(poller)) {}
 
 Result<Fanout*> FanoutSet::add(const std::string& address, const SyncOptions& options,
-                               shm::MemfdRing* ring, std::shared_ptr<net::Context> context,
+                               transport::Ring* ring, transport::Registry& transports,
                                std::string noun) {
-  FERRY_ASSIGN_OR_RETURN(auto f, Fanout::create_over(address, options, ring, std::move(context)));
+  FERRY_ASSIGN_OR_RETURN(auto f, Fanout::create_over(address, options, ring, transports));
   f->set_peer_noun(std::move(noun));
   members_.push_back(std::move(f));
   return members_.back().get();

@@ -1,5 +1,5 @@
 // Several Fanouts over one ring, driven as one, fed the rounds of a pass-through RoundReader:
-// a Relay's downstream, its local receivers (shm) and its downstream relays (net). A set, not
+// a Relay's downstream, its local receivers and its downstream relays. A set, not
 // one Fanout with several listeners: each member keeps its own listener, transport,
 // registered region and peer noun, and Fanout stays the one-listener object a Sender's
 // RoundWriter drives. What spans the members lives here: send to all, the buckets every peer
@@ -17,7 +17,7 @@
 #include "sync/fanout.h"
 #include "sync/round_reader.h"
 #include "sync/sync_options.h"
-#include "transport/shm/memfd_ring.h"
+#include "transport/registry.h"
 #include "transport/transport.h"
 
 namespace ferry::sync {
@@ -26,13 +26,14 @@ class FanoutSet {
  public:
   FanoutSet() = default;
   // `poller`: the wait loop that hears every member and the reader's link (a Relay's
-  // upstream; its net members serve on that link's UCX context).
+  // upstream; its members serve on the transports of that link, so one loop hears all).
   FanoutSet(const SyncOptions& options, std::unique_ptr<transport::Poller> poller);
 
   // A member serving `ring` (owned elsewhere, outliving the set) on `address`, its peers
-  // named `noun` in errors. Messages go to members in the order they were added.
-  Result<Fanout*> add(const std::string& address, const SyncOptions& options, shm::MemfdRing* ring,
-                      std::shared_ptr<net::Context> context, std::string noun);
+  // named `noun` in errors, on the transport `transports` picks for `address`. Messages go
+  // to members in the order they were added.
+  Result<Fanout*> add(const std::string& address, const SyncOptions& options, transport::Ring* ring,
+                      transport::Registry& transports, std::string noun);
   void set_session(std::uint64_t session, std::uint64_t round);
   bool no_peers() const;
 

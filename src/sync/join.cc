@@ -5,7 +5,6 @@
 
 #include "base/status_macros.h"
 #include "sync/link.h"
-#include "transport/shm/memfd_ring.h"
 #include "wire/conversation.h"
 #include "wire/message.h"
 
@@ -14,7 +13,10 @@ namespace ferry::sync {
 Result<std::unique_ptr<RoundReader>> join_session(const std::string& address, const JoinAs& as,
                                                   const SyncOptions& options) {
   if (options.timeout.count() <= 0) return invalid_argument("timeout must be positive");
-  FERRY_ASSIGN_OR_RETURN(Link link, connect_upstream(address, options, as.context));
+  transport::Registry own(transport_config(options));
+  transport::Registry& transports = as.transports != nullptr ? *as.transports : own;
+  FERRY_ASSIGN_OR_RETURN(transport::Transport * transport, transports.for_address(address));
+  FERRY_ASSIGN_OR_RETURN(Link link, connect_upstream(address, options, transports));
   wire::Conversation conversation(wire::Conversation::Role::kReceiver, link.peer(), as.session);
   wire::Message hello;
   hello.session = as.session;
@@ -34,13 +36,13 @@ Result<std::unique_ptr<RoundReader>> join_session(const std::string& address, co
                   fmt::format("{} turned {} {} away: {}", link.peer(), as.noun, as.id, e.message));
   }
   const auto& w = std::get<wire::Welcome>(m.body);
-  shm::MemfdRing ring;
+  transport::Ring ring;
   std::unique_ptr<transport::Region> region;
   if (!link.shares_memory()) {
     // The ring's size is the sender's to choose: bounded before any of it is allocated.
     FERRY_RETURN_IF_ERROR(check_ring_size(
         options, link.peer(), fmt::format("{} {}", as.noun, as.id), w.slots, w.slot_bytes));
-    FERRY_ASSIGN_OR_RETURN(ring, shm::MemfdRing::create(w.slots, w.slot_bytes));
+    FERRY_ASSIGN_OR_RETURN(ring, transport->allocate_ring(w.slots, w.slot_bytes));
     FERRY_ASSIGN_OR_RETURN(region, link.channel().register_memory(std::span(
                                        ring.slot(0), std::size_t{w.slots} * w.slot_bytes)));
   } else {
@@ -48,7 +50,7 @@ Result<std::unique_ptr<RoundReader>> join_session(const std::string& address, co
       return corruption(fmt::format("WELCOME from {} carried no ring descriptor", link.peer()));
     }
     FERRY_ASSIGN_OR_RETURN(
-        ring, shm::MemfdRing::map_readonly(std::move(ring_fd), w.slots, w.slot_bytes, link.peer()));
+        ring, transport->map_peer_ring(std::move(ring_fd), w.slots, w.slot_bytes, link.peer()));
   }
   return std::make_unique<RoundReader>(options, std::move(link), std::move(conversation),
                                        std::move(ring), std::move(region), w.checksums != 0);

@@ -11,7 +11,7 @@
 #include "ferry/status.h"
 #include "sync/round_reader.h"
 #include "sync/sync_options.h"
-#include "transport/net/context.h"
+#include "transport/registry.h"
 
 namespace ferry::sync {
 
@@ -19,9 +19,9 @@ struct JoinAs {
   const char* noun = "receiver";  // "receiver" or "relay", for errors
   std::uint32_t id = 0;
   std::uint64_t session = 0;  // 0: any session the sender serves
-  // The UCX context to connect on (a relay's, shared with its downstream relays); nullptr:
-  // one of the link's own.
-  std::shared_ptr<net::Context> context;
+  // The transports to connect with (a relay's, shared with what it serves, so one wait loop
+  // hears all); nullptr: the join's own, from the options. Outlives the call.
+  transport::Registry* transports = nullptr;
 };
 
 Result<std::unique_ptr<RoundReader>> join_session(const std::string& address, const JoinAs& as,

@@ -7,7 +7,6 @@
 #include "base/clock.h"
 #include "base/status_macros.h"
 #include "sync/sync_options.h"
-#include "transport/connect.h"
 
 namespace ferry::sync {
 
@@ -69,46 +68,23 @@ wire::Message session_message(std::uint64_t session, std::uint64_t round, wire::
   return m;
 }
 
-Result<net::Token> session_token(const SyncOptions& options) {
-  auto token = options.token_file.empty() ? net::Token::from_env()
-                                          : net::Token::from_file(options.token_file);
-  if (!token.ok() && token.status().code() == Code::kNotFound && options.token_file.empty()) {
-    return Status(Code::kUnauthenticated,
-                  "a net session needs its secret: set FERRY_TOKEN, or FERRY_TOKEN_FILE (or "
-                  "--token-file) to a file of mode 0600 holding it, the same on every node");
-  }
-  return token;
+transport::TransportConfig transport_config(const SyncOptions& options) {
+  return {.secret_file = options.token_file, .protection = options.wire_protect};
 }
 
 Result<Link> connect_upstream(const std::string& address, const SyncOptions& options,
-                              std::shared_ptr<net::Context> context) {
-  if (!transport::is_net_address(address)) {
-    // No sender listening yet is retried until the timeout, in slices so Ctrl-C is heard.
-    FERRY_ASSIGN_OR_RETURN(
-        auto channel, retry_in_slices(options, options.timeout, "no sender listening at " + address,
-                                      [&](std::chrono::milliseconds slice) {
-                                        return transport::connect(address, slice);
-                                      }));
+                              transport::Registry& transports) {
+  FERRY_ASSIGN_OR_RETURN(transport::Transport * transport, transports.for_address(address));
+  if (!transport->connect_in_slices()) {
+    FERRY_ASSIGN_OR_RETURN(auto channel, transport->connect(address, options.timeout));
     return Link(std::move(channel));
   }
-  transport::NetConnectOptions net;
-  net.context = std::move(context);
-  FERRY_ASSIGN_OR_RETURN(net.token, session_token(options));
-  // The sender chooses how segments travel; this end only sets the least it takes.
-  net.minimum_segment_protection = options.wire_protect;
-  FERRY_ASSIGN_OR_RETURN(auto channel, transport::connect(address, options.timeout, net));
+  FERRY_ASSIGN_OR_RETURN(
+      auto channel, retry_in_slices(options, options.timeout, "no sender listening at " + address,
+                                    [&](std::chrono::milliseconds slice) {
+                                      return transport->connect(address, slice);
+                                    }));
   return Link(std::move(channel));
-}
-
-Result<std::unique_ptr<transport::Listener>> listen_downstream(
-    const std::string& address, const SyncOptions& options, std::shared_ptr<net::Context> context) {
-  transport::NetListenOptions net;
-  net.context = std::move(context);
-  if (transport::is_net_address(address)) {
-    FERRY_ASSIGN_OR_RETURN(net.token, session_token(options));
-    net.segment_protection = options.wire_protect;
-  }
-  return transport::listen(address, net);
 }
 
 Result<std::vector<std::byte>> receive_heeding_interrupt(Link& link,

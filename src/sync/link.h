@@ -15,8 +15,7 @@
 #include "ferry/status.h"
 #include "ferry/sync.h"
 #include "sync/sync_options.h"
-#include "transport/net/auth.h"
-#include "transport/net/context.h"
+#include "transport/registry.h"
 #include "transport/transport.h"
 #include "wire/conversation.h"
 #include "wire/message.h"
@@ -69,22 +68,14 @@ class Link {
 // A message of `session` in `round`: what every end of a session sends.
 wire::Message session_message(std::uint64_t session, std::uint64_t round, wire::Body body);
 
-// The session secret for net sessions: options.token_file, else FERRY_TOKEN /
-// FERRY_TOKEN_FILE. The error says how to provide one. (net::Token is the auth layer's
-// type: only net addresses use a token, and transport/connect.h takes it as it is.)
-Result<net::Token> session_token(const SyncOptions& options);
+// The transports' config of a sync end: the session secret (token_file) and wire_protect.
+transport::TransportConfig transport_config(const SyncOptions& options);
 
-// A receiving end's connection to its sender: shm for "@name" or a path, else net (with
-// its own UCX context unless `context` is given, authenticated with the session token).
+// A receiving end's connection to its sender at `address`, on the transport `transports`
+// picks for it. A transport that connects in slices is retried until options.timeout, so
+// Ctrl-C is heard while no sender listens yet.
 Result<Link> connect_upstream(const std::string& address, const SyncOptions& options,
-                              std::shared_ptr<net::Context> context = nullptr);
-
-// The downstream end's listener at `address`: shm, or net with its own UCX context (unless
-// `context` is given: a relay serves its relays on its upstream's, so one wait loop serves
-// both), the session token, and options.wire_protect on the segments it sends.
-Result<std::unique_ptr<transport::Listener>> listen_downstream(
-    const std::string& address, const SyncOptions& options,
-    std::shared_ptr<net::Context> context = nullptr);
+                              transport::Registry& transports);
 
 // Waits for one whole message on `link` in slices, so options.interrupt is heard between
 // them (Ctrl-C, Relay::stop); a negative timeout waits forever. A timeout names the peer and

@@ -1,8 +1,10 @@
-// Relay: upstream it is one receiver of a net session (a RoundReader that verifies each
-// segment but delivers none); downstream it is the sender of the same session to this node's
-// local receivers (a Fanout over shm) and, in a chain or tree, to relays on other nodes (a
-// second Fanout, over net), both serving the reader's ring and driven as one (FanoutSet).
-// Messages pass through unchanged, so the round checksum every end computes is the same.
+// Relay: upstream it is one receiver of a session on another node (a RoundReader that
+// verifies each segment into a ring of its own but delivers none); downstream it is the
+// sender of the same session to its local receivers (a Fanout) and, in a chain or tree, to
+// relays (a second Fanout), both serving the reader's ring and driven as one (FanoutSet).
+// Each side may be on any transport but upstream's, which must not share memory: the ring
+// the relay serves is its own. Messages pass through unchanged, so the round checksum every
+// end computes is the same.
 #include <fmt/format.h>
 
 #include "base/status_macros.h"
@@ -11,14 +13,17 @@
 #include "sync/fanout.h"
 #include "sync/fanout_set.h"
 #include "sync/join.h"
+#include "sync/link.h"
 #include "sync/round_reader.h"
-#include "transport/net/context.h"
+#include "transport/registry.h"
 #include "transport/transport.h"
 
 namespace ferry::sync {
 
 struct Relay::Impl {
   std::uint32_t id = 0;
+  // Made once for upstream and both fanouts, so one wait loop hears all their channels.
+  std::unique_ptr<transport::Registry> transports;
   // Reads upstream's rounds into this node's ring, verified, and owns the ring: before the
   // fanouts that serve it, so it outlives them.
   std::unique_ptr<RoundReader> upstream;
@@ -46,29 +51,24 @@ Result<std::unique_ptr<Relay>> Relay::connect(const std::string& upstream, std::
                                               const SyncOptions& options,
                                               const std::string& relays_address) {
   if (options.timeout.count() <= 0) return invalid_argument("timeout must be positive");
-  if (!transport::is_net_address(upstream)) {
-    return invalid_argument(
-        fmt::format("relay upstream '{}' is not a host:port address", upstream));
-  }
-  if (transport::is_net_address(local_address)) {
-    return invalid_argument(
-        fmt::format("relay local address '{}' must be a shm address "
-                    "(\"@name\" or a path)",
-                    local_address));
-  }
-  if (!relays_address.empty() && !transport::is_net_address(relays_address)) {
-    return invalid_argument(fmt::format(
-        "relay address for downstream relays '{}' is not a host:port address", relays_address));
-  }
   auto impl = std::make_unique<Impl>();
   impl->id = relay_id;
-  // One UCX context for upstream and downstream relays, so one wait loop hears both.
-  std::shared_ptr<net::Context> context;
+  impl->transports = std::make_unique<transport::Registry>(transport_config(options));
+  transport::Registry& transports = *impl->transports;
+  // Every address is checked (an unknown scheme named) before upstream is joined.
+  FERRY_RETURN_IF_ERROR(transports.for_address(local_address).status());
   if (!relays_address.empty()) {
-    FERRY_ASSIGN_OR_RETURN(context, net::Context::create());
+    FERRY_RETURN_IF_ERROR(transports.for_address(relays_address).status());
   }
-  FERRY_ASSIGN_OR_RETURN(impl->upstream,
-                         join_session(upstream, JoinAs{"relay", relay_id, 0, context}, options));
+  FERRY_ASSIGN_OR_RETURN(const transport::Transport* in, transports.for_address(upstream));
+  if (in->shares_memory()) {
+    return invalid_argument(fmt::format(
+        "relay upstream '{}' is not a host:port address: it shares this node's memory, so its "
+        "receivers can map the sender's ring without a relay",
+        upstream));
+  }
+  FERRY_ASSIGN_OR_RETURN(
+      impl->upstream, join_session(upstream, JoinAs{"relay", relay_id, 0, &transports}, options));
   RoundReader& reader = *impl->upstream;
   reader.set_name(fmt::format("relay {}", relay_id));
   impl->below = FanoutSet(options, reader.poller());
@@ -76,10 +76,10 @@ Result<std::unique_ptr<Relay>> Relay::connect(const std::string& upstream, std::
   below_options.checksums = reader.checksums();  // the peers below check what the sender sums
   if (!relays_address.empty()) {
     FERRY_ASSIGN_OR_RETURN(impl->relays, impl->below.add(relays_address, below_options,
-                                                         &reader.ring(), context, "relay"));
+                                                         &reader.ring(), transports, "relay"));
   }
   FERRY_ASSIGN_OR_RETURN(impl->local, impl->below.add(local_address, below_options, &reader.ring(),
-                                                      {}, "local receiver"));
+                                                      transports, "local receiver"));
   impl->below.set_session(reader.session_id(), reader.last_round());
   return std::unique_ptr<Relay>(new Relay(std::move(impl)));
 }

@@ -212,7 +212,7 @@ Result<RoundStats> Sender::send_round_filled(std::span<const TensorSpec> specs,
 }
 
 std::span<std::byte> Sender::ring_memory() const {
-  shm::MemfdRing& ring = impl_->fanout->ring();
+  const transport::Ring& ring = impl_->fanout->ring();
   return {ring.slot(0), static_cast<std::size_t>(ring.slots()) * ring.slot_bytes()};
 }
 

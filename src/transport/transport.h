@@ -4,16 +4,18 @@
 // implement both, in mirrored folders: shm/ (a UNIX socket to a process on this node, which
 // maps the sender's ring) and net/ (UCX to another node, which gets each segment's bytes sent
 // to it: publish_segment / receive_segment). Callers branch on the capability queries, never
-// on which transport they hold. connect() and listen() (connect.h) pick the transport from
-// the address.
+// on which transport they hold. A Transport (one per kind, made once from a TransportConfig)
+// makes both; a Registry (registry.h) picks it by the address's scheme.
 //
-// Like the transports, a Channel, Listener or Poller is used by one thread at a time.
+// Like the transports, a Transport, Channel, Listener or Poller is used by one thread at a
+// time.
 #pragma once
 
 #include <poll.h>
 
 #include <chrono>
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <optional>
 #include <span>
@@ -22,6 +24,8 @@
 
 #include "base/file_util.h"
 #include "ferry/status.h"
+#include "ferry/wire_protect.h"
+#include "transport/ring.h"
 
 namespace ferry::transport {
 
@@ -29,10 +33,6 @@ namespace ferry::transport {
 // to 28 bytes. The protocol above (wire/) keeps its messages within it (sync/link.cc checks
 // at compile time); the value is on the wire, as net's frame limit, so it never shrinks.
 inline constexpr std::size_t kMaxMessageBytes = (64u << 20) + 28;
-
-// "@name", "name" and paths are shm addresses (shm/local_address.h); "host:port" (a colon,
-// no slash) is a net address.
-bool is_net_address(const std::string& address);
 
 // Memory registered with a transport for segments (the ring), so that their bytes travel
 // without a copy. Opaque; deregistered when destroyed, so it must go before the memory does.
@@ -152,6 +152,53 @@ class Listener {
   virtual Result<std::unique_ptr<Region>> register_memory(std::span<std::byte> memory) = 0;
   // The wait loop for the channels it accepts.
   virtual std::unique_ptr<Poller> poller() const = 0;
+};
+
+// What every transport of one end is made from; each reads what it needs.
+struct TransportConfig {
+  // The session secret, for transports that authenticate peers (net): this file (mode 0600);
+  // empty: FERRY_TOKEN, else the file FERRY_TOKEN_FILE names. Read when such a transport is
+  // made, so an end on this node alone needs none.
+  std::string secret_file;
+  // How segments between nodes are protected: a listener's channels publish them this way,
+  // a connecting channel accepts no weaker (the sender chooses). Ignored on this node (shm).
+  WireProtect protection = WireProtect::kNone;
+};
+
+// One way to reach peers (as gloo's transport::Device): shm to processes on this node, net
+// (UCX) to other nodes. Made once per end from a TransportConfig (Registry); the listeners
+// and channels it makes share what it holds (net: one UCX Context, so one Poller hears all).
+// Not copyable; what it made outlives it.
+class Transport {
+ public:
+  virtual ~Transport() = default;
+
+  // The registry's name for it ("shm", "net"), for errors and logs.
+  virtual const std::string& scheme() const = 0;
+
+  // Capabilities.
+  // Its channels share memory with the peer (Channel::shares_memory): a ring a peer passes
+  // is mapped (map_peer_ring), not filled by segments.
+  virtual bool shares_memory() const = 0;
+  // connect() may be cut into slices: a kTimeout leaves nothing behind, so the caller can
+  // retry and hear Ctrl-C between tries. false: connect() keeps its own deadline (net: a
+  // handshake cut short would count against the listener's limits).
+  virtual bool connect_in_slices() const = 0;
+
+  // Binds a listener at `address` (port 0: an ephemeral one; see Listener::address()). An
+  // address in use is an error naming it.
+  virtual Result<std::unique_ptr<Listener>> listen(const std::string& address) = 0;
+  // Connects to the listener at `address`, retrying while nobody listens there, within
+  // `timeout` (then kTimeout naming the address).
+  virtual Result<std::unique_ptr<Channel>> connect(const std::string& address,
+                                                   std::chrono::milliseconds timeout) = 0;
+  // A ring of `slots` x `slot_bytes` that this end writes (a sender) or has segments
+  // received into (Channel::register_memory makes it a Region).
+  virtual Result<Ring> allocate_ring(std::uint32_t slots, std::uint64_t slot_bytes) = 0;
+  // shares_memory() only (else kFailedPrecondition): maps read-only the ring `peer` passed
+  // with its message (`fd`), after checking its size.
+  virtual Result<Ring> map_peer_ring(ScopedFd fd, std::uint32_t slots, std::uint64_t slot_bytes,
+                                     const std::string& peer);
 };
 
 }  // namespace ferry::transport

@@ -55,11 +55,12 @@ def test_stop_from_another_thread_ends_the_relays_wait(tmp_path):
         assert relay.closed
 
 
-def test_relay_needs_a_net_upstream_and_a_local_address():
+def test_relay_needs_an_upstream_on_another_node_and_known_transports():
     with pytest.raises(ferry.InvalidArgumentError, match="not a host:port address"):
         ferry.Relay("@not-net", 0, unique_address(), timeout=1)
-    with pytest.raises(ferry.InvalidArgumentError, match="must be a shm address"):
-        ferry.Relay("127.0.0.1:1", 0, "127.0.0.1:2", timeout=1)
+    with pytest.raises(ferry.InvalidArgumentError,
+                       match="unknown transport scheme 'rdma' in address 'rdma://10.0.0.1:1'"):
+        ferry.Relay("127.0.0.1:1", 0, "rdma://10.0.0.1:1", timeout=1)
 
 
 def test_a_relay_feeds_a_relay_bit_exact(tmp_path):

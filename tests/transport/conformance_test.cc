@@ -2,13 +2,14 @@
 // body per behaviour run over shm and net: whole messages up to the limit and not one byte
 // more, a close the peer sees, a receive deadline kept, a killed peer named, a listener that
 // refuses a second bind and frees its address on close, segments that arrive bit-exact and a
-// missing one that times out. Both ends go through the factories (transport::listen and
-// transport::connect), which pick the transport from the address.
+// missing one that times out. Both ends go through a transport::Registry, which picks the
+// transport from the address.
 //
 // The listening end runs on the test's thread; a peer runs on a thread of its own, or as a
 // child process (this binary re-executed with FERRY_CONFORMANCE_CHILD set) when it is killed.
 #include <gtest/gtest.h>
 #include <poll.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -26,8 +27,7 @@
 #include "base/coding.h"
 #include "support/status_matchers.h"
 #include "support/test_support.h"
-#include "transport/connect.h"
-#include "transport/shm/memfd_ring.h"
+#include "transport/registry.h"
 #include "transport/transport.h"
 
 namespace ferry::transport {
@@ -49,11 +49,31 @@ double ms_since(Clock::time_point t) {
 
 enum class Kind { kShm, kNet };
 
-// What listen() needs for a net address: the session token.
-NetListenOptions listen_options() {
-  NetListenOptions o;
-  o.token = *net::Token::from_string(testing::kTestToken);
-  return o;
+// The session secret in a file of mode 0600, as a node holds it.
+const std::string& secret_file() {
+  static const testing::TempDir dir;
+  static const std::string path = [] {
+    const std::string p = dir.file("token");
+    testing::write_bytes(p, testing::kTestToken);
+    ::chmod(p.c_str(), 0600);
+    return p;
+  }();
+  return path;
+}
+
+TransportConfig config() { return {.secret_file = secret_file()}; }
+
+// A listener of its own transports (net: its own Context).
+Result<std::unique_ptr<Listener>> listen_alone(const std::string& address) {
+  Registry transports(config());
+  return transports.listen(address);
+}
+
+// A peer is another process or node: its own transports.
+Result<std::unique_ptr<Channel>> connect_alone(const std::string& address, milliseconds timeout,
+                                               const TransportConfig& peer_config = config()) {
+  Registry transports(peer_config);
+  return transports.connect(address, timeout);
 }
 
 // A fresh address of `kind` nobody listens on yet (net: port 0, bound to a free one).
@@ -68,7 +88,7 @@ std::string fresh_address(Kind kind) {
 class Server {
  public:
   explicit Server(Kind kind) {
-    auto l = listen(fresh_address(kind), listen_options());
+    auto l = listen_alone(fresh_address(kind));
     EXPECT_OK(l);
     if (!l.ok()) return;
     listener_ = std::move(*l);
@@ -92,17 +112,6 @@ class Server {
   std::unique_ptr<Poller> poller_;
 };
 
-// The connecting end's options: its own Context (a peer is another process or node) and the
-// session token, which the factory uses only for a net address.
-Result<NetConnectOptions> peer_options() {
-  NetConnectOptions o;
-  auto ctx = net::Context::create();
-  if (!ctx.ok()) return ctx.status();
-  o.context = *ctx;
-  o.token = *net::Token::from_string(testing::kTestToken);
-  return o;
-}
-
 // A peer on its own thread: connects through the factory, runs `body`, closes.
 class PeerThread {
  public:
@@ -123,9 +132,7 @@ class PeerThread {
 
  private:
   static Status run(const std::string& address, const std::function<Status(Channel&)>& body) {
-    auto options = peer_options();
-    if (!options.ok()) return options.status();
-    auto ch = connect(address, kTimeout, *options);
+    auto ch = connect_alone(address, kTimeout);
     if (!ch.ok()) return ch.status();
     Status s = body(**ch);
     (*ch)->close();
@@ -151,7 +158,8 @@ class Conformance : public ::testing::TestWithParam<Kind> {
 };
 
 TEST_P(Conformance, FactoryPicksTheTransportFromTheAddress) {
-  EXPECT_EQ(is_net_address(server_->address()), GetParam() == Kind::kNet) << server_->address();
+  EXPECT_EQ(Registry::scheme_of(server_->address()), GetParam() == Kind::kNet ? "net" : "shm")
+      << server_->address();
   EXPECT_FALSE(server_->address().ends_with(":0")) << "port 0 is bound to a real port";
   PeerThread peer(server_->address(), [](Channel& ch) { return ch.send(pattern(1, 0), kTimeout); });
   auto ch = accept();
@@ -255,7 +263,7 @@ TEST_P(Conformance, ListenerRefusesASecondBindNamingTheAddressAndClosesForGood) 
   EXPECT_OK(peer.finish(*server_));
 
   // After the accept: shm's refusal probes the holder with a connection of its own.
-  auto second = listen(address, listen_options());
+  auto second = listen_alone(address);
   ASSERT_FALSE(second.ok()) << "a second listener bound " << address;
   EXPECT_NE(second.status().message().find(address), std::string::npos)
       << second.status().message();
@@ -263,19 +271,17 @@ TEST_P(Conformance, ListenerRefusesASecondBindNamingTheAddressAndClosesForGood) 
   server_->listener().close();
   EXPECT_EQ(server_->listener().fd(), -1);
   EXPECT_EQ(server_->listener().address(), address) << "a closed listener still names itself";
-  auto options = peer_options();
-  ASSERT_OK(options);
-  auto late = connect(address, milliseconds(300), *options);
+  auto late = connect_alone(address, milliseconds(300));
   EXPECT_FALSE(late.ok()) << "connected to a closed listener at " << address;
   // Its address is free again (the shm socket file is gone, the port released).
-  EXPECT_OK(listen(address, listen_options()));
+  EXPECT_OK(listen_alone(address));
 }
 
 // ---- segments ----
 
 // The sending end's ring: one slot with a pattern in it, registered for segments. A peer
 // that shares memory maps it from the descriptor passed with the first message.
-struct Ring {
+struct SendRing {
   static constexpr std::size_t kBytes = (3u << 20) + 123;
   shm::MemfdRing ring;
   std::unique_ptr<Region> region;
@@ -283,11 +289,11 @@ struct Ring {
 };
 
 TEST_P(Conformance, PublishedSegmentsArriveBitExactInOrder) {
-  Ring ring;
-  auto created = shm::MemfdRing::create(1, Ring::kBytes);
+  SendRing ring;
+  auto created = shm::MemfdRing::create(1, SendRing::kBytes);
   ASSERT_OK(created);
   ring.ring = std::move(*created);
-  const std::vector<std::byte> expected = pattern(Ring::kBytes, 7);
+  const std::vector<std::byte> expected = pattern(SendRing::kBytes, 7);
   std::copy(expected.begin(), expected.end(), ring.bytes().begin());
   auto region = server_->listener().register_memory(ring.bytes());
   ASSERT_OK(region);
@@ -305,12 +311,12 @@ TEST_P(Conformance, PublishedSegmentsArriveBitExactInOrder) {
     std::span<std::byte> into;
     std::unique_ptr<Region> own_region;
     if (ch.shares_memory()) {
-      auto m = shm::MemfdRing::map_readonly(std::move(fd), 1, Ring::kBytes, ch.peer());
+      auto m = shm::MemfdRing::map_readonly(std::move(fd), 1, SendRing::kBytes, ch.peer());
       if (!m.ok()) return m.status();
       mapped = std::move(*m);
-      into = {mapped.slot(0), Ring::kBytes};
+      into = {mapped.slot(0), SendRing::kBytes};
     } else {
-      own.assign(Ring::kBytes, std::byte{0});
+      own.assign(SendRing::kBytes, std::byte{0});
       into = own;
       auto r = ch.register_memory(into);
       if (!r.ok()) return r.status();
@@ -372,15 +378,15 @@ TEST_P(Conformance, SegmentNotPublishedTimesOutNamingThePeer) {
 class ChildPeer : public testing::Spawned {
  public:
   explicit ChildPeer(const std::string& address)
-      : Spawned(testing::self_binary(), {}, {"FERRY_CONFORMANCE_CHILD=" + address}) {}
+      : Spawned(testing::self_binary(), {},
+                {"FERRY_CONFORMANCE_CHILD=" + address,
+                 std::string("FERRY_TOKEN=") + testing::kTestToken}) {}
 };
 
 const bool kChildRan = [] {
   const char* address = std::getenv("FERRY_CONFORMANCE_CHILD");
   if (address == nullptr) return false;
-  auto options = peer_options();
-  if (!options.ok()) std::_Exit(1);
-  auto ch = connect(address, kTimeout, *options);
+  auto ch = connect_alone(address, kTimeout, TransportConfig{});  // the secret: FERRY_TOKEN
   if (!ch.ok() || !(*ch)->send(pattern(5, 3), kTimeout).ok()) std::_Exit(2);
   (void)!::write(1, "connected\n", 10);
   while (true) std::this_thread::sleep_for(std::chrono::seconds(1));

@@ -1,0 +1,71 @@
+#include "transport/net/net_transport.h"
+
+#include "base/status_macros.h"
+#include "transport/net/auth.h"
+#include "transport/net/channel.h"
+#include "transport/net/context.h"
+#include "transport/net/message_channel.h"
+#include "transport/net/message_listener.h"
+
+namespace ferry::net {
+
+namespace {
+
+Result<Token> session_secret(const transport::TransportConfig& config) {
+  auto token =
+      config.secret_file.empty() ? Token::from_env() : Token::from_file(config.secret_file);
+  if (!token.ok() && token.status().code() == Code::kNotFound && config.secret_file.empty()) {
+    return Status(Code::kUnauthenticated,
+                  "a net session needs its secret: set FERRY_TOKEN, or FERRY_TOKEN_FILE (or "
+                  "--token-file) to a file of mode 0600 holding it, the same on every node");
+  }
+  return token;
+}
+
+class NetTransport final : public transport::Transport {
+ public:
+  NetTransport(std::shared_ptr<Context> context, Token token, WireProtect protection)
+      : context_(std::move(context)), token_(std::move(token)), protection_(protection) {}
+
+  const std::string& scheme() const override { return scheme_; }
+  bool shares_memory() const override { return false; }
+  bool connect_in_slices() const override { return false; }
+
+  Result<std::unique_ptr<transport::Listener>> listen(const std::string& address) override {
+    FERRY_ASSIGN_OR_RETURN(auto listener, Listener::bind(context_, address, token_));
+    return std::unique_ptr<transport::Listener>(
+        std::make_unique<MessageListener>(context_, std::move(listener), protection_));
+  }
+
+  Result<std::unique_ptr<transport::Channel>> connect(const std::string& address,
+                                                      std::chrono::milliseconds timeout) override {
+    FERRY_ASSIGN_OR_RETURN(auto channel, net::connect(context_, address, token_, timeout));
+    // The sender chooses how segments travel; this end only sets the least it takes.
+    channel.set_bulk_protection(WireProtect::kNone, protection_);
+    return std::unique_ptr<transport::Channel>(
+        std::make_unique<MessageChannel>(std::move(channel)));
+  }
+
+  // The ring is host memory like shm's; each listener or channel registers it with UCX.
+  Result<transport::Ring> allocate_ring(std::uint32_t slots, std::uint64_t slot_bytes) override {
+    return transport::Ring::create(slots, slot_bytes);
+  }
+
+ private:
+  const std::string scheme_ = "net";
+  std::shared_ptr<Context> context_;
+  Token token_;
+  WireProtect protection_;
+};
+
+}  // namespace
+
+Result<std::unique_ptr<transport::Transport>> create_transport(
+    const transport::TransportConfig& config) {
+  FERRY_ASSIGN_OR_RETURN(Token token, session_secret(config));
+  FERRY_ASSIGN_OR_RETURN(auto context, Context::create());
+  return std::unique_ptr<transport::Transport>(
+      std::make_unique<NetTransport>(std::move(context), std::move(token), config.protection));
+}
+
+}  // namespace ferry::net

@@ -1,0 +1,51 @@
+#include "transport/shm/shm_transport.h"
+
+#include "transport/shm/message_channel.h"
+#include "transport/shm/message_listener.h"
+
+namespace ferry::shm {
+
+namespace {
+
+class ShmTransport final : public transport::Transport {
+ public:
+  const std::string& scheme() const override { return scheme_; }
+  bool shares_memory() const override { return true; }
+  // connect() only looks for the socket file, so a retry costs nothing.
+  bool connect_in_slices() const override { return true; }
+
+  Result<std::unique_ptr<transport::Listener>> listen(const std::string& address) override {
+    auto listener = Listener::bind(address);
+    if (!listener.ok()) return listener.status();
+    return std::unique_ptr<transport::Listener>(
+        std::make_unique<MessageListener>(std::move(*listener)));
+  }
+
+  Result<std::unique_ptr<transport::Channel>> connect(const std::string& address,
+                                                      std::chrono::milliseconds timeout) override {
+    auto channel = shm::connect(address, timeout);
+    if (!channel.ok()) return channel.status();
+    return std::unique_ptr<transport::Channel>(
+        std::make_unique<MessageChannel>(std::move(*channel)));
+  }
+
+  Result<transport::Ring> allocate_ring(std::uint32_t slots, std::uint64_t slot_bytes) override {
+    return MemfdRing::create(slots, slot_bytes);
+  }
+
+  Result<transport::Ring> map_peer_ring(ScopedFd fd, std::uint32_t slots, std::uint64_t slot_bytes,
+                                        const std::string& peer) override {
+    return MemfdRing::map_readonly(std::move(fd), slots, slot_bytes, peer);
+  }
+
+ private:
+  const std::string scheme_ = "shm";
+};
+
+}  // namespace
+
+Result<std::unique_ptr<transport::Transport>> create_transport(const transport::TransportConfig&) {
+  return std::unique_ptr<transport::Transport>(std::make_unique<ShmTransport>());
+}
+
+}  // namespace ferry::shm

@@ -1,0 +1,16 @@
+// The shm transport's entry in the registry (transport/registry.h).
+#pragma once
+
+#include <memory>
+
+#include "ferry/status.h"
+#include "transport/transport.h"
+
+namespace ferry::shm {
+
+// Processes on this node, over a UNIX socket each, sharing the sender's memfd ring.
+// Needs nothing from `config`.
+Result<std::unique_ptr<transport::Transport>> create_transport(
+    const transport::TransportConfig& config);
+
+}  // namespace ferry::shm

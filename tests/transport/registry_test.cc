@@ -1,0 +1,142 @@
+// transport::Registry: the address's scheme picks the transport, an unknown scheme is an
+// error naming the address, each transport is made once, and every transport allocates a
+// ring its end can write (shm: one a peer maps).
+#include "transport/registry.h"
+
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <string>
+
+#include "support/status_matchers.h"
+#include "support/test_support.h"
+#include "transport/transport.h"
+
+namespace ferry::transport {
+namespace {
+
+TEST(RegistryTest, SchemeFollowsTheAddressForm) {
+  EXPECT_EQ(Registry::scheme_of("@ferry-job"), "shm");
+  EXPECT_EQ(Registry::scheme_of("ferry-job"), "shm");
+  EXPECT_EQ(Registry::scheme_of("/tmp/ferry.sock"), "shm");
+  EXPECT_EQ(Registry::scheme_of("./a:b"), "shm") << "a path with a colon is still a path";
+  EXPECT_EQ(Registry::scheme_of("@a:1"), "shm") << "an abstract name with a colon";
+  EXPECT_EQ(Registry::scheme_of("127.0.0.1:5555"), "net");
+  EXPECT_EQ(Registry::scheme_of("trainer:0"), "net");
+  EXPECT_EQ(Registry::scheme_of("rdma://10.0.0.1:4791"), "rdma");
+  EXPECT_EQ(Registry::scheme_of("hccl://node1:7000"), "hccl");
+}
+
+TEST(RegistryTest, UnknownSchemeIsAnErrorNamingTheAddress) {
+  Registry transports({});
+  const std::string address = "rdma://10.0.0.1:4791";
+  // shm and net are picked by the address's form; written, their scheme is unknown too.
+  for (const std::string form : {"shm://@job", "net://10.0.0.1:5555"}) {
+    auto t = transports.for_address(form);
+    EXPECT_EQ(t.status().code(), Code::kInvalidArgument) << form;
+    EXPECT_NE(t.status().message().find(form), std::string::npos) << t.status().message();
+  }
+  for (const Status& s :
+       {transports.for_address(address).status(), transports.listen(address).status(),
+        transports.connect(address, std::chrono::milliseconds(10)).status()}) {
+    EXPECT_EQ(s.code(), Code::kInvalidArgument) << s.to_string();
+    EXPECT_NE(s.message().find("unknown transport scheme 'rdma'"), std::string::npos)
+        << s.message();
+    EXPECT_NE(s.message().find(address), std::string::npos) << s.message();
+  }
+}
+
+TEST(RegistryTest, ShmNeedsNoSecretAndSharesMemory) {
+  Registry transports({.secret_file = "/nonexistent/ferry-token"});
+  auto shm = transports.for_address("@ferry-registry-test");
+  ASSERT_OK(shm);
+  EXPECT_EQ((*shm)->scheme(), "shm");
+  EXPECT_TRUE((*shm)->shares_memory());
+  EXPECT_TRUE((*shm)->connect_in_slices());
+}
+
+TEST(RegistryTest, NetWithoutItsSecretFailsNamingTheFile) {
+  Registry transports({.secret_file = "/nonexistent/ferry-token"});
+  auto net = transports.for_address("127.0.0.1:1");
+  ASSERT_FALSE(net.ok());
+  EXPECT_NE(net.status().message().find("/nonexistent/ferry-token"), std::string::npos)
+      << net.status().message();
+}
+
+class RegistryWithSecret : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const std::string path = dir_.file("token");
+    testing::write_bytes(path, testing::kTestToken);
+    ASSERT_EQ(::chmod(path.c_str(), 0600), 0);
+    transports_ = std::make_unique<Registry>(TransportConfig{.secret_file = path});
+  }
+  testing::TempDir dir_;
+  std::unique_ptr<Registry> transports_;
+};
+
+TEST_F(RegistryWithSecret, EachTransportIsMadeOnceAndShared) {
+  auto first = transports_->for_address("10.0.0.1:5555");
+  ASSERT_OK(first);
+  auto second = transports_->for_address("127.0.0.1:0");
+  ASSERT_OK(second);
+  EXPECT_EQ(*first, *second) << "one net transport (one UCX context) for every net address";
+  EXPECT_EQ((*first)->scheme(), "net");
+  EXPECT_FALSE((*first)->shares_memory());
+  EXPECT_FALSE((*first)->connect_in_slices());
+  auto shm = transports_->for_address("@x");
+  ASSERT_OK(shm);
+  EXPECT_NE(*shm, *first);
+}
+
+// Every transport's ring: the asked shape, every slot writable by its end.
+class RingAllocation : public RegistryWithSecret,
+                       public ::testing::WithParamInterface<const char*> {};
+
+TEST_P(RingAllocation, RingHasTheAskedShapeAndEverySlotIsWritable) {
+  auto transport = transports_->for_address(GetParam());
+  ASSERT_OK(transport);
+  constexpr std::uint32_t kSlots = 3;
+  constexpr std::uint64_t kSlotBytes = 4096 + 16;
+  auto ring = (*transport)->allocate_ring(kSlots, kSlotBytes);
+  ASSERT_OK(ring);
+  EXPECT_EQ(ring->slots(), kSlots);
+  EXPECT_EQ(ring->slot_bytes(), kSlotBytes);
+  for (std::uint32_t i = 0; i < kSlots; ++i) {
+    std::fill_n(ring->slot(i), kSlotBytes, static_cast<std::byte>(i + 1));
+  }
+  for (std::uint32_t i = 0; i < kSlots; ++i) {
+    EXPECT_EQ(ring->slot(i)[kSlotBytes - 1], static_cast<std::byte>(i + 1)) << "slot " << i;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Transports, RingAllocation,
+                         ::testing::Values("@ferry-ring-test", "127.0.0.1:0"),
+                         [](const ::testing::TestParamInfo<const char*>& param) {
+                           return Registry::scheme_of(param.param);
+                         });
+
+TEST_F(RegistryWithSecret, ShmPeerMapsTheRingItsSenderAllocated) {
+  auto shm = transports_->for_address("@ferry-ring-test");
+  ASSERT_OK(shm);
+  auto ring = (*shm)->allocate_ring(2, 8192);
+  ASSERT_OK(ring);
+  ring->slot(1)[5] = std::byte{42};
+  auto mapped =
+      (*shm)->map_peer_ring(ScopedFd(::dup(ring->reader_fd())), 2, 8192, "the test's sender");
+  ASSERT_OK(mapped);
+  EXPECT_EQ(mapped->slot(1)[5], std::byte{42});
+}
+
+TEST_F(RegistryWithSecret, NetMapsNoPeerRing) {
+  auto net = transports_->for_address("127.0.0.1:0");
+  ASSERT_OK(net);
+  auto mapped = (*net)->map_peer_ring(ScopedFd(), 1, 4096, "a peer");
+  EXPECT_EQ(mapped.status().code(), Code::kFailedPrecondition) << mapped.status().to_string();
+  EXPECT_NE(mapped.status().message().find("a peer"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace ferry::transport
