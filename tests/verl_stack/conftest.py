@@ -47,7 +47,9 @@ from verl.workers.config import (CheckpointEngineConfig, HFModelConfig,  # noqa:
 
 @pytest.fixture(scope="session")
 def ray_session():
-    ray.init(num_cpus=16, include_dashboard=False, log_to_driver=False,
+    # Logical CPUs, one per worker: the session keeps every group it made alive (Stack.groups),
+    # and a placement group that does not fit waits for good.
+    ray.init(num_cpus=32, include_dashboard=False, log_to_driver=False,
              logging_level="ERROR")
     yield
     ray.shutdown()

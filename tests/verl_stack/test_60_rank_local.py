@@ -39,9 +39,17 @@ def test_each_rank_of_a_tp_group_gets_only_its_slice(stack, model_path, senders)
                                         first_replica_rank=stack.next_replica_rank,
                                         adapter_hooks={"accept_rank_local": True})
     stack.next_replica_rank += 1
-    stack.groups.append(wg)
     trainer = stack.new_trainer(senders, senders=senders, **kwargs)
-    manager = CheckpointEngineManager(ce, trainer, replicas)
+    try:
+        _updates(stack, CheckpointEngineManager(ce, trainer, replicas), trainer, replicas,
+                 model_path)
+    finally:  # this test's actors only: the session keeps the others
+        for worker in wg.workers + trainer.workers:
+            ray.kill(worker)
+
+
+def _updates(stack, manager, trainer, replicas, model_path: str) -> None:
+    """Two updates, each checked on every rank of the TP group against the reference."""
     with open(os.path.join(model_path, "config.json")) as f:
         cfg = json.load(f)
     cfg.setdefault("head_dim", cfg["hidden_size"] // cfg["num_attention_heads"])
