@@ -20,7 +20,7 @@ constexpr int kMaxUnreadMessages = 4096;
 }  // namespace
 
 RoundReader::RoundReader(const SyncOptions& options, Link link, wire::Conversation conversation,
-                         shm::MemfdRing ring, std::unique_ptr<transport::Region> region,
+                         transport::Ring ring, std::unique_ptr<transport::Region> region,
                          bool checksums)
     : options_(options),
       interrupted_(options),

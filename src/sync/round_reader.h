@@ -43,8 +43,8 @@
 #include "sync/round_checksum.h"
 #include "sync/segment.h"
 #include "sync/sync_options.h"
+#include "transport/ring.h"
 #include "transport/shm/cow_view.h"
-#include "transport/shm/memfd_ring.h"
 #include "transport/transport.h"
 #include "wire/conversation.h"
 #include "wire/message.h"
@@ -90,7 +90,7 @@ class RoundReader {
   // `ring`: mapped from a sender that shares memory, else this process's own, registered as
   // `region` for the segments sent into it.
   RoundReader(const SyncOptions& options, Link link, wire::Conversation conversation,
-              shm::MemfdRing ring, std::unique_ptr<transport::Region> region, bool checksums);
+              transport::Ring ring, std::unique_ptr<transport::Region> region, bool checksums);
   ~RoundReader();
   RoundReader(const RoundReader&) = delete;
   RoundReader& operator=(const RoundReader&) = delete;
@@ -143,7 +143,7 @@ class RoundReader {
   std::uint64_t last_round() const { return conversation_.round(); }
   const std::string& peer() const { return link_.peer(); }
   bool checksums() const { return checksums_; }
-  shm::MemfdRing& ring() { return ring_; }
+  transport::Ring& ring() { return ring_; }
   // The link's wait loop (a relay waits on it beside its own peers).
   std::unique_ptr<transport::Poller> poller() { return link_.channel().poller(); }
 
@@ -182,7 +182,7 @@ class RoundReader {
   InterruptCheck interrupted_;
   Link link_;
   wire::Conversation conversation_;
-  shm::MemfdRing ring_;
+  transport::Ring ring_;
   std::unique_ptr<transport::Region> ring_region_;  // after ring_: deregistered first
   bool checksums_ = true;
   Status broken_;
