@@ -18,7 +18,7 @@ namespace ferry {
 namespace {
 
 using ferry::testing::run_ferry;
-using ferry::testing::Spawned;
+using ferry::testing::spawn_part_servers;
 
 std::uint64_t hex(const nlohmann::json& j) {
   return std::stoull(j.get<std::string>(), nullptr, 16);
@@ -28,15 +28,9 @@ TEST(MultiSenderCli, TwoPartServersAndOneRecvWithTwoAddressesGetTheWholeModel) {
   constexpr int kRounds = 2;
   const std::string base = "@ferry-cli-parts-" + std::to_string(::getpid());
   const std::vector<std::string> addresses = {base + "-1", base + "-2"};
-  std::vector<std::unique_ptr<Spawned>> servers;
-  for (int k = 1; k <= 2; ++k) {
-    servers.push_back(std::make_unique<Spawned>(
-        FERRY_BINARY,
-        std::vector<std::string>{"sync", "serve", "--address", addresses[k - 1], "--part",
-                                 std::to_string(k) + "/2", "--layers", "1", "--bucket-mb", "16",
-                                 "--rounds", std::to_string(kRounds), "--json"},
-        std::vector<std::string>{}));
-  }
+  auto servers = spawn_part_servers(
+      FERRY_BINARY, addresses, {"1/2", "2/2"},
+      {"--layers", "1", "--bucket-mb", "16", "--rounds", std::to_string(kRounds), "--json"});
   auto r = run_ferry({"sync", "recv", "--address", addresses[0], "--address", addresses[1],
                       "--layers", "1", "--rounds", std::to_string(kRounds), "--json"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
@@ -79,14 +73,9 @@ TEST(MultiSenderCli, PartsThatDoNotCoverTheModelFailNamingTheMissingTensors) {
   const std::string base = "@ferry-cli-gap-" + std::to_string(::getpid());
   const std::vector<std::string> addresses = {base + "-1", base + "-2"};
   const std::vector<std::string> parts = {"1/2", "2/3"};
-  std::vector<std::unique_ptr<Spawned>> servers;
-  for (std::size_t k = 0; k < 2; ++k) {
-    servers.push_back(std::make_unique<Spawned>(
-        FERRY_BINARY,
-        std::vector<std::string>{"sync", "serve", "--address", addresses[k], "--part", parts[k],
-                                 "--layers", "2", "--bucket-mb", "16", "--timeout", "30", "--json"},
-        std::vector<std::string>{}));
-  }
+  auto servers =
+      spawn_part_servers(FERRY_BINARY, addresses, parts,
+                         {"--layers", "2", "--bucket-mb", "16", "--timeout", "30", "--json"});
   auto r = run_ferry({"sync", "recv", "--address", addresses[0], "--address", addresses[1],
                       "--layers", "2", "--timeout", "30", "--json"});
 

@@ -18,6 +18,7 @@ namespace ferry {
 namespace {
 
 using ferry::testing::run_ferry;
+using ferry::testing::spawn_part_servers;
 using ferry::testing::Spawned;
 
 TEST(RankLocalCli, TwoRanksEachCopyOnlyTheirSlices) {
@@ -64,14 +65,8 @@ TEST(RankLocalCli, PartsThatDoNotCoverTheModelFailTheRound) {
   const std::string base = "@ferry-cli-tp-gap-" + std::to_string(::getpid());
   const std::vector<std::string> addresses = {base + "-1", base + "-2"};
   const std::vector<std::string> parts = {"1/2", "2/3"};
-  std::vector<std::unique_ptr<Spawned>> servers;
-  for (std::size_t k = 0; k < 2; ++k) {
-    servers.push_back(std::make_unique<Spawned>(
-        FERRY_BINARY,
-        std::vector<std::string>{"sync", "serve", "--address", addresses[k], "--part", parts[k],
-                                 "--layers", "2", "--timeout", "30"},
-        std::vector<std::string>{}));
-  }
+  auto servers =
+      spawn_part_servers(FERRY_BINARY, addresses, parts, {"--layers", "2", "--timeout", "30"});
   auto r = run_ferry({"sync", "recv", "--address", addresses[0], "--address", addresses[1], "--tp",
                       "0/2", "--layers", "2", "--timeout", "30", "--json"});
   EXPECT_EQ(r.exit_code, 1) << r.out << r.err;

@@ -138,6 +138,20 @@ Spawned::Spawned(const std::string& binary, const std::vector<std::string>& args
   pid_ = pid;
 }
 
+std::vector<std::unique_ptr<Spawned>> spawn_part_servers(const std::string& ferry_binary,
+                                                         const std::vector<std::string>& addresses,
+                                                         const std::vector<std::string>& parts,
+                                                         const std::vector<std::string>& extra) {
+  std::vector<std::unique_ptr<Spawned>> servers;
+  for (std::size_t k = 0; k < addresses.size(); ++k) {
+    std::vector<std::string> args = {"sync",       "serve",  "--address",
+                                     addresses[k], "--part", parts.at(k)};
+    args.insert(args.end(), extra.begin(), extra.end());
+    servers.push_back(std::make_unique<Spawned>(ferry_binary, args, std::vector<std::string>{}));
+  }
+  return servers;
+}
+
 Spawned::~Spawned() {
   kill();
   ::close(out_);

@@ -3,6 +3,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <string>
 #include <vector>
@@ -71,6 +72,13 @@ class Spawned {
   int out_ = -1;
   std::string pending_;  // read but not yet returned
 };
+
+// Several senders of one model: `ferry_binary sync serve --address addresses[k] --part
+// parts[k] <extra...>` for each k, each its own child.
+std::vector<std::unique_ptr<Spawned>> spawn_part_servers(const std::string& ferry_binary,
+                                                         const std::vector<std::string>& addresses,
+                                                         const std::vector<std::string>& parts,
+                                                         const std::vector<std::string>& extra);
 
 // "127.0.0.1:PORT" where nothing listens now, for a server that must be told its port in
 // advance (a checkpoint group's rank 0). PORT is random below the kernel's ephemeral range:
