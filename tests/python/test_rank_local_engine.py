@@ -7,6 +7,7 @@ path under verl's real manager is tests/verl_stack/test_60_rank_local.py."""
 from __future__ import annotations
 
 import asyncio
+import json
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
@@ -91,6 +92,20 @@ def test_a_rollout_that_is_not_whole_tp_groups_is_refused():
     rollout = [{"node": "a", "pid": 10 + i, "relay": f"@r{i}", "tp_size": 2} for i in range(3)]
     with pytest.raises(ferry.InvalidArgumentError, match="tp_size=2, but there are 3 rollout"):
         plan_topology(1, 3, trainer + rollout)
+
+
+def test_a_config_folder_that_is_not_there_fails_when_the_slicer_is_made(tmp_path):
+    with pytest.raises(ferry.NotFoundError, match="no-such-model"):
+        LocalSlicer(str(tmp_path / "no-such-model"), 0, 2)
+
+
+def test_a_config_folder_is_read_once(tmp_path):
+    (tmp_path / "config.json").write_text(json.dumps(CONFIG))
+    slicer = LocalSlicer(str(tmp_path), 1, 2)
+    (tmp_path / "config.json").unlink()  # later cuts need the file no more
+    whole = _weights()["model.layers.0.mlp.down_proj.weight"]
+    _, local, _ = slicer.cut("model.layers.0.mlp.down_proj.weight", whole)
+    assert torch.equal(local, whole.chunk(2, dim=1)[1])
 
 
 def test_a_tensor_no_rule_covers_is_named():

@@ -14,6 +14,7 @@ it in tests)."""
 
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import dataclass
 from typing import Any
@@ -22,7 +23,7 @@ import torch
 
 from .. import _ferry
 from .._tensors import _error, ferry_dtype
-from ..rank_local import vllm_tp_slices
+from ..rank_local import _config_text, vllm_tp_slices
 
 WIRE_FORMAT = "rank_local_named_tensors"
 
@@ -77,7 +78,13 @@ class LocalSlicer:
     """One rollout rank's slices: cut(name, tensor) -> (name, local tensor, ShardSpec)."""
 
     def __init__(self, hf_config: Any, tp_rank: int, tp_size: int) -> None:
-        self.hf_config, self.tp_rank, self.tp_size = hf_config, int(tp_rank), int(tp_size)
+        # Read once, here: a missing folder fails joining the topology, not an update.
+        text = _config_text(hf_config)
+        try:
+            self._config: Any = json.loads(text)
+        except ValueError:
+            self._config = text  # a preset name
+        self.tp_rank, self.tp_size = int(tp_rank), int(tp_size)
         self._cuts: dict[tuple, _Cut] = {}
 
     def cut(self, name: str, tensor: torch.Tensor) -> tuple[str, torch.Tensor, Any]:
@@ -89,7 +96,7 @@ class LocalSlicer:
 
     def _cut_for(self, name: str, tensor: torch.Tensor) -> _Cut:
         whole = tuple(tensor.shape)
-        (s,) = vllm_tp_slices(self.hf_config, [(name, ferry_dtype(tensor.dtype), whole)],
+        (s,) = vllm_tp_slices(self._config, [(name, ferry_dtype(tensor.dtype), whole)],
                               self.tp_rank, self.tp_size)
         local = tuple(s.local[2])
         # vLLM's slices are blocks: the first selected byte is the block's origin.
