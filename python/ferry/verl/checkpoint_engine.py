@@ -212,9 +212,12 @@ class FerryCheckpointEngine(RankSessions, CheckpointEngineWithCache):
         self._role = role
         self._rank = rank
         self._sender_index = sender
-        # verl orders the rollout ranks replica by replica, each replica's by its rank.
-        self._slicer = (LocalSlicer(self.hf_config, rank % self.tp_size, self.tp_size)
-                        if role == "receiver" and self.tp_size > 1 else None)
+        # verl orders the rollout ranks replica by replica, each replica's by its rank. The
+        # slicer (its config and the slices it worked out) stays while the TP rank does.
+        if role != "receiver" or self.tp_size == 1:
+            self._slicer = None
+        elif self._slicer is None or self._slicer.tp_rank != rank % self.tp_size:
+            self._slicer = LocalSlicer(self.hf_config, rank % self.tp_size, self.tp_size)
         if role == "idle":
             return
         if plan.get("epoch") is not None and plan.get("epoch") == self._epoch:
