@@ -29,8 +29,8 @@ Result<std::unique_ptr<Fanout>> Fanout::create(const std::string& address,
   f->address_ = f->listener_->address();
   f->poller_ = f->listener_->poller();
   FERRY_ASSIGN_OR_RETURN(f->owned_ring_, transport->allocate_ring(slots, slot_bytes));
-  FERRY_ASSIGN_OR_RETURN(f->ring_region_, f->listener_->register_memory(std::span(
-                                              f->ring_->slot(0), std::size_t{slots} * slot_bytes)));
+  f->ring_ = f->owned_ring_.get();
+  FERRY_ASSIGN_OR_RETURN(f->ring_region_, f->listener_->register_memory(f->ring_->memory()));
   return f;
 }
 
@@ -45,9 +45,7 @@ Result<std::unique_ptr<Fanout>> Fanout::create_over(const std::string& address,
   f->address_ = f->listener_->address();
   f->poller_ = f->listener_->poller();
   f->ring_ = ring;
-  FERRY_ASSIGN_OR_RETURN(f->ring_region_,
-                         f->listener_->register_memory(std::span(
-                             ring->slot(0), std::size_t{ring->slots()} * ring->slot_bytes())));
+  FERRY_ASSIGN_OR_RETURN(f->ring_region_, f->listener_->register_memory(ring->memory()));
   return f;
 }
 
@@ -412,7 +410,7 @@ Status Fanout::admit(Peer p, const std::vector<std::byte>& hello) {
       ring_->slots(), ring_->slot_bytes(), static_cast<std::uint8_t>(options_.checksums ? 1 : 0)});
   // A peer that shares memory maps the ring from the descriptor passed with WELCOME.
   s = p.link.passes_fds()
-          ? p.link.send_with_fd(wire::encode(welcome), options_.timeout, ring_->reader_fd())
+          ? p.link.send_with_fd(wire::encode(welcome), options_.timeout, ring_->share_fd())
           : p.link.send(wire::encode(welcome), options_.timeout);
   if (!s.ok()) return s;
   p.conversation.sent(welcome);

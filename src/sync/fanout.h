@@ -125,8 +125,8 @@ class Fanout {
   std::string address_;
   std::unique_ptr<transport::Listener> listener_;
   std::unique_ptr<transport::Poller> poller_;  // the listener's channels' wait loop
-  transport::Ring owned_ring_;
-  transport::Ring* ring_ = &owned_ring_;  // owned_ring_, or create_over()'s
+  std::unique_ptr<transport::Ring> owned_ring_;
+  transport::Ring* ring_ = nullptr;  // owned_ring_, or create_over()'s
   // The ring registered for segments (nullptr: peers share memory); after ring_, so it is
   // deregistered before the ring is unmapped.
   std::unique_ptr<transport::Region> ring_region_;

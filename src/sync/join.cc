@@ -36,15 +36,14 @@ Result<std::unique_ptr<RoundReader>> join_session(const std::string& address, co
                   fmt::format("{} turned {} {} away: {}", link.peer(), as.noun, as.id, e.message));
   }
   const auto& w = std::get<wire::Welcome>(m.body);
-  transport::Ring ring;
+  std::unique_ptr<transport::Ring> ring;
   std::unique_ptr<transport::Region> region;
   if (!link.shares_memory()) {
     // The ring's size is the sender's to choose: bounded before any of it is allocated.
     FERRY_RETURN_IF_ERROR(check_ring_size(
         options, link.peer(), fmt::format("{} {}", as.noun, as.id), w.slots, w.slot_bytes));
     FERRY_ASSIGN_OR_RETURN(ring, transport->allocate_ring(w.slots, w.slot_bytes));
-    FERRY_ASSIGN_OR_RETURN(region, link.channel().register_memory(std::span(
-                                       ring.slot(0), std::size_t{w.slots} * w.slot_bytes)));
+    FERRY_ASSIGN_OR_RETURN(region, link.channel().register_memory(ring->memory()));
   } else {
     if (!ring_fd.valid()) {
       return corruption(fmt::format("WELCOME from {} carried no ring descriptor", link.peer()));

@@ -20,8 +20,8 @@ constexpr int kMaxUnreadMessages = 4096;
 }  // namespace
 
 RoundReader::RoundReader(const SyncOptions& options, Link link, wire::Conversation conversation,
-                         transport::Ring ring, std::unique_ptr<transport::Region> region,
-                         bool checksums)
+                         std::unique_ptr<transport::Ring> ring,
+                         std::unique_ptr<transport::Region> region, bool checksums)
     : options_(options),
       interrupted_(options),
       link_(std::move(link)),
@@ -336,7 +336,7 @@ Result<std::optional<ReadSegment>> RoundReader::next_segment() {
   if (f.offset == 0) leases_.push_back(Lease{f.bucket, f.slot, {}});
   {
     profiler::Span span("sync.unpack", profiler::Detail::kBucket);
-    FERRY_RETURN_IF_ERROR(verify_and_deliver(f, ring_.slot(f.slot)));
+    FERRY_RETURN_IF_ERROR(verify_and_deliver(f, ring_->slot(f.slot)));
   }
   round_sum_->add_bucket(f.bucket, f.used_bytes, f.checksum);
   ReadSegment segment;
@@ -433,7 +433,7 @@ Status RoundReader::send_release(const Lease& lease) {
 
 // Not sharing memory: the segment's bytes follow its FILLED, straight into this ring.
 Status RoundReader::receive_segment(const wire::Filled& f) {
-  std::span<std::byte> into(ring_.slot(f.slot) + f.offset, f.used_bytes - f.offset);
+  std::span<std::byte> into(ring_->slot(f.slot) + f.offset, f.used_bytes - f.offset);
   Status s = link_.channel().receive_segment(into, ring_region_.get(), options_.timeout);
   if (s.ok()) return s;
   return Status(s.code(), fmt::format("round {} bucket {}: {}", conversation_.round(), f.bucket,
@@ -478,12 +478,12 @@ Status RoundReader::deliver(const wire::Filled& f, const std::byte* slot, Bucket
   writable_views_.clear();
   std::byte* writable_slot = nullptr;
   if (into_ == ReadInto::kWritableViews) {
-    writable_slot = cow_.slot(f.slot);
+    writable_slot = cow_->slot(f.slot);
     // The slot's last bucket was released, so its views are done with: pages the caller
     // wrote then read the ring again.
     if (f.offset == 0) {
       FERRY_RETURN_IF_ERROR(forgotten(f.slot));
-      FERRY_RETURN_IF_ERROR(cow_.unseal(f.slot));
+      FERRY_RETURN_IF_ERROR(cow_->unseal(f.slot));
     }
   }
   if (f.offset == 0) walker_ = SegmentWalker(plan_.bucket(f.bucket));
@@ -568,18 +568,18 @@ Status RoundReader::finish_tensor(std::size_t i, TensorView tensor, std::byte* w
 
 Status RoundReader::writable_views_error() {
   if (!cow_error_) {
-    if (ring_.slots() < 2) {
+    if (ring_->slots() < 2) {
       cow_error_ = failed_precondition(
           fmt::format("writable views hold a ring slot until the next bucket, so they need a "
                       "ring of 2 slots or more; {}'s has {}",
-                      link_.peer(), ring_.slots()));
+                      link_.peer(), ring_->slots()));
     } else {
-      auto view = shm::CowView::map(ring_.fd(), ring_.slots(), ring_.slot_bytes());
+      auto view = ring_->writable_view();
       cow_error_ = view.status();
       if (view.ok()) {
         cow_ = std::move(*view);
-        writes_to_forget_.assign(ring_.slots(), false);
-        forgetting_.resize(ring_.slots());
+        writes_to_forget_.assign(ring_->slots(), false);
+        forgetting_.resize(ring_->slots());
       }
     }
   }
@@ -592,8 +592,8 @@ void RoundReader::start_forgetting(std::uint32_t i) {
   // Sealed first: a write before the seal is dropped by the scan, one after it faults, so no
   // view written after its lease changes what this slot shows later.
   forgetting_[i] = std::async(std::launch::async, [this, i] {
-    FERRY_RETURN_IF_ERROR(cow_.seal(i));
-    return cow_.forget_writes(i);
+    FERRY_RETURN_IF_ERROR(cow_->seal(i));
+    return cow_->forget_writes(i);
   });
 }
 
@@ -604,9 +604,6 @@ Status RoundReader::forgotten(std::uint32_t i) {
   return forgetting_[i].get();
 }
 
-std::span<const std::byte> RoundReader::ring_memory() const {
-  if (ring_.slots() == 0) return {};
-  return {ring_.slot(0), static_cast<std::size_t>(ring_.slots()) * ring_.slot_bytes()};
-}
+std::span<const std::byte> RoundReader::ring_memory() const { return ring_->memory(); }
 
 }  // namespace ferry::sync

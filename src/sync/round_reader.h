@@ -44,7 +44,6 @@
 #include "sync/segment.h"
 #include "sync/sync_options.h"
 #include "transport/ring.h"
-#include "transport/shm/cow_view.h"
 #include "transport/transport.h"
 #include "wire/conversation.h"
 #include "wire/message.h"
@@ -90,7 +89,8 @@ class RoundReader {
   // `ring`: mapped from a sender that shares memory, else this process's own, registered as
   // `region` for the segments sent into it.
   RoundReader(const SyncOptions& options, Link link, wire::Conversation conversation,
-              transport::Ring ring, std::unique_ptr<transport::Region> region, bool checksums);
+              std::unique_ptr<transport::Ring> ring, std::unique_ptr<transport::Region> region,
+              bool checksums);
   ~RoundReader();
   RoundReader(const RoundReader&) = delete;
   RoundReader& operator=(const RoundReader&) = delete;
@@ -143,7 +143,7 @@ class RoundReader {
   std::uint64_t last_round() const { return conversation_.round(); }
   const std::string& peer() const { return link_.peer(); }
   bool checksums() const { return checksums_; }
-  transport::Ring& ring() { return ring_; }
+  transport::Ring& ring() { return *ring_; }
   // The link's wait loop (a relay waits on it beside its own peers).
   std::unique_ptr<transport::Poller> poller() { return link_.channel().poller(); }
 
@@ -182,7 +182,7 @@ class RoundReader {
   InterruptCheck interrupted_;
   Link link_;
   wire::Conversation conversation_;
-  transport::Ring ring_;
+  std::unique_ptr<transport::Ring> ring_;           // never null
   std::unique_ptr<transport::Region> ring_region_;  // after ring_: deregistered first
   bool checksums_ = true;
   Status broken_;
@@ -233,7 +233,7 @@ class RoundReader {
   // pagemap scan, ~15 ms per 512 MiB, in the background) before the slot's views are handed
   // out again, unsealed (mprotect, ~4 ms per 512 MiB); the round's last bucket,
   // whose views stay readable until the sender refills the slot, when the next round begins.
-  shm::CowView cow_;
+  std::unique_ptr<transport::WritableView> cow_;
   std::optional<Status> cow_error_;
   std::vector<bool> writes_to_forget_;           // per slot: released, not yet scanned
   std::vector<std::future<Status>> forgetting_;  // per slot: the scan running; after cow_

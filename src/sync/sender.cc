@@ -211,10 +211,7 @@ Result<RoundStats> Sender::send_round_filled(std::span<const TensorSpec> specs,
                      [&](RoundWriter& w) { return w.fill(fill, flush); });
 }
 
-std::span<std::byte> Sender::ring_memory() const {
-  const transport::Ring& ring = impl_->fanout->ring();
-  return {ring.slot(0), static_cast<std::size_t>(ring.slots()) * ring.slot_bytes()};
-}
+std::span<std::byte> Sender::ring_memory() const { return impl_->fanout->ring().memory(); }
 
 std::uint64_t Sender::session_id() const { return impl_->fanout->session(); }
 std::uint64_t Sender::rounds_sent() const { return impl_->writer->round(); }

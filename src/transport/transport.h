@@ -194,11 +194,13 @@ class Transport {
                                                    std::chrono::milliseconds timeout) = 0;
   // A ring of `slots` x `slot_bytes` that this end writes (a sender) or has segments
   // received into (Channel::register_memory makes it a Region).
-  virtual Result<Ring> allocate_ring(std::uint32_t slots, std::uint64_t slot_bytes) = 0;
+  virtual Result<std::unique_ptr<Ring>> allocate_ring(std::uint32_t slots,
+                                                      std::uint64_t slot_bytes) = 0;
   // shares_memory() only (else kFailedPrecondition): maps read-only the ring `peer` passed
   // with its message (`fd`), after checking its size.
-  virtual Result<Ring> map_peer_ring(ScopedFd fd, std::uint32_t slots, std::uint64_t slot_bytes,
-                                     const std::string& peer);
+  virtual Result<std::unique_ptr<Ring>> map_peer_ring(ScopedFd fd, std::uint32_t slots,
+                                                      std::uint64_t slot_bytes,
+                                                      const std::string& peer);
 };
 
 }  // namespace ferry::transport

@@ -279,18 +279,22 @@ TEST_P(Conformance, ListenerRefusesASecondBindNamingTheAddressAndClosesForGood) 
 
 // ---- segments ----
 
-// The sending end's ring: one slot with a pattern in it, registered for segments. A peer
-// that shares memory maps it from the descriptor passed with the first message.
+// The sending end's ring, allocated by the transport: one slot with a pattern in it,
+// registered for segments. A peer that shares memory maps it from the descriptor passed with
+// the first message.
 struct SendRing {
   static constexpr std::size_t kBytes = (3u << 20) + 123;
-  shm::MemfdRing ring;
+  std::unique_ptr<Ring> ring;
   std::unique_ptr<Region> region;
-  std::span<std::byte> bytes() const { return {ring.slot(0), kBytes}; }
+  std::span<std::byte> bytes() const { return ring->memory(); }
 };
 
 TEST_P(Conformance, PublishedSegmentsArriveBitExactInOrder) {
+  Registry transports(config());
+  auto transport = transports.for_address(server_->address());
+  ASSERT_OK(transport);
   SendRing ring;
-  auto created = shm::MemfdRing::create(1, SendRing::kBytes);
+  auto created = (*transport)->allocate_ring(1, SendRing::kBytes);
   ASSERT_OK(created);
   ring.ring = std::move(*created);
   const std::vector<std::byte> expected = pattern(SendRing::kBytes, 7);
@@ -306,18 +310,18 @@ TEST_P(Conformance, PublishedSegmentsArriveBitExactInOrder) {
     ScopedFd fd;
     auto first = ch.receive_with_fd(kTimeout, &fd);
     if (!first.ok()) return first.status();
-    shm::MemfdRing mapped;
-    std::vector<std::byte> own;
-    std::span<std::byte> into;
+    // The peer's own transports: it maps the sender's ring, or receives into one of its own.
+    Registry peer_transports(config());
+    auto peer_transport = peer_transports.for_address(server_->address());
+    if (!peer_transport.ok()) return peer_transport.status();
+    auto into_ring =
+        ch.shares_memory()
+            ? (*peer_transport)->map_peer_ring(std::move(fd), 1, SendRing::kBytes, ch.peer())
+            : (*peer_transport)->allocate_ring(1, SendRing::kBytes);
+    if (!into_ring.ok()) return into_ring.status();
+    const std::span<std::byte> into = (*into_ring)->memory();
     std::unique_ptr<Region> own_region;
-    if (ch.shares_memory()) {
-      auto m = shm::MemfdRing::map_readonly(std::move(fd), 1, SendRing::kBytes, ch.peer());
-      if (!m.ok()) return m.status();
-      mapped = std::move(*m);
-      into = {mapped.slot(0), SendRing::kBytes};
-    } else {
-      own.assign(SendRing::kBytes, std::byte{0});
-      into = own;
+    if (!ch.shares_memory()) {
       auto r = ch.register_memory(into);
       if (!r.ok()) return r.status();
       own_region = std::move(*r);
@@ -333,7 +337,7 @@ TEST_P(Conformance, PublishedSegmentsArriveBitExactInOrder) {
   });
   auto ch = accept();
   ASSERT_NE(ch, nullptr);
-  ASSERT_OK(ch->passes_fds() ? ch->send_with_fd(pattern(1, 0), kTimeout, ring.ring.reader_fd())
+  ASSERT_OK(ch->passes_fds() ? ch->send_with_fd(pattern(1, 0), kTimeout, ring.ring->share_fd())
                              : ch->send(pattern(1, 0), kTimeout));
   ASSERT_OK(ch->publish_segment(ring.bytes().first(split), ring.region.get()));
   ASSERT_OK(ch->publish_segment(ring.bytes().subspan(split), ring.region.get()));

@@ -100,16 +100,35 @@ TEST_P(RingAllocation, RingHasTheAskedShapeAndEverySlotIsWritable) {
   ASSERT_OK(transport);
   constexpr std::uint32_t kSlots = 3;
   constexpr std::uint64_t kSlotBytes = 4096 + 16;
-  auto ring = (*transport)->allocate_ring(kSlots, kSlotBytes);
+  auto allocated = (*transport)->allocate_ring(kSlots, kSlotBytes);
+  ASSERT_OK(allocated);
+  const Ring& ring = **allocated;
+  EXPECT_EQ(ring.slots(), kSlots);
+  EXPECT_EQ(ring.slot_bytes(), kSlotBytes);
+  EXPECT_EQ(ring.memory().size(), kSlots * kSlotBytes);
+  for (std::uint32_t i = 0; i < kSlots; ++i) {
+    std::fill_n(ring.slot(i), kSlotBytes, static_cast<std::byte>(i + 1));
+  }
+  for (std::uint32_t i = 0; i < kSlots; ++i) {
+    EXPECT_EQ(ring.slot(i)[kSlotBytes - 1], static_cast<std::byte>(i + 1)) << "slot " << i;
+  }
+}
+
+// What a receiver hands a caller that writes into its tensors: writes stay in the view, the
+// ring keeps its bytes, and forget_writes shows the ring's again.
+TEST_P(RingAllocation, WritableViewIsPrivateToItsWriter) {
+  auto transport = transports_->for_address(GetParam());
+  ASSERT_OK(transport);
+  auto ring = (*transport)->allocate_ring(2, 8192);
   ASSERT_OK(ring);
-  EXPECT_EQ(ring->slots(), kSlots);
-  EXPECT_EQ(ring->slot_bytes(), kSlotBytes);
-  for (std::uint32_t i = 0; i < kSlots; ++i) {
-    std::fill_n(ring->slot(i), kSlotBytes, static_cast<std::byte>(i + 1));
-  }
-  for (std::uint32_t i = 0; i < kSlots; ++i) {
-    EXPECT_EQ(ring->slot(i)[kSlotBytes - 1], static_cast<std::byte>(i + 1)) << "slot " << i;
-  }
+  std::fill_n((*ring)->slot(1), 8192, std::byte{7});
+  auto view = (*ring)->writable_view();
+  ASSERT_OK(view);
+  EXPECT_EQ((*view)->slot(1)[100], std::byte{7});
+  (*view)->slot(1)[100] = std::byte{9};
+  EXPECT_EQ((*ring)->slot(1)[100], std::byte{7}) << "a write into the view reached the ring";
+  ASSERT_OK((*view)->forget_writes(1));
+  EXPECT_EQ((*view)->slot(1)[100], std::byte{7});
 }
 
 INSTANTIATE_TEST_SUITE_P(Transports, RingAllocation,
@@ -123,11 +142,18 @@ TEST_F(RegistryWithSecret, ShmPeerMapsTheRingItsSenderAllocated) {
   ASSERT_OK(shm);
   auto ring = (*shm)->allocate_ring(2, 8192);
   ASSERT_OK(ring);
-  ring->slot(1)[5] = std::byte{42};
+  (*ring)->slot(1)[5] = std::byte{42};
+  ASSERT_GE((*ring)->share_fd(), 0);
   auto mapped =
-      (*shm)->map_peer_ring(ScopedFd(::dup(ring->reader_fd())), 2, 8192, "the test's sender");
+      (*shm)->map_peer_ring(ScopedFd(::dup((*ring)->share_fd())), 2, 8192, "the test's sender");
   ASSERT_OK(mapped);
-  EXPECT_EQ(mapped->slot(1)[5], std::byte{42});
+  EXPECT_EQ((*mapped)->slot(1)[5], std::byte{42});
+  // The peer maps it read-only; its writable view is its own.
+  auto view = (*mapped)->writable_view();
+  ASSERT_OK(view);
+  (*view)->slot(1)[5] = std::byte{43};
+  EXPECT_EQ((*ring)->slot(1)[5], std::byte{42});
+  EXPECT_EQ((*mapped)->slot(1)[5], std::byte{42});
 }
 
 TEST_F(RegistryWithSecret, NetMapsNoPeerRing) {

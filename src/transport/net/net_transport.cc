@@ -6,6 +6,7 @@
 #include "transport/net/context.h"
 #include "transport/net/message_channel.h"
 #include "transport/net/message_listener.h"
+#include "transport/shm/memfd_ring.h"
 
 namespace ferry::net {
 
@@ -47,8 +48,9 @@ class NetTransport final : public transport::Transport {
   }
 
   // The ring is host memory like shm's; each listener or channel registers it with UCX.
-  Result<transport::Ring> allocate_ring(std::uint32_t slots, std::uint64_t slot_bytes) override {
-    return transport::Ring::create(slots, slot_bytes);
+  Result<std::unique_ptr<transport::Ring>> allocate_ring(std::uint32_t slots,
+                                                         std::uint64_t slot_bytes) override {
+    return shm::boxed_ring(shm::MemfdRing::create(slots, slot_bytes));
   }
 
  private:

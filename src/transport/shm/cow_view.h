@@ -18,11 +18,12 @@
 
 #include "base/file_util.h"
 #include "ferry/status.h"
+#include "transport/ring.h"
 #include "transport/shm/ring_mapping.h"
 
 namespace ferry::shm {
 
-class CowView {
+class CowView final : public transport::WritableView {
  public:
   CowView() = default;
   CowView(CowView&&) noexcept = default;
@@ -35,7 +36,7 @@ class CowView {
 
   bool mapped() const { return region_.data() != nullptr; }
   // REQUIRES: mapped(), i < slots. Writable; reads the ring until written.
-  std::byte* slot(std::uint32_t i) const { return region_.data() + i * slot_bytes_; }
+  std::byte* slot(std::uint32_t i) const override { return region_.data() + i * slot_bytes_; }
 
   // Drops every page of slot i this process wrote, so the slot shows the ring's bytes
   // again. Finds them in /proc/self/pagemap (a written page is no longer a file page), so
@@ -43,12 +44,12 @@ class CowView {
   // but each page then faults in again). REQUIRES: no view of slot i is in use. Calls for
   // different slots may run at once, on different threads (a receiver scans one slot in the
   // background while it hands out views of the other).
-  Status forget_writes(std::uint32_t i);
+  Status forget_writes(std::uint32_t i) override;
 
   // Slot i's views read-only (their lease ended: a late write faults instead of changing
   // what later rounds show), or writable again (new views are handed out).
-  Status seal(std::uint32_t i) { return protect(i, false); }
-  Status unseal(std::uint32_t i) { return protect(i, true); }
+  Status seal(std::uint32_t i) override { return protect(i, false); }
+  Status unseal(std::uint32_t i) override { return protect(i, true); }
 
   // Pages forget_writes() dropped so far (tests and benchmarks); not while one runs.
   std::uint64_t pages_dropped() const;

@@ -9,6 +9,7 @@
 #include <cerrno>
 
 #include "base/prefault.h"
+#include "transport/shm/cow_view.h"
 
 namespace ferry::shm {
 namespace {
@@ -59,8 +60,7 @@ Result<MemfdRing> MemfdRing::create(std::uint32_t slots, std::uint64_t slot_byte
   const std::string self = fmt::format("/proc/self/fd/{}", ring.fd_.get());
   ring.reader_fd_.reset(::open(self.c_str(), O_RDONLY | O_CLOEXEC));
   if (!ring.reader_fd_.valid()) return errno_status("open(O_RDONLY)", self, errno);
-  ring.slots_ = slots;
-  ring.slot_bytes_ = slot_bytes;
+  ring.set_slots(ring.region_.data(), slots, slot_bytes);
   return ring;
 }
 
@@ -90,9 +90,14 @@ Result<MemfdRing> MemfdRing::map_readonly(ScopedFd fd, std::uint32_t slots,
   // (MAP_POPULATE alone left round 1 ~3x round 2 on a PVM guest). Nor at join, which it
   // would delay by ~1 s per GiB on such a guest: beside it.
   ring.region_.prefault_in_background(slots, slot_bytes);
-  ring.slots_ = slots;
-  ring.slot_bytes_ = slot_bytes;
+  ring.set_slots(ring.region_.data(), slots, slot_bytes);
   return ring;
+}
+
+Result<std::unique_ptr<transport::WritableView>> MemfdRing::writable_view() const {
+  auto view = CowView::map(fd(), slots(), slot_bytes());
+  if (!view.ok()) return view.status();
+  return std::unique_ptr<transport::WritableView>(std::make_unique<CowView>(std::move(*view)));
 }
 
 }  // namespace ferry::shm

@@ -11,16 +11,18 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <string>
 
 #include "base/file_util.h"
 #include "ferry/status.h"
+#include "transport/ring.h"
 #include "transport/shm/ring_mapping.h"
 
 namespace ferry::shm {
 
-class MemfdRing {
+class MemfdRing final : public transport::Ring {
  public:
   MemfdRing() = default;
   MemfdRing(MemfdRing&&) noexcept = default;
@@ -37,10 +39,9 @@ class MemfdRing {
   int fd() const { return fd_.get(); }
   // Creator only: the ring opened O_RDONLY, the descriptor to pass to receivers.
   int reader_fd() const { return reader_fd_.get(); }
-  std::uint32_t slots() const { return slots_; }
-  std::uint64_t slot_bytes() const { return slot_bytes_; }
-  // REQUIRES: i < slots(). Writable only on the ring's creator.
-  std::byte* slot(std::uint32_t i) const { return region_.data() + i * slot_bytes_; }
+  int share_fd() const override { return reader_fd(); }
+  // A copy-on-write mapping of the memfd (CowView), on the creator or a reader.
+  Result<std::unique_ptr<transport::WritableView>> writable_view() const override;
   // Waits until a mapped ring's pages are faulted in (tests, benchmarks).
   void wait_prefaulted() { region_.wait_prefaulted(); }
 
@@ -48,8 +49,13 @@ class MemfdRing {
   ScopedFd fd_;
   ScopedFd reader_fd_;
   RingMapping region_;
-  std::uint32_t slots_ = 0;
-  std::uint64_t slot_bytes_ = 0;
 };
+
+// A ring just made or mapped, owned through the interface (what Transport::allocate_ring and
+// map_peer_ring answer).
+inline Result<std::unique_ptr<transport::Ring>> boxed_ring(Result<MemfdRing> ring) {
+  if (!ring.ok()) return ring.status();
+  return std::unique_ptr<transport::Ring>(std::make_unique<MemfdRing>(std::move(*ring)));
+}
 
 }  // namespace ferry::shm

@@ -1,5 +1,6 @@
 #include "transport/shm/shm_transport.h"
 
+#include "transport/shm/memfd_ring.h"
 #include "transport/shm/message_channel.h"
 #include "transport/shm/message_listener.h"
 
@@ -29,13 +30,15 @@ class ShmTransport final : public transport::Transport {
         std::make_unique<MessageChannel>(std::move(*channel)));
   }
 
-  Result<transport::Ring> allocate_ring(std::uint32_t slots, std::uint64_t slot_bytes) override {
-    return MemfdRing::create(slots, slot_bytes);
+  Result<std::unique_ptr<transport::Ring>> allocate_ring(std::uint32_t slots,
+                                                         std::uint64_t slot_bytes) override {
+    return boxed_ring(MemfdRing::create(slots, slot_bytes));
   }
 
-  Result<transport::Ring> map_peer_ring(ScopedFd fd, std::uint32_t slots, std::uint64_t slot_bytes,
-                                        const std::string& peer) override {
-    return MemfdRing::map_readonly(std::move(fd), slots, slot_bytes, peer);
+  Result<std::unique_ptr<transport::Ring>> map_peer_ring(ScopedFd fd, std::uint32_t slots,
+                                                         std::uint64_t slot_bytes,
+                                                         const std::string& peer) override {
+    return boxed_ring(MemfdRing::map_readonly(std::move(fd), slots, slot_bytes, peer));
   }
 
  private:
