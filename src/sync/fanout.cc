@@ -145,20 +145,17 @@ Status Fanout::reap(Peer& p) {
   return ok_status();
 }
 
-Result<bool> Fanout::handle_waiting(const std::function<bool(const Peer&)>& done,
+Result<bool> Fanout::handle_arrived(const std::function<bool(const Peer&)>& done,
                                     std::uint64_t round_checksum) {
-  if (!listener_->needs_progress()) return false;
-  poller_->progress();
   bool any = false;
   for (Peer& p : peers_) {
-    if (!p.link.needs_progress()) continue;
     // What a peer said comes before what its link's state implies: a relay reports the
     // receiver that failed behind it, then leaves, failing our segment sends to it; a peer
     // that sent its last message (an ACK) and ended fails the sends UCX had not yet reported
     // done, and that ACK must still count. A peer this wait does not need is read too, so
     // its report is heard now, not after it left.
     const bool needed = !done(p);
-    auto got = p.link.try_receive();
+    auto got = p.link.try_receive(options_.timeout);
     if (!got.ok() && needed) return peer_error(p, got.status());
     if (got.ok() && got->has_value()) {
       auto m = wire::decode(**got, p.link.peer());
@@ -187,30 +184,24 @@ Status Fanout::wait_until(const std::function<bool(const Peer&)>& peer_done,
   std::vector<pollfd> fds;
   auto deadline = Clock::now() + options_.timeout;
   while (!done()) {
-    auto progressed = handle_waiting(peer_done, round_checksum);
-    if (!progressed.ok()) return progressed.status();
-    if (*progressed) {
-      deadline = Clock::now() + options_.timeout;
+    poller_->progress();
+    auto heard = handle_arrived(peer_done, round_checksum);
+    if (!heard.ok()) return heard.status();
+    if (*heard) {
+      deadline = Clock::now() + options_.timeout;  // the timeout is per silence
       continue;
     }
     fds.clear();
     add_poll_fds(peer_done, &fds);
-    bool engine_waiting = false;
-    for (const Peer& p : peers_) engine_waiting |= p.link.needs_progress() && !peer_done(p);
     const auto left = std::max(std::chrono::duration_cast<milliseconds>(deadline - Clock::now()),
                                milliseconds(0));
-    auto ready = poller_->wait(fds, wait_slice(options_, left), engine_waiting);
+    auto ready = poller_->wait(fds, wait_slice(options_, left));
     if (!ready.ok()) return ready.status();
     if (*ready == 0) {
       Status s = interrupted_();
       if (!s.ok()) return s;
     }
-    auto handled = handle_ready(fds, 0, round_checksum);
-    if (!handled.ok()) return handled.status();
-    if (*handled) {
-      deadline = Clock::now() + options_.timeout;  // the timeout is per silence
-      continue;
-    }
+    if (*ready > 0) continue;  // read at the loop's head, before the deadline is looked at
     // Checked whether poll() timed out or woke: UCX's event fd may wake us again and again
     // for a peer that says nothing (a cut link), which must not keep the round alive.
     if (Clock::now() >= deadline) {
@@ -231,25 +222,8 @@ void Fanout::add_poll_fds(const std::function<bool(const Peer&)>& done,
                           std::vector<pollfd>* fds) const {
   // Only peers still owing something: one that acknowledged and exited is not a failure.
   for (const Peer& p : peers_) {
-    fds->push_back({p.link.needs_progress() || done(p) ? -1 : p.link.fd(), POLLIN, 0});
+    fds->push_back({done(p) ? -1 : p.link.poll_fd(), POLLIN, 0});
   }
-}
-
-Result<bool> Fanout::handle_ready(const std::vector<pollfd>& fds, std::size_t first,
-                                  std::uint64_t round_checksum) {
-  bool any = false;
-  for (std::size_t i = 0; i < peers_.size(); ++i) {
-    if (fds[first + i].fd < 0 || fds[first + i].revents == 0) continue;
-    Peer& p = peers_[i];
-    auto got = p.link.receive(options_.timeout);
-    if (!got.ok()) return peer_error(p, got.status());
-    auto m = wire::decode(*got, p.link.peer());
-    if (!m.ok()) return m.status();
-    Status s = handle(p, *m, round_checksum);
-    if (!s.ok()) return s;
-    any = true;
-  }
-  return any;
 }
 
 Status Fanout::drain_transfers() {
@@ -344,7 +318,7 @@ Result<bool> Fanout::poll_local_peers(milliseconds wait) {
   std::vector<pollfd> fds{{listener_->fd(), POLLIN, 0}};
   auto until = now + wait;
   for (const PendingPeer& q : pending_) {
-    fds.push_back({q.link.fd(), POLLIN, 0});
+    fds.push_back({q.link.poll_fd(), POLLIN, 0});
     until = std::min(until, q.deadline);
   }
   const auto ms = std::chrono::duration_cast<milliseconds>(until - now).count();

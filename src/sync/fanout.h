@@ -85,18 +85,17 @@ class Fanout {
   transport::Ring& ring() { return *ring_; }
   const std::string& address() const { return address_; }
 
-  // For a caller's own poll() loop (a Relay also waits on its upstream): appends one
-  // pollfd per peer, the socket of each shm peer that owes something, -1 for the rest.
+  // The receive loop, for wait_until and a caller's own (a Relay also waits on its
+  // upstream). After the Poller's progress(): handles the messages that arrived from every
+  // peer and forgets finished segment sends; true if any message came. A peer that
+  // satisfies `done` is read too, so its report is heard now, but its failure to read is not
+  // an error.
+  Result<bool> handle_arrived(const std::function<bool(const Peer&)>& done,
+                              std::uint64_t round_checksum);
+  // Appends the poll_fd() of each peer that owes something (-1 for the rest): what the
+  // Poller's wait() watches beside its engine.
   void add_poll_fds(const std::function<bool(const Peer&)>& done,
                     std::vector<struct pollfd>* fds) const;
-  // Reads and handles one message from each peer whose pollfd, from fds[first] on, is
-  // readable; true if any.
-  Result<bool> handle_ready(const std::vector<struct pollfd>& fds, std::size_t first,
-                            std::uint64_t round_checksum);
-  // Peers that need progress: handles the messages that already arrived (after the
-  // transport's progress); true if any.
-  Result<bool> handle_waiting(const std::function<bool(const Peer&)>& done,
-                              std::uint64_t round_checksum);
 
  private:
   // A peer with a socket of its own (the listener does not need progress) that connected

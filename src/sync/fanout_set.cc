@@ -101,25 +101,18 @@ Result<bool> FanoutSet::wait(RoundReader& from, std::string_view waiting_for) {
     poller_->progress();
     FERRY_ASSIGN_OR_RETURN(bool waiting, from.message_waiting());
     if (waiting) return true;
-    // Members that need progress share the poller's engine: their news came with it.
     for (auto& f : members_) {
-      FERRY_ASSIGN_OR_RETURN(bool heard, f->handle_waiting(acked, from.round_checksum()));
+      FERRY_ASSIGN_OR_RETURN(bool heard, f->handle_arrived(acked, from.round_checksum()));
       if (heard) return false;
     }
     fds.clear();
+    fds.push_back({from.poll_fd(), POLLIN, 0});
     for (auto& f : members_) f->add_poll_fds(acked, &fds);
     const auto left = std::max(std::chrono::duration_cast<milliseconds>(deadline - Clock::now()),
                                milliseconds(0));
     FERRY_ASSIGN_OR_RETURN(int ready, poller_->wait(fds, wait_slice(options_, left)));
     if (ready == 0) FERRY_RETURN_IF_ERROR(interrupted_());
-    bool heard = false;
-    std::size_t first = 0;
-    for (auto& f : members_) {
-      FERRY_ASSIGN_OR_RETURN(bool h, f->handle_ready(fds, first, from.round_checksum()));
-      heard |= h;
-      first += f->peers().size();
-    }
-    if (heard) return false;
+    if (ready > 0) continue;  // read at the loop's head, before the deadline is looked at
     // Only news restarts the silence timer: UCX also wakes the poller for its own traffic
     // (retries, keepalives to an unreachable peer), which is no sign of life.
     if (Clock::now() >= deadline) {

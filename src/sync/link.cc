@@ -41,9 +41,10 @@ Result<std::vector<std::byte>> Link::receive_with_fd(std::chrono::milliseconds t
   return channel_->receive_with_fd(timeout, fd);
 }
 
-Result<std::optional<std::vector<std::byte>>> Link::try_receive() {
+Result<std::optional<std::vector<std::byte>>> Link::try_receive(
+    std::chrono::milliseconds rest_within) {
   if (!channel_) return std::optional<std::vector<std::byte>>();
-  return channel_->try_receive();
+  return channel_->try_receive(rest_within);
 }
 
 void Link::close() {

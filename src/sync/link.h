@@ -31,7 +31,6 @@ class Link {
   // What the link's transport can do (transport/transport.h).
   bool shares_memory() const { return channel_->shares_memory(); }
   bool passes_fds() const { return channel_->passes_fds(); }
-  bool needs_progress() const { return channel_->needs_progress(); }
 
   Status send(std::span<const std::byte> message, std::chrono::milliseconds timeout);
   // passes_fds() only: passes `fd` with the message (the ring, with WELCOME).
@@ -41,13 +40,11 @@ class Link {
   Result<std::vector<std::byte>> receive(std::chrono::milliseconds timeout);
   // The same; a descriptor passed with the message lands in *fd.
   Result<std::vector<std::byte>> receive_with_fd(std::chrono::milliseconds timeout, ScopedFd* fd);
-  // For a poll() loop over many links: a message that already arrived, if any
-  // (needs_progress() links after Poller::progress()); others answer std::nullopt and are
-  // polled on fd().
-  Result<std::optional<std::vector<std::byte>>> try_receive();
-
-  // Own links: the socket; needs_progress() links: the engine's event fd, shared.
-  int fd() const { return channel_ ? channel_->fd() : -1; }
+  // For a receive loop over many links (transport::Poller): a message that arrived, if
+  // any, read whole within `rest_within` once begun (transport::Channel::try_receive).
+  Result<std::optional<std::vector<std::byte>>> try_receive(std::chrono::milliseconds rest_within);
+  // What the loop polls for this link beside its Poller (-1: the Poller's engine reports it).
+  int poll_fd() const { return channel_ ? channel_->poll_fd() : -1; }
   bool valid() const { return channel_ && channel_->valid(); }
   void close();
   // close() without lingering to flush: for a session that already failed.

@@ -107,7 +107,7 @@ void RoundReader::await_hangup() {
 Result<bool> RoundReader::message_waiting() {
   FERRY_RETURN_IF_ERROR(check_session());
   if (waiting_) return true;
-  auto got = link_.try_receive();
+  auto got = link_.try_receive(options_.timeout);
   if (!got.ok()) return abort(got.status());
   if (!got->has_value()) return false;
   waiting_ = std::move(**got);

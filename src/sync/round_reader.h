@@ -146,6 +146,8 @@ class RoundReader {
   transport::Ring& ring() { return *ring_; }
   // The link's wait loop (a relay waits on it beside its own peers).
   std::unique_ptr<transport::Poller> poller() { return link_.channel().poller(); }
+  // What a receive loop polls for the sender's link beside the poller (Link::poll_fd).
+  int poll_fd() const { return link_.poll_fd(); }
 
  private:
   struct Lease {

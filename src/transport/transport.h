@@ -43,16 +43,17 @@ class Region {
 };
 
 // The one wait loop of a thread serving channels beside other fds. Each turn: progress()
-// runs the transport's progress engine (needs_progress() channels), the caller then looks
-// at every channel (try_receive, check_segments), and wait() sleeps until the engine or one
-// of the caller's fds has news. Without an engine, wait() is a plain poll().
+// runs the transport's progress engine, the caller then looks at every channel
+// (try_receive, check_segments), and wait() sleeps until the engine or one of the caller's
+// fds (the channels' poll_fd() among them) has news. Without an engine, wait() is a plain
+// poll().
 class Poller {
  public:
   virtual ~Poller() = default;
   // Runs the engine until it has nothing left to do; true if it did anything.
   virtual bool progress() = 0;
   // Sleeps until one of `fds` is ready (fd < 0 skipped, as by poll()), the engine has events
-  // (unless `watch_engine` is false: no channel that needs progress owes anything), or
+  // (unless `watch_engine` is false: none of the engine's channels owes anything), or
   // `timeout` passes. Returns how many of `fds` are ready; 0 also after a wakeup by the
   // engine alone or a signal. An error only when poll() itself fails.
   virtual Result<int> wait(std::vector<pollfd>& fds, std::chrono::milliseconds timeout,
@@ -73,8 +74,8 @@ class Channel {
   // send_with_fd / receive_with_fd carry a descriptor with the message.
   virtual bool passes_fds() const = 0;
   // Messages arrive through a progress engine (net::Poller): fd() is the engine's event fd,
-  // shared by all its channels, and try_receive() reads them. false: fd() is this channel's
-  // own and polls readable when a message waits.
+  // shared by all its channels. false: fd() is this channel's own socket. Callers of the
+  // receive loop need not ask: they poll poll_fd() and call try_receive() on every channel.
   virtual bool needs_progress() const = 0;
 
   // Sends one whole message (at most kMaxMessageBytes); waits at most `timeout` for room.
@@ -87,9 +88,15 @@ class Channel {
   // The same; a descriptor passed with the message (passes_fds() only) lands in *fd.
   virtual Result<std::vector<std::byte>> receive_with_fd(std::chrono::milliseconds timeout,
                                                          ScopedFd* fd);
-  // needs_progress() only: a message that already arrived, if any (after the engine's
-  // progress); others answer std::nullopt and are polled on fd().
-  virtual Result<std::optional<std::vector<std::byte>>> try_receive() = 0;
+  // The receive loop's read (after Poller::progress() and wait()): a message that arrived,
+  // if any, without waiting for one. A message that has begun to arrive is read whole,
+  // waiting at most `rest_within` for its rest (shm: a long message comes in chunks), else
+  // kTimeout naming the peer. A peer gone is kAborted, as from receive().
+  virtual Result<std::optional<std::vector<std::byte>>> try_receive(
+      std::chrono::milliseconds rest_within) = 0;
+  // What the receive loop polls for this channel beside its Poller: its own socket, or -1
+  // when the Poller's engine reports its messages (net).
+  virtual int poll_fd() const = 0;
 
   virtual int fd() const = 0;
   virtual bool valid() const = 0;

@@ -251,6 +251,58 @@ TEST_P(Conformance, ReceiveDeadlineIsKeptAndNamesThePeer) {
   EXPECT_OK(peer.finish(*server_));
 }
 
+// The one receive loop every caller runs, whatever the transport: progress(), try_receive()
+// on the channel, wait() over its poll_fd(). It answers nothing at once while the peer is
+// silent, hears messages of one byte and of many shm chunks whole and in order, and then the
+// peer's close.
+TEST_P(Conformance, ReceiveLoopHearsEveryMessageThenTheClose) {
+  const std::vector<std::size_t> sizes = {1, (3u << 20) + 5, 0, 70000};
+  PeerThread peer(server_->address(), [&](Channel& ch) -> Status {
+    auto go = ch.receive(kTimeout);
+    if (!go.ok()) return go.status();
+    for (std::size_t i = 0; i < sizes.size(); ++i) {
+      Status s = ch.send(pattern(sizes[i], static_cast<unsigned>(i)), kTimeout);
+      if (!s.ok()) return s;
+    }
+    return ok_status();
+  });
+  auto ch = accept();
+  ASSERT_NE(ch, nullptr);
+  auto poller = ch->poller();
+  poller->progress();
+  const auto start = Clock::now();
+  auto nothing = ch->try_receive(kTimeout);
+  ASSERT_OK(nothing);
+  EXPECT_FALSE(nothing->has_value()) << "a message before the peer sent one";
+  EXPECT_LT(ms_since(start), 200) << "try_receive waited for a message";
+
+  ASSERT_OK(ch->send(pattern(1, 9), kTimeout));
+  std::vector<std::vector<std::byte>> heard;
+  Status closed;
+  const auto deadline = Clock::now() + kTimeout;
+  while (closed.ok() && Clock::now() < deadline) {
+    poller->progress();
+    auto got = ch->try_receive(kTimeout);
+    if (!got.ok()) {
+      closed = got.status();
+      break;
+    }
+    if (got->has_value()) {
+      heard.push_back(std::move(**got));
+      continue;
+    }
+    std::vector<pollfd> fds{{ch->poll_fd(), POLLIN, 0}};
+    ASSERT_OK(poller->wait(fds, milliseconds(100)));
+  }
+  ASSERT_EQ(heard.size(), sizes.size());
+  for (std::size_t i = 0; i < sizes.size(); ++i) {
+    EXPECT_EQ(heard[i], pattern(sizes[i], static_cast<unsigned>(i))) << "message " << i;
+  }
+  EXPECT_EQ(closed.code(), Code::kAborted) << closed.to_string();
+  EXPECT_NE(closed.message().find(ch->peer()), std::string::npos) << closed.message();
+  EXPECT_OK(peer.finish(*server_));
+}
+
 // ---- the listener ----
 
 TEST_P(Conformance, ListenerRefusesASecondBindNamingTheAddressAndClosesForGood) {

@@ -59,9 +59,11 @@ class MessageChannel final : public transport::Channel {
   Result<std::vector<std::byte>> receive(std::chrono::milliseconds timeout) override {
     return channel_.receive(timeout);
   }
-  Result<std::optional<std::vector<std::byte>>> try_receive() override {
+  // A net message arrives whole (the engine assembles it): nothing to wait for.
+  Result<std::optional<std::vector<std::byte>>> try_receive(std::chrono::milliseconds) override {
     return channel_.try_receive();
   }
+  int poll_fd() const override { return -1; }  // the Poller's engine reports it
 
   int fd() const override { return channel_.fd(); }
   bool valid() const override { return channel_.valid(); }

@@ -21,7 +21,9 @@ class MessageChannel final : public transport::Channel {
   Result<std::vector<std::byte>> receive(std::chrono::milliseconds timeout) override;
   Result<std::vector<std::byte>> receive_with_fd(std::chrono::milliseconds timeout,
                                                  ScopedFd* fd) override;
-  Result<std::optional<std::vector<std::byte>>> try_receive() override;
+  Result<std::optional<std::vector<std::byte>>> try_receive(
+      std::chrono::milliseconds rest_within) override;
+  int poll_fd() const override { return channel_.fd(); }
 
   int fd() const override { return channel_.fd(); }
   bool valid() const override { return channel_.valid(); }
