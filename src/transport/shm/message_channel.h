@@ -2,6 +2,10 @@
 // memory this end passes it (shares_memory, passes_fds) and is polled on its own socket.
 #pragma once
 
+#include <cstddef>
+#include <deque>
+#include <vector>
+
 #include "transport/shm/seqpacket_channel.h"
 #include "transport/transport.h"
 
@@ -23,6 +27,10 @@ class MessageChannel final : public transport::Channel {
                                                  ScopedFd* fd) override;
   Result<std::optional<std::vector<std::byte>>> try_receive() override;
 
+  // Posted messages wait here, the first perhaps part sent, until the socket takes them.
+  Result<std::size_t> post(std::vector<std::byte> message) override;
+  Result<std::size_t> flush_posted() override;
+
   int fd() const override { return channel_.fd(); }
   bool valid() const override { return channel_.valid(); }
   void close() override { channel_.close(); }
@@ -32,6 +40,8 @@ class MessageChannel final : public transport::Channel {
 
  private:
   shm::Channel channel_;
+  std::deque<std::vector<std::byte>> posted_;
+  std::size_t front_sent_ = 0;  // bytes of posted_.front() the socket took
 };
 
 }  // namespace ferry::shm
