@@ -18,6 +18,9 @@ One folder has a stricter rule: the CLI (src/cli) links only libferry's public A
 library, so it includes only "ferry/", "cli/" and "tools/" headers; an include of any other
 module's header (an internal of libferry) is a violation naming the file and line.
 
+Modules on the transport seam (SEAM_MODULES) include of transport/ only its interface and the
+registry (SEAM_HEADERS): a net/ or shm/ header there is a violation naming the file and line.
+
 Usage: module_graph.py [--root DIR] [--mermaid] [--check]
   (no flag)  prints each module with what it declares and what it includes
   --mermaid  prints the declared graph as a mermaid block, for docs/architecture.md
@@ -90,6 +93,28 @@ def cli_internal_includes(root):
     return found
 
 
+# Modules that reach the transports only through the seam, and the headers that are the seam.
+SEAM_MODULES = {"megatron"}
+SEAM_HEADERS = {"transport/transport.h", "transport/registry.h"}
+
+
+def seam_bypasses(root):
+    """'src/m/x.cc:12 includes transport/net/y.h' for each transport header past the seam that
+    a module of SEAM_MODULES includes."""
+    found = []
+    for module in sorted(SEAM_MODULES):
+        folder = root / "src" / module
+        for path in sorted(folder.rglob("*")) if folder.is_dir() else []:
+            if path.suffix not in SOURCE_SUFFIXES or not path.is_file():
+                continue
+            for number, line in enumerate(path.read_text(errors="replace").splitlines(), 1):
+                m = INCLUDE_RE.match(line)
+                header = line.split('"')[1] if m else ""
+                if m and m.group(1) == "transport" and header not in SEAM_HEADERS:
+                    found.append(f"{path.relative_to(root)}:{number} includes {header}")
+    return found
+
+
 def load(root):
     """{module: (declared set, included {module: file})} for every folder of root/src."""
     src = root / "src"
@@ -159,6 +184,9 @@ def violations(graph, root):
                         ("included", {m: set(u) for m, (_, u) in graph.items()})):
         for cycle in find_cycles(edges):
             found.append(f"{kind} dependency cycle: {' -> '.join(cycle)}")
+    for include in seam_bypasses(root):
+        found.append(f"{include}, past the transport seam: use only "
+                     f"{' and '.join(sorted(SEAM_HEADERS))}")
     for include in cli_internal_includes(root):
         found.append(f"cli: {include}, an internal header; the CLI uses only libferry's public "
                      "API (ferry/) and the tools library (tools/)")

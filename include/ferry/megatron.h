@@ -10,7 +10,8 @@
 //
 // (newer verl nests them as actor/{model,optimizer,extra}/dist_ckpt; Megatron-LM names step
 // folders iter_0000100). Every other node fails to resume without the three metadata files
-// and the tracker; these tools find what is missing and copy it over the net transport:
+// and the tracker; these tools find what is missing and copy it over the net transport (or,
+// between two processes of one node, shm: an address "@name"):
 //
 //   auto report = ferry::checkpoint::verify_megatron({"/n0/ckpt", "/n1/ckpt"});
 //   ferry::checkpoint::serve_replicas({.root = "/ckpt", .address = "0.0.0.0:7000"});  // rank 0's
@@ -25,7 +26,7 @@
 // validate_relative_path() is in ferry/checkpoint.h, expand_roots() in ferry/checkpoint_tools.h.
 //
 // Thread safety: the functions share no state; serve_replicas() and pull_replicas() each
-// run their own net context on the calling thread until they return.
+// run their own transports (net: its own context) on the calling thread until they return.
 #pragma once
 
 #include <chrono>
@@ -158,13 +159,15 @@ FERRY_EXPORT Result<MegatronVerifyReport> verify_megatron(
     const std::vector<std::string>& roots, std::optional<std::int64_t> step = std::nullopt);
 
 // ---------------------------------------------------------------------------
-// Replication over the net transport (docs/protocol.md, "Checkpoint replication").
+// Replication over the transport the address picks (docs/protocol.md, "Checkpoint
+// replication"): "host:port" is net, between nodes; "@name", a name or a path is shm, between
+// processes of this node (no secret: the peer must be the same user).
 
 struct ReplicateServeOptions {
   std::string root;     // the folder whose metadata (or `offer`'s files) is given
-  std::string address;  // "host:port" to listen on; port 0 picks a free one
-  // The file holding the session secret (mode 0600). Empty: FERRY_TOKEN, else the file
-  // FERRY_TOKEN_FILE names. Pullers must use the same secret.
+  std::string address;  // "host:port" to listen on (port 0 picks a free one), or "@name"
+  // net: the file holding the session secret (mode 0600). Empty: FERRY_TOKEN, else the file
+  // FERRY_TOKEN_FILE names. Pullers must use the same secret. Unused over shm.
   std::string token_file;
   // Return after this many pullers finished a one-shot pull; 0: until `stop`.
   int clients = 0;
@@ -174,7 +177,8 @@ struct ReplicateServeOptions {
   std::function<void(const std::string& address)> on_listening;
   // Called for what a log would say: a peer connected, a file sent, a peer left.
   std::function<void(const std::string& event)> on_event;
-  // Bytes per data message. Default 1 MiB; at most the net transport's message size.
+  // Bytes per data message. Default 1 MiB; at most what fits a transport's message
+  // (64 MiB).
   std::uint32_t chunk_bytes = 1u << 20;
   // A puller that takes none of the messages sent to it for this long is dropped and named
   // (`on_event`: "dropped <peer>: ... stopped reading"). Pullers are served side by side
@@ -196,7 +200,7 @@ struct ReplicateServeOptions {
 };
 // Serves `root`'s replica_set() (or `offer`'s files) to pullers until `stop` or `clients`. A puller
 // that fails authentication or breaks the protocol is dropped and logged; the server goes on.
-// Errors: the root is not a folder, the address cannot be bound, no token.
+// Errors: the root is not a folder, the address cannot be bound, no token (net).
 FERRY_EXPORT Status serve_replicas(const ReplicateServeOptions& options);
 
 struct PulledFile {
@@ -222,7 +226,7 @@ struct PullResult {
 
 struct ReplicatePullOptions {
   std::string root;        // this node's folder (created if missing); nothing is written outside it
-  std::string from;        // the server's "host:port"
+  std::string from;        // the server's "host:port" (or "@name" on this node)
   std::string token_file;  // as ReplicateServeOptions::token_file
   // false: one round, then return. true: a round every `watch_interval` until `stop` or the
   // server goes away (both return OK).

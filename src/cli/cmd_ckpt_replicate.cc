@@ -1,6 +1,7 @@
 // ferry ckpt replicate, and `ferry ckpt verify` on verl / Megatron checkpoint folders: the
 // metadata only rank 0's node has (common.pt, .metadata, metadata.json, the tracker) copied
-// to the other nodes over the net transport, and a per-node report of what is missing.
+// to the other nodes over the net transport (or, on one node, shm), and a per-node report of
+// what is missing.
 #include <atomic>
 #include <chrono>
 #include <csignal>
@@ -212,14 +213,17 @@ void add_ckpt_verl_commands(CLI::App& ckpt, Dispatch& dispatch) {
       ckpt, dispatch, "replicate",
       "verl/Megatron checkpoints on non-shared storage: copy common.pt, .metadata, metadata.json "
       "and latest_checkpointed_iteration.txt of complete steps from the node that has them "
-      "(--serve) to the others (--from), over the authenticated net transport",
+      "(--serve) to the others (--from), over the authenticated net transport (HOST:PORT), or "
+      "between two processes of one node over shm (@NAME)",
       "ferry ckpt replicate /ckpt --serve 0.0.0.0:7100   # rank 0's node\n"
       "  ferry ckpt replicate /ckpt --from node0:7100 --watch   # every other node",
       [a] { return run_replicate(*a); });
   c->add_option("DIR", a->root, "The checkpoint folder (verl's trainer.default_local_dir)")
       ->required();
-  c->add_option("--serve", a->serve, "Serve this node's metadata on HOST:PORT (port 0: any free)");
-  c->add_option("--from", a->from, "Pull from the server at HOST:PORT into DIR");
+  c->add_option("--serve", a->serve,
+                "Serve this node's metadata on HOST:PORT (port 0: any free), or on @NAME to "
+                "processes of this node (shm)");
+  c->add_option("--from", a->from, "Pull from the server at HOST:PORT (or @NAME) into DIR");
   c->add_option(
        "--clients", a->clients,
        "With --serve: exit after this many one-shot pulls finished (0: until SIGINT/SIGTERM)")

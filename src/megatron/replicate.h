@@ -1,6 +1,7 @@
 // The checkpoint replication protocol in one place (docs/protocol.md, "Checkpoint
-// replication"): the messages a replicate server and its pullers exchange over an
-// authenticated net::Channel, their encoding and their validating decoders.
+// replication"): the messages a replicate server and its pullers exchange over a
+// transport::Channel (net between nodes, authenticated; shm on one node), their encoding and
+// their validating decoders.
 //
 // puller                         server
 //   LIST                   ->

@@ -3,6 +3,7 @@
 // file-set mode (ReplicatePullOptions::only) it fetches the caller's files instead, checked
 // against the caller's sizes and XXH3s and streamed to disk as they arrive.
 #include <fmt/format.h>
+#include <poll.h>
 #include <sys/stat.h>
 #include <xxhash.h>
 
@@ -22,7 +23,8 @@
 #include "megatron/replicate.h"
 #include "megatron/replicate_common.h"
 #include "megatron/replicate_files.h"
-#include "transport/net/channel.h"
+#include "transport/registry.h"
+#include "transport/transport.h"
 
 namespace ferry::checkpoint {
 namespace {
@@ -34,7 +36,7 @@ namespace rp = replicate;
 // How long the puller waits for the server to take a message.
 constexpr milliseconds kSendTimeout{60'000};
 
-Status send_message(net::Channel& ch, const std::vector<std::byte>& m) {
+Status send_message(transport::Channel& ch, const std::vector<std::byte>& m) {
   return ch.send(m, kSendTimeout);
 }
 
@@ -132,7 +134,7 @@ Status check_tracker_offer(const ReplicaSet& set, const std::string& peer) {
 
 class Puller {
  public:
-  Puller(const ReplicatePullOptions& o, net::Channel& ch) : o_(o), ch_(ch) {}
+  Puller(const ReplicatePullOptions& o, transport::Channel& ch) : o_(o), ch_(ch) {}
 
   // One LIST and the GETs it calls for. `changed` when the server said a file changed
   // under it (that file and the ones after it wait for the next round).
@@ -465,7 +467,7 @@ class Puller {
   }
 
   const ReplicatePullOptions& o_;
-  net::Channel& ch_;
+  transport::Channel& ch_;
   megatron::FileHashes hashes_;
   std::string last_held_back_;
   std::uint64_t done_ = 0, total_ = 0;  // bytes of this round's copies, for `progress`
@@ -494,13 +496,14 @@ Result<PullResult> pull_replicas(const ReplicatePullOptions& o) {
         return invalid_argument("file to fetch '" + f.path + "' is listed twice");
     }
   }
-  auto token = rp::load_token(o.token_file);
-  if (!token.ok()) return token.status();
-  auto ctx = net::Context::create();
-  if (!ctx.ok()) return ctx.status();
-  auto ch = net::connect(*ctx, o.from, *token, o.timeout, {.role = "replicate server"});
-  if (!ch.ok()) return ch.status();
+  // Errors and the channel name the server "replicate server at <address>".
+  transport::Registry transports(
+      {.secret_file = o.token_file, .listener_role = "replicate server"});
+  auto connected = transports.connect(o.from, o.timeout);
+  if (!connected.ok()) return connected.status();
+  const std::unique_ptr<transport::Channel>& ch = *connected;
   Puller puller(o, *ch);
+  const auto poller = ch->poller();
   PullResult result;
   // A one-shot pull lists again when a file changed under the server, a few times.
   constexpr int kOnceRounds = 3;
@@ -548,10 +551,12 @@ Result<PullResult> pull_replicas(const ReplicatePullOptions& o) {
         ch->close();
         return result;
       }
-      (*ctx)->wait(std::min(rp::kPollInterval,
-                            std::chrono::duration_cast<milliseconds>(until - Clock::now())));
+      std::vector<pollfd> fds{{ch->poll_fd(), POLLIN, 0}};
+      const auto left = std::chrono::duration_cast<milliseconds>(until - Clock::now());
+      (void)poller->wait(fds, std::clamp(left, milliseconds(0), rp::kPollInterval));
+      poller->progress();
       // The server speaks only when asked; reading here sees it close or die at once.
-      auto m = ch->try_receive();
+      auto m = rp::receive_now(*ch);
       if (!m.ok()) {
         result.stopped = m.status().message();
         return result;

@@ -1,6 +1,7 @@
 // The replicate server: offers a verl / Megatron folder's metadata files (or, in file-set
-// mode, what ReplicateServeOptions::offer returns) to pullers over the net transport,
-// answering each peer's requests in turn without blocking on any.
+// mode, what ReplicateServeOptions::offer returns) to pullers over the transport its
+// address picks (transport/registry.h: net for "host:port", shm for "@name"), answering
+// each peer's requests in turn without blocking on any.
 #include <fmt/format.h>
 #include <poll.h>
 #include <unistd.h>
@@ -21,8 +22,8 @@
 #include "megatron/replicate.h"
 #include "megatron/replicate_common.h"
 #include "megatron/replicate_files.h"
-#include "transport/net/channel.h"
-#include "transport/net/poller.h"
+#include "transport/registry.h"
+#include "transport/transport.h"
 
 namespace ferry::checkpoint {
 namespace {
@@ -30,13 +31,14 @@ namespace {
 using std::chrono::milliseconds;
 namespace rp = replicate;
 
-// Messages per peer handed to UCX and not yet sent: beyond it, the rest wait in `outbox`.
+// Messages per peer posted to the channel and not yet sent: beyond it, the rest wait in
+// `outbox`.
 constexpr std::size_t kSendWindow = 4;
 
 struct Peer {
-  net::Channel channel;
+  std::unique_ptr<transport::Channel> channel;
   ReplicaSet offered;  // the last INDEX it was sent: the only files it may GET
-  // What the server has answered and not yet handed to UCX. Nothing is sent blocking, so a
+  // What the server has answered and not yet posted. Nothing is sent blocking, so a
   // peer that stops reading holds up only itself; its next request is read once this and
   // the window are empty.
   std::deque<std::vector<std::byte>> outbox;
@@ -55,9 +57,8 @@ struct Peer {
     file_fd.reset();
     file_size = file_offset = 0;
   }
-  bool idle() {
-    return outbox.empty() && file_offset >= file_total() && channel.sends_in_flight() == 0;
-  }
+  // As of the last pump(), which counts the posted messages still queued in `in_flight`.
+  bool idle() const { return outbox.empty() && file_offset >= file_total() && in_flight == 0; }
 };
 
 // The server's answers go to the peer's outbox (Peer::pump sends them).
@@ -72,7 +73,7 @@ class Server {
 
   // Answers one message; `done` when the peer said DONE. An error drops the peer.
   Status handle(Peer& p, std::span<const std::byte> m, bool* done) {
-    const std::string& who = p.channel.peer();
+    const std::string& who = p.channel->peer();
     auto kind = rp::decode_kind(m, who);
     if (!kind.ok()) return kind.status();
     switch (*kind) {
@@ -116,7 +117,8 @@ class Server {
                                       [&](const ReplicaFile& f) { return f.path == want.path; });
     if (offered == p.offered.files.end()) {
       // Only what the last INDEX offered is ever read: a GET cannot name another file.
-      log::warn("replicate: {} asked for '{}', which was not offered", p.channel.peer(), want.path);
+      log::warn("replicate: {} asked for '{}', which was not offered", p.channel->peer(),
+                want.path);
       return queue(
           p, rp::encode_error(rp::ErrorCode::kNotOffered, "'" + want.path + "' is not offered"));
     }
@@ -215,12 +217,15 @@ class Server {
   }
 
  public:
-  // Hands the peer's queued answers, then its file's next chunks, to UCX while its window
-  // allows; never waits. Errors: the peer is gone, or it took nothing for send_timeout.
+  // Posts the peer's queued answers, then its file's next chunks, while its window allows;
+  // never waits. Errors: the peer is gone, or it took nothing for send_timeout.
   Status pump(Peer& p) {
-    const std::size_t chunk =
-        std::clamp<std::size_t>(o_.chunk_bytes, 1, rp::max_chunk_bytes(net::max_message_bytes()));
-    std::size_t in_flight = p.channel.sends_in_flight();
+    // The seam's limit, which every transport carries (net's frame limit is the same).
+    const std::size_t chunk = std::clamp<std::size_t>(
+        o_.chunk_bytes, 1, rp::max_chunk_bytes(transport::kMaxMessageBytes));
+    auto queued = p.channel->flush_posted();
+    if (!queued.ok()) return queued.status();
+    std::size_t in_flight = *queued;
     if (in_flight < p.in_flight) p.last_progress = Clock::now();
     while (in_flight < kSendWindow) {
       std::vector<std::byte> m;
@@ -243,25 +248,25 @@ class Server {
       } else {
         break;
       }
-      Status st = p.channel.send(m, milliseconds(0));
-      // A timeout leaves the message queued in UCX: it is in flight, not lost.
-      if (!st.ok() && st.code() != Code::kTimeout) return st;
-      in_flight = p.channel.sends_in_flight();
+      // Queued whole if the peer does not take it now: it is in flight, not lost.
+      queued = p.channel->post(std::move(m));
+      if (!queued.ok()) return queued.status();
+      in_flight = *queued;
       p.last_progress = Clock::now();
       if (sent_to == 0) continue;
       if (o_.test_after_chunk) o_.test_after_chunk(p.file_path, sent_to);
       if (sent_to == p.file_total()) {
-        event(fmt::format("sent {} ({} bytes) to {}", p.file_path, sent_to, p.channel.peer()));
+        event(fmt::format("sent {} ({} bytes) to {}", p.file_path, sent_to, p.channel->peer()));
         p.end_file();
       }
     }
     p.in_flight = in_flight;
-    if (in_flight == 0 && p.idle()) p.last_progress = Clock::now();
+    if (p.idle()) p.last_progress = Clock::now();
     const auto stalled = Clock::now() - p.last_progress;
     if (!p.idle() && stalled > o_.send_timeout) {
       return timeout_error(
           fmt::format("{} stopped reading: it took nothing we sent for {} ms (send timeout {} ms)",
-                      p.channel.peer(), std::chrono::duration_cast<milliseconds>(stalled).count(),
+                      p.channel->peer(), std::chrono::duration_cast<milliseconds>(stalled).count(),
                       o_.send_timeout.count()));
     }
     return ok_status();
@@ -289,34 +294,35 @@ Status serve_replicas(const ReplicateServeOptions& o) {
     return invalid_argument(
         fmt::format("send timeout {} ms: must be at least 1 ms", o.send_timeout.count()));
   }
-  auto token = rp::load_token(o.token_file);
-  if (!token.ok()) return token.status();
   // Pullers are untrusted and metadata is small: no zero-copy sends, which a puller ending
-  // mid-file would make UCX 1.13 abort on (net::ContextOptions::copy_sends).
-  auto ctx = net::Context::create({.copy_sends = true});
-  if (!ctx.ok()) return ctx.status();
-  auto listener = net::Listener::bind(*ctx, o.address, std::move(*token));
-  if (!listener.ok()) return listener.status();
+  // mid-file would make UCX 1.13 abort on (TransportConfig::copy_sends; shm ignores it).
+  transport::Registry transports({.secret_file = o.token_file, .copy_sends = true});
+  auto bound = transports.listen(o.address);
+  if (!bound.ok()) return bound.status();
+  transport::Listener& listener = **bound;
   Server server(o);
-  if (o.on_listening) o.on_listening(listener->address());
-  net::Poller poller(ctx->get());
+  if (o.on_listening) o.on_listening(listener.address());
+  // One wait loop for the listener and every peer it accepts (net: one engine hears them all).
+  const auto poller = listener.poller();
   std::vector<Peer> peers;
-  // Peers dropped while data we sent them was still queued. Their endpoints stay open until
-  // the peer ends or takes it all: UCX 1.13's TCP transport crashed or hung the server when
-  // a peer ended after its endpoint had been forced shut with data queued for it.
-  std::vector<net::Channel> dropped;
+  // Peers dropped while data we sent them was still queued in the engine. Their endpoints
+  // stay open until the peer ends or takes it all: UCX 1.13's TCP transport crashed or hung
+  // the server when a peer ended after its endpoint had been forced shut with data queued
+  // for it. Channels without an engine hold nothing that outlives them: closed at once.
+  std::vector<std::unique_ptr<transport::Channel>> dropped;
   int finished = 0;
+  std::vector<pollfd> fds;
   while (!(o.stop && o.stop()) && (o.clients == 0 || finished < o.clients)) {
     bool busy = false, sending = false;
-    auto accepted = listener->accept(milliseconds(0));
+    auto accepted = listener.accept(milliseconds(0));
     if (accepted.ok()) {
-      server.event(accepted->peer() + " connected");
+      server.event((*accepted)->peer() + " connected");
       peers.push_back({std::move(*accepted), {}});
       busy = true;
     } else if (accepted.status().code() != Code::kTimeout) {
       server.event("refused a peer: " + accepted.status().message());
     }
-    (*ctx)->progress();
+    poller->progress();
     for (auto it = peers.begin(); it != peers.end();) {
       bool done = false;
       // Each peer's answers go out as it takes them; one that stops reading waits alone
@@ -328,7 +334,7 @@ Status serve_replicas(const ReplicateServeOptions& o) {
         continue;
       }
       if (st.ok()) {
-        auto m = it->channel.try_receive();
+        auto m = rp::receive_now(*it->channel);
         if (m.ok() && !m->has_value()) {
           ++it;
           continue;
@@ -341,47 +347,51 @@ Status serve_replicas(const ReplicateServeOptions& o) {
         ++it;
         continue;
       }
+      transport::Channel& ch = *it->channel;
       if (done) {
         ++finished;
-        server.event(it->channel.peer() + " finished");
-        it->channel.close();
+        server.event(ch.peer() + " finished");
+        ch.close();
       } else {
         // A peer that left (a watch ending) is routine; one that broke the protocol is not.
         if (st.code() == Code::kAborted) {
-          server.event(it->channel.peer() + " left");
+          server.event(ch.peer() + " left");
         } else {
-          log::warn("replicate: dropping {}: {}", it->channel.peer(), st.message());
-          server.event("dropped " + it->channel.peer() + ": " + st.message());
+          log::warn("replicate: dropping {}: {}", ch.peer(), st.message());
+          server.event("dropped " + ch.peer() + ": " + st.message());
         }
-        if (it->channel.sends_in_flight() > 0 && st.code() != Code::kAborted) {
+        if (ch.needs_progress() && it->in_flight > 0 && st.code() != Code::kAborted) {
           dropped.push_back(std::move(it->channel));
         } else {
-          it->channel.abort();
+          ch.abort();
         }
       }
       it = peers.erase(it);
     }
     // A dropped peer is read (and what it says discarded) until it ends or takes what was
     // queued for it; then its endpoint closes with nothing left in flight.
-    std::erase_if(dropped, [](net::Channel& ch) {
-      auto m = ch.try_receive();
-      while (m.ok() && m->has_value()) m = ch.try_receive();  // a flood is not kept
-      if (m.ok() && ch.sends_in_flight() > 0) return false;
-      ch.abort();
+    std::erase_if(dropped, [](std::unique_ptr<transport::Channel>& ch) {
+      auto m = rp::receive_now(*ch);
+      while (m.ok() && m->has_value()) m = rp::receive_now(*ch);  // a flood is not kept
+      auto queued = ch->flush_posted();
+      if (m.ok() && queued.ok() && *queued > 0) return false;
+      ch->abort();
       return true;
     });
     // While answers wait for a peer to take them, look again soon (its completions may not
-    // wake the event fd). The listener's fd wakes the wait too: each step of a handshake is
-    // read at once, not at the next poll interval (4 steps cost 200 ms that way).
-    if (!busy && sending) {
-      (*ctx)->wait(milliseconds(1));
-    } else if (!busy) {
-      std::vector<pollfd> fds{{listener->fd(), POLLIN, 0}};
-      (void)poller.wait(fds, rp::kPollInterval);
+    // wake the engine's fd). The listener's fd wakes the wait too: each step of a handshake
+    // is read at once, not at the next poll interval (4 steps cost 200 ms that way); and so
+    // does the fd of each peer polled on its own (shm): readable when it waits for answers,
+    // writable when it holds what we posted.
+    if (busy) continue;
+    fds.assign(1, {listener.fd(), POLLIN, 0});
+    for (const Peer& p : peers) {
+      fds.push_back({p.channel->poll_fd(), static_cast<short>(p.idle() ? POLLIN : POLLOUT), 0});
     }
+    (void)poller->wait(fds, sending ? milliseconds(1) : rp::kPollInterval);
   }
-  for (Peer& p : peers) p.channel.close();
-  for (net::Channel& ch : dropped) ch.abort();
+  for (Peer& p : peers) p.channel->close();
+  for (auto& ch : dropped) ch->abort();
   return ok_status();
 }
 

@@ -166,7 +166,7 @@ Result<bool> Fanout::handle_arrived(const std::function<bool(const Peer&)>& done
       // we are blocked on, which this wait names when it ends; anything else is news.
       if (!s.ok() && (needed || s.code() != Code::kTimeout)) return s;
     }
-    if (done(p)) continue;
+    if (done(p) || p.link.shares_memory()) continue;  // no segment sends to reap
     Status s = reap(p);
     if (!s.ok()) return s;
   }

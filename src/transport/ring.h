@@ -50,7 +50,9 @@ class Ring {
   virtual int share_fd() const { return -1; }
   // A WritableView of this ring; kUnimplemented where the transport has none. Each call
   // maps a new one.
-  virtual Result<std::unique_ptr<WritableView>> writable_view() const;
+  virtual Result<std::unique_ptr<WritableView>> writable_view() const {
+    return unimplemented("this ring has no writable view");
+  }
 
  protected:
   Ring() = default;

@@ -29,10 +29,6 @@ Status Channel::receive_segment(std::span<std::byte>, const Region*, std::chrono
   return ok_status();
 }
 
-Result<std::unique_ptr<WritableView>> Ring::writable_view() const {
-  return unimplemented("this ring has no writable view");
-}
-
 Result<std::unique_ptr<Ring>> Transport::map_peer_ring(ScopedFd, std::uint32_t, std::uint64_t,
                                                        const std::string& peer) {
   return failed_precondition(

@@ -114,6 +114,16 @@ class Channel {
   // The wait loop for this channel (and the others of its engine).
   virtual std::unique_ptr<Poller> poller() const { return plain_poller(); }
 
+  // Sending without blocking, for a server that must wait on no one peer (the replicate
+  // server). post() queues one whole message (at most kMaxMessageBytes) behind those posted
+  // before and hands on what the peer takes now; flush_posted() hands on more. Both answer
+  // how many posted messages are still queued: a peer that stopped reading keeps it above 0,
+  // and it is the caller's to bound how long. A message is never cut: a send() that times
+  // out may leave one cut on some transports (shm), so do not mix send() with post().
+  // needs_progress() channels: the engine moves what is queued (Poller::progress).
+  virtual Result<std::size_t> post(std::vector<std::byte> message) = 0;
+  virtual Result<std::size_t> flush_posted() = 0;
+
   // Segments: the bytes of one bucket, from the sender's ring into the receiver's. A peer
   // that shares_memory() maps the ring and needs none of these (the calls below then do
   // nothing and answer OK); the others get each segment's bytes sent, in the order both
@@ -170,6 +180,14 @@ struct TransportConfig {
   // How segments between nodes are protected: a listener's channels publish them this way,
   // a connecting channel accepts no weaker (the sender chooses). Ignored on this node (shm).
   WireProtect protection = WireProtect::kNone;
+  // How connect() names the listener in its errors and as its channel's peer():
+  // "<role> at <address>".
+  std::string listener_role = "sender";
+  // net: every message is copied into the engine's buffers, never sent zero-copy
+  // (net::ContextOptions::copy_sends): for an end that sends to untrusted peers, which may
+  // end mid-message, and needs no top speed (the replicate server). Halves net's bulk rate.
+  // Ignored by transports that never send from the caller's memory (shm).
+  bool copy_sends = false;
 };
 
 // One way to reach peers (as gloo's transport::Device): shm to processes on this node, net

@@ -1,6 +1,7 @@
 // `ferry ckpt verify` on verl / Megatron folders and `ferry ckpt replicate` end to end: the
-// built binary as server and puller on 127.0.0.1.
+// built binary as server and puller on 127.0.0.1 (net), and at an "@name" (shm).
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <csignal>
@@ -71,6 +72,28 @@ TEST(CkptReplicateCli, VerifyNamesTheNodeThenReplicateFixesItAndVerifyIsClean) {
   v = run_ferry({"ckpt", "verify", t.dir.file("no-such-folder")});
   EXPECT_NE(v.exit_code, 0);
   EXPECT_EQ(v.out.find("verl/Megatron"), std::string::npos) << v.out;
+}
+
+// Two processes of one node: `--serve @NAME` and `--from @NAME` replicate over shm, with no
+// secret anywhere (the kernel checks the puller is the same user).
+TEST(CkptReplicateCli, ReplicatesBetweenTwoProcessesOfOneNodeOverShmWithoutASecret) {
+  Folders t;
+  test::write_verl_save({t.n0, t.n1}, {.step = 2});
+  const std::string name = "@ferry-cli-replicate-" + std::to_string(::getpid());
+  test::Spawned server(FERRY_BINARY,
+                       {"ckpt", "replicate", t.n0, "--serve", name, "--clients", "1", "--json"},
+                       {});  // no FERRY_* variables: no secret
+  const json listening = json::parse(server.read_line());
+  ASSERT_EQ(listening["event"], "listening");
+  EXPECT_EQ(listening["address"], name);
+  auto pull =
+      run_ferry({"ckpt", "replicate", t.n1, "--from", name, "--json"}, {"PATH=/usr/bin:/bin"});
+  ASSERT_EQ(pull.exit_code, 0) << pull.out << pull.err;
+  const json j = json::parse(pull.out);
+  EXPECT_EQ(j["files_copied"], 4);
+  EXPECT_EQ(j["tracker"], 2);
+  EXPECT_EQ(server.wait(milliseconds(5000)), 0);
+  EXPECT_EQ(test::slurp(t.n1 + "/latest_checkpointed_iteration.txt"), "2");
 }
 
 // Issue 15 item 2: verify run on one non-rank-0 node's own folder said "tracker absent: OK",

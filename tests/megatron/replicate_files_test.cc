@@ -1,6 +1,6 @@
 // Replication's file-set mode (ReplicateServeOptions::offer, ReplicatePullOptions::only): a
-// server on 127.0.0.1 with an ephemeral port offering an arbitrary set of files, pullers on
-// this thread checking them against the sizes and XXH3s they hold themselves.
+// server offering an arbitrary set of files, over each transport (replicate_wires.h), pullers
+// on this thread checking them against the sizes and XXH3s they hold themselves.
 #include "megatron/replicate_files.h"
 
 #include <gtest/gtest.h>
@@ -16,21 +16,25 @@
 #include "ferry/megatron.h"
 #include "megatron/megatron_fixture.h"
 #include "megatron/replicate_server_thread.h"
+#include "megatron/replicate_wires.h"
 #include "support/status_matchers.h"
 
 namespace ferry::checkpoint {
 namespace {
 
 using std::chrono::milliseconds;
+using test::Wire;
 namespace fs = std::filesystem;
 
 constexpr milliseconds kTimeout{10'000};
 
 // Two nodes' folders: `src` offers files, `dst` fetches them.
 struct Nodes {
+  explicit Nodes(Wire w = Wire::kNet) : wire(w) {}
   testing::TempDir dir;
   std::string src = dir.file("src"), dst = dir.file("dst");
   std::string token = test::write_token(dir, "token", ::ferry::testing::kTestToken);
+  Wire wire;  // what servers listen on: each at a fresh address
 
   // Writes `bytes` to `rel` below `src`; returns its entry as a caller would hold it.
   ReplicaFile add(const std::string& rel, const std::string& bytes) {
@@ -38,7 +42,8 @@ struct Nodes {
     return {rel, bytes.size(), testing::hash_bytes(as_bytes(bytes))};
   }
   ReplicateServeOptions serve_options(std::vector<ReplicaFile> files) const {
-    ReplicateServeOptions o{.root = src, .address = "127.0.0.1:0", .token_file = token};
+    ReplicateServeOptions o{
+        .root = src, .address = test::listen_address(wire), .token_file = token};
     o.offer = [files = std::move(files)]() -> Result<ReplicaSet> {
       ReplicaSet set;
       set.files = files;
@@ -66,7 +71,11 @@ void expect_mentions(const Status& s, const std::vector<std::string>& words) {
   }
 }
 
-TEST(ReplicateFiles, Xxh3FileMatchesXxh3OfTheBytes) {
+// The behaviours every transport must keep; each TEST_P runs over net and shm.
+class ReplicateFiles : public ::testing::TestWithParam<Wire> {};
+FERRY_REPLICATE_OVER_WIRES(ReplicateFiles);
+
+TEST(ReplicateFilesXxh3, Xxh3FileMatchesXxh3OfTheBytes) {
   testing::TempDir dir;
   // Crosses the 8 MiB read size, so the streaming hash joins several reads.
   const std::string big = test::fake_bytes("", (9u << 20) + 17, 1);
@@ -84,8 +93,8 @@ TEST(ReplicateFiles, Xxh3FileMatchesXxh3OfTheBytes) {
   expect_mentions(h.status(), {dir.file("absent")});
 }
 
-TEST(ReplicateFiles, FetchesTheSetByteExactAndSkipsWhatIsThere) {
-  Nodes t;
+TEST_P(ReplicateFiles, FetchesTheSetByteExactAndSkipsWhatIsThere) {
+  Nodes t(GetParam());
   const std::string big = test::fake_bytes("", (5u << 20) + 123, 7);
   const std::vector<ReplicaFile> files = {
       t.add("__0_0.distcp", big),
@@ -153,8 +162,8 @@ TEST(ReplicateFiles, FetchesTheSetByteExactAndSkipsWhatIsThere) {
   EXPECT_OK(server.stop());
 }
 
-TEST(ReplicateFiles, AnIndexClaimingAnotherXxh3IsRefusedAndNamed) {
-  Nodes t;
+TEST_P(ReplicateFiles, AnIndexClaimingAnotherXxh3IsRefusedAndNamed) {
+  Nodes t(GetParam());
   const ReplicaFile good = t.add("shard.distcp", test::fake_bytes("", 5000, 2));
   ReplicaFile claimed = good;
   claimed.xxh3 ^= 1;  // the server claims other contents than the caller holds
@@ -175,8 +184,8 @@ TEST(ReplicateFiles, AnIndexClaimingAnotherXxh3IsRefusedAndNamed) {
   expect_mentions(r.status(), {other.address(), "shard.distcp", "caller expects"});
 }
 
-TEST(ReplicateFiles, AServerFileChangedAfterTheOfferIsRefusedAndNothingIsLeft) {
-  Nodes t;
+TEST_P(ReplicateFiles, AServerFileChangedAfterTheOfferIsRefusedAndNothingIsLeft) {
+  Nodes t(GetParam());
   const std::string bytes = test::fake_bytes("", 300'000, 3);
   const ReplicaFile f = t.add("ranks/__3_0.distcp", bytes);
   // The offer (and the caller) have the old contents; the server's disk now has others of
@@ -193,8 +202,8 @@ TEST(ReplicateFiles, AServerFileChangedAfterTheOfferIsRefusedAndNothingIsLeft) {
   EXPECT_FALSE(has_temp_file(t.dst));
 }
 
-TEST(ReplicateFiles, BytesChangedWhileBeingSentAreDiscarded) {
-  Nodes t;
+TEST_P(ReplicateFiles, BytesChangedWhileBeingSentAreDiscarded) {
+  Nodes t(GetParam());
   const std::string bytes = test::fake_bytes("", 1u << 20, 4);
   const ReplicaFile f = t.add("__0_0.distcp", bytes);
   auto so = t.serve_options({f});
@@ -221,8 +230,8 @@ TEST(ReplicateFiles, BytesChangedWhileBeingSentAreDiscarded) {
   EXPECT_FALSE(has_temp_file(t.dst));
 }
 
-TEST(ReplicateFiles, AFileNotOfferedIsNotFoundAndNamed) {
-  Nodes t;
+TEST_P(ReplicateFiles, AFileNotOfferedIsNotFoundAndNamed) {
+  Nodes t(GetParam());
   const ReplicaFile there = t.add("a.distcp", "aaaa");
   ServerThread server(t.serve_options({there}));
   const ReplicaFile missing{"b/missing.distcp", 10, 42};
@@ -233,8 +242,8 @@ TEST(ReplicateFiles, AFileNotOfferedIsNotFoundAndNamed) {
   EXPECT_TRUE(test::tree(t.dst).empty());  // checked before anything is fetched
 }
 
-TEST(ReplicateFiles, AServerNotListeningIsNamedQuickly) {
-  Nodes t;
+TEST_P(ReplicateFiles, AServerNotListeningIsNamedQuickly) {
+  Nodes t(GetParam());
   const ReplicaFile f = t.add("a.distcp", "aaaa");
   std::string address;
   {
@@ -251,7 +260,7 @@ TEST(ReplicateFiles, AServerNotListeningIsNamedQuickly) {
   EXPECT_FALSE(fs::exists(t.dst + "/a.distcp"));
 }
 
-TEST(ReplicateFiles, WrongTokenIsRefused) {
+TEST(ReplicateFilesNet, WrongTokenIsRefused) {
   Nodes t;
   const ReplicaFile f = t.add("a.distcp", "aaaa");
   ServerThread server(t.serve_options({f}));
@@ -266,8 +275,8 @@ TEST(ReplicateFiles, WrongTokenIsRefused) {
   EXPECT_EQ(test::slurp(t.dst + "/a.distcp"), "aaaa");
 }
 
-TEST(ReplicateFiles, TheServerReadsOnlyBeneathItsRootAndNeverThroughALink) {
-  Nodes t;
+TEST_P(ReplicateFiles, TheServerReadsOnlyBeneathItsRootAndNeverThroughALink) {
+  Nodes t(GetParam());
   testing::write_bytes(t.dir.file("secret"), "not for the network");
   fs::create_directories(t.dir.file("outside"));
   testing::write_bytes(t.dir.file("outside/f.distcp"), "outside!");
@@ -293,7 +302,7 @@ TEST(ReplicateFiles, TheServerReadsOnlyBeneathItsRootAndNeverThroughALink) {
   EXPECT_TRUE(test::tree(t.dst).empty());
 }
 
-TEST(ReplicateFiles, BadFileSetsAreClearErrors) {
+TEST(ReplicateFilesOptions, BadFileSetsAreClearErrors) {
   Nodes t;
   const ReplicaFile f{"a.distcp", 4, 1};
   auto po = t.pull_options("127.0.0.1:1", {f});

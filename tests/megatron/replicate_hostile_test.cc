@@ -1,10 +1,9 @@
-// Issue 14: the replicate codec against a live server. An authenticated peer sends a few
-// hundred frames made by mutating legitimate requests (bit flips, truncations, extra
-// bytes, other kinds, random bytes); the server must answer or drop that peer, never
-// crash or stop, and a legitimate puller must still copy everything afterwards.
-// (libFuzzer cannot do this itself at a useful rate: every dropped peer costs a new TCP
-// connection, handshake and UCX endpoint. fuzz/megatron_replicate_fuzz.cc fuzzes the
-// same decoders in-process.)
+// Issue 14: the replicate codec against a live server, over each transport. An
+// authenticated peer sends a few hundred frames made by mutating legitimate requests (bit flips,
+// truncations, extra bytes, other kinds, random bytes); the server must answer or drop that peer,
+// never crash or stop, and a legitimate puller must still copy everything afterwards. (libFuzzer
+// cannot do this itself at a useful rate: every dropped peer costs a new TCP connection, handshake
+// and UCX endpoint. fuzz/megatron_replicate_fuzz.cc fuzzes the same decoders in-process.)
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -16,8 +15,10 @@
 #include "ferry/megatron.h"
 #include "megatron/megatron_fixture.h"
 #include "megatron/replicate.h"
+#include "megatron/replicate_wires.h"
 #include "support/status_matchers.h"
-#include "transport/net/channel.h"
+#include "transport/registry.h"
+#include "transport/transport.h"
 
 namespace ferry::checkpoint {
 namespace {
@@ -59,7 +60,10 @@ std::vector<std::byte> hostile_frame(std::mt19937& rng, const rp::Kind* kinds) {
   return m;
 }
 
-TEST(ReplicateHostile, MutatedFramesNeitherCrashNorStopTheServer) {
+class ReplicateHostile : public ::testing::TestWithParam<test::Wire> {};
+FERRY_REPLICATE_OVER_WIRES(ReplicateHostile);
+
+TEST_P(ReplicateHostile, MutatedFramesNeitherCrashNorStopTheServer) {
   testing::TempDir dir;
   const std::string n0 = dir.file("node0"), n1 = dir.file("node1");
   const std::string token = test::write_token(dir, "token", ::ferry::testing::kTestToken);
@@ -67,7 +71,8 @@ TEST(ReplicateHostile, MutatedFramesNeitherCrashNorStopTheServer) {
 
   std::atomic<bool> stop{false};
   std::promise<std::string> bound;
-  ReplicateServeOptions so{.root = n0, .address = "127.0.0.1:0", .token_file = token};
+  ReplicateServeOptions so{
+      .root = n0, .address = test::listen_address(GetParam()), .token_file = token};
   so.stop = [&] { return stop.load(); };
   so.on_listening = [&](const std::string& a) { bound.set_value(a); };
   Status served;
@@ -75,34 +80,31 @@ TEST(ReplicateHostile, MutatedFramesNeitherCrashNorStopTheServer) {
   const std::string address = bound.get_future().get();
   ASSERT_FALSE(address.empty());
 
-  auto ctx = net::Context::create();
-  ASSERT_OK(ctx);
-  const auto tok = net::Token::from_file(token);
-  ASSERT_OK(tok);
+  transport::Registry transports({.secret_file = token});
   const rp::Kind kinds[7] = {rp::Kind::kList,  rp::Kind::kIndex, rp::Kind::kGet, rp::Kind::kFile,
                              rp::Kind::kChunk, rp::Kind::kError, rp::Kind::kDone};
   // What a legitimate pull must copy afterwards: the files of an INDEX now.
   std::vector<ReplicaFile> offered;
   {
-    auto c = net::connect(*ctx, address, *tok, kTimeout);
+    auto c = transports.connect(address, kTimeout);
     ASSERT_OK(c);
-    ASSERT_OK(c->send(rp::encode_list(), kTimeout));
-    auto m = c->receive(kTimeout);
+    ASSERT_OK((*c)->send(rp::encode_list(), kTimeout));
+    auto m = (*c)->receive(kTimeout);
     ASSERT_OK(m);
     auto index = rp::decode_index(*m, "server");
     ASSERT_OK(index);
     offered = index->files;
     ASSERT_FALSE(offered.empty());
-    c->close();
+    (*c)->close();
   }
   std::mt19937 rng(14);
-  std::optional<net::Channel> ch;
+  std::unique_ptr<transport::Channel> ch;
   int connections = 0, dropped = 0;
   for (int i = 0; i < kFrames; ++i) {
     if (!ch) {
-      auto c = net::connect(*ctx, address, *tok, kTimeout);
+      auto c = transports.connect(address, kTimeout);
       ASSERT_OK(c) << "frame " << i << ": the server stopped accepting: " << c.status().to_string();
-      ch.emplace(std::move(*c));
+      ch = std::move(*c);
       ++connections;
     }
     const std::vector<std::byte> frame = hostile_frame(rng, kinds);

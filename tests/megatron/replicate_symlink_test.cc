@@ -18,8 +18,10 @@
 #include "megatron/megatron_dist_checkpoint.h"
 #include "megatron/megatron_fixture.h"
 #include "megatron/replicate.h"
+#include "megatron/replicate_wires.h"
 #include "support/status_matchers.h"
-#include "transport/net/channel.h"
+#include "transport/registry.h"
+#include "transport/transport.h"
 
 namespace ferry::checkpoint {
 namespace {
@@ -218,7 +220,12 @@ TEST(ReplicateSymlinkRace, AServerNeverServesAFileSwappedForALinkOutsideItsFolde
 // with 4 busy loops, the second pull of this 48 MiB file takes up to 5.4 s).
 // Then the stalled puller closes: the server that dropped it must survive that (UCX 1.13's
 // TCP transport aborted or crashed it, with zero-copy sends still queued for that puller).
-TEST(ReplicateStall, APullerThatStopsReadingDoesNotStallASecondOne) {
+// Over each transport: what the server posts to the stalled one waits in its channel (net:
+// the engine; shm: the socket, then the channel's queue), never in the server's loop.
+class ReplicateStall : public ::testing::TestWithParam<test::Wire> {};
+FERRY_REPLICATE_OVER_WIRES(ReplicateStall);
+
+TEST_P(ReplicateStall, APullerThatStopsReadingDoesNotStallASecondOne) {
   Nodes t;
   // A common.pt far larger than the socket buffers, so a puller that does not read fills them.
   test::write_verl_save({t.n0}, {.step = 1, .common_bytes = 48u << 20});
@@ -226,7 +233,8 @@ TEST(ReplicateStall, APullerThatStopsReadingDoesNotStallASecondOne) {
   std::vector<std::string> events;
   std::atomic<bool> stop{false};
   std::promise<std::string> bound;
-  ReplicateServeOptions so{.root = t.n0, .address = "127.0.0.1:0", .token_file = t.token};
+  ReplicateServeOptions so{
+      .root = t.n0, .address = test::listen_address(GetParam()), .token_file = t.token};
   so.stop = [&] { return stop.load(); };
   so.on_listening = [&](const std::string& a) { bound.set_value(a); };
   so.on_event = [&](const std::string& e) {
@@ -253,12 +261,10 @@ TEST(ReplicateStall, APullerThatStopsReadingDoesNotStallASecondOne) {
     return f.path.find("common.pt") != std::string::npos;
   });
   ASSERT_NE(big, set->files.end());
-  auto ctx = net::Context::create();
-  ASSERT_OK(ctx);
-  auto token = net::Token::from_file(t.token);
-  ASSERT_OK(token);
-  auto stalled = net::connect(*ctx, address, *token, kTimeout);
-  ASSERT_OK(stalled);
+  transport::Registry transports({.secret_file = t.token});
+  auto connected = transports.connect(address, kTimeout);
+  ASSERT_OK(connected);
+  auto& stalled = *connected;
   ASSERT_OK(stalled->send(rp::encode_list(), kTimeout));
   std::this_thread::sleep_for(milliseconds(200));
   ASSERT_OK(stalled->send(rp::encode_get(*big), kTimeout));

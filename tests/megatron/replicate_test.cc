@@ -1,6 +1,7 @@
-// `ferry ckpt replicate` in the library: a server on 127.0.0.1 with an ephemeral port and
-// pullers on threads (each with its own net context), a hand-crafted malicious server, and a
-// real server process killed mid-file (this binary re-executed as the child).
+// `ferry ckpt replicate` in the library, over each transport (replicate_wires.h): a server
+// on 127.0.0.1 with an ephemeral port (net) or at a fresh "@name" (shm) and pullers on
+// threads (each with its own transports), a hand-crafted malicious server, and a real server
+// process killed mid-file (this binary re-executed as the child).
 #include "megatron/replicate.h"
 
 #include <gtest/gtest.h>
@@ -20,26 +21,31 @@
 #include "ferry/megatron.h"
 #include "megatron/megatron_fixture.h"
 #include "megatron/replicate_server_thread.h"
+#include "megatron/replicate_wires.h"
 #include "support/status_matchers.h"
-#include "transport/net/channel.h"
+#include "transport/registry.h"
+#include "transport/transport.h"
 
 namespace ferry::checkpoint {
 namespace {
 
 using std::chrono::milliseconds;
 using test::dist_path;
+using test::Wire;
 namespace fs = std::filesystem;
 namespace rp = replicate;
 
 constexpr milliseconds kTimeout{10'000};
 
 struct Nodes {
+  explicit Nodes(Wire w = Wire::kNet) : wire(w) {}
   testing::TempDir dir;
   std::string n0 = dir.file("node0"), n1 = dir.file("node1");
   std::string token = test::write_token(dir, "token", ::ferry::testing::kTestToken);
+  Wire wire;  // what servers listen on: each at a fresh address
   std::vector<std::string> roots() const { return {n0, n1}; }
   ReplicateServeOptions serve_options() const {
-    return {.root = n0, .address = "127.0.0.1:0", .token_file = token};
+    return {.root = n0, .address = test::listen_address(wire), .token_file = token};
   }
   ReplicatePullOptions pull_options(const std::string& from) const {
     return {.root = n1, .from = from, .token_file = token, .timeout = kTimeout};
@@ -60,8 +66,12 @@ bool has_temp_file(const std::string& root) {
   return false;
 }
 
-TEST(Replicate, CopiesMetadataBitExactThenVerifyIsClean) {
-  Nodes t;
+// The behaviours every transport must keep; each TEST_P runs over net and shm.
+class Replicate : public ::testing::TestWithParam<Wire> {};
+FERRY_REPLICATE_OVER_WIRES(Replicate);
+
+TEST_P(Replicate, CopiesMetadataBitExactThenVerifyIsClean) {
+  Nodes t(GetParam());
   test::write_verl_save(t.roots(), {.step = 1, .roles = {"actor", "critic"}});
   test::write_verl_save(t.roots(),
                         {.step = 2, .roles = {"actor", "critic"}, .dcp_metadata_bytes = 70'000});
@@ -127,8 +137,8 @@ TEST(Replicate, CopiesMetadataBitExactThenVerifyIsClean) {
   EXPECT_OK(server.stop());
 }
 
-TEST(Replicate, ServerWithClientsCountReturnsAfterThatManyPulls) {
-  Nodes t;
+TEST_P(Replicate, ServerWithClientsCountReturnsAfterThatManyPulls) {
+  Nodes t(GetParam());
   test::write_verl_save(t.roots(), {.step = 1});
   auto so = t.serve_options();
   so.clients = 1;
@@ -142,7 +152,7 @@ TEST(Replicate, ServerWithClientsCountReturnsAfterThatManyPulls) {
   EXPECT_OK(served.get());
 }
 
-TEST(Replicate, WrongTokenIsRefusedAndNothingIsWritten) {
+TEST(ReplicateNet, WrongTokenIsRefusedAndNothingIsWritten) {
   Nodes t;
   test::write_verl_save(t.roots(), {.step = 1});
   ServerThread server(t.serve_options());
@@ -161,26 +171,25 @@ TEST(Replicate, WrongTokenIsRefusedAndNothingIsWritten) {
   EXPECT_OK(r);
 }
 
-// A hand-crafted server on its own thread and context: accepts one puller, runs `body`,
-// then reads until the puller hangs up.
+// A hand-crafted server on its own thread and transports: listens on the wire of `t`,
+// accepts one puller, runs `body`, then reads until the puller hangs up.
 class CraftedServer {
  public:
-  CraftedServer(const std::string& token_file, std::function<void(net::Channel&)> body) {
+  CraftedServer(const Nodes& t, std::function<void(transport::Channel&)> body) {
     std::promise<std::string> bound;
     auto address = bound.get_future();
-    thread_ = std::thread([&bound, token_file, body = std::move(body)] {
-      auto ctx = net::Context::create();
-      auto token = net::Token::from_file(token_file);
-      if (!ctx.ok() || !token.ok()) return bound.set_value("");
-      auto l = net::Listener::bind(*ctx, "127.0.0.1:0", *token);
-      if (!l.ok()) return bound.set_value("");
-      bound.set_value(l->address());
-      auto ch = l->accept(kTimeout);
-      if (!ch.ok()) return;
-      body(*ch);
-      while (ch->receive(milliseconds(2000)).ok()) {
-      }
-    });
+    thread_ = std::thread(
+        [&bound, at = test::listen_address(t.wire), token_file = t.token, body = std::move(body)] {
+          transport::Registry transports({.secret_file = token_file});
+          auto l = transports.listen(at);
+          if (!l.ok()) return bound.set_value("");
+          bound.set_value((*l)->address());
+          auto ch = (*l)->accept(kTimeout);
+          if (!ch.ok()) return;
+          body(**ch);
+          while ((*ch)->receive(milliseconds(2000)).ok()) {
+          }
+        });
     address_ = address.get();
   }
   ~CraftedServer() { thread_.join(); }
@@ -191,8 +200,8 @@ class CraftedServer {
   std::thread thread_;
 };
 
-TEST(Replicate, PathsThatLeaveTheFolderFromAMaliciousServerAreRefused) {
-  Nodes t;
+TEST_P(Replicate, PathsThatLeaveTheFolderFromAMaliciousServerAreRefused) {
+  Nodes t(GetParam());
   test::write_verl_save(t.roots(), {.step = 1});
   fs::create_directories(t.dir.file("outside"));
   fs::create_directory_symlink(t.dir.file("outside"), t.n1 + "/global_step_1/link");
@@ -210,7 +219,7 @@ TEST(Replicate, PathsThatLeaveTheFolderFromAMaliciousServerAreRefused) {
     SCOPED_TRACE(path);
     std::atomic<bool> got_get{false};
     {
-      CraftedServer server(t.token, [&](net::Channel& ch) {
+      CraftedServer server(t, [&](transport::Channel& ch) {
         if (!ch.receive(kTimeout).ok()) return;  // LIST
         ReplicaSet set;
         set.files = {{dist_path(1) + "/common.pt", 6, 1}, {path, 6, 1}};
@@ -232,14 +241,14 @@ TEST(Replicate, PathsThatLeaveTheFolderFromAMaliciousServerAreRefused) {
   }
 }
 
-TEST(Replicate, BytesThatDoNotMatchTheOfferAreDiscarded) {
-  Nodes t;
+TEST_P(Replicate, BytesThatDoNotMatchTheOfferAreDiscarded) {
+  Nodes t(GetParam());
   fs::create_directories(t.n1);
   const std::string rel = dist_path(1) + "/common.pt";
   const std::string good = "PK\x03\x04 the real bytes";
   const std::string bad = "PK\x03\x04 other bytes!!!";
   ASSERT_EQ(good.size(), bad.size());
-  CraftedServer server(t.token, [&](net::Channel& ch) {
+  CraftedServer server(t, [&](transport::Channel& ch) {
     if (!ch.receive(kTimeout).ok()) return;
     ReplicaSet set;
     const ReplicaFile f{rel, good.size(), testing::hash_bytes(as_bytes(good))};
@@ -259,7 +268,7 @@ TEST(Replicate, BytesThatDoNotMatchTheOfferAreDiscarded) {
 // A crafted server that answers as a real one does, from `files` (path -> bytes) and the
 // INDEX `set`, whatever that set claims: each LIST with the set, each GET with the file's
 // bytes in one CHUNK, until DONE or the puller hangs up.
-void serve_crafted(net::Channel& ch, const ReplicaSet& set,
+void serve_crafted(transport::Channel& ch, const ReplicaSet& set,
                    const std::map<std::string, std::string>& files) {
   while (true) {
     auto m = ch.receive(kTimeout);
@@ -290,7 +299,7 @@ ReplicaFile offer(std::map<std::string, std::string>& files, const std::string& 
 // naming a step). The puller writes a tracker only for a step whose metadata the same INDEX
 // offered in full, all of it in place and checked before the tracker is written; an INDEX
 // that breaks this is refused before anything is written.
-TEST(Replicate, AServerOfferingATrackerForAStepItDoesNotSendIsRefused) {
+TEST_P(Replicate, AServerOfferingATrackerForAStepItDoesNotSendIsRefused) {
   struct Case {
     const char* what;
     std::optional<std::int64_t> claimed;  // the INDEX's tracker step
@@ -305,7 +314,7 @@ TEST(Replicate, AServerOfferingATrackerForAStepItDoesNotSendIsRefused) {
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(c.what);
-    Nodes t;
+    Nodes t(GetParam());
     fs::create_directories(t.n1);
     std::map<std::string, std::string> files;
     ReplicaSet set;
@@ -318,7 +327,7 @@ TEST(Replicate, AServerOfferingATrackerForAStepItDoesNotSendIsRefused) {
     set.tracker = c.claimed;
     Result<PullResult> r = internal_error("not run");
     {
-      CraftedServer server(t.token, [&](net::Channel& ch) { serve_crafted(ch, set, files); });
+      CraftedServer server(t, [&](transport::Channel& ch) { serve_crafted(ch, set, files); });
       r = pull_replicas(t.pull_options(server.address()));
     }
     ASSERT_FALSE(r.ok()) << "the puller took it and wrote the tracker \""
@@ -334,8 +343,8 @@ TEST(Replicate, AServerOfferingATrackerForAStepItDoesNotSendIsRefused) {
 // The INDEX names step 1 and offers all of step 1, but the tracker's bytes name step 7: the
 // metadata is copied, the tracker is not; a one-shot pull lists again (a tracker that moved
 // on between the server's scan and its hash is the honest cause) and then gives up saying why.
-TEST(Replicate, ATrackerWhoseBytesNameAnotherStepThanItsIndexIsNotWritten) {
-  Nodes t;
+TEST_P(Replicate, ATrackerWhoseBytesNameAnotherStepThanItsIndexIsNotWritten) {
+  Nodes t(GetParam());
   fs::create_directories(t.n1);
   std::map<std::string, std::string> files;
   ReplicaSet set;
@@ -346,7 +355,7 @@ TEST(Replicate, ATrackerWhoseBytesNameAnotherStepThanItsIndexIsNotWritten) {
   set.tracker = 1;
   Result<PullResult> r = internal_error("not run");
   {
-    CraftedServer server(t.token, [&](net::Channel& ch) { serve_crafted(ch, set, files); });
+    CraftedServer server(t, [&](transport::Channel& ch) { serve_crafted(ch, set, files); });
     r = pull_replicas(t.pull_options(server.address()));
   }
   const std::string tracker = t.n1 + "/" + std::string(kMegatronTracker);
@@ -360,8 +369,8 @@ TEST(Replicate, ATrackerWhoseBytesNameAnotherStepThanItsIndexIsNotWritten) {
   }
 }
 
-TEST(Replicate, WatchCopiesAStepOnlyOnceTheTrackerNamesItComplete) {
-  Nodes t;
+TEST_P(Replicate, WatchCopiesAStepOnlyOnceTheTrackerNamesItComplete) {
+  Nodes t(GetParam());
   test::write_verl_save(t.roots(), {.step = 1});
   // Step 2 half written on node0: shards, common.pt, .metadata; no metadata.json, tracker at 1.
   test::write_verl_save(t.roots(), {.step = 2, .finished = false});
@@ -413,8 +422,8 @@ TEST(Replicate, WatchCopiesAStepOnlyOnceTheTrackerNamesItComplete) {
   EXPECT_TRUE(verify_megatron(t.roots())->ok());
 }
 
-TEST(Replicate, WatchEndsCleanlyWhenTheServerGoesAway) {
-  Nodes t;
+TEST_P(Replicate, WatchEndsCleanlyWhenTheServerGoesAway) {
+  Nodes t(GetParam());
   test::write_verl_save(t.roots(), {.step = 1});
   auto server = std::make_unique<ServerThread>(t.serve_options());
   std::atomic<int> rounds{0};
@@ -434,16 +443,16 @@ TEST(Replicate, WatchEndsCleanlyWhenTheServerGoesAway) {
   EXPECT_EQ(r->tracker, 1);
 }
 
-TEST(Replicate, ServerSendsOnlyWhatItOffered) {
-  Nodes t;
+TEST_P(Replicate, ServerSendsOnlyWhatItOffered) {
+  Nodes t(GetParam());
   test::write_verl_save(t.roots(), {.step = 1});
   test::write_verl_save(t.roots(), {.step = 2, .finished = false});
   testing::write_bytes(t.dir.file("secret"), "not for the network");
   ServerThread server(t.serve_options());
-  auto ctx = net::Context::create();
-  ASSERT_OK(ctx);
-  auto ch = net::connect(*ctx, server.address(), *net::Token::from_file(t.token), kTimeout);
-  ASSERT_OK(ch);
+  transport::Registry transports({.secret_file = t.token});
+  auto connected = transports.connect(server.address(), kTimeout);
+  ASSERT_OK(connected);
+  auto& ch = *connected;
   ASSERT_OK(ch->send(rp::encode_list(), kTimeout));
   auto m = ch->receive(kTimeout);
   ASSERT_OK(m);
@@ -473,8 +482,8 @@ TEST(Replicate, ServerSendsOnlyWhatItOffered) {
   ch->close();
 }
 
-TEST(Replicate, AServerThatCannotReadItsFolderSaysSo) {
-  Nodes t;
+TEST_P(Replicate, AServerThatCannotReadItsFolderSaysSo) {
+  Nodes t(GetParam());
   test::write_verl_save(t.roots(), {.step = 1});
   ServerThread server(t.serve_options());
   fs::rename(t.n0, t.dir.file("moved"));
@@ -485,7 +494,7 @@ TEST(Replicate, AServerThatCannotReadItsFolderSaysSo) {
       << r.status().to_string();
 }
 
-TEST(Replicate, BadOptionsAreClearErrors) {
+TEST(ReplicateOptions, BadOptionsAreClearErrors) {
   Nodes t;
   auto po = t.pull_options("127.0.0.1:1");
   po.watch = true;
@@ -508,10 +517,10 @@ TEST(Replicate, BadOptionsAreClearErrors) {
 // (50 ms a message), so that the parent kills it with that file half sent.
 const bool kChildRan = [] {
   const char* root = std::getenv("FERRY_REPLICATE_TEST_ROOT");
-  if (root == nullptr) return false;
+  if (root == nullptr || std::getenv("FERRY_REPLICATE_TEST_ADDRESS") == nullptr) return false;
   ReplicateServeOptions o;
   o.root = root;
-  o.address = "127.0.0.1:0";
+  o.address = std::getenv("FERRY_REPLICATE_TEST_ADDRESS");
   o.token_file = std::getenv("FERRY_REPLICATE_TEST_TOKEN");
   o.chunk_bytes = 4096;
   o.on_listening = [](const std::string& address) {
@@ -526,14 +535,14 @@ const bool kChildRan = [] {
   std::_Exit(serve_replicas(o).ok() ? 0 : 1);
 }();
 
-TEST(Replicate, AServerKilledMidFileLeavesNoPartialFile) {
-  Nodes t;
+TEST_P(Replicate, AServerKilledMidFileLeavesNoPartialFile) {
+  Nodes t(GetParam());
   test::write_verl_save(t.roots(), {.step = 1, .dcp_metadata_bytes = 64 * 1024});
-  test::Spawned child(
-      test::self_binary(), {},
-      {"FERRY_REPLICATE_TEST_ROOT=" + t.n0, "FERRY_REPLICATE_TEST_TOKEN=" + t.token});
+  test::Spawned child(test::self_binary(), {},
+                      {"FERRY_REPLICATE_TEST_ROOT=" + t.n0, "FERRY_REPLICATE_TEST_TOKEN=" + t.token,
+                       "FERRY_REPLICATE_TEST_ADDRESS=" + test::listen_address(t.wire)});
   const std::string address = child.read_line();
-  ASSERT_EQ(address.rfind("127.0.0.1:", 0), 0u) << address;
+  ASSERT_EQ(address.rfind(GetParam() == Wire::kNet ? "127.0.0.1:" : "@", 0), 0u) << address;
   // common.pt (2000 bytes) comes first; more than that received means .metadata is under way.
   std::atomic<std::uint64_t> received{0};
   auto po = t.pull_options(address);

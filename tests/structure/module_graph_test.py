@@ -41,6 +41,22 @@ class ModuleGraphCheck(unittest.TestCase):
             result = check(root)
             self.assertEqual(result.returncode, 0, result.stdout + result.stderr)
 
+    def test_a_seam_module_including_a_transport_past_the_seam_fails_naming_the_line(self):
+        with tempfile.TemporaryDirectory() as d:
+            root = pathlib.Path(d)
+            make_tree(root, {
+                "transport": ("ferry_module(transport SOURCES r.cc)\n", {}),
+                "megatron": ("ferry_module(megatron SOURCES s.cc DEPS ferry_transport)\n",
+                             {"s.cc": '#include "transport/registry.h"\n'
+                                      '#include "transport/transport.h"\n'
+                                      '#include "transport/net/channel.h"\n'}),
+            })
+            result = check(root)
+            self.assertEqual(result.returncode, 1)
+            self.assertIn("src/megatron/s.cc:3 includes transport/net/channel.h, past the "
+                          "transport seam", result.stdout)
+            self.assertNotIn("registry.h,", result.stdout)
+
     def test_undeclared_include_in_a_subfolder_fails_naming_the_file(self):
         with tempfile.TemporaryDirectory() as d:
             root = pathlib.Path(d)

@@ -236,6 +236,46 @@ TEST_P(Conformance, CloseIsSeenByThePeerAfterItsLastMessages) {
   EXPECT_LT(ms_since(start), 900) << "the peer's close waited for a FIN it should have had";
 }
 
+// post() never waits on a peer that does not read: what it cannot hand on stays queued, whole
+// (flush_posted() says how much), and arrives in order once the peer reads. More than the
+// socket buffers of either transport hold, so some of it must queue.
+TEST_P(Conformance, PostedMessagesNeverWaitAndArriveWholeInOrder) {
+  constexpr std::size_t kMessages = 24, kBytes = (2u << 20) + 7;
+  std::atomic<bool> read{false};
+  PeerThread peer(server_->address(), [&](Channel& ch) -> Status {
+    while (!read) std::this_thread::sleep_for(milliseconds(5));
+    for (std::size_t i = 0; i < kMessages; ++i) {
+      auto m = ch.receive(kTimeout);
+      if (!m.ok()) return m.status();
+      if (*m != pattern(kBytes, static_cast<unsigned>(i))) {
+        return corruption("posted message " + std::to_string(i) + " arrived changed");
+      }
+    }
+    return ok_status();
+  });
+  auto ch = accept();
+  ASSERT_NE(ch, nullptr);
+  std::size_t queued = 0;
+  for (std::size_t i = 0; i < kMessages; ++i) {
+    const auto start = Clock::now();
+    auto q = ch->post(pattern(kBytes, static_cast<unsigned>(i)));
+    ASSERT_OK(q) << i;
+    EXPECT_LT(ms_since(start), 1000) << "post " << i << " waited on the peer";
+    queued = *q;
+  }
+  EXPECT_GT(queued, 0u) << "the peer reads nothing yet: some must wait";
+  read = true;
+  const auto deadline = Clock::now() + kTimeout;
+  while (queued > 0 && Clock::now() < deadline) {
+    server_->idle(milliseconds(1));
+    auto q = ch->flush_posted();
+    ASSERT_OK(q);
+    queued = *q;
+  }
+  EXPECT_EQ(queued, 0u);
+  EXPECT_OK(peer.finish(*server_));
+}
+
 TEST_P(Conformance, ReceiveDeadlineIsKeptAndNamesThePeer) {
   PeerThread peer(server_->address(), [](Channel& ch) { return ch.receive(kTimeout).status(); });
   auto ch = accept();

@@ -31,6 +31,12 @@ MessageChannel::MessageChannel(net::Channel channel) : channel_(std::move(channe
   transports_ = channel_.transports();
 }
 
+Result<std::size_t> MessageChannel::post(std::vector<std::byte> message) {
+  Status s = channel_.send(message, std::chrono::milliseconds(0));
+  if (!s.ok() && s.code() != Code::kTimeout) return s;
+  return channel_.sends_in_flight();
+}
+
 std::unique_ptr<transport::Poller> MessageChannel::poller() const {
   if (!channel_.valid()) return transport::plain_poller();
   return std::make_unique<ProgressPoller>(channel_.context().shared_from_this());

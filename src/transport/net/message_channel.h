@@ -65,6 +65,10 @@ class MessageChannel final : public transport::Channel {
   }
   int poll_fd() const override { return -1; }  // the Poller's engine reports it
 
+  // A send that times out leaves its message queued in the engine, whole: nothing to keep.
+  Result<std::size_t> post(std::vector<std::byte> message) override;
+  Result<std::size_t> flush_posted() override { return channel_.sends_in_flight(); }
+
   int fd() const override { return channel_.fd(); }
   bool valid() const override { return channel_.valid(); }
   void close() override { channel_.close(); }

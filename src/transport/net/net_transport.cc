@@ -25,8 +25,12 @@ Result<Token> session_secret(const transport::TransportConfig& config) {
 
 class NetTransport final : public transport::Transport {
  public:
-  NetTransport(std::shared_ptr<Context> context, Token token, WireProtect protection)
-      : context_(std::move(context)), token_(std::move(token)), protection_(protection) {}
+  NetTransport(std::shared_ptr<Context> context, Token token, WireProtect protection,
+               std::string listener_role)
+      : context_(std::move(context)),
+        token_(std::move(token)),
+        protection_(protection),
+        listener_role_(std::move(listener_role)) {}
 
   const std::string& scheme() const override { return scheme_; }
   bool shares_memory() const override { return false; }
@@ -40,7 +44,8 @@ class NetTransport final : public transport::Transport {
 
   Result<std::unique_ptr<transport::Channel>> connect(const std::string& address,
                                                       std::chrono::milliseconds timeout) override {
-    FERRY_ASSIGN_OR_RETURN(auto channel, net::connect(context_, address, token_, timeout));
+    FERRY_ASSIGN_OR_RETURN(
+        auto channel, net::connect(context_, address, token_, timeout, {.role = listener_role_}));
     // The sender chooses how segments travel; this end only sets the least it takes.
     channel.set_bulk_protection(WireProtect::kNone, protection_);
     return std::unique_ptr<transport::Channel>(
@@ -58,6 +63,7 @@ class NetTransport final : public transport::Transport {
   std::shared_ptr<Context> context_;
   Token token_;
   WireProtect protection_;
+  std::string listener_role_;
 };
 
 }  // namespace
@@ -65,9 +71,9 @@ class NetTransport final : public transport::Transport {
 Result<std::unique_ptr<transport::Transport>> create_transport(
     const transport::TransportConfig& config) {
   FERRY_ASSIGN_OR_RETURN(Token token, session_secret(config));
-  FERRY_ASSIGN_OR_RETURN(auto context, Context::create());
-  return std::unique_ptr<transport::Transport>(
-      std::make_unique<NetTransport>(std::move(context), std::move(token), config.protection));
+  FERRY_ASSIGN_OR_RETURN(auto context, Context::create({.copy_sends = config.copy_sends}));
+  return std::unique_ptr<transport::Transport>(std::make_unique<NetTransport>(
+      std::move(context), std::move(token), config.protection, config.listener_role));
 }
 
 }  // namespace ferry::net

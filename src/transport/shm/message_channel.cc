@@ -1,5 +1,6 @@
 #include "transport/shm/message_channel.h"
 
+#include <fmt/format.h>
 #include <poll.h>
 
 #include <cerrno>
@@ -13,6 +14,26 @@ Status MessageChannel::send(std::span<const std::byte> message, std::chrono::mil
 Status MessageChannel::send_with_fd(std::span<const std::byte> message,
                                     std::chrono::milliseconds timeout, int fd) {
   return channel_.send(message, timeout, fd);
+}
+
+Result<std::size_t> MessageChannel::post(std::vector<std::byte> message) {
+  if (message.size() > kMaxMessageBytes) {
+    return invalid_argument(fmt::format("a message of {} bytes for {} exceeds the limit of {}",
+                                        message.size(), peer(), kMaxMessageBytes));
+  }
+  posted_.push_back(std::move(message));
+  return flush_posted();
+}
+
+Result<std::size_t> MessageChannel::flush_posted() {
+  while (!posted_.empty()) {
+    Status s = channel_.send(posted_.front(), std::chrono::milliseconds(0), -1, &front_sent_);
+    if (s.code() == Code::kTimeout) break;  // the socket is full: the rest waits
+    if (!s.ok()) return s;
+    posted_.pop_front();
+    front_sent_ = 0;
+  }
+  return posted_.size();
 }
 
 Result<std::vector<std::byte>> MessageChannel::receive(std::chrono::milliseconds timeout) {

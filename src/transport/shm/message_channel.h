@@ -2,6 +2,10 @@
 // memory this end passes it (shares_memory, passes_fds) and is polled on its own socket.
 #pragma once
 
+#include <cstddef>
+#include <deque>
+#include <vector>
+
 #include "transport/shm/seqpacket_channel.h"
 #include "transport/transport.h"
 
@@ -25,6 +29,10 @@ class MessageChannel final : public transport::Channel {
       std::chrono::milliseconds rest_within) override;
   int poll_fd() const override { return channel_.fd(); }
 
+  // Posted messages wait here, the first perhaps part sent, until the socket takes them.
+  Result<std::size_t> post(std::vector<std::byte> message) override;
+  Result<std::size_t> flush_posted() override;
+
   int fd() const override { return channel_.fd(); }
   bool valid() const override { return channel_.valid(); }
   void close() override { channel_.close(); }
@@ -34,6 +42,8 @@ class MessageChannel final : public transport::Channel {
 
  private:
   shm::Channel channel_;
+  std::deque<std::vector<std::byte>> posted_;
+  std::size_t front_sent_ = 0;  // bytes of posted_.front() the socket took
 };
 
 }  // namespace ferry::shm

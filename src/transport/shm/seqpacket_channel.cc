@@ -41,14 +41,16 @@ Status check_same_user(int fd, const std::string& peer, pid_t* pid = nullptr) {
 }  // namespace
 
 Status Channel::send(std::span<const std::byte> message, std::chrono::milliseconds timeout,
-                     int pass_fd) {
+                     int pass_fd, std::size_t* sent) {
   if (message.size() > kMaxMessageBytes) {
     return invalid_argument(fmt::format("a message of {} bytes for {} exceeds the limit of {}",
                                         message.size(), peer_, kMaxMessageBytes));
   }
   const auto deadline = Clock::now() + timeout;
-  std::size_t off = 0;
-  bool first = true;
+  // Datagrams are cut at multiples of kChunkBytes, so a send resumed at `*sent` goes on
+  // with the datagram after the last one taken.
+  std::size_t off = sent != nullptr ? *sent : 0;
+  bool first = off == 0;
   do {
     const std::size_t n = std::min(kChunkBytes, message.size() - off);
     std::uint8_t more = off + n < message.size() ? 1 : 0;
@@ -68,8 +70,8 @@ Status Channel::send(std::span<const std::byte> message, std::chrono::millisecon
     }
     while (true) {
       // MSG_NOSIGNAL: a dead peer is EPIPE here, not SIGPIPE for the whole process.
-      const ssize_t sent = ::sendmsg(fd_.get(), &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
-      if (sent >= 0) break;
+      const ssize_t taken = ::sendmsg(fd_.get(), &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
+      if (taken >= 0) break;
       if (errno == EINTR) continue;
       if (errno == EAGAIN) {
         pollfd p{fd_.get(), POLLOUT, 0};
@@ -89,6 +91,7 @@ Status Channel::send(std::span<const std::byte> message, std::chrono::millisecon
     }
     off += n;
     first = false;
+    if (sent != nullptr) *sent = off;
   } while (off < message.size());
   return ok_status();
 }
@@ -256,11 +259,12 @@ Result<Channel> Listener::accept(std::chrono::milliseconds timeout) {
   }
 }
 
-Result<Channel> connect(const std::string& address, std::chrono::milliseconds timeout) {
+Result<Channel> connect(const std::string& address, std::chrono::milliseconds timeout,
+                        const std::string& role) {
   auto addr = resolve_local_address(address);
   if (!addr.ok()) return addr.status();
   const auto deadline = Clock::now() + timeout;
-  const std::string peer = fmt::format("sender at {}", address);
+  const std::string peer = fmt::format("{} at {}", role, address);
   while (true) {
     ScopedFd fd(::socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0));
     if (!fd.valid()) return errno_status("socket", address, errno);
@@ -273,7 +277,7 @@ Result<Channel> connect(const std::string& address, std::chrono::milliseconds ti
     // Not listening yet: the two ends may start in either order.
     if (err == ENOENT || err == ECONNREFUSED || err == EAGAIN) {
       if (Clock::now() >= deadline) {
-        return timeout_error(fmt::format("no sender listening at {} within {} ms ({})", address,
+        return timeout_error(fmt::format("no {} listening at {} within {} ms ({})", role, address,
                                          timeout.count(), std::strerror(err)));
       }
       std::this_thread::sleep_for(std::chrono::milliseconds(10));

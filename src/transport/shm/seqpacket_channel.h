@@ -36,9 +36,11 @@ class Channel {
 
   // Sends one message (at most kMaxMessageBytes, else kInvalidArgument), and `pass_fd` with
   // it (SCM_RIGHTS) when >= 0. Waits at most
-  // `timeout` for room in the socket buffer (a peer that stopped reading).
+  // `timeout` for room in the socket buffer (a peer that stopped reading). A timeout may
+  // leave the message cut; with `sent`, it starts that many bytes in (where an earlier call
+  // that timed out left it) and leaves there how far it got, so the caller can finish it.
   Status send(std::span<const std::byte> message, std::chrono::milliseconds timeout,
-              int pass_fd = -1);
+              int pass_fd = -1, std::size_t* sent = nullptr);
   // Waits for one whole message; a negative timeout waits forever. EOF is kAborted,
   // no message in time is kTimeout; both name the peer.
   Result<Received> receive(std::chrono::milliseconds timeout);
@@ -80,7 +82,9 @@ class Listener {
 };
 
 // Connects to a Listener, retrying while it does not exist yet (or refuses), up to
-// `timeout`; then kTimeout naming the address. Other errors are kIoError at once.
-Result<Channel> connect(const std::string& address, std::chrono::milliseconds timeout);
+// `timeout`; then kTimeout naming the address. Other errors are kIoError at once. The
+// listener is named "<role> at <address>".
+Result<Channel> connect(const std::string& address, std::chrono::milliseconds timeout,
+                        const std::string& role = "sender");
 
 }  // namespace ferry::shm

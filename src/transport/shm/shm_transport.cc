@@ -10,6 +10,8 @@ namespace {
 
 class ShmTransport final : public transport::Transport {
  public:
+  explicit ShmTransport(std::string listener_role) : listener_role_(std::move(listener_role)) {}
+
   const std::string& scheme() const override { return scheme_; }
   bool shares_memory() const override { return true; }
   // connect() only looks for the socket file, so a retry costs nothing.
@@ -24,7 +26,7 @@ class ShmTransport final : public transport::Transport {
 
   Result<std::unique_ptr<transport::Channel>> connect(const std::string& address,
                                                       std::chrono::milliseconds timeout) override {
-    auto channel = shm::connect(address, timeout);
+    auto channel = shm::connect(address, timeout, listener_role_);
     if (!channel.ok()) return channel.status();
     return std::unique_ptr<transport::Channel>(
         std::make_unique<MessageChannel>(std::move(*channel)));
@@ -43,12 +45,15 @@ class ShmTransport final : public transport::Transport {
 
  private:
   const std::string scheme_ = "shm";
+  std::string listener_role_;
 };
 
 }  // namespace
 
-Result<std::unique_ptr<transport::Transport>> create_transport(const transport::TransportConfig&) {
-  return std::unique_ptr<transport::Transport>(std::make_unique<ShmTransport>());
+Result<std::unique_ptr<transport::Transport>> create_transport(
+    const transport::TransportConfig& config) {
+  return std::unique_ptr<transport::Transport>(
+      std::make_unique<ShmTransport>(config.listener_role));
 }
 
 }  // namespace ferry::shm

@@ -9,7 +9,7 @@
 namespace ferry::shm {
 
 // Processes on this node, over a UNIX socket each, sharing the sender's memfd ring.
-// Needs nothing from `config`.
+// Reads only `config.listener_role`.
 Result<std::unique_ptr<transport::Transport>> create_transport(
     const transport::TransportConfig& config);
 
