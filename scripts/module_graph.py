@@ -18,6 +18,11 @@ One folder has a stricter rule: the CLI (src/cli) links only libferry's public A
 library, so it includes only "ferry/", "cli/" and "tools/" headers; an include of any other
 module's header (an internal of libferry) is a violation naming the file and line.
 
+Modules that sit on the transport seam (TRANSPORT_SEAM: src/rank_group) include of the
+transport layer only the headers listed for them (transport/transport.h, transport/registry.h),
+never a transport's own (transport/net/..., transport/shm/...): an include of any other
+"transport/" header is a violation naming the file and line.
+
 Usage: module_graph.py [--root DIR] [--mermaid] [--check]
   (no flag)  prints each module with what it declares and what it includes
   --mermaid  prints the declared graph as a mermaid block, for docs/architecture.md
@@ -87,6 +92,29 @@ def cli_internal_includes(root):
             if m and m.group(1) not in CLI_INCLUDE_FOLDERS:
                 header = line.split('"')[1]
                 found.append(f"{path.relative_to(root)}:{number} includes {header}")
+    return found
+
+
+# Modules on the transport seam: the only "transport/" headers each may include.
+TRANSPORT_SEAM = {
+    "rank_group": {"transport/transport.h", "transport/registry.h"},
+}
+
+
+def transport_seam_includes(root):
+    """'rank_group: src/rank_group/x.cc:12 includes transport/net/channel.h' for each include
+    of a transport header a TRANSPORT_SEAM module may not use."""
+    found = []
+    for module, allowed in sorted(TRANSPORT_SEAM.items()):
+        folder = root / "src" / module
+        for path in sorted(folder.rglob("*")) if folder.is_dir() else []:
+            if path.suffix not in SOURCE_SUFFIXES or not path.is_file():
+                continue
+            for number, line in enumerate(path.read_text(errors="replace").splitlines(), 1):
+                m = INCLUDE_RE.match(line)
+                header = line.split('"')[1] if m else ""
+                if m and m.group(1) == "transport" and header not in allowed:
+                    found.append(f"{module}: {path.relative_to(root)}:{number} includes {header}")
     return found
 
 
@@ -162,6 +190,11 @@ def violations(graph, root):
     for include in cli_internal_includes(root):
         found.append(f"cli: {include}, an internal header; the CLI uses only libferry's public "
                      "API (ferry/) and the tools library (tools/)")
+    for include in transport_seam_includes(root):
+        module = include.split(":", 1)[0]
+        allowed = ", ".join(sorted(TRANSPORT_SEAM[module]))
+        found.append(f"{include}, a transport's own header; {module} uses the transport layer "
+                     f"only through {allowed}")
     return found
 
 

@@ -116,6 +116,22 @@ class ModuleGraphCheck(unittest.TestCase):
             self.assertNotIn("main.cc", result.stdout)
             self.assertNotIn("tools/t.h", result.stdout)
 
+    def test_rank_group_including_a_transports_own_header_fails_naming_file_and_line(self):
+        with tempfile.TemporaryDirectory() as d:
+            root = pathlib.Path(d)
+            make_tree(root, {
+                "transport": ("ferry_module(transport SOURCES transport.cc)\n", {}),
+                "rank_group": ("ferry_module(rank_group SOURCES g.cc DEPS ferry_transport)\n",
+                               {"g.cc": '#include "transport/transport.h"\n'
+                                        '#include "transport/registry.h"\n'
+                                        '#include "transport/net/channel.h"\n'}),
+            })
+            result = check(root)
+            self.assertEqual(result.returncode, 1)
+            self.assertIn("rank_group: src/rank_group/g.cc:3 includes transport/net/channel.h",
+                          result.stdout)
+            self.assertNotIn("transport/registry.h,", result.stdout.split("uses")[0])
+
     def test_unknown_dependency_fails(self):
         with tempfile.TemporaryDirectory() as d:
             root = pathlib.Path(d)

@@ -256,11 +256,12 @@ Result<Channel> Listener::accept(std::chrono::milliseconds timeout) {
   }
 }
 
-Result<Channel> connect(const std::string& address, std::chrono::milliseconds timeout) {
+Result<Channel> connect(const std::string& address, std::chrono::milliseconds timeout,
+                        const std::string& role) {
   auto addr = resolve_local_address(address);
   if (!addr.ok()) return addr.status();
   const auto deadline = Clock::now() + timeout;
-  const std::string peer = fmt::format("sender at {}", address);
+  const std::string peer = fmt::format("{} at {}", role, address);
   while (true) {
     ScopedFd fd(::socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0));
     if (!fd.valid()) return errno_status("socket", address, errno);
@@ -273,7 +274,7 @@ Result<Channel> connect(const std::string& address, std::chrono::milliseconds ti
     // Not listening yet: the two ends may start in either order.
     if (err == ENOENT || err == ECONNREFUSED || err == EAGAIN) {
       if (Clock::now() >= deadline) {
-        return timeout_error(fmt::format("no sender listening at {} within {} ms ({})", address,
+        return timeout_error(fmt::format("no {} listening at {} within {} ms ({})", role, address,
                                          timeout.count(), std::strerror(err)));
       }
       std::this_thread::sleep_for(std::chrono::milliseconds(10));

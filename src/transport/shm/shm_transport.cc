@@ -22,9 +22,11 @@ class ShmTransport final : public transport::Transport {
         std::make_unique<MessageListener>(std::move(*listener)));
   }
 
+  using transport::Transport::connect;
   Result<std::unique_ptr<transport::Channel>> connect(const std::string& address,
-                                                      std::chrono::milliseconds timeout) override {
-    auto channel = shm::connect(address, timeout);
+                                                      std::chrono::milliseconds timeout,
+                                                      const std::string& role) override {
+    auto channel = shm::connect(address, timeout, role);
     if (!channel.ok()) return channel.status();
     return std::unique_ptr<transport::Channel>(
         std::make_unique<MessageChannel>(std::move(*channel)));
