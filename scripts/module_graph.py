@@ -95,7 +95,7 @@ def cli_internal_includes(root):
 
 
 # Modules that reach the transports only through the seam, and the headers that are the seam.
-SEAM_MODULES = {"megatron", "sync"}
+SEAM_MODULES = {"megatron", "rank_group", "sync"}
 SEAM_HEADERS = {"transport/transport.h", "transport/ring.h", "transport/registry.h"}
 
 

@@ -28,9 +28,10 @@ namespace ferry::checkpoint {
 
 // What a collective save or load needs from the ranks' transport. Every
 // collective call (all_gather, broadcast, barrier) must be made by every rank,
-// in the same order. Implementations: connect_local_group() (threads or
-// processes on one machine, UNIX-domain sockets) and connect_net_group()
-// (ranks on any machines, UCX with token authentication).
+// in the same order. Two ways to join one (a single implementation on two
+// transports): connect_local_group() (threads or processes on one machine, the
+// shm transport's UNIX sockets) and connect_net_group() (ranks on any machines,
+// UCX with token authentication).
 class FERRY_EXPORT RankGroup {
  public:
   virtual ~RankGroup() = default;
@@ -75,7 +76,8 @@ class FERRY_EXPORT RankGroup {
 };
 
 struct LocalGroupOptions {
-  // Rank 0 listens here, the others connect: "@name" is an abstract UNIX socket
+  // Rank 0 listens here, the others connect (the shm transport; a "host:port"
+  // address is refused: that is connect_net_group's): "@name" is an abstract UNIX socket
   // (nothing on disk, gone with the process, but another user can bind it first);
   // "name" (no '/') a socket in this user's private 0700 directory
   // ($XDG_RUNTIME_DIR/ferry, else /tmp/ferry-<uid>); a path with '/' that socket file.
@@ -133,7 +135,8 @@ struct NetGroupOptions {
 //
 // Collectives go through rank 0 as in the local group. Fetch answers travel as
 // UCX bulk transfers straight into the caller's buffer; each rank answers them
-// on a thread of its own, so a rank serves while it waits in a collective.
+// on a thread of its own, so a rank serves while it waits in a collective (the
+// local group does the same, its answers in sealed shared memory).
 // Fetches and collectives from this rank are carried out one at a time (callers
 // on several threads take turns). When a rank dies, a collective fails on every
 // rank with aborted naming it, at once; a fetch from it fails likewise. After a

@@ -496,10 +496,9 @@ Result<PullResult> pull_replicas(const ReplicatePullOptions& o) {
         return invalid_argument("file to fetch '" + f.path + "' is listed twice");
     }
   }
+  transport::Registry transports({.secret_file = o.token_file});
   // Errors and the channel name the server "replicate server at <address>".
-  transport::Registry transports(
-      {.secret_file = o.token_file, .listener_role = "replicate server"});
-  auto connected = transports.connect(o.from, o.timeout);
+  auto connected = transports.connect(o.from, o.timeout, "replicate server");
   if (!connected.ok()) return connected.status();
   const std::unique_ptr<transport::Channel>& ch = *connected;
   Puller puller(o, *ch);

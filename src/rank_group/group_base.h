@@ -1,7 +1,7 @@
-// What every RankGroup implementation shares: the membership check, how peers
-// are named in errors, broadcast and barrier in terms of all_gather, fetch and
-// fetch_into in terms of one fetch_impl, the installed fetch handler, and what the
-// groups check of the messages they share (rank_group/messages.h).
+// The rank group apart from how its messages travel (group.cc): the membership check,
+// how peers are named in errors, broadcast and barrier in terms of all_gather, fetch and
+// fetch_into in terms of one fetch_impl, the installed fetch handler, and what the group
+// checks of its messages (rank_group/messages.h).
 #pragma once
 
 #include <memory>

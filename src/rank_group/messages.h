@@ -1,7 +1,6 @@
-// The rank groups' messages, one codec for both groups (docs/protocol.md, "Rank groups").
-// Each message starts with its Kind and is at most transport::kMaxMessageBytes: the net
-// group sends each as one net control message, the local group as one frame on its stream
-// socket (a u32 length, then the message). Integers are little-endian; a string is a u32
+// The rank group's messages (docs/protocol.md, "Rank groups"). Each message starts with its
+// Kind and is at most transport::kMaxMessageBytes, and travels as one message of a
+// transport::Channel. Integers are little-endian; a string is a u32
 // length and its bytes. Decoders check every length against the bytes they hold before
 // they read or allocate, and say what is malformed; what a field means for the group (a
 // rank inside it, the version spoken) is checked by the caller, who knows the group.
@@ -27,8 +26,8 @@ enum class Kind : std::uint8_t {
   kAbort = 5,       // 0 -> rank: the group failed
   kFetchHello = 6,  // fetcher -> server, first on a fetch channel
   kFetch = 7,       // fetcher -> server
-  kAnswer = 8,      // server -> fetcher; the answer's bytes follow (net: a bulk message;
-                    // local: raw on the stream)
+  kAnswer = 8,      // server -> fetcher; the answer's bytes follow as a segment, or
+                    // come in a memfd passed with it where the channel shares memory
 };
 
 // The kind of a message (its first byte); 0 for an empty one.
@@ -110,8 +109,8 @@ std::vector<std::byte> encode_fetch(const Fetch& fetch);
 Result<Fetch> decode_fetch(std::span<const std::byte> m);
 
 // kAnswer: u32 id, u8 code, u64 size, the error message (the rest; code != 0). When the
-// code is OK and size > 0, the answer's `size` bytes follow: on the net group one bulk
-// message with key `id`, on the local group the bytes themselves, on the stream.
+// code is OK and size > 0, the answer's `size` bytes follow as the channel's next segment
+// where it sends segments' bytes (net), else are in a sealed memfd passed with it (shm).
 struct Answer {
   std::uint32_t id = 0;
   Code code = Code::kOk;

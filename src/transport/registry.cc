@@ -78,9 +78,10 @@ Result<std::unique_ptr<Listener>> Registry::listen(const std::string& address) {
 }
 
 Result<std::unique_ptr<Channel>> Registry::connect(const std::string& address,
-                                                   std::chrono::milliseconds timeout) {
+                                                   std::chrono::milliseconds timeout,
+                                                   const std::string& role) {
   FERRY_ASSIGN_OR_RETURN(Transport * transport, for_address(address));
-  return transport->connect(address, timeout);
+  return transport->connect(address, timeout, role);
 }
 
 }  // namespace ferry::transport

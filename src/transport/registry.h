@@ -34,7 +34,8 @@ class Registry {
   // for_address(address), then its listen() or connect().
   Result<std::unique_ptr<Listener>> listen(const std::string& address);
   Result<std::unique_ptr<Channel>> connect(const std::string& address,
-                                           std::chrono::milliseconds timeout);
+                                           std::chrono::milliseconds timeout,
+                                           const std::string& role = "sender");
 
  private:
   TransportConfig config_;

@@ -16,6 +16,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <span>
@@ -180,14 +181,21 @@ struct TransportConfig {
   // How segments between nodes are protected: a listener's channels publish them this way,
   // a connecting channel accepts no weaker (the sender chooses). Ignored on this node (shm).
   WireProtect protection = WireProtect::kNone;
-  // How connect() names the listener in its errors and as its channel's peer():
-  // "<role> at <address>".
-  std::string listener_role = "sender";
   // net: every message is copied into the engine's buffers, never sent zero-copy
   // (net::ContextOptions::copy_sends): for an end that sends to untrusted peers, which may
   // end mid-message, and needs no top speed (the replicate server). Halves net's bulk rate.
   // Ignored by transports that never send from the caller's memory (shm).
   bool copy_sends = false;
+  // The session secret itself, for callers handed it in their options (NetGroupOptions::
+  // token); when set, secret_file and the environment are not read.
+  std::string secret;
+  // Several threads use what it makes, one at a time under the caller's mutex (a rank
+  // group's collectives and fetches): net then makes its UCX worker thread-serialized.
+  bool serialized = false;
+  // Called with the reason for each peer a listener refuses (net: a failed handshake),
+  // after it is logged: for callers that list refusals in their own timeout error. Called
+  // on the thread in accept().
+  std::function<void(const Status&)> on_refused;
 };
 
 // One way to reach peers (as gloo's transport::Device): shm to processes on this node, net
@@ -214,9 +222,15 @@ class Transport {
   // address in use is an error naming it.
   virtual Result<std::unique_ptr<Listener>> listen(const std::string& address) = 0;
   // Connects to the listener at `address`, retrying while nobody listens there, within
-  // `timeout` (then kTimeout naming the address).
+  // `timeout` (then kTimeout naming the address). Errors name the listener "<role> at
+  // <address>": the rank groups connect to ranks, not to senders.
   virtual Result<std::unique_ptr<Channel>> connect(const std::string& address,
-                                                   std::chrono::milliseconds timeout) = 0;
+                                                   std::chrono::milliseconds timeout,
+                                                   const std::string& role) = 0;
+  Result<std::unique_ptr<Channel>> connect(const std::string& address,
+                                           std::chrono::milliseconds timeout) {
+    return connect(address, timeout, "sender");
+  }
   // A ring of `slots` x `slot_bytes` that this end writes (a sender) or has segments
   // received into (Channel::register_memory makes it a Region).
   virtual Result<std::unique_ptr<Ring>> allocate_ring(std::uint32_t slots,

@@ -1,5 +1,6 @@
 // The network rank group (UCX, token-authenticated) on 127.0.0.1: collectives and fetches,
-// a wrong token, a hung rank, and ranks killed mid-collective and mid-fetch.
+// a wrong token, a hung rank, and ranks killed mid-collective and mid-fetch (those on the
+// local group's shm transport too: one group runs on both).
 //
 // Ranks are threads, each with its own group. A rank that gets killed is this test binary
 // re-executed (posix_spawn with FERRY_NET_GROUP_TEST_CHILD set), not a bare fork: UCX state
@@ -14,6 +15,8 @@
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
+#include <string>
+#include <tuple>
 
 #include "base/clock.h"
 #include "rank_group/net_group_test_util.h"
@@ -52,12 +55,17 @@ const bool kChildRan = [] {
 
 // ---- collectives and fetches ----
 
-TEST(NetGroup, CollectivesAcrossNodes) {
+// The behaviours of both groups, one body over each transport.
+class Group : public ::testing::TestWithParam<std::string> {};
+INSTANTIATE_TEST_SUITE_P(EachTransport, Group, ::testing::ValuesIn(kTransports),
+                         [](const auto& p) { return p.param; });
+
+TEST_P(Group, CollectivesAcrossNodes) {
   // 70 MiB from rank 1 is more than one control message: parts travel in chunks.
   const std::string big(70u << 20, 'x');
   std::atomic<int> done{0};
-  run_net_group(
-      3, [](int r) { return node_of_layout(r, 3, 2); },
+  run_group_on(
+      GetParam(), 3, [](int r) { return node_of_layout(r, 3, 2); },
       [&](RankGroup& g) {
         EXPECT_EQ(g.size(), 3);
         EXPECT_EQ(g.node(), node_of_layout(g.rank(), 3, 2));
@@ -82,15 +90,15 @@ TEST(NetGroup, CollectivesAcrossNodes) {
   EXPECT_EQ(done.load(), 3);
 }
 
-TEST(NetGroup, FetchesAnswerFromHandlersAndCarryTheirErrors) {
+TEST_P(Group, FetchesAnswerFromHandlersAndCarryTheirErrors) {
   // 8 MiB that a handler lends from its own memory, as a mapped shard is lent.
   std::vector<std::byte> lent(8u << 20);
   for (std::size_t i = 0; i < lent.size(); ++i) lent[i] = static_cast<std::byte>(i * 131 + 7);
   auto keep = std::make_shared<int>(0);
-  // Serving on every interface: each rank is advertised as the address rank 0 saw it at.
+  // net serving on every interface: each rank is advertised as the address rank 0 saw it at.
   const auto everywhere = [](NetGroupOptions& o) { o.serve_address = "0.0.0.0:0"; };
-  run_net_group(
-      3, [](int r) { return "n" + std::to_string(r); },
+  run_group_on(
+      GetParam(), 3, [](int r) { return "n" + std::to_string(r); },
       [&](RankGroup& g) {
         const int me = g.rank();
         const int peer = (me + 1) % 3;
@@ -138,7 +146,7 @@ TEST(NetGroup, FetchesAnswerFromHandlersAndCarryTheirErrors) {
         ASSERT_OK(g.barrier());
         g.set_fetch_handler({});
       },
-      everywhere);
+      milliseconds(10'000), milliseconds(20'000), everywhere);
 }
 
 TEST(NetGroup, WrongTokenIsRefusedAndBothSidesNameTheOther) {
@@ -168,13 +176,13 @@ TEST(NetGroup, WrongTokenIsRefusedAndBothSidesNameTheOther) {
       << at_root.to_string();
 }
 
-TEST(NetGroup, HungRankHitsTheCollectiveTimeoutAndIsNamed) {
+TEST_P(Group, HungRankHitsTheCollectiveTimeoutAndIsNamed) {
   std::mutex mu;
   std::vector<Status> errors;
   std::atomic<int> finished{0};
   const auto t0 = Clock::now();
-  run_net_group(
-      3, [](int r) { return "n" + std::to_string(r); },
+  run_group_on(
+      GetParam(), 3, [](int r) { return "n" + std::to_string(r); },
       [&](RankGroup& g) {
         if (g.rank() == 2) {  // joined, but never reaches the barrier
           while (finished.load() < 2) std::this_thread::sleep_for(milliseconds(10));
@@ -185,7 +193,7 @@ TEST(NetGroup, HungRankHitsTheCollectiveTimeoutAndIsNamed) {
         errors.push_back(s);
         ++finished;
       },
-      [](NetGroupOptions& o) { o.collective_timeout = milliseconds(800); });
+      milliseconds(10'000), milliseconds(800));
   ASSERT_EQ(errors.size(), 2u);
   for (const Status& s : errors) {
     EXPECT_EQ(s.code(), Code::kTimeout) << s.to_string();
@@ -195,9 +203,9 @@ TEST(NetGroup, HungRankHitsTheCollectiveTimeoutAndIsNamed) {
   EXPECT_LT(seconds_since(t0), 8.0);
 }
 
-TEST(NetGroup, HungFetchServerHitsTheFetchTimeoutAndTheNextFetchWorks) {
-  run_net_group(
-      2, [](int r) { return "n" + std::to_string(r); },
+TEST_P(Group, HungFetchServerHitsTheFetchTimeoutAndTheNextFetchWorks) {
+  run_group_on(
+      GetParam(), 2, [](int r) { return "n" + std::to_string(r); },
       [&](RankGroup& g) {
         if (g.rank() == 1) {
           g.set_fetch_handler([](int, std::string_view req) -> Result<RankGroup::FetchReply> {
@@ -219,14 +227,20 @@ TEST(NetGroup, HungFetchServerHitsTheFetchTimeoutAndTheNextFetchWorks) {
         ASSERT_OK(g.barrier());
         g.set_fetch_handler({});
       },
-      [](NetGroupOptions& o) { o.timeout = milliseconds(1500); });
+      milliseconds(1500));
 }
 
-class KilledRank : public ::testing::TestWithParam<int> {};
+// How a transport says that a peer's process ended.
+std::string gone_words(const std::string& transport) {
+  return transport == "shm" ? "closed the connection" : "is gone";
+}
+
+// A victim rank (0 or a member), on each transport.
+class KilledRank : public ::testing::TestWithParam<std::tuple<int, std::string>> {};
 
 TEST_P(KilledRank, MidCollectiveTheOthersFailAtOnceNamingIt) {
-  const int victim = GetParam();
-  const std::string root = free_root_address();
+  const auto& [victim, transport] = GetParam();
+  const std::string root = root_address_for(transport);
   ChildRank child("die-in-collective", root, victim, 3, "n" + std::to_string(victim));
   std::mutex mu;
   std::vector<std::pair<Status, double>> results;
@@ -247,19 +261,25 @@ TEST_P(KilledRank, MidCollectiveTheOthersFailAtOnceNamingIt) {
     EXPECT_EQ(s.code(), Code::kAborted) << s.to_string();
     EXPECT_NE(s.message().find("rank " + std::to_string(victim) + " ("), std::string::npos)
         << s.to_string();
-    EXPECT_NE(s.message().find("is gone"), std::string::npos) << s.to_string();
+    EXPECT_NE(s.message().find(gone_words(transport)), std::string::npos) << s.to_string();
     EXPECT_LT(secs, 5.0) << s.to_string();  // 300 ms after entering, plus detection
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(RootOrMember, KilledRank, ::testing::Values(0, 2));
+INSTANTIATE_TEST_SUITE_P(RootOrMember, KilledRank,
+                         ::testing::Combine(::testing::Values(0, 2),
+                                            ::testing::ValuesIn(kTransports)),
+                         [](const auto& p) {
+                           return "rank" + std::to_string(std::get<0>(p.param)) + "_" +
+                                  std::get<1>(p.param);
+                         });
 
-TEST(KilledFetchServer, TheFetcherFailsAtOnceNamingIt) {
-  const std::string root = free_root_address();
+class KilledFetchServer : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(KilledFetchServer, TheFetcherFailsAtOnceNamingIt) {
+  const std::string root = root_address_for(GetParam());
   ChildRank child("die-in-fetch", root, 1, 2, "n1");
-  NetGroupOptions o = options(root, 0, 2, "n0");
-  o.collective_timeout = milliseconds(60'000);
-  auto g = connect_net_group(o);
+  auto g = connect_at(root, 0, 2, "n0");
   ASSERT_OK(g);
   ASSERT_OK((*g)->barrier());
   const auto t = Clock::now();
@@ -274,6 +294,9 @@ TEST(KilledFetchServer, TheFetcherFailsAtOnceNamingIt) {
   const int st = child.wait_status();
   EXPECT_TRUE(WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL) << st;
 }
+
+INSTANTIATE_TEST_SUITE_P(EachTransport, KilledFetchServer, ::testing::ValuesIn(kTransports),
+                         [](const auto& p) { return p.param; });
 
 }  // namespace
 }  // namespace ferry::rank_group::test

@@ -1,6 +1,6 @@
-// Helpers for tests of the net rank group: options on 127.0.0.1 with a shared token, groups
-// of threads, and ranks played by this test binary re-executed (posix_spawn with
-// FERRY_NET_GROUP_TEST_CHILD=<role> set; a test binary runs the role before main()).
+// Helpers for tests of the rank group on either transport: net options on 127.0.0.1 with a
+// shared token, groups of threads, and ranks played by this test binary re-executed (posix_spawn
+// with FERRY_NET_GROUP_TEST_CHILD=<role> set; a test binary runs the role before main()).
 #pragma once
 
 #include <gtest/gtest.h>
@@ -58,13 +58,6 @@ inline Connect net_connect(const std::function<void(NetGroupOptions&)>& tweak = 
   };
 }
 
-// Runs `fn(group)` for every rank of a net group on its own thread.
-inline void run_net_group(int size, const std::function<std::string(int)>& node_of,
-                          const std::function<void(RankGroup&)>& fn,
-                          const std::function<void(NetGroupOptions&)>& tweak = {}) {
-  run_group(size, node_of, fn, net_connect(tweak));
-}
-
 inline std::string node_of_layout(int rank, int ranks, int nodes) {
   return "n" + std::to_string(rank * nodes / ranks);
 }
@@ -73,15 +66,55 @@ inline double seconds_since(Clock::time_point t) {
   return std::chrono::duration<double>(Clock::now() - t).count();
 }
 
+// The transports a test body runs over, and a fresh root address on each: the address
+// picks the group's transport ("@name": shm, the local group; "host:port": net).
+inline const std::vector<std::string> kTransports = {"shm", "net"};
+inline std::string root_address_for(const std::string& transport) {
+  return transport == "shm" ? unique_address() : free_root_address();
+}
+
+// Joins rank `rank` of the group at `root`, on the transport the address names, with
+// collectives waiting long (the test decides when it fails).
+inline Result<std::unique_ptr<RankGroup>> connect_at(const std::string& root, int rank, int size,
+                                                     const std::string& node) {
+  if (root[0] == '@') {
+    return checkpoint::connect_local_group(
+        {root, rank, size, node, milliseconds(10'000), milliseconds(60'000)});
+  }
+  NetGroupOptions o = options(root, rank, size, node);
+  o.collective_timeout = milliseconds(60'000);
+  return connect_net_group(o);
+}
+
+// Runs `fn(group)` for every rank of a group on `transport` on its own thread: the join and
+// fetches wait `timeout`, a collective `collective_timeout`; `tweak` changes a net rank's
+// options.
+inline void run_group_on(const std::string& transport, int size,
+                         const std::function<std::string(int)>& node_of,
+                         const std::function<void(RankGroup&)>& fn,
+                         milliseconds timeout = milliseconds(10'000),
+                         milliseconds collective_timeout = milliseconds(20'000),
+                         const std::function<void(NetGroupOptions&)>& tweak = {}) {
+  const std::string root = root_address_for(transport);
+  run_group(size, node_of, fn, [=](int rank, int n, const std::string& node) {
+    if (transport == "shm") {
+      return checkpoint::connect_local_group({root, rank, n, node, timeout, collective_timeout});
+    }
+    NetGroupOptions o = options(root, rank, n, node);
+    o.timeout = timeout;
+    o.collective_timeout = collective_timeout;
+    if (tweak) tweak(o);
+    return connect_net_group(o);
+  });
+}
+
 // In a ChildRank: joins the group its environment names, collectives waiting long (the
 // parent decides when the test fails); exits with 2 if it cannot join.
 inline std::unique_ptr<RankGroup> connect_as_child_rank() {
-  const std::string root = std::getenv("FERRY_NET_GROUP_TEST_ROOT");
-  const int rank = std::atoi(std::getenv("FERRY_NET_GROUP_TEST_RANK"));
-  const int size = std::atoi(std::getenv("FERRY_NET_GROUP_TEST_SIZE"));
-  NetGroupOptions o = options(root, rank, size, std::getenv("FERRY_NET_GROUP_TEST_NODE"));
-  o.collective_timeout = milliseconds(60'000);
-  auto g = connect_net_group(o);
+  auto g = connect_at(std::getenv("FERRY_NET_GROUP_TEST_ROOT"),
+                      std::atoi(std::getenv("FERRY_NET_GROUP_TEST_RANK")),
+                      std::atoi(std::getenv("FERRY_NET_GROUP_TEST_SIZE")),
+                      std::getenv("FERRY_NET_GROUP_TEST_NODE"));
   if (!g.ok()) std::_Exit(2);
   return std::move(*g);
 }
@@ -127,8 +160,9 @@ class ChildRank {
   int status_ = 0;
 };
 
-// Runs `fn(group)` on a thread for every rank of a group at `root` but `skip`, which a
-// child process plays. Collectives wait long: a failure must not come from a timeout.
+// Runs `fn(group)` on a thread for every rank of a group at `root` (either transport) but
+// `skip`, which a child process plays. Collectives wait long: a failure must not come from a
+// timeout.
 inline void run_all_but(const std::string& root, int size, int skip,
                         const std::function<std::string(int)>& node_of,
                         const std::function<void(RankGroup&)>& fn) {
@@ -136,9 +170,7 @@ inline void run_all_but(const std::string& root, int size, int skip,
   for (int r = 0; r < size; ++r) {
     if (r == skip) continue;
     threads.emplace_back([&, r] {
-      NetGroupOptions o = options(root, r, size, node_of(r));
-      o.collective_timeout = milliseconds(60'000);
-      auto g = connect_net_group(o);
+      auto g = connect_at(root, r, size, node_of(r));
       ASSERT_TRUE(g.ok()) << g.status().to_string();
       fn(**g);
     });

@@ -133,6 +133,22 @@ class ModuleGraphCheck(unittest.TestCase):
             self.assertNotIn("main.cc", result.stdout)
             self.assertNotIn("tools/t.h", result.stdout)
 
+    def test_sync_rank_group_and_megatron_are_each_held_to_the_seam(self):
+        with tempfile.TemporaryDirectory() as d:
+            root = pathlib.Path(d)
+            tree = {"transport": ("ferry_module(transport SOURCES transport.cc)\n", {})}
+            for module in ("sync", "rank_group", "megatron"):
+                tree[module] = (f"ferry_module({module} SOURCES g.cc DEPS ferry_transport)\n",
+                                {"g.cc": '#include "transport/ring.h"\n'
+                                         '#include "transport/shm/memfd_ring.h"\n'})
+            make_tree(root, tree)
+            result = check(root)
+            self.assertEqual(result.returncode, 1)
+            for module in ("sync", "rank_group", "megatron"):
+                self.assertIn(f"src/{module}/g.cc:2 includes transport/shm/memfd_ring.h",
+                              result.stdout)
+            self.assertNotIn("includes transport/ring.h", result.stdout)
+
     def test_unknown_dependency_fails(self):
         with tempfile.TemporaryDirectory() as d:
             root = pathlib.Path(d)

@@ -2,8 +2,8 @@
 // body per behaviour run over shm and net: whole messages up to the limit and not one byte
 // more, a close the peer sees, a receive deadline kept, a killed peer named, a listener that
 // refuses a second bind and frees its address on close, segments that arrive bit-exact and a
-// missing one that times out. Both ends go through a transport::Registry, which picks the
-// transport from the address.
+// missing one that times out, connect errors that name the listener as the caller says.
+// Both ends go through a transport::Registry, which picks the transport from the address.
 //
 // The listening end runs on the test's thread; a peer runs on a thread of its own, or as a
 // child process (this binary re-executed with FERRY_CONFORMANCE_CHILD set) when it is killed.
@@ -500,6 +500,20 @@ TEST_P(Conformance, KilledPeerIsAbortedPromptlyNamingIt) {
   EXPECT_EQ(m.status().code(), Code::kAborted) << m.status().to_string();
   EXPECT_NE(m.status().message().find(ch->peer()), std::string::npos) << m.status().message();
   EXPECT_LT(ms_since(start), 3000);
+}
+
+// A caller that connects to something other than a sender (a rank group's root) has its
+// errors name the listener as it says.
+TEST_P(Conformance, ConnectErrorsNameTheListenerByTheCallersRole) {
+  const std::string address =
+      GetParam() == Kind::kNet ? testing::unused_loopback_address() : fresh_address(GetParam());
+  Registry transports(config());
+  auto ch = transports.connect(address, milliseconds(200), "rank 3 (node n1)");
+  ASSERT_FALSE(ch.ok());
+  EXPECT_EQ(ch.status().code(), Code::kTimeout) << ch.status().to_string();
+  EXPECT_NE(ch.status().message().find("rank 3 (node n1)"), std::string::npos)
+      << ch.status().message();
+  EXPECT_NE(ch.status().message().find(address), std::string::npos) << ch.status().message();
 }
 
 INSTANTIATE_TEST_SUITE_P(Transports, Conformance, ::testing::Values(Kind::kShm, Kind::kNet),

@@ -13,6 +13,7 @@ namespace ferry::net {
 namespace {
 
 Result<Token> session_secret(const transport::TransportConfig& config) {
+  if (!config.secret.empty()) return Token::from_string(config.secret, "the given session secret");
   auto token =
       config.secret_file.empty() ? Token::from_env() : Token::from_file(config.secret_file);
   if (!token.ok() && token.status().code() == Code::kNotFound && config.secret_file.empty()) {
@@ -25,27 +26,29 @@ Result<Token> session_secret(const transport::TransportConfig& config) {
 
 class NetTransport final : public transport::Transport {
  public:
-  NetTransport(std::shared_ptr<Context> context, Token token, WireProtect protection,
-               std::string listener_role)
+  NetTransport(std::shared_ptr<Context> context, Token token, const transport::TransportConfig& c)
       : context_(std::move(context)),
         token_(std::move(token)),
-        protection_(protection),
-        listener_role_(std::move(listener_role)) {}
+        protection_(c.protection),
+        on_refused_(c.on_refused) {}
 
   const std::string& scheme() const override { return scheme_; }
   bool shares_memory() const override { return false; }
   bool connect_in_slices() const override { return false; }
 
   Result<std::unique_ptr<transport::Listener>> listen(const std::string& address) override {
-    FERRY_ASSIGN_OR_RETURN(auto listener, Listener::bind(context_, address, token_));
+    FERRY_ASSIGN_OR_RETURN(auto listener,
+                           Listener::bind(context_, address, token_, {.on_refused = on_refused_}));
     return std::unique_ptr<transport::Listener>(
         std::make_unique<MessageListener>(context_, std::move(listener), protection_));
   }
 
+  using transport::Transport::connect;
   Result<std::unique_ptr<transport::Channel>> connect(const std::string& address,
-                                                      std::chrono::milliseconds timeout) override {
-    FERRY_ASSIGN_OR_RETURN(
-        auto channel, net::connect(context_, address, token_, timeout, {.role = listener_role_}));
+                                                      std::chrono::milliseconds timeout,
+                                                      const std::string& role) override {
+    FERRY_ASSIGN_OR_RETURN(auto channel,
+                           net::connect(context_, address, token_, timeout, {.role = role}));
     // The sender chooses how segments travel; this end only sets the least it takes.
     channel.set_bulk_protection(WireProtect::kNone, protection_);
     return std::unique_ptr<transport::Channel>(
@@ -63,7 +66,7 @@ class NetTransport final : public transport::Transport {
   std::shared_ptr<Context> context_;
   Token token_;
   WireProtect protection_;
-  std::string listener_role_;
+  std::function<void(const Status&)> on_refused_;
 };
 
 }  // namespace
@@ -71,9 +74,10 @@ class NetTransport final : public transport::Transport {
 Result<std::unique_ptr<transport::Transport>> create_transport(
     const transport::TransportConfig& config) {
   FERRY_ASSIGN_OR_RETURN(Token token, session_secret(config));
-  FERRY_ASSIGN_OR_RETURN(auto context, Context::create({.copy_sends = config.copy_sends}));
-  return std::unique_ptr<transport::Transport>(std::make_unique<NetTransport>(
-      std::move(context), std::move(token), config.protection, config.listener_role));
+  FERRY_ASSIGN_OR_RETURN(auto context, Context::create({.copy_sends = config.copy_sends,
+                                                        .serialized = config.serialized}));
+  return std::unique_ptr<transport::Transport>(
+      std::make_unique<NetTransport>(std::move(context), std::move(token), config));
 }
 
 }  // namespace ferry::net

@@ -82,8 +82,8 @@ class Listener {
 };
 
 // Connects to a Listener, retrying while it does not exist yet (or refuses), up to
-// `timeout`; then kTimeout naming the address. Other errors are kIoError at once. The
-// listener is named "<role> at <address>".
+// `timeout`; then kTimeout naming the address. Other errors are kIoError at once. Errors
+// and the channel name the listener "<role> at <address>".
 Result<Channel> connect(const std::string& address, std::chrono::milliseconds timeout,
                         const std::string& role = "sender");
 

@@ -10,8 +10,6 @@ namespace {
 
 class ShmTransport final : public transport::Transport {
  public:
-  explicit ShmTransport(std::string listener_role) : listener_role_(std::move(listener_role)) {}
-
   const std::string& scheme() const override { return scheme_; }
   bool shares_memory() const override { return true; }
   // connect() only looks for the socket file, so a retry costs nothing.
@@ -24,9 +22,11 @@ class ShmTransport final : public transport::Transport {
         std::make_unique<MessageListener>(std::move(*listener)));
   }
 
+  using transport::Transport::connect;
   Result<std::unique_ptr<transport::Channel>> connect(const std::string& address,
-                                                      std::chrono::milliseconds timeout) override {
-    auto channel = shm::connect(address, timeout, listener_role_);
+                                                      std::chrono::milliseconds timeout,
+                                                      const std::string& role) override {
+    auto channel = shm::connect(address, timeout, role);
     if (!channel.ok()) return channel.status();
     return std::unique_ptr<transport::Channel>(
         std::make_unique<MessageChannel>(std::move(*channel)));
@@ -45,15 +45,12 @@ class ShmTransport final : public transport::Transport {
 
  private:
   const std::string scheme_ = "shm";
-  std::string listener_role_;
 };
 
 }  // namespace
 
-Result<std::unique_ptr<transport::Transport>> create_transport(
-    const transport::TransportConfig& config) {
-  return std::unique_ptr<transport::Transport>(
-      std::make_unique<ShmTransport>(config.listener_role));
+Result<std::unique_ptr<transport::Transport>> create_transport(const transport::TransportConfig&) {
+  return std::unique_ptr<transport::Transport>(std::make_unique<ShmTransport>());
 }
 
 }  // namespace ferry::shm

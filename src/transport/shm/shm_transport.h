@@ -9,7 +9,7 @@
 namespace ferry::shm {
 
 // Processes on this node, over a UNIX socket each, sharing the sender's memfd ring.
-// Reads only `config.listener_role`.
+// Reads nothing of `config`: a peer on this node is checked by its uid.
 Result<std::unique_ptr<transport::Transport>> create_transport(
     const transport::TransportConfig& config);
 
