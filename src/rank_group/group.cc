@@ -474,7 +474,7 @@ class Group final : public GroupBase {
   }
 
   // The answer's bytes into `dst`: the channel's next segment, straight into it, where the
-  // channel sends segments' bytes (net); else copied out of the sealed memfd `memory` that
+  // channel sends segments' bytes (net); else read out of the sealed memfd `memory` that
   // came with the answer (shm).
   Status receive_answer(Channel& ch, int peer, std::span<std::byte> dst, ScopedFd memory,
                         const Deadline& dl) FERRY_REQUIRES(call_mu_) {
@@ -485,10 +485,7 @@ class Group final : public GroupBase {
     }
     if (!memory.valid()) return corruption(peer_name(peer) + " passed no memory with its answer");
     FERRY_ASSIGN_OR_RETURN(transport::Transport * t, calls_.for_address(addresses_[peer]));
-    FERRY_ASSIGN_OR_RETURN(std::unique_ptr<transport::Ring> ring,
-                           t->map_peer_ring(std::move(memory), 1, dst.size(), peer_name(peer)));
-    std::copy(ring->slot(0), ring->slot(0) + dst.size(), dst.begin());
-    return ok_status();
+    return t->read_peer_memory(std::move(memory), dst, peer_name(peer));
   }
 
   // ---- fetches (serving side, on server_) ----

@@ -243,18 +243,45 @@ Status Fanout::drain_transfers() {
 
 Status Fanout::accept(std::uint32_t n) {
   const std::size_t before = peers_.size();
-  for (std::uint32_t i = 0; i < n; ++i) {
+  while (peers_.size() - before < n) {
     Status s = accept_one();
+    drop_peers_that_left(before);
     if (s.ok()) continue;
-    if (s.code() != Code::kTimeout || i == 0) return s;
+    const std::size_t joined = peers_.size() - before;
+    if (s.code() != Code::kTimeout || joined == 0) return s;
     // Some joined: say who, so a user looks for the missing ones, not for a dead sender.
-    std::vector<std::string> joined;
-    for (std::size_t k = before; k < peers_.size(); ++k) joined.push_back(peers_[k].link.peer());
-    return timeout_error(fmt::format("only {} of {} {}s joined {} within {} ms (joined: {})", i, n,
-                                     noun_, address_, options_.timeout.count(),
-                                     fmt::join(joined, ", ")));
+    std::vector<std::string> names;
+    for (std::size_t k = before; k < peers_.size(); ++k) names.push_back(peers_[k].link.peer());
+    return timeout_error(fmt::format("only {} of {} {}s joined {} within {} ms (joined: {})",
+                                     joined, n, noun_, address_, options_.timeout.count(),
+                                     fmt::join(names, ", ")));
   }
   return ok_status();
+}
+
+namespace {
+
+// Whether the peer's end of a link with a descriptor of its own (shm) has closed; false where
+// the transport's engine reports it (net): a round then finds the peer gone.
+bool hung_up(const Peer& p) {
+  pollfd fd{p.link.poll_fd(), POLLIN, 0};
+  if (fd.fd < 0) return false;
+  return ::poll(&fd, 1, 0) == 1 && (fd.revents & (POLLHUP | POLLERR)) != 0;
+}
+
+}  // namespace
+
+// A receiver that joined and left before its first round (a rank whose join of another
+// sender failed, and which tries again) does not count as joined, and may join again.
+void Fanout::drop_peers_that_left(std::size_t from) {
+  for (auto it = peers_.begin() + static_cast<std::ptrdiff_t>(from); it != peers_.end();) {
+    if (!hung_up(*it)) {
+      ++it;
+      continue;
+    }
+    log::info("sync: {} left before its first round; it may join again", it->link.peer());
+    it = peers_.erase(it);
+  }
 }
 
 Status Fanout::accept_one() {
@@ -368,8 +395,14 @@ Status Fanout::admit(Peer p, const std::vector<std::byte>& hello) {
     std::string where = p.link.peer_address();
     if (!where.empty()) where = " at " + where;
     p.link.set_peer(fmt::format("{} {}{} (pid {})", noun_, id, where, h.pid));
-    for (const Peer& q : peers_) {
-      if (q.id == id) s = already_exists(fmt::format("{} id {} already joined", noun_, id));
+    // An id whose holder has left (a rank joining again) is this peer's.
+    const auto holder =
+        std::find_if(peers_.begin(), peers_.end(), [&](const Peer& q) { return q.id == id; });
+    if (holder != peers_.end() && hung_up(*holder)) {
+      log::info("sync: {} left; {} takes its place", holder->link.peer(), p.link.peer());
+      peers_.erase(holder);
+    } else if (holder != peers_.end()) {
+      s = already_exists(fmt::format("{} id {} already joined", noun_, id));
     }
   }
   if (!s.ok()) {

@@ -59,7 +59,9 @@ class Fanout {
   // Waits for `n` more peers, each within options.timeout. A peer of another session,
   // a duplicate id or a failed authentication is turned away, and serving goes on; so is
   // (shm) a peer of another user, or one that connects and says nothing: each connected
-  // peer has its own options.timeout to say HELLO, and waits beside the others.
+  // peer has its own options.timeout to say HELLO, and waits beside the others. A peer
+  // that joined and left again before its first round (shm sees it) is not counted, and
+  // its id is free again.
   Status accept(std::uint32_t n);
 
   wire::Message message(wire::Body body) const;
@@ -110,6 +112,7 @@ class Fanout {
   Status accept_one();
   Result<bool> poll_local_peers(std::chrono::milliseconds wait);
   Status admit(Peer p, const std::vector<std::byte>& hello);
+  void drop_peers_that_left(std::size_t from);
   Status handle(Peer& p, const wire::Message& m, std::uint64_t round_checksum);
   Status explain_send_failure(Peer& p, Status failed);
   // `s`, a failure of peer `p`'s link, as "round N: <peer>: <what>".

@@ -35,4 +35,9 @@ Result<std::unique_ptr<Ring>> Transport::map_peer_ring(ScopedFd, std::uint32_t, 
       fmt::format("transport {} shares no memory: {} passed a ring it cannot map", scheme(), peer));
 }
 
+Status Transport::read_peer_memory(ScopedFd, std::span<std::byte>, const std::string& peer) {
+  return failed_precondition(fmt::format(
+      "transport {} shares no memory: {} passed memory it cannot read", scheme(), peer));
+}
+
 }  // namespace ferry::transport

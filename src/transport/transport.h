@@ -240,6 +240,11 @@ class Transport {
   virtual Result<std::unique_ptr<Ring>> map_peer_ring(ScopedFd fd, std::uint32_t slots,
                                                       std::uint64_t slot_bytes,
                                                       const std::string& peer);
+  // shares_memory() only (else kFailedPrecondition): copies the first into.size() bytes of
+  // the memory `peer` passed with its message (`fd`) into `into`, without mapping it: for an
+  // answer read once (a rank group's fetch), where a mapping's page faults cost more than
+  // the copy.
+  virtual Status read_peer_memory(ScopedFd fd, std::span<std::byte> into, const std::string& peer);
 };
 
 }  // namespace ferry::transport

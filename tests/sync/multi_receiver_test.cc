@@ -450,6 +450,38 @@ TEST(MultiReceiver, ANewMultiReceiverAfterAFailedRoundGetsEverySendersNextRound)
   }
 }
 
+// verl's ranks rebuild their sessions side by side: a receiver may reach sender 1's last
+// session just before it closes, having joined sender 0's new one. It joins sender 1's next
+// session at that address, keeping sender 0 (which would otherwise wait for it in vain).
+TEST(MultiReceiver, ASessionClosingUnderTheJoinIsJoinedAgainKeepingTheOthers) {
+  const SyncOptions o = tiny_options();
+  const std::vector<TensorSpec> model = small_model();
+  auto parts = split_into_parts(model, 2);
+  ASSERT_OK(parts);
+  const std::string address1 = unique_address();
+  PartSender sender0(unique_address(), o, model, (*parts)[0], 1);
+  auto last_session = Sender::create(address1, o);  // up, not accepting
+  ASSERT_OK(last_session);
+  std::unique_ptr<PartSender> sender1;
+  std::thread rebuild([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    last_session->reset();
+    sender1 = std::make_unique<PartSender>(address1, o, model, (*parts)[1], 1);
+  });
+  auto rx = MultiReceiver::connect({sender0.address(), address1}, 0, o);
+  rebuild.join();
+  ASSERT_OK(rx);
+  Destinations dst(model);
+  ASSERT_OK(dst.register_all(**rx));
+  ASSERT_OK((*rx)->receive_round_into());
+  const Weights want = round_weights(model, 1);
+  for (std::size_t i = 0; i < model.size(); ++i) {
+    EXPECT_TRUE(dst.data[i] == want.data[i]) << model[i].name;
+  }
+  EXPECT_OK(sender0.status());
+  EXPECT_OK(sender1->status());
+}
+
 TEST(MultiReceiver, AnUpdateSplitIntoDifferentRoundsIsRefusedNamingBoth) {
   const SyncOptions o = tiny_options();
   const std::vector<TensorSpec> model = small_model();

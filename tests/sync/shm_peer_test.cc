@@ -191,5 +191,37 @@ TEST(ShmPeers, AcceptTimeoutNamesTheReceiversThatJoined) {
   EXPECT_THAT(accepted.message(), ::testing::HasSubstr("receiver 0"));
 }
 
+// A receiver that joined and left before the first round (a verl rank whose join of another
+// sender failed, trying again) neither counts as joined nor keeps its id: whether it comes
+// back before or after the other receiver joins, the session serves the two that are there.
+TEST(ShmPeers, AReceiverThatLeftBeforeTheFirstRoundMayJoinAgain) {
+  for (const bool other_first : {false, true}) {
+    SCOPED_TRACE(other_first ? "the other receiver joins in between" : "it comes back first");
+    const std::string address = unique_address();
+    auto sender = Sender::create(address, tiny_options());
+    ASSERT_OK(sender);
+    Status served;
+    std::thread serve([&] {
+      served = (*sender)->accept(2);
+      if (!served.ok()) return;
+      const auto w = make_weights(small_model(), 5);
+      auto views = w.views();
+      served = (*sender)->send_round(views).status();
+    });
+    Status left = Receiver::connect(address, 0, tiny_options()).status();  // joins, leaves
+    Status other;
+    std::thread rx([&] { other = receive_and_check(address, 1, 5); });
+    // Either order passes; this one lets receiver 1 join first (most of the time).
+    if (other_first) std::this_thread::sleep_for(milliseconds(200));
+    Status again = receive_and_check(address, 0, 5);
+    rx.join();
+    serve.join();
+    EXPECT_OK(left);
+    EXPECT_OK(again);
+    EXPECT_OK(other);
+    EXPECT_OK(served);
+  }
+}
+
 }  // namespace
 }  // namespace ferry::sync

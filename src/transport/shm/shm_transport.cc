@@ -42,6 +42,10 @@ class ShmTransport final : public transport::Transport {
                                                          const std::string& peer) override {
     return boxed_ring(MemfdRing::map_readonly(std::move(fd), slots, slot_bytes, peer));
   }
+  Status read_peer_memory(ScopedFd fd, std::span<std::byte> into,
+                          const std::string& peer) override {
+    return MemfdRing::read_passed(fd.get(), into, peer);
+  }
 
  private:
   const std::string scheme_ = "shm";
