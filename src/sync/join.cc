@@ -24,18 +24,24 @@ struct Answered {
   ScopedFd ring_fd;
 };
 
+// *cut_off: the sender's end closed before it answered (not an interrupt, not a refusal).
 Result<Answered> say_hello(const std::string& address, const JoinAs& as, const SyncOptions& options,
-                           transport::Registry& transports) {
+                           transport::Registry& transports, bool* cut_off) {
   FERRY_ASSIGN_OR_RETURN(Link link, connect_upstream(address, options, transports));
   wire::Message hello;
   hello.session = as.session;
   hello.body = wire::Hello{as.id, static_cast<std::uint32_t>(::getpid())};
-  FERRY_RETURN_IF_ERROR(link.send(wire::encode(hello), options.timeout));
+  Status sent = link.send(wire::encode(hello), options.timeout);
+  *cut_off = sent.code() == Code::kAborted;
+  FERRY_RETURN_IF_ERROR(sent);
   // A sender that is up but not yet in accept() answers later: wait in slices (Ctrl-C).
   ScopedFd ring_fd;
-  auto got = retry_in_slices(
-      options, options.timeout, "no answer from " + link.peer(),
-      [&](std::chrono::milliseconds slice) { return link.receive_with_fd(slice, &ring_fd); });
+  auto got = retry_in_slices(options, options.timeout, "no answer from " + link.peer(),
+                             [&](std::chrono::milliseconds slice) {
+                               auto r = link.receive_with_fd(slice, &ring_fd);
+                               *cut_off = !r.ok() && r.status().code() == Code::kAborted;
+                               return r;
+                             });
   if (!got.ok()) return got.status().with_context("waiting for WELCOME");
   return Answered{std::move(link), std::move(*got), std::move(ring_fd)};
 }
@@ -50,10 +56,9 @@ Result<Answered> hello_until_answered(const std::string& address, const JoinAs& 
   InterruptCheck interrupted(options);
   SyncOptions attempt = options;  // the first has the whole timeout (its errors name it)
   while (true) {
-    auto answered = say_hello(address, as, attempt, transports);
-    if (answered.ok() || answered.status().code() != Code::kAborted || deadline.passed()) {
-      return answered;
-    }
+    bool cut_off = false;
+    auto answered = say_hello(address, as, attempt, transports, &cut_off);
+    if (answered.ok() || !cut_off || deadline.passed()) return answered;
     FERRY_RETURN_IF_ERROR(interrupted());
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
     attempt.timeout = std::max(deadline.left(), std::chrono::milliseconds(1));

@@ -572,5 +572,26 @@ TEST(SyncFailure, WaitForAPeerTimesOutNamingAddressAndTimeout) {
   }
 }
 
+// A join retries a session that closes before its WELCOME, but not an interrupt (Ctrl-C in
+// Python is a kAborted from the hook): that ends the join at once.
+TEST(SyncFailure, AnInterruptWhileWaitingForWelcomeEndsTheJoinAtOnce) {
+  const std::string address = unique_address();
+  auto sender = make_sender(address, tiny_options());  // up, never in accept()
+  ASSERT_NE(sender, nullptr);
+  SyncOptions o = tiny_options();  // 10 s
+  const auto start = Clock::now();
+  bool fired = false;  // once, as Python's hook raises a pending KeyboardInterrupt once
+  o.interrupt = [&] {
+    if (fired || Clock::now() - start < std::chrono::milliseconds(300)) return ok_status();
+    fired = true;
+    return aborted("interrupted (test)");
+  };
+  auto r = Receiver::connect(address, 0, o);
+  EXPECT_EQ(r.status().code(), Code::kAborted) << r.status().to_string();
+  EXPECT_NE(r.status().message().find("interrupted (test)"), std::string::npos)
+      << r.status().to_string();
+  EXPECT_LT(Clock::now() - start, std::chrono::seconds(5));
+}
+
 }  // namespace
 }  // namespace ferry::sync
