@@ -35,6 +35,11 @@ Result<std::unique_ptr<Ring>> Transport::map_peer_ring(ScopedFd, std::uint32_t, 
       fmt::format("transport {} shares no memory: {} passed a ring it cannot map", scheme(), peer));
 }
 
+Result<std::string> Transport::reachable_address(const std::string& listening,
+                                                 const std::string&) const {
+  return listening;
+}
+
 Status Transport::read_peer_memory(ScopedFd, std::span<std::byte>, const std::string& peer) {
   return failed_precondition(fmt::format(
       "transport {} shares no memory: {} passed memory it cannot read", scheme(), peer));

@@ -240,6 +240,13 @@ class Transport {
   virtual Result<std::unique_ptr<Ring>> map_peer_ring(ScopedFd fd, std::uint32_t slots,
                                                       std::uint64_t slot_bytes,
                                                       const std::string& peer);
+  // The address a peer reaches a listener of this transport at: `listening` (its
+  // Listener::address()) as it is, unless it names every interface (net: 0.0.0.0 or [::]);
+  // then with the host of `via`: an address of this end that the peer reached, or the
+  // peer's address as this end sees it (Channel::peer_address()). kFailedPrecondition when
+  // `via` names no host.
+  virtual Result<std::string> reachable_address(const std::string& listening,
+                                                const std::string& via) const;
   // shares_memory() only (else kFailedPrecondition): copies the first into.size() bytes of
   // the memory `peer` passed with its message (`fd`) into `into`, without mapping it: for an
   // answer read once (a rank group's fetch), where a mapping's page faults cost more than

@@ -1,6 +1,6 @@
-// The network rank group (UCX, token-authenticated) on 127.0.0.1: collectives and fetches,
-// a wrong token, a hung rank, and ranks killed mid-collective and mid-fetch (those on the
-// local group's shm transport too: one group runs on both).
+// The rank group on both transports (one implementation): collectives and fetches, a hung
+// rank, and ranks killed mid-collective and mid-fetch, on shm ("@name") and on net (UCX on
+// 127.0.0.1, token-authenticated: also a wrong token and a group serving on every interface).
 //
 // Ranks are threads, each with its own group. A rank that gets killed is this test binary
 // re-executed (posix_spawn with FERRY_NET_GROUP_TEST_CHILD set), not a bare fork: UCX state

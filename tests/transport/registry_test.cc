@@ -169,6 +169,31 @@ TEST_F(RegistryWithSecret, NetMapsNoPeerRing) {
   EXPECT_EQ(read.code(), Code::kFailedPrecondition) << read.to_string();
 }
 
+// A listener on every interface is reached at the host its peer reached this end by (or
+// the peer's own, as this end saw it); a named host stays; shm addresses are as they are.
+TEST_F(RegistryWithSecret, ReachableAddressReplacesOnlyEveryInterface) {
+  auto net = transports_->for_address("127.0.0.1:0");
+  ASSERT_OK(net);
+  const auto reach = [&](const std::string& listening, const std::string& via) {
+    auto r = (*net)->reachable_address(listening, via);
+    return r.ok() ? *r : "error: " + r.status().message();
+  };
+  EXPECT_EQ(reach("0.0.0.0:7001", "10.1.2.3:5000"), "10.1.2.3:7001");
+  EXPECT_EQ(reach("[::]:7001", "[fe80::1]:5000"), "[fe80::1]:7001");
+  EXPECT_EQ(reach("10.9.9.9:7001", "10.1.2.3:5000"), "10.9.9.9:7001");
+  EXPECT_EQ(reach("node-a:7001", ""), "node-a:7001");
+  const std::string no_host = reach("0.0.0.0:7001", "");
+  EXPECT_NE(no_host.find("error: cannot tell which host reaches the listener at 0.0.0.0:7001"),
+            std::string::npos)
+      << no_host;
+  EXPECT_NE(reach("0.0.0.0:7001", "0.0.0.0:5000").find("error: "), std::string::npos);
+  auto shm = transports_->for_address("@ferry-ring-test");
+  ASSERT_OK(shm);
+  auto same = (*shm)->reachable_address("@ferry-ckpt-r1", "");
+  ASSERT_OK(same);
+  EXPECT_EQ(*same, "@ferry-ckpt-r1");
+}
+
 // A rank group's fetch answer: read once, without mapping. A peer's descriptor is checked
 // first: only a memfd sealed against resizing (no read of it can block or come up short),
 // holding at least the bytes its message promised.

@@ -8,11 +8,12 @@
 #include <charconv>
 #include <cstring>
 
+#include "base/status_macros.h"
+
 namespace ferry::net {
 
-Result<SocketAddress> resolve(const std::string& host_port, bool passive) {
-  std::string host;
-  std::string port;
+Result<HostPort> split_host_port(const std::string& host_port) {
+  HostPort out;
   if (!host_port.empty() && host_port[0] == '[') {
     const auto close = host_port.find(']');
     if (close == std::string::npos || close + 1 >= host_port.size() ||
@@ -20,17 +21,31 @@ Result<SocketAddress> resolve(const std::string& host_port, bool passive) {
       return invalid_argument(
           fmt::format("address '{}' is not of the form [ipv6]:port", host_port));
     }
-    host = host_port.substr(1, close - 1);
-    port = host_port.substr(close + 2);
+    out.host = host_port.substr(1, close - 1);
+    out.port = host_port.substr(close + 2);
   } else {
     const auto colon = host_port.rfind(':');
     if (colon == std::string::npos || host_port.find(':') != colon) {
       return invalid_argument(
           fmt::format("address '{}' is not of the form host:port (IPv6: [addr]:port)", host_port));
     }
-    host = host_port.substr(0, colon);
-    port = host_port.substr(colon + 1);
+    out.host = host_port.substr(0, colon);
+    out.port = host_port.substr(colon + 1);
   }
+  return out;
+}
+
+std::string join_host_port(const std::string& host, const std::string& port) {
+  return host.find(':') != std::string::npos ? fmt::format("[{}]:{}", host, port)
+                                             : fmt::format("{}:{}", host, port);
+}
+
+bool every_interface(const std::string& host) { return host == "0.0.0.0" || host == "::"; }
+
+Result<SocketAddress> resolve(const std::string& host_port, bool passive) {
+  FERRY_ASSIGN_OR_RETURN(HostPort split, split_host_port(host_port));
+  const std::string& host = split.host;
+  const std::string& port = split.port;
   unsigned value = 0;
   const auto [end, ec] = std::from_chars(port.data(), port.data() + port.size(), value);
   if (port.empty() || ec != std::errc() || end != port.data() + port.size() || value > 65535) {

@@ -1,6 +1,7 @@
 #include "transport/net/net_transport.h"
 
 #include "base/status_macros.h"
+#include "transport/net/address.h"
 #include "transport/net/auth.h"
 #include "transport/net/channel.h"
 #include "transport/net/context.h"
@@ -53,6 +54,18 @@ class NetTransport final : public transport::Transport {
     channel.set_bulk_protection(WireProtect::kNone, protection_);
     return std::unique_ptr<transport::Channel>(
         std::make_unique<MessageChannel>(std::move(channel)));
+  }
+
+  Result<std::string> reachable_address(const std::string& listening,
+                                        const std::string& via) const override {
+    FERRY_ASSIGN_OR_RETURN(HostPort bound, split_host_port(listening));
+    if (!every_interface(bound.host)) return listening;
+    auto seen = split_host_port(via);
+    if (!seen.ok() || seen->host.empty() || every_interface(seen->host)) {
+      return failed_precondition("cannot tell which host reaches the listener at " + listening +
+                                 (via.empty() ? "" : " from '" + via + "'"));
+    }
+    return join_host_port(seen->host, bound.port);
   }
 
   // The ring is host memory like shm's; each listener or channel registers it with UCX.
