@@ -243,7 +243,9 @@ TEST_P(Conformance, PostedMessagesNeverWaitAndArriveWholeInOrder) {
   constexpr std::size_t kMessages = 24, kBytes = (2u << 20) + 7;
   std::atomic<bool> read{false};
   PeerThread peer(server_->address(), [&](Channel& ch) -> Status {
-    while (!read) std::this_thread::sleep_for(milliseconds(5));
+    // Bounded: a failed ASSERT below returns before `read` is set, and ~PeerThread joins.
+    const auto until = Clock::now() + kTimeout;
+    while (!read && Clock::now() < until) std::this_thread::sleep_for(milliseconds(5));
     for (std::size_t i = 0; i < kMessages; ++i) {
       auto m = ch.receive(kTimeout);
       if (!m.ok()) return m.status();
