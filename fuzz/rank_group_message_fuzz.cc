@@ -62,6 +62,11 @@ void fuzz_one(std::uint8_t which, std::span<const std::byte> m) {
       break;
     case 6:
       if (auto a = msg::decode_answer(m); a.ok()) check(text_of(msg::encode_answer(*a)) == text);
+      for (auto kind : {msg::Kind::kPiece, msg::Kind::kTaken}) {
+        if (auto p = msg::decode_piece(m, kind); p.ok()) {
+          check(text_of(msg::encode_piece(kind, *p)) == text);
+        }
+      }
       break;
     case 7: {
       // A stream of chunks as a collective receives them: u16 lengths cut the input into

@@ -13,7 +13,7 @@ inline constexpr std::uint64_t kMaxPayloadBytes = 16ull << 30;
 // The most characters of a node name (one path component).
 inline constexpr std::size_t kMaxNodeNameBytes = 128;
 // The version a kJoin and a kFetchHello carry; a peer of another version is refused.
-inline constexpr std::uint16_t kVersion = 2;
+inline constexpr std::uint16_t kVersion = 3;
 // kFetch's expected size when the caller takes an answer of any size.
 inline constexpr std::uint64_t kAnySize = ~std::uint64_t{0};
 // A blob chunk's header: kind (1), collective number (8), total size (8).
@@ -34,9 +34,14 @@ inline constexpr std::size_t kMaxRefusals = 8;
 
 // ---- waiting ----
 
-// A fetch channel on shm keeps the memory its answers are passed in while its fetcher asks
-// again within this, so a load's run of fetches does not pay for fresh pages each time.
-inline constexpr std::chrono::milliseconds kAnswerMemoryIdle{1000};
+// A fetch channel on shm passes its answers through a memfd of kAnswerSlots slots of
+// kAnswerSlotBytes, allocated once per channel: fresh shmem pages cost several times the
+// copy (docs/benchmarks.md), and a window this size stays in the cache.
+inline constexpr std::uint64_t kAnswerSlotBytes = 4ull << 20;
+inline constexpr std::uint32_t kAnswerSlots = 2;
+// The most fetch channels a rank serves on threads of their own (shm): far above a group's
+// fetchers, low enough that a flood of connections cannot spawn threads without end.
+inline constexpr std::size_t kMaxServingThreads = 256;
 // The longest sleep waiting for news, so a missed wakeup costs little.
 inline constexpr std::chrono::milliseconds kIdleWait{50};
 // A member waits this much (at most) past the collective timeout, so rank 0's error naming

@@ -98,12 +98,53 @@ struct Outgoing {
 // Members are destroyed bottom-up: the channel (which cancels a segment in flight) first.
 struct ServeConn {
   std::optional<Outgoing> sending;  // the last answer (the fetcher asks one at a time)
-  // shm: the memory answers are passed in, reused while the fetcher keeps asking (fresh
-  // memory costs as much as the copy) and freed when it stops (kAnswerMemoryIdle).
-  std::unique_ptr<transport::Ring> memory;
-  Clock::time_point last_answer;
+  // shm: the window answers are passed through (kAnswerSlots x kAnswerSlotBytes), made at
+  // the first answer and kept for the channel's life.
+  std::unique_ptr<transport::Ring> window;
   std::unique_ptr<Channel> ch;
   int from = -1;  // the fetcher's rank, once it said hello
+};
+
+// The threads serve_loop hands channels to: at most kMaxServingThreads at once (a channel
+// past that is dropped with a warning); finished ones are joined as new ones start.
+class ServingThreads {
+ public:
+  template <typename Work>
+  void start(Work work, int rank) {
+    reap();
+    if (threads_.size() >= kMaxServingThreads) {
+      log::warn("checkpoint group: rank {} drops a fetch channel: {} are served already", rank,
+                kMaxServingThreads);
+      return;  // `work` and its channel are destroyed: the fetcher sees it closed
+    }
+    auto done = std::make_shared<std::atomic<bool>>(false);
+    threads_.push_back({std::thread([work = std::move(work), done]() mutable {
+                          work();
+                          done->store(true);
+                        }),
+                        done});
+  }
+  void join_all() {
+    for (Entry& e : threads_) e.thread.join();
+    threads_.clear();
+  }
+
+ private:
+  struct Entry {
+    std::thread thread;
+    std::shared_ptr<std::atomic<bool>> done;
+  };
+  void reap() {
+    for (auto it = threads_.begin(); it != threads_.end();) {
+      if (!it->done->load()) {
+        ++it;
+        continue;
+      }
+      it->thread.join();
+      it = threads_.erase(it);
+    }
+  }
+  std::list<Entry> threads_;
 };
 
 struct FetchConn {
@@ -468,16 +509,17 @@ class Group final : public GroupBase {
       text->resize(answer->size);
       dst = std::as_writable_bytes(std::span(*text));
     }
-    if (!dst.empty()) FERRY_RETURN_IF_ERROR(receive_answer(ch, peer, dst, std::move(memory), dl));
+    if (!dst.empty()) FERRY_RETURN_IF_ERROR(receive_answer(ch, peer, id, dst, memory, dl));
     *out_of_step = false;
     return ok_status();
   }
 
   // The answer's bytes into `dst`: the channel's next segment, straight into it, where the
-  // channel sends segments' bytes (net); else read out of the sealed memfd `memory` that
-  // came with the answer (shm).
-  Status receive_answer(Channel& ch, int peer, std::span<std::byte> dst, ScopedFd memory,
-                        const Deadline& dl) FERRY_REQUIRES(call_mu_) {
+  // channel sends segments' bytes (net); else piece by piece out of the window `memory` that
+  // came with the answer (shm): each PIECE is read from its slot, and answered with TAKEN
+  // where the server needs the slot again.
+  Status receive_answer(Channel& ch, int peer, std::uint32_t id, std::span<std::byte> dst,
+                        const ScopedFd& memory, const Deadline& dl) FERRY_REQUIRES(call_mu_) {
     if (!ch.shares_memory()) {
       auto region = ch.register_memory(dst);
       if (!region.ok()) return region.status().with_context("fetching from " + peer_name(peer));
@@ -485,40 +527,88 @@ class Group final : public GroupBase {
     }
     if (!memory.valid()) return corruption(peer_name(peer) + " passed no memory with its answer");
     FERRY_ASSIGN_OR_RETURN(transport::Transport * t, calls_.for_address(addresses_[peer]));
-    return t->read_peer_memory(std::move(memory), dst, peer_name(peer));
+    const std::uint64_t pieces = (dst.size() + kAnswerSlotBytes - 1) / kAnswerSlotBytes;
+    for (std::uint64_t k = 0; k < pieces; ++k) {
+      auto m = ch.receive(dl.left());
+      if (!m.ok()) return m.status();
+      auto piece = msg::decode_piece(*m, Kind::kPiece);
+      if (!piece.ok()) return piece.status().with_context(peer_name(peer));
+      if (piece->id != id || piece->index != k) {
+        return corruption(fmt::format("{} sent piece {} of answer {}, expected piece {} of {}",
+                                      peer_name(peer), piece->index, piece->id, k, id));
+      }
+      const std::uint64_t at = k * kAnswerSlotBytes;
+      const auto part = dst.subspan(at, std::min(kAnswerSlotBytes, dst.size() - at));
+      FERRY_RETURN_IF_ERROR(t->read_peer_memory(memory, (k % kAnswerSlots) * kAnswerSlotBytes, part,
+                                                peer_name(peer)));
+      if (k + kAnswerSlots < pieces) {
+        FERRY_RETURN_IF_ERROR(ch.send(
+            msg::encode_piece(Kind::kTaken, {id, static_cast<std::uint32_t>(k)}), dl.left()));
+      }
+    }
+    return ok_status();
   }
 
   // ---- fetches (serving side, on server_) ----
 
   void serve_loop() {
     std::list<ServeConn> conns;
+    ServingThreads alone;  // channels served on threads of their own
     const auto poller = listener_->poller();
     while (!stop_.load()) {
       poller->progress();
       for (auto ch = listener_->accept(milliseconds(0)); ch.ok();
            ch = listener_->accept(milliseconds(0))) {
-        conns.push_back({std::nullopt, nullptr, {}, std::move(*ch), -1});
+        ServeConn c{std::nullopt, nullptr, std::move(*ch), -1};
+        // A channel with a socket of its own (shm) gets a thread of its own: it waits for
+        // its fetcher's TAKEN between an answer's pieces, and fetchers do not queue behind
+        // each other's copies.
+        if (!c.ch->needs_progress()) {
+          alone.start([this, c = std::move(c)]() mutable { serve_alone(c); }, rank());
+        } else {
+          conns.push_back(std::move(c));
+        }
       }
       std::vector<const Channel*> waiting;
       for (auto it = conns.begin(); it != conns.end();) {
-        Status s = serve_ready(*it);
-        if (it->memory && Clock::now() - it->last_answer > kAnswerMemoryIdle) it->memory.reset();
-        if (s.ok()) {
-          waiting.push_back(it->ch.get());
-          ++it;
+        if (!serve_arrived(*it)) {
+          it = conns.erase(it);
           continue;
         }
-        if (s.code() != Code::kAborted) {  // not just the fetcher closing: it knows
-          log::warn("checkpoint group: rank {} drops a fetch channel: {}", rank(), s.to_string());
-        }
-        it->ch->abort();  // first: it cancels a segment still being sent
-        it = conns.erase(it);
+        waiting.push_back(it->ch.get());
+        ++it;
       }
       idle(*poller, waiting, listener_->fd(), kIdleWait);
     }
     for (ServeConn& c : conns) c.ch->abort();
     conns.clear();
+    alone.join_all();
     listener_.reset();
+  }
+
+  // serve_loop's work for one channel whose poll_fd is its socket, until the fetcher leaves
+  // or the group closes.
+  void serve_alone(ServeConn& c) {
+    while (serve_arrived(c)) {
+      if (stop_.load()) {
+        c.ch->abort();
+        return;
+      }
+      pollfd fd{c.ch->poll_fd(), POLLIN, 0};
+      (void)::poll(&fd, 1, static_cast<int>(kIdleWait.count()));
+    }
+  }
+
+  // Answers what arrived on `c`; false when the channel failed and was dropped (logged,
+  // unless the fetcher just left).
+  bool serve_arrived(ServeConn& c) {
+    Status s = serve_ready(c);
+    if (s.ok()) return true;
+    if (s.code() != Code::kAborted) {
+      log::warn("checkpoint group: rank {} drops a fetch channel: {}", rank(), s.to_string());
+    }
+    c.ch->abort();  // first: it cancels a segment still being sent
+    return false;
   }
 
   // Answers the requests that arrived on `c`; an error drops the channel.
@@ -549,17 +639,7 @@ class Group final : public GroupBase {
     Outgoing& out = c.sending.emplace();
     const std::vector<std::byte> head = answer_fetch(c.from, *fetch, &out.reply);
     std::span<const std::byte> bytes = out.reply.bytes();
-    if (!bytes.empty() && c.ch->shares_memory()) {
-      // One copy into a sealed memfd the fetcher maps (as sync passes its ring): the shm
-      // channel carries a message in 32 KiB datagrams, several times slower for a slice.
-      if (!c.memory || c.memory->slot_bytes() < bytes.size()) {
-        c.memory.reset();
-        FERRY_ASSIGN_OR_RETURN(c.memory, serve_transport_->allocate_ring(1, bytes.size()));
-      }
-      std::copy(bytes.begin(), bytes.end(), c.memory->slot(0));
-      c.last_answer = Clock::now();
-      return c.ch->send_with_fd(head, opts_.timeout, c.memory->share_fd());
-    }
+    if (!bytes.empty() && c.ch->shares_memory()) return send_in_pieces(c, fetch->id, head, bytes);
     FERRY_RETURN_IF_ERROR(c.ch->send(head, opts_.timeout));
     if (bytes.empty()) return ok_status();
     // Straight from the handler's memory (a mapped shard) when it can be registered; a
@@ -573,6 +653,48 @@ class Group final : public GroupBase {
     }
     out.region = std::move(*region);
     return c.ch->publish_segment(bytes, out.region.get());
+  }
+
+  // shm: the answer's bytes through the channel's window, a sealed memfd passed with the
+  // ANSWER (the shm channel carries a message in 32 KiB datagrams, several times slower):
+  // piece k is copied into slot k % kAnswerSlots once the fetcher took piece k -
+  // kAnswerSlots, then PIECE says it is there.
+  Status send_in_pieces(ServeConn& c, std::uint32_t id, std::span<const std::byte> head,
+                        std::span<const std::byte> bytes) {
+    if (!c.window) {
+      FERRY_ASSIGN_OR_RETURN(c.window,
+                             serve_transport_->allocate_ring(kAnswerSlots, kAnswerSlotBytes));
+    }
+    FERRY_RETURN_IF_ERROR(c.ch->send_with_fd(head, opts_.timeout, c.window->share_fd()));
+    const std::uint64_t pieces = (bytes.size() + kAnswerSlotBytes - 1) / kAnswerSlotBytes;
+    for (std::uint64_t k = 0; k < pieces; ++k) {
+      if (k >= kAnswerSlots) FERRY_RETURN_IF_ERROR(await_taken(c, id, k - kAnswerSlots));
+      const std::uint64_t at = k * kAnswerSlotBytes;
+      const auto part = bytes.subspan(at, std::min(kAnswerSlotBytes, bytes.size() - at));
+      std::copy(part.begin(), part.end(), c.window->slot(k % kAnswerSlots));
+      FERRY_RETURN_IF_ERROR(c.ch->send(
+          msg::encode_piece(Kind::kPiece, {id, static_cast<std::uint32_t>(k)}), opts_.timeout));
+    }
+    return ok_status();
+  }
+
+  // Waits for the fetcher's TAKEN of piece k, in slices: a closing group does not wait for
+  // a fetcher that stalls.
+  Status await_taken(ServeConn& c, std::uint32_t id, std::uint64_t k) {
+    const Deadline dl(opts_.timeout);
+    Result<std::vector<std::byte>> m = timeout_error("");
+    do {
+      if (stop_.load()) return aborted("the checkpoint group is closing");
+      m = c.ch->receive(std::min(dl.left(), kIdleWait));
+    } while (!m.ok() && m.status().code() == Code::kTimeout && !dl.passed());
+    if (!m.ok()) return m.status().with_context("waiting for " + c.ch->peer() + " to take a piece");
+    auto taken = msg::decode_piece(*m, Kind::kTaken);
+    if (!taken.ok()) return taken.status().with_context(c.ch->peer());
+    if (taken->id != id || taken->index != k) {
+      return corruption(fmt::format("{} took piece {} of answer {}, expected piece {} of {}",
+                                    c.ch->peer(), taken->index, taken->id, k, id));
+    }
+    return ok_status();
   }
 
   const GroupOptions opts_;

@@ -240,4 +240,22 @@ Result<Answer> decode_answer(std::span<const std::byte> m) {
   return a;
 }
 
+std::vector<std::byte> encode_piece(Kind kind, const Piece& piece) {
+  std::vector<std::byte> m = message(kind);
+  coding::put_u32(&m, piece.id);
+  coding::put_u32(&m, piece.index);
+  return m;
+}
+
+Result<Piece> decode_piece(std::span<const std::byte> m, Kind kind) {
+  coding::Reader in = open(m, kind);
+  Piece p;
+  p.id = in.u32();
+  p.index = in.u32();
+  if (!in.ok() || in.remaining() != 0) {
+    return malformed(kind == Kind::kPiece ? "answer piece" : "answer piece taken", in);
+  }
+  return p;
+}
+
 }  // namespace ferry::rank_group::msg

@@ -27,7 +27,9 @@ enum class Kind : std::uint8_t {
   kFetchHello = 6,  // fetcher -> server, first on a fetch channel
   kFetch = 7,       // fetcher -> server
   kAnswer = 8,      // server -> fetcher; the answer's bytes follow as a segment, or
-                    // come in a memfd passed with it where the channel shares memory
+                    // come in pieces through a memfd passed with it (shm)
+  kPiece = 9,       // server -> fetcher (shm): a piece of the answer is in its slot
+  kTaken = 10,      // fetcher -> server (shm): that piece was copied out; its slot is free
 };
 
 // The kind of a message (its first byte); 0 for an empty one.
@@ -119,5 +121,15 @@ struct Answer {
 };
 std::vector<std::byte> encode_answer(const Answer& answer);
 Result<Answer> decode_answer(std::span<const std::byte> m);
+
+// kPiece / kTaken: u32 answer id, u32 piece number. Piece k of an answer is bytes
+// [k * kAnswerSlotBytes, ...) and lies in slot k % kAnswerSlots of the answer's memfd.
+struct Piece {
+  std::uint32_t id = 0;
+  std::uint32_t index = 0;
+};
+std::vector<std::byte> encode_piece(Kind kind, const Piece& piece);
+// A message of `kind` (kPiece or kTaken).
+Result<Piece> decode_piece(std::span<const std::byte> m, Kind kind);
 
 }  // namespace ferry::rank_group::msg

@@ -40,7 +40,8 @@ Result<std::string> Transport::reachable_address(const std::string& listening,
   return listening;
 }
 
-Status Transport::read_peer_memory(ScopedFd, std::span<std::byte>, const std::string& peer) {
+Status Transport::read_peer_memory(const ScopedFd&, std::uint64_t, std::span<std::byte>,
+                                   const std::string& peer) {
   return failed_precondition(fmt::format(
       "transport {} shares no memory: {} passed memory it cannot read", scheme(), peer));
 }

@@ -247,11 +247,11 @@ class Transport {
   // `via` names no host.
   virtual Result<std::string> reachable_address(const std::string& listening,
                                                 const std::string& via) const;
-  // shares_memory() only (else kFailedPrecondition): copies the first into.size() bytes of
-  // the memory `peer` passed with its message (`fd`) into `into`, without mapping it: for an
-  // answer read once (a rank group's fetch), where a mapping's page faults cost more than
-  // the copy.
-  virtual Status read_peer_memory(ScopedFd fd, std::span<std::byte> into, const std::string& peer);
+  // shares_memory() only (else kFailedPrecondition): copies into.size() bytes at `offset` of
+  // the memory `peer` passed with a message (`fd`) into `into`, without mapping it: for
+  // bytes read once (a rank group's fetch answer), where a mapping costs more than the copy.
+  virtual Status read_peer_memory(const ScopedFd& fd, std::uint64_t offset,
+                                  std::span<std::byte> into, const std::string& peer);
 };
 
 }  // namespace ferry::transport

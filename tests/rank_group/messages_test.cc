@@ -132,6 +132,22 @@ TEST(Messages, FetchAndAnswerRoundTrip) {
   expect_cut_and_padded_refused(msg::encode_fetch_hello({kVersion, 4}), msg::decode_fetch_hello);
 }
 
+// An answer's pieces (shm): PIECE and TAKEN carry the answer id and the piece number, and
+// one is never read as the other.
+TEST(Messages, PieceAndTakenRoundTripAndAreNotEachOther) {
+  const auto piece = msg::encode_piece(msg::Kind::kPiece, {9, 70000});
+  auto p = msg::decode_piece(piece, msg::Kind::kPiece);
+  ASSERT_OK(p);
+  EXPECT_EQ(p->id, 9u);
+  EXPECT_EQ(p->index, 70000u);
+  EXPECT_EQ(msg::decode_piece(piece, msg::Kind::kTaken).status().code(), Code::kCorruption);
+  const auto taken = msg::encode_piece(msg::Kind::kTaken, {9, 1});
+  ASSERT_OK(msg::decode_piece(taken, msg::Kind::kTaken));
+  EXPECT_EQ(msg::decode_piece(taken, msg::Kind::kPiece).status().code(), Code::kCorruption);
+  expect_cut_and_padded_refused(
+      taken, [](std::span<const std::byte> m) { return msg::decode_piece(m, msg::Kind::kTaken); });
+}
+
 // A part or result in chunks: each must be of the collective the rank is at, repeat the
 // first chunk's total, and stay inside it; a total over kMaxPayloadBytes is refused before
 // anything is reserved for it.

@@ -165,7 +165,7 @@ TEST_F(RegistryWithSecret, NetMapsNoPeerRing) {
   EXPECT_EQ(mapped.status().code(), Code::kFailedPrecondition) << mapped.status().to_string();
   EXPECT_NE(mapped.status().message().find("a peer"), std::string::npos);
   std::byte into[16];
-  Status read = (*net)->read_peer_memory(ScopedFd(), into, "a peer");
+  Status read = (*net)->read_peer_memory(ScopedFd(), 0, into, "a peer");
   EXPECT_EQ(read.code(), Code::kFailedPrecondition) << read.to_string();
 }
 
@@ -203,26 +203,30 @@ TEST_F(RegistryWithSecret, ShmReadsPeerMemoryOnlyFromASealedMemfdLargeEnough) {
   auto ring = (*shm)->allocate_ring(1, 3 * 4096);
   ASSERT_OK(ring);
   for (std::size_t i = 0; i < 3 * 4096; ++i) (*ring)->slot(0)[i] = std::byte(i * 7);
+  const ScopedFd passed(::dup((*ring)->share_fd()));
   std::vector<std::byte> into(3 * 4096 - 5);
-  ASSERT_OK((*shm)->read_peer_memory(ScopedFd(::dup((*ring)->share_fd())), into, "rank 3"));
-  EXPECT_TRUE(std::equal(into.begin(), into.end(), (*ring)->slot(0)));
+  ASSERT_OK((*shm)->read_peer_memory(passed, 5, into, "rank 3"));
+  EXPECT_TRUE(std::equal(into.begin(), into.end(), (*ring)->slot(0) + 5));
+  ASSERT_OK((*shm)->read_peer_memory(passed, 0, std::span(into).first(100), "rank 3"));
+  EXPECT_TRUE(std::equal(into.begin(), into.begin() + 100, (*ring)->slot(0)));
 
-  std::vector<std::byte> too_many(3 * 4096 + 1);
-  Status short_read =
-      (*shm)->read_peer_memory(ScopedFd(::dup((*ring)->share_fd())), too_many, "rank 3");
+  Status short_read = (*shm)->read_peer_memory(passed, 6, into, "rank 3");
   EXPECT_EQ(short_read.code(), Code::kCorruption) << short_read.to_string();
   EXPECT_NE(short_read.message().find("rank 3"), std::string::npos) << short_read.to_string();
+  short_read = (*shm)->read_peer_memory(passed, ~std::uint64_t{0}, std::span(into).first(2), "r");
+  EXPECT_EQ(short_read.code(), Code::kCorruption) << short_read.to_string();
 
   ScopedFd unsealed(::memfd_create("unsealed", MFD_CLOEXEC));
   ASSERT_TRUE(unsealed.valid());
   ASSERT_EQ(::ftruncate(unsealed.get(), 4096), 0);
-  Status s = (*shm)->read_peer_memory(std::move(unsealed), std::span(into).first(16), "rank 3");
+  Status s = (*shm)->read_peer_memory(unsealed, 0, std::span(into).first(16), "rank 3");
   EXPECT_EQ(s.code(), Code::kFailedPrecondition) << s.to_string();
 
   int pipe_fds[2];
   ASSERT_EQ(::pipe(pipe_fds), 0);  // a read of it would block: refused before any read
   ScopedFd write_end(pipe_fds[1]);
-  s = (*shm)->read_peer_memory(ScopedFd(pipe_fds[0]), std::span(into).first(16), "rank 3");
+  const ScopedFd read_end(pipe_fds[0]);
+  s = (*shm)->read_peer_memory(read_end, 0, std::span(into).first(16), "rank 3");
   EXPECT_FALSE(s.ok());
   EXPECT_NE(s.message().find("rank 3"), std::string::npos) << s.to_string();
 }

@@ -94,7 +94,8 @@ Result<MemfdRing> MemfdRing::map_readonly(ScopedFd fd, std::uint32_t slots,
   return ring;
 }
 
-Status MemfdRing::read_passed(int fd, std::span<std::byte> into, const std::string& peer) {
+Status MemfdRing::read_passed(int fd, std::uint64_t offset, std::span<std::byte> into,
+                              const std::string& peer) {
   const std::string what = "memory passed by " + peer;
   const int seals = ::fcntl(fd, F_GET_SEALS);  // fails on anything but a memfd
   if (seals < 0) return errno_status("fcntl(F_GET_SEALS)", what, errno);
@@ -104,16 +105,17 @@ Status MemfdRing::read_passed(int fd, std::span<std::byte> into, const std::stri
   }
   struct stat st {};
   if (::fstat(fd, &st) != 0) return errno_status("fstat", what, errno);
-  if (static_cast<std::uint64_t>(st.st_size) < into.size()) {
-    return corruption(
-        fmt::format("{} has {} bytes, its message promised {}", what, st.st_size, into.size()));
+  const auto size = static_cast<std::uint64_t>(st.st_size);
+  if (offset > size || into.size() > size - offset) {
+    return corruption(fmt::format("{} has {} bytes, less than the {} at offset {} to read", what,
+                                  size, into.size(), offset));
   }
   for (std::size_t done = 0; done < into.size();) {
-    const ssize_t n = ::pread(fd, into.data() + done, into.size() - done, static_cast<off_t>(done));
+    const ssize_t n =
+        ::pread(fd, into.data() + done, into.size() - done, static_cast<off_t>(offset + done));
     if (n < 0 && errno == EINTR) continue;
     if (n < 0) return errno_status("pread", what, errno);
-    if (n == 0)
-      return corruption(fmt::format("{} ended at byte {} of {}", what, done, into.size()));
+    if (n == 0) return corruption(fmt::format("{} ended at byte {}", what, offset + done));
     done += static_cast<std::size_t>(n);
   }
   return ok_status();

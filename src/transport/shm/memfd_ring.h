@@ -35,10 +35,11 @@ class MemfdRing final : public transport::Ring {
   // faults its pages in from a background thread, so round 1 need not (RingMapping).
   static Result<MemfdRing> map_readonly(ScopedFd fd, std::uint32_t slots, std::uint64_t slot_bytes,
                                         const std::string& peer);
-  // Copies the first into.size() bytes of a memfd `peer` passed into `into` (pread: no
+  // Copies into.size() bytes at `offset` of a memfd `peer` passed into `into` (pread: no
   // mapping, so no page faults). Only a memfd sealed against resizing is read: a read of it
   // never blocks, and its size cannot change under the read.
-  static Status read_passed(int fd, std::span<std::byte> into, const std::string& peer);
+  static Status read_passed(int fd, std::uint64_t offset, std::span<std::byte> into,
+                            const std::string& peer);
 
   int fd() const { return fd_.get(); }
   // Creator only: the ring opened O_RDONLY, the descriptor to pass to receivers.

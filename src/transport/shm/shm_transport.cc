@@ -42,9 +42,9 @@ class ShmTransport final : public transport::Transport {
                                                          const std::string& peer) override {
     return boxed_ring(MemfdRing::map_readonly(std::move(fd), slots, slot_bytes, peer));
   }
-  Status read_peer_memory(ScopedFd fd, std::span<std::byte> into,
+  Status read_peer_memory(const ScopedFd& fd, std::uint64_t offset, std::span<std::byte> into,
                           const std::string& peer) override {
-    return MemfdRing::read_passed(fd.get(), into, peer);
+    return MemfdRing::read_passed(fd.get(), offset, into, peer);
   }
 
  private:
