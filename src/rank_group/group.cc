@@ -52,17 +52,6 @@ struct GroupOptions {
   milliseconds collective_timeout{0};
 };
 
-// "host:port" -> host ("[::1]" keeps its brackets); "" when there is no port (shm).
-std::string host_of(const std::string& host_port) {
-  const auto colon = host_port.rfind(':');
-  return colon == std::string::npos ? std::string() : host_port.substr(0, colon);
-}
-std::string port_of(const std::string& host_port) {
-  const auto colon = host_port.rfind(':');
-  return colon == std::string::npos ? std::string() : host_port.substr(colon + 1);
-}
-bool wildcard_host(const std::string& host) { return host == "0.0.0.0" || host == "[::]"; }
-
 // Sleeps until one of `channels` (or `extra_fd`) may have news, at most `left` and
 // kIdleWait, so that a missed wakeup costs little.
 void idle(transport::Poller& poller, const std::vector<const Channel*>& channels, int extra_fd,
@@ -245,9 +234,10 @@ class Group final : public GroupBase {
   // or half-sent one delays nobody; one that closes or says something else is dropped and
   // listed if the join times out.
   Status gather_members(const std::string& serving, const Deadline& dl) FERRY_REQUIRES(call_mu_) {
-    addresses_[0] = wildcard_host(host_of(serving))
-                        ? host_of(opts_.root_address) + ":" + port_of(serving)
-                        : serving;
+    // Serving on every interface: at the host the others reach rank 0 by.
+    FERRY_ASSIGN_OR_RETURN(transport::Transport * t, calls_.for_address(opts_.root_address));
+    auto reachable = t->reachable_address(serving, opts_.root_address);
+    addresses_[0] = reachable.ok() ? *reachable : serving;
     if (size() == 1) return ok_status();
     auto listener = calls_.listen(opts_.root_address);
     if (!listener.ok()) return listener.status().with_context("rank 0 listening for the group");
@@ -317,14 +307,16 @@ class Group final : public GroupBase {
     std::string address = std::move(join.address);
     Status bad =
         check_join(join, who, opts_.root_address, r < peers_.size() && peers_[r] != nullptr);
-    if (bad.ok() && wildcard_host(host_of(address))) {
-      // Advertised as where its connection came from.
-      const std::string from = host_of(ch->peer_address());
-      if (!from.empty()) {
-        address = from + ":" + port_of(address);
+    if (bad.ok()) {
+      // Serving on every interface: at the host its connection came from.
+      auto t = calls_.for_address(opts_.root_address);
+      auto reachable = t.ok() ? (*t)->reachable_address(address, ch->peer_address()) : t.status();
+      if (reachable.ok()) {
+        address = std::move(*reachable);
       } else {
-        bad = failed_precondition("rank 0 cannot tell the address of " + who +
-                                  "; give it a serve_address with a host");
+        bad = failed_precondition("rank 0 cannot tell the address of " + who + " (" +
+                                  reachable.status().message() +
+                                  "); give it a serve_address with a host");
       }
     }
     if (!bad.ok()) {
