@@ -426,9 +426,10 @@ Status RoundReader::send_release(const Lease& lease) {
       writes_to_forget_[lease.slot] = true;  // its views stay readable until the next round
     }
   }
-  return link_.send(wire::encode(session_message(conversation_.session(), conversation_.round(),
-                                                 wire::Release{lease.slot, lease.bucket})),
-                    options_.timeout);
+  const wire::Message release = session_message(conversation_.session(), conversation_.round(),
+                                                wire::Release{lease.slot, lease.bucket});
+  conversation_.sent(release);  // the slot may be filled again
+  return link_.send(wire::encode(release), options_.timeout);
 }
 
 // Not sharing memory: the segment's bytes follow its FILLED, straight into this ring.

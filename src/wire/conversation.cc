@@ -41,6 +41,9 @@ void Conversation::sent(const Message& m) {
     case MessageType::kEnd:
       end_seen_ = true;
       break;
+    case MessageType::kRelease:  // a receiver's: its slot may be filled again
+      ++released_;
+      break;
     default:
       break;
   }
@@ -162,6 +165,13 @@ Status Conversation::received_by_receiver(const Message& m) {
       if (f.used_bytes > slot_bytes_) {
         return reject(
             m, fmt::format("{} used bytes exceed the slot of {}", f.used_bytes, slot_bytes_));
+      }
+      // The slot's last bucket must be released first: this end (and, behind a relay, its
+      // peers) may still be reading it, and on a link that does not share memory the
+      // segment's bytes are written into it.
+      if (f.bucket >= released_ + slots_) {
+        return reject(m, fmt::format("bucket {} sent into slot {} while bucket {} still holds it",
+                                     f.bucket, f.slot, f.bucket - slots_));
       }
       if (f.offset != filled_end_ || (f.last == 0 && f.used_bytes == f.offset)) {
         return reject(m, fmt::format("segment [{}, {}) of bucket {} out of order: expected one "

@@ -50,7 +50,7 @@ class Conversation {
   std::uint32_t bucket_count_ = 0;
   std::uint32_t filled_ = 0;      // buckets completely filled so far this round
   std::uint64_t filled_end_ = 0;  // bytes of bucket filled_ announced so far
-  std::uint32_t released_ = 0;    // RELEASE messages so far this round
+  std::uint32_t released_ = 0;    // RELEASE messages so far this round (sent or received)
 };
 
 }  // namespace ferry::wire

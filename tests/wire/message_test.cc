@@ -304,15 +304,38 @@ TEST(WireConversation, AWholeRoundIsAccepted) {
     Begin b = small_begin();
     b.bucket_count = 3;
     ASSERT_OK(p.sender_to_receiver(make(0xabc, round, b)));
-    for (std::uint32_t i = 0; i < 3; ++i) {
-      ASSERT_OK(p.sender_to_receiver(make(0xabc, round, Filled{i % 2, i, 10, 0})));
-    }
+    // Two slots: bucket 2 may come once bucket 0 went back.
+    ASSERT_OK(p.sender_to_receiver(make(0xabc, round, Filled{0, 0, 10, 0})));
+    ASSERT_OK(p.sender_to_receiver(make(0xabc, round, Filled{1, 1, 10, 0})));
+    ASSERT_OK(p.receiver_to_sender(make(0xabc, round, Release{0, 0})));
+    ASSERT_OK(p.sender_to_receiver(make(0xabc, round, Filled{0, 2, 10, 0})));
     ASSERT_OK(p.sender_to_receiver(make(0xabc, round, End{3, 5})));
-    for (std::uint32_t i = 0; i < 3; ++i) {
+    for (std::uint32_t i = 1; i < 3; ++i) {
       ASSERT_OK(p.receiver_to_sender(make(0xabc, round, Release{i % 2, i})));
     }
     ASSERT_OK(p.receiver_to_sender(make(0xabc, round, Ack{3, 5})));
   }
+}
+
+// A sender may not refill a slot its receiver still holds: the receiver (a relay's local
+// receivers behind it) may be reading it, and over a network the bytes land in it.
+TEST(WireConversation, ABucketIntoASlotNotYetReleasedIsRejected) {
+  Pair p;
+  ASSERT_OK(p.receiver_to_sender(make(0, 0, Hello{1, 1})));
+  ASSERT_OK(p.sender_to_receiver(make(0xabc, 0, Welcome{2, 1024, 1})));
+  Begin b = small_begin();
+  b.bucket_count = 4;
+  ASSERT_OK(p.sender_to_receiver(make(0xabc, 1, b)));
+  ASSERT_OK(p.sender_to_receiver(make(0xabc, 1, Filled{0, 0, 10, 0})));
+  ASSERT_OK(p.sender_to_receiver(make(0xabc, 1, Filled{1, 1, 10, 0})));
+  const Status early = p.receiver.received(make(0xabc, 1, Filled{0, 2, 10, 0}));
+  EXPECT_EQ(early.code(), Code::kCorruption);
+  EXPECT_NE(early.message().find("bucket 2 sent into slot 0 while bucket 0 still holds it"),
+            std::string::npos)
+      << early.to_string();
+  ASSERT_OK(p.receiver_to_sender(make(0xabc, 1, Release{0, 0})));
+  ASSERT_OK(p.sender_to_receiver(make(0xabc, 1, Filled{0, 2, 10, 0})));
+  EXPECT_FALSE(p.receiver.received(make(0xabc, 1, Filled{1, 3, 10, 0})).ok());
 }
 
 TEST(WireConversation, BucketsArriveInSegments) {
