@@ -305,10 +305,10 @@ Status serve_replicas(const ReplicateServeOptions& o) {
   // One wait loop for the listener and every peer it accepts (net: one engine hears them all).
   const auto poller = listener.poller();
   std::vector<Peer> peers;
-  // Peers dropped while data we sent them was still queued in the engine. Their endpoints
-  // stay open until the peer ends or takes it all: UCX 1.13's TCP transport crashed or hung
-  // the server when a peer ended after its endpoint had been forced shut with data queued
-  // for it. Channels without an engine hold nothing that outlives them: closed at once.
+  // Peers dropped while answers posted to them were still queued. Their channels stay open
+  // until the peer ends or takes it all: UCX 1.13's TCP transport crashed or hung the server
+  // when a peer ended after its endpoint had been forced shut with data queued for it, and
+  // on every transport the peer then reads what it was sent before it sees the end.
   std::vector<std::unique_ptr<transport::Channel>> dropped;
   int finished = 0;
   std::vector<pollfd> fds;
@@ -360,7 +360,7 @@ Status serve_replicas(const ReplicateServeOptions& o) {
           log::warn("replicate: dropping {}: {}", ch.peer(), st.message());
           server.event("dropped " + ch.peer() + ": " + st.message());
         }
-        if (ch.needs_progress() && it->in_flight > 0 && st.code() != Code::kAborted) {
+        if (it->in_flight > 0 && st.code() != Code::kAborted) {
           dropped.push_back(std::move(it->channel));
         } else {
           ch.abort();

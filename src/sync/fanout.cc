@@ -145,6 +145,14 @@ Status Fanout::reap(Peer& p) {
   return ok_status();
 }
 
+Status Fanout::keep_moving() {
+  poller_->progress();
+  for (Peer& p : peers_) {
+    if (!p.link.shares_memory()) FERRY_RETURN_IF_ERROR(reap(p));
+  }
+  return ok_status();
+}
+
 Result<bool> Fanout::handle_arrived(const std::function<bool(const Peer&)>& done,
                                     std::uint64_t round_checksum) {
   bool any = false;
@@ -292,93 +300,61 @@ Status Fanout::accept_one() {
       return timeout_error(
           fmt::format("no {} joined {} within {} ms", noun_, address_, options_.timeout.count()));
     }
-    const milliseconds slice = wait_slice(options_, left);
-    // Peers with sockets of their own wait for their HELLO side by side.
-    if (!listener_->needs_progress()) {
-      auto admitted = poll_local_peers(slice);
-      if (!admitted.ok()) return admitted.status();
-      if (*admitted) return ok_status();
-      Status s = interrupted_();
-      if (!s.ok()) return s;
-      continue;
-    }
-    auto ch = listener_->accept(slice);
-    if (!ch.ok() && ch.status().code() == Code::kTimeout) {
-      // The last slice's timeout names the slice: the loop's head names the whole timeout.
-      Status s = slice != left ? interrupted_() : ok_status();
-      if (!s.ok()) return s;
-      continue;
-    }
-    if (!ch.ok()) {
-      // A peer refused for its token, or one that went away or fell silent during the
-      // handshake, is that peer's problem: log it and keep serving until the deadline.
-      if (Clock::now() >= deadline || ch.status().code() == Code::kInvalidArgument) {
-        return ch.status();
-      }
-      if (ch.status().code() != Code::kUnauthenticated) {
-        log::warn("sync: a peer failed to join {}: {}", address_, ch.status().message());
-      }
-      continue;
-    }
-    Peer p;
-    p.link = Link(std::move(*ch));
-    auto got = p.link.receive(options_.timeout);
-    if (!got.ok()) continue;  // a peer that connects and leaves is not a reason to stop serving
-    if (admit(std::move(p), *got).ok()) return ok_status();
+    FERRY_ASSIGN_OR_RETURN(const bool admitted, admit_pending(wait_slice(options_, left)));
+    if (admitted) return ok_status();
+    FERRY_RETURN_IF_ERROR(interrupted_());
   }
 }
 
-// Peers on sockets of their own (shm) that connected but have not said HELLO yet wait side
-// by side, each with its own deadline, so a silent one delays nobody; a peer of another
-// user never gets here (the shm listener drops it).
-Result<bool> Fanout::poll_local_peers(milliseconds wait) {
-  const auto now = Clock::now();
+// Peers that connected but have not said HELLO yet wait side by side, each with its own
+// deadline, so a silent one delays nobody; a peer the listener refused (another user, a
+// wrong token) never gets here.
+Result<bool> Fanout::admit_pending(milliseconds wait) {
+  auto now = Clock::now();
+  std::erase_if(pending_, [&](const PendingPeer& q) {
+    if (q.deadline > now) return false;
+    log::warn("sync: dropped {}: it connected but sent no HELLO within {} ms", q.link.peer(),
+              options_.timeout.count());
+    return true;
+  });
+  poller_->progress();
+  while (true) {  // every connection that is ready now
+    auto ch = listener_->accept(milliseconds(0));
+    if (!ch.ok() && ch.status().code() == Code::kTimeout) break;
+    if (!ch.ok()) return ch.status();
+    if (pending_.size() >= kMaxPendingPeers) {
+      log::warn("sync: dropped {}: {} connections already wait to say HELLO",
+                pending_.front().link.peer(), kMaxPendingPeers);
+      pending_.erase(pending_.begin());
+    }
+    pending_.push_back({Link(std::move(*ch)), Clock::now() + options_.timeout});
+  }
+  // Oldest first: they connected earlier.
   for (auto it = pending_.begin(); it != pending_.end();) {
-    if (it->deadline > now) {
+    auto got = it->link.try_receive(options_.timeout);
+    if (got.ok() && !got->has_value()) {
       ++it;
       continue;
     }
-    log::warn("sync: dropped {}: it connected but sent no HELLO within {} ms", it->link.peer(),
-              options_.timeout.count());
+    Peer p;
+    p.link = std::move(it->link);
     it = pending_.erase(it);
+    if (!got.ok()) {  // one that connects and leaves is no reason to stop serving
+      log::warn("sync: dropped {} before it joined: {}", p.link.peer(), got.status().message());
+      continue;
+    }
+    if (admit(std::move(p), **got).ok()) return true;
   }
-  std::vector<pollfd> fds{{listener_->fd(), POLLIN, 0}};
+  // Sleep until a connection or a HELLO comes, a pending peer's deadline, or `wait`.
+  now = Clock::now();
   auto until = now + wait;
+  std::vector<pollfd> fds{{listener_->fd(), POLLIN, 0}};
   for (const PendingPeer& q : pending_) {
     fds.push_back({q.link.poll_fd(), POLLIN, 0});
     until = std::min(until, q.deadline);
   }
-  const auto ms = std::chrono::duration_cast<milliseconds>(until - now).count();
-  const int r = ::poll(fds.data(), fds.size(), static_cast<int>(std::max<long long>(ms, 0) + 1));
-  if (r < 0 && errno != EINTR) return errno_status("poll", address_, errno);
-  if (r <= 0) return false;
-  // Pending peers first: they connected earlier.
-  for (std::size_t i = fds.size() - 1; i >= 1; --i) {
-    if (fds[i].revents == 0) continue;
-    PendingPeer q = std::move(pending_[i - 1]);
-    pending_.erase(pending_.begin() + static_cast<std::ptrdiff_t>(i - 1));
-    auto got = q.link.receive(milliseconds(0));
-    if (!got.ok()) {
-      log::warn("sync: dropped {} before it joined: {}", q.link.peer(), got.status().message());
-      continue;
-    }
-    Peer p;
-    p.link = std::move(q.link);
-    if (admit(std::move(p), *got).ok()) return true;
-  }
-  if ((fds[0].revents & POLLIN) != 0) {
-    auto ch = listener_->accept(milliseconds(0));
-    if (ch.ok()) {
-      if (pending_.size() >= kMaxPendingPeers) {
-        log::warn("sync: dropped {}: {} connections already wait to say HELLO",
-                  pending_.front().link.peer(), kMaxPendingPeers);
-        pending_.erase(pending_.begin());
-      }
-      pending_.push_back({Link(std::move(*ch)), Clock::now() + options_.timeout});
-    } else if (ch.status().code() != Code::kTimeout) {
-      return ch.status();
-    }
-  }
+  const auto left = std::chrono::duration_cast<milliseconds>(until - now) + milliseconds(1);
+  FERRY_RETURN_IF_ERROR(poller_->wait(fds, std::max(left, milliseconds(0))).status());
   return false;
 }
 

@@ -73,6 +73,10 @@ class Fanout {
   // anything for a whole timeout. `on_message` (may be empty) sees each accepted one.
   Status wait_until(const std::function<bool(const Peer&)>& done, std::uint64_t round_checksum,
                     const char* waiting_for);
+  // Moves what the transport's engine holds queued (segments on their way to peers that do
+  // not share memory) without waiting: a writer calls it between copies, so the wire does
+  // not stand still while the next segment is packed.
+  Status keep_moving();
   // Waits for every published segment to be sent (after the round's ACKs).
   Status drain_transfers();
   // Tells every peer the session is over (best effort) and closes them.
@@ -100,8 +104,7 @@ class Fanout {
                     std::vector<struct pollfd>* fds) const;
 
  private:
-  // A peer with a socket of its own (the listener does not need progress) that connected
-  // and has until `deadline` to say HELLO.
+  // A peer that connected and has until `deadline` to say HELLO.
   struct PendingPeer {
     Link link;
     std::chrono::steady_clock::time_point deadline;
@@ -110,7 +113,8 @@ class Fanout {
   static constexpr std::size_t kMaxPendingPeers = 64;
 
   Status accept_one();
-  Result<bool> poll_local_peers(std::chrono::milliseconds wait);
+  // One turn of accept_one(): true once a peer was admitted.
+  Result<bool> admit_pending(std::chrono::milliseconds wait);
   Status admit(Peer p, const std::vector<std::byte>& hello);
   void drop_peers_that_left(std::size_t from);
   Status handle(Peer& p, const wire::Message& m, std::uint64_t round_checksum);

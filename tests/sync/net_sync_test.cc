@@ -10,8 +10,11 @@
 
 #include "support/status_matchers.h"
 #include "support/test_support.h"
+#include "sync/link.h"
 #include "sync/net_test_util.h"
 #include "sync/sync_test_util.h"
+#include "transport/registry.h"
+#include "transport/transport.h"
 
 namespace ferry::sync {
 namespace {
@@ -148,6 +151,46 @@ TEST(NetSync, WrongTokenIsRefusedAndTheSenderKeepsServing) {
   EXPECT_OK(right);
   ASSERT_OK(stats);
   EXPECT_EQ((*sender)->receivers(), 1u);
+}
+
+// An authenticated peer that connects and never says HELLO waits beside the others, as a
+// local one does (ShmPeers.SilentPeerDoesNotBlockAReceiverThatJoinsAfterIt): the receiver
+// that joins after it is admitted at once, not after the silent one's timeout.
+TEST(NetSync, ASilentPeerDoesNotDelayOneThatJoinsAfterIt) {
+  ferry::testing::TempDir dir;
+  SyncOptions o = net_options(write_token(dir, ::ferry::testing::kTestToken));
+  o.timeout = std::chrono::milliseconds(4'000);
+  auto sender = Sender::create("127.0.0.1:0", o);
+  ASSERT_OK(sender);
+  const std::string address = (*sender)->address();
+  std::unique_ptr<transport::Channel> silent;  // held open, says nothing
+  Status received;
+  std::thread peers([&] {
+    // Through the handshake (the sender's accept answers it), then the real receiver.
+    transport::Registry transports(transport_config(o));
+    auto net = transports.for_address(address);
+    ASSERT_OK(net);
+    auto ch = (*net)->connect(address, o.timeout, "silent peer");
+    ASSERT_OK(ch);
+    silent = std::move(*ch);
+    auto r = Receiver::connect(address, 1, o);
+    received = r.status();
+    if (r.ok()) {
+      received = (*r)->receive_round([](const TensorView&) { return ok_status(); }).status();
+    }
+  });
+  const auto t0 = std::chrono::steady_clock::now();
+  Status accepted = (*sender)->accept(1);
+  const auto took = std::chrono::steady_clock::now() - t0;
+  EXPECT_OK(accepted);
+  EXPECT_LT(took, o.timeout / 2);
+  if (accepted.ok()) {
+    const Weights w = make_weights(net_model(), 1);
+    auto views = w.views();
+    EXPECT_OK((*sender)->send_round(views));
+  }
+  peers.join();
+  EXPECT_OK(received);
 }
 
 // Two nodes' relays, each with two local shm receivers: three rounds, every byte.
