@@ -43,10 +43,11 @@ constexpr milliseconds kRetryPause{20};
 // A missed wakeup in accept() costs at most this.
 constexpr milliseconds kMaxSleep{50};
 
+// The per-source limit's key: the peer's host, without its port.
 std::string host_of(const sockaddr* a) {
-  std::string s = format_address(a);
-  const auto colon = s.rfind(':');
-  return colon == std::string::npos ? s : s.substr(0, colon);
+  const std::string s = format_address(a);
+  auto split = split_host_port(s);
+  return split.ok() ? split->host : s;
 }
 
 }  // namespace
