@@ -5,7 +5,8 @@
 // rounds. Checked after every message, against a model kept here from accepted messages:
 // - a refusal is a Status naming the peer, and leaves the state as it was;
 // - FILLED is accepted only for the next bucket of the round in progress, in its slot,
-//   within the slot, continuing the bucket's last segment;
+//   within the slot, continuing the bucket's last segment, once the receiver released the
+//   slot's last bucket;
 // - END only when every bucket was filled, ACK only after END and every RELEASE,
 //   RELEASE only of the next filled bucket;
 // - a session never changes once joined, and a side accepts no message of its own kind.
@@ -87,7 +88,8 @@ bool receiver_may_accept(const Model& r, const Message& m) {
   if (!r.in_round || m.round != r.round) return false;
   if (const auto* f = std::get_if<Filled>(&m.body)) {
     return f->bucket == r.filled && f->bucket < r.bucket_count && f->slot == f->bucket % kSlots &&
-           f->used_bytes <= kSlotBytes && f->offset == r.segment_end &&
+           f->bucket < r.released + kSlots && f->used_bytes <= kSlotBytes &&
+           f->offset == r.segment_end &&
            (f->last != 0 || f->used_bytes > f->offset);
   }
   if (const auto* e = std::get_if<End>(&m.body)) {
@@ -161,7 +163,10 @@ struct Session {
       return;
     }
     check(allowed);
-    if (std::holds_alternative<Release>(m.body)) ++at_sender.released;
+    if (std::holds_alternative<Release>(m.body)) {
+      ++at_sender.released;
+      ++at_receiver.released;  // the receiver sent it (below): its slot may be filled again
+    }
     if (std::holds_alternative<Ack>(m.body)) at_sender.in_round = false;
     check(sender.session() == kSession && sender.round() == at_sender.round &&
           sender.in_round() == at_sender.in_round);
