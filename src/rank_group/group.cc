@@ -64,6 +64,11 @@ void idle(transport::Poller& poller, const std::vector<const Channel*>& channels
   (void)poller.wait(fds, std::clamp(left, milliseconds(0), kIdleWait));
 }
 
+// A refused joiner, for the join's timeout error: the first kMaxRefusals.
+void note_refusal(std::vector<std::string>& refused, std::string why) {
+  if (refused.size() < kMaxRefusals) refused.push_back(std::move(why));
+}
+
 Status send_blob(Channel& ch, Kind kind, std::uint64_t seq, std::string_view data,
                  const Deadline& dl) {
   std::size_t at = 0;
@@ -144,14 +149,10 @@ class Group final : public GroupBase {
       : GroupBase(o.rank, o.size, o.node),
         opts_(std::move(o)),
         refused_(std::make_shared<std::vector<std::string>>()),
-        calls_(transport::TransportConfig{.secret = opts_.secret,
-                                          .serialized = true,
-                                          .on_refused =
-                                              [r = refused_](const Status& why) {
-                                                if (r->size() < kMaxRefusals) {
-                                                  r->push_back(why.message());
-                                                }
-                                              }}),
+        calls_(transport::TransportConfig{
+            .secret = opts_.secret,
+            .serialized = true,
+            .on_refused = [r = refused_](const Status& why) { note_refusal(*r, why.message()); }}),
         serve_(transport::TransportConfig{.secret = opts_.secret}) {}
 
   ~Group() override {
@@ -241,10 +242,9 @@ class Group final : public GroupBase {
     const auto poller = (*listener)->poller();
     peers_.resize(size());
     std::list<std::unique_ptr<Channel>> pending;
-    std::vector<std::string>& refused = *refused_;
     const auto drop = [&](const std::string& why) {
       log::warn("checkpoint group: rank 0 dropped a connection to {}: {}", opts_.root_address, why);
-      if (refused.size() < kMaxRefusals) refused.push_back(why);
+      note_refusal(*refused_, why);
     };
     for (int joined = 1; joined < size();) {
       if (dl.passed()) return join_timeout();
@@ -445,6 +445,7 @@ class Group final : public GroupBase {
 
   Status fetch_impl(int peer, std::string_view request, std::span<std::byte>* into,
                     std::string* text) override {
+    if (peer < 0 || peer >= size()) return invalid_argument("fetch from a rank outside the group");
     MutexLock lock(call_mu_);
     const Deadline dl(opts_.timeout);
     FetchConn& conn = fetch_conns_[peer];
