@@ -26,6 +26,7 @@
 #include "base/log.h"
 #include "base/mutex.h"
 #include "base/random.h"
+#include "base/serving_threads.h"
 #include "base/status_macros.h"
 #include "rank_group/constants.h"
 #include "rank_group/group_base.h"
@@ -63,6 +64,11 @@ void idle(transport::Poller& poller, const std::vector<const Channel*>& channels
   (void)poller.wait(fds, std::clamp(left, milliseconds(0), kIdleWait));
 }
 
+// A refused joiner, for the join's timeout error: the first kMaxRefusals.
+void note_refusal(std::vector<std::string>& refused, std::string why) {
+  if (refused.size() < kMaxRefusals) refused.push_back(std::move(why));
+}
+
 Status send_blob(Channel& ch, Kind kind, std::uint64_t seq, std::string_view data,
                  const Deadline& dl) {
   std::size_t at = 0;
@@ -73,6 +79,44 @@ Status send_blob(Channel& ch, Kind kind, std::uint64_t seq, std::string_view dat
     at += n;
   } while (at < data.size());
   return ok_status();
+}
+
+// shm answers travel in pieces through a window (docs/protocol.md): piece k is bytes
+// [k * kAnswerSlotBytes, ...) of the answer, in slot k % kAnswerSlots.
+std::uint64_t piece_count(std::size_t bytes) {
+  return (bytes + kAnswerSlotBytes - 1) / kAnswerSlotBytes;
+}
+template <typename T>
+std::span<T> piece_of(std::span<T> bytes, std::uint64_t k) {
+  const std::uint64_t at = k * kAnswerSlotBytes;
+  return bytes.subspan(at, std::min<std::uint64_t>(kAnswerSlotBytes, bytes.size() - at));
+}
+
+// Receives the PIECE (fetcher) or TAKEN (server) of piece k of answer `id`, in slices: a
+// closing group does not wait for a peer that stalls.
+Status receive_piece(Channel& ch, Kind kind, std::uint32_t id, std::uint64_t k, const Deadline& dl,
+                     const std::atomic<bool>& stop) {
+  const bool taken = kind == Kind::kTaken;
+  Result<std::vector<std::byte>> m = timeout_error("");
+  do {
+    if (stop.load()) return aborted("the checkpoint group is closing");
+    m = ch.receive(std::min(dl.left(), kIdleWait));
+  } while (!m.ok() && m.status().code() == Code::kTimeout && !dl.passed());
+  if (!m.ok()) {
+    return m.status().with_context("waiting for " + ch.peer() + (taken ? " to take" : " to send") +
+                                   " a piece");
+  }
+  auto piece = msg::decode_piece(*m, kind);
+  if (!piece.ok()) return piece.status().with_context(ch.peer());
+  if (piece->id != id || piece->index != k) {
+    return corruption(fmt::format("{} {} piece {} of answer {}, expected piece {} of {}", ch.peer(),
+                                  taken ? "took" : "sent", piece->index, piece->id, k, id));
+  }
+  return ok_status();
+}
+
+Status send_piece(Channel& ch, Kind kind, std::uint32_t id, std::uint64_t k, milliseconds timeout) {
+  return ch.send(msg::encode_piece(kind, {id, static_cast<std::uint32_t>(k)}), timeout);
 }
 
 // One answer whose bytes may still be on their way as a segment: the reply (which keeps
@@ -94,48 +138,6 @@ struct ServeConn {
   int from = -1;  // the fetcher's rank, once it said hello
 };
 
-// The threads serve_loop hands channels to: at most kMaxServingThreads at once (a channel
-// past that is dropped with a warning); finished ones are joined as new ones start.
-class ServingThreads {
- public:
-  template <typename Work>
-  void start(Work work, int rank) {
-    reap();
-    if (threads_.size() >= kMaxServingThreads) {
-      log::warn("checkpoint group: rank {} drops a fetch channel: {} are served already", rank,
-                kMaxServingThreads);
-      return;  // `work` and its channel are destroyed: the fetcher sees it closed
-    }
-    auto done = std::make_shared<std::atomic<bool>>(false);
-    threads_.push_back({std::thread([work = std::move(work), done]() mutable {
-                          work();
-                          done->store(true);
-                        }),
-                        done});
-  }
-  void join_all() {
-    for (Entry& e : threads_) e.thread.join();
-    threads_.clear();
-  }
-
- private:
-  struct Entry {
-    std::thread thread;
-    std::shared_ptr<std::atomic<bool>> done;
-  };
-  void reap() {
-    for (auto it = threads_.begin(); it != threads_.end();) {
-      if (!it->done->load()) {
-        ++it;
-        continue;
-      }
-      it->thread.join();
-      it = threads_.erase(it);
-    }
-  }
-  std::list<Entry> threads_;
-};
-
 struct FetchConn {
   std::unique_ptr<Channel> ch;
   std::uint32_t next_id = 0;
@@ -147,14 +149,10 @@ class Group final : public GroupBase {
       : GroupBase(o.rank, o.size, o.node),
         opts_(std::move(o)),
         refused_(std::make_shared<std::vector<std::string>>()),
-        calls_(transport::TransportConfig{.secret = opts_.secret,
-                                          .serialized = true,
-                                          .on_refused =
-                                              [r = refused_](const Status& why) {
-                                                if (r->size() < kMaxRefusals) {
-                                                  r->push_back(why.message());
-                                                }
-                                              }}),
+        calls_(transport::TransportConfig{
+            .secret = opts_.secret,
+            .serialized = true,
+            .on_refused = [r = refused_](const Status& why) { note_refusal(*r, why.message()); }}),
         serve_(transport::TransportConfig{.secret = opts_.secret}) {}
 
   ~Group() override {
@@ -244,10 +242,9 @@ class Group final : public GroupBase {
     const auto poller = (*listener)->poller();
     peers_.resize(size());
     std::list<std::unique_ptr<Channel>> pending;
-    std::vector<std::string>& refused = *refused_;
     const auto drop = [&](const std::string& why) {
       log::warn("checkpoint group: rank 0 dropped a connection to {}: {}", opts_.root_address, why);
-      if (refused.size() < kMaxRefusals) refused.push_back(why);
+      note_refusal(*refused_, why);
     };
     for (int joined = 1; joined < size();) {
       if (dl.passed()) return join_timeout();
@@ -448,6 +445,7 @@ class Group final : public GroupBase {
 
   Status fetch_impl(int peer, std::string_view request, std::span<std::byte>* into,
                     std::string* text) override {
+    if (peer < 0 || peer >= size()) return invalid_argument("fetch from a rank outside the group");
     MutexLock lock(call_mu_);
     const Deadline dl(opts_.timeout);
     FetchConn& conn = fetch_conns_[peer];
@@ -519,23 +517,13 @@ class Group final : public GroupBase {
     }
     if (!memory.valid()) return corruption(peer_name(peer) + " passed no memory with its answer");
     FERRY_ASSIGN_OR_RETURN(transport::Transport * t, calls_.for_address(addresses_[peer]));
-    const std::uint64_t pieces = (dst.size() + kAnswerSlotBytes - 1) / kAnswerSlotBytes;
+    const std::uint64_t pieces = piece_count(dst.size());
     for (std::uint64_t k = 0; k < pieces; ++k) {
-      auto m = ch.receive(dl.left());
-      if (!m.ok()) return m.status();
-      auto piece = msg::decode_piece(*m, Kind::kPiece);
-      if (!piece.ok()) return piece.status().with_context(peer_name(peer));
-      if (piece->id != id || piece->index != k) {
-        return corruption(fmt::format("{} sent piece {} of answer {}, expected piece {} of {}",
-                                      peer_name(peer), piece->index, piece->id, k, id));
-      }
-      const std::uint64_t at = k * kAnswerSlotBytes;
-      const auto part = dst.subspan(at, std::min(kAnswerSlotBytes, dst.size() - at));
-      FERRY_RETURN_IF_ERROR(t->read_peer_memory(memory, (k % kAnswerSlots) * kAnswerSlotBytes, part,
-                                                peer_name(peer)));
+      FERRY_RETURN_IF_ERROR(receive_piece(ch, Kind::kPiece, id, k, dl, stop_));
+      FERRY_RETURN_IF_ERROR(t->read_peer_memory(memory, (k % kAnswerSlots) * kAnswerSlotBytes,
+                                                piece_of(dst, k), peer_name(peer)));
       if (k + kAnswerSlots < pieces) {
-        FERRY_RETURN_IF_ERROR(ch.send(
-            msg::encode_piece(Kind::kTaken, {id, static_cast<std::uint32_t>(k)}), dl.left()));
+        FERRY_RETURN_IF_ERROR(send_piece(ch, Kind::kTaken, id, k, dl.left()));
       }
     }
     return ok_status();
@@ -545,7 +533,7 @@ class Group final : public GroupBase {
 
   void serve_loop() {
     std::list<ServeConn> conns;
-    ServingThreads alone;  // channels served on threads of their own
+    ServingThreads alone(kMaxServingThreads);  // channels served on threads of their own
     const auto poller = listener_->poller();
     while (!stop_.load()) {
       poller->progress();
@@ -556,7 +544,11 @@ class Group final : public GroupBase {
         // its fetcher's TAKEN between an answer's pieces, and fetchers do not queue behind
         // each other's copies.
         if (!c.ch->needs_progress()) {
-          alone.start([this, c = std::move(c)]() mutable { serve_alone(c); }, rank());
+          if (!alone.start([this, c = std::move(c)]() mutable { serve_alone(c); })) {
+            // The channel went with the work: the fetcher sees it closed.
+            log::warn("checkpoint group: rank {} drops a fetch channel: {} are served already",
+                      rank(), kMaxServingThreads);
+          }
         } else {
           conns.push_back(std::move(c));
         }
@@ -658,33 +650,15 @@ class Group final : public GroupBase {
                              serve_transport_->allocate_ring(kAnswerSlots, kAnswerSlotBytes));
     }
     FERRY_RETURN_IF_ERROR(c.ch->send_with_fd(head, opts_.timeout, c.window->share_fd()));
-    const std::uint64_t pieces = (bytes.size() + kAnswerSlotBytes - 1) / kAnswerSlotBytes;
+    const std::uint64_t pieces = piece_count(bytes.size());
     for (std::uint64_t k = 0; k < pieces; ++k) {
-      if (k >= kAnswerSlots) FERRY_RETURN_IF_ERROR(await_taken(c, id, k - kAnswerSlots));
-      const std::uint64_t at = k * kAnswerSlotBytes;
-      const auto part = bytes.subspan(at, std::min(kAnswerSlotBytes, bytes.size() - at));
+      if (k >= kAnswerSlots) {
+        FERRY_RETURN_IF_ERROR(receive_piece(*c.ch, Kind::kTaken, id, k - kAnswerSlots,
+                                            Deadline(opts_.timeout), stop_));
+      }
+      const auto part = piece_of(bytes, k);
       std::copy(part.begin(), part.end(), c.window->slot(k % kAnswerSlots));
-      FERRY_RETURN_IF_ERROR(c.ch->send(
-          msg::encode_piece(Kind::kPiece, {id, static_cast<std::uint32_t>(k)}), opts_.timeout));
-    }
-    return ok_status();
-  }
-
-  // Waits for the fetcher's TAKEN of piece k, in slices: a closing group does not wait for
-  // a fetcher that stalls.
-  Status await_taken(ServeConn& c, std::uint32_t id, std::uint64_t k) {
-    const Deadline dl(opts_.timeout);
-    Result<std::vector<std::byte>> m = timeout_error("");
-    do {
-      if (stop_.load()) return aborted("the checkpoint group is closing");
-      m = c.ch->receive(std::min(dl.left(), kIdleWait));
-    } while (!m.ok() && m.status().code() == Code::kTimeout && !dl.passed());
-    if (!m.ok()) return m.status().with_context("waiting for " + c.ch->peer() + " to take a piece");
-    auto taken = msg::decode_piece(*m, Kind::kTaken);
-    if (!taken.ok()) return taken.status().with_context(c.ch->peer());
-    if (taken->id != id || taken->index != k) {
-      return corruption(fmt::format("{} took piece {} of answer {}, expected piece {} of {}",
-                                    c.ch->peer(), taken->index, taken->id, k, id));
+      FERRY_RETURN_IF_ERROR(send_piece(*c.ch, Kind::kPiece, id, k, opts_.timeout));
     }
     return ok_status();
   }

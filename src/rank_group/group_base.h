@@ -36,14 +36,12 @@ class GroupBase : public RankGroup {
   Status barrier() override { return all_gather("").status(); }
 
   Result<std::string> fetch(int peer, std::string_view request) override {
-    if (peer < 0 || peer >= size_) return invalid_argument("fetch from a rank outside the group");
     std::string out;
     FERRY_RETURN_IF_ERROR(fetch_impl(peer, request, nullptr, &out));
     return out;
   }
 
   Status fetch_into(int peer, std::string_view request, std::span<std::byte> out) override {
-    if (peer < 0 || peer >= size_) return invalid_argument("fetch from a rank outside the group");
     return fetch_impl(peer, request, &out, nullptr);
   }
 
@@ -73,20 +71,10 @@ class GroupBase : public RankGroup {
     return "rank " + std::to_string(r) + " (node " + (known ? nodes_[r] : "?") + ")";
   }
 
-  // Sends `request` to `peer` (inside the group); the answer's payload goes to
-  // `into`, which it must fill exactly, or to `text`.
+  // Sends `request` to `peer` (invalid_argument outside the group); the answer's payload
+  // goes to `into`, which it must fill exactly, or to `text`.
   virtual Status fetch_impl(int peer, std::string_view request, std::span<std::byte>* into,
                             std::string* text) = 0;
-
-  // The installed handler's answer to `from`; failed_precondition without one.
-  // Handlers may run concurrently with each other, never with set_fetch_handler().
-  Result<FetchReply> answer(int from, std::string_view request) {
-    std::shared_lock<std::shared_mutex> lock(handler_mu_);
-    if (!handler_) {
-      return failed_precondition("rank " + std::to_string(rank_) + " is not serving fetches now");
-    }
-    return handler_(from, request);
-  }
 
   // Rank 0: what is wrong with a JOIN from `who` ("rank 3 (peer ...)") to a group at
   // `root`: another version or group size, a rank outside the group or `taken` already, or
@@ -151,10 +139,16 @@ class GroupBase : public RankGroup {
   }
 
   // Server: the handler's answer to `fetch` from rank `from` (into *reply) and the ANSWER
-  // that announces it, an error answer when the handler failed or its reply is not of the
-  // expected size. The reply's bytes follow the ANSWER only when it is OK.
+  // that announces it, an error answer when the handler failed (failed_precondition when
+  // none is installed) or its reply is not of the expected size. The reply's bytes follow
+  // the ANSWER only when it is OK. Handlers may run concurrently with each other, never
+  // with set_fetch_handler().
   std::vector<std::byte> answer_fetch(int from, const msg::Fetch& fetch, FetchReply* reply) {
-    Result<FetchReply> r = answer(from, fetch.request);
+    std::shared_lock<std::shared_mutex> lock(handler_mu_);
+    Result<FetchReply> r =
+        handler_
+            ? handler_(from, fetch.request)
+            : failed_precondition("rank " + std::to_string(rank_) + " is not serving fetches now");
     Status s = r.status();
     if (s.ok()) {
       *reply = std::move(*r);
