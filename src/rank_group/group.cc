@@ -540,10 +540,10 @@ class Group final : public GroupBase {
       for (auto ch = listener_->accept(milliseconds(0)); ch.ok();
            ch = listener_->accept(milliseconds(0))) {
         ServeConn c{std::nullopt, nullptr, std::move(*ch), -1};
-        // A channel with a socket of its own (shm) gets a thread of its own: it waits for
-        // its fetcher's TAKEN between an answer's pieces, and fetchers do not queue behind
-        // each other's copies.
-        if (!c.ch->needs_progress()) {
+        // A channel that shares memory answers through its window (send_in_pieces), so it
+        // gets a thread of its own: it waits for its fetcher's TAKEN between an answer's
+        // pieces, and fetchers do not queue behind each other's copies.
+        if (c.ch->shares_memory()) {
           if (!alone.start([this, c = std::move(c)]() mutable { serve_alone(c); })) {
             // The channel went with the work: the fetcher sees it closed.
             log::warn("checkpoint group: rank {} drops a fetch channel: {} are served already",

@@ -74,10 +74,6 @@ class Channel {
   virtual bool shares_memory() const = 0;
   // send_with_fd / receive_with_fd carry a descriptor with the message.
   virtual bool passes_fds() const = 0;
-  // Messages arrive through a progress engine (net::Poller): fd() is the engine's event fd,
-  // shared by all its channels. false: fd() is this channel's own socket. Callers of the
-  // receive loop need not ask: they poll poll_fd() and call try_receive() on every channel.
-  virtual bool needs_progress() const = 0;
 
   // Sends one whole message (at most kMaxMessageBytes); waits at most `timeout` for room.
   virtual Status send(std::span<const std::byte> message, std::chrono::milliseconds timeout) = 0;
@@ -121,7 +117,7 @@ class Channel {
   // how many posted messages are still queued: a peer that stopped reading keeps it above 0,
   // and it is the caller's to bound how long. A message is never cut: a send() that times
   // out may leave one cut on some transports (shm), so do not mix send() with post().
-  // needs_progress() channels: the engine moves what is queued (Poller::progress).
+  // Where an engine carries the channel (net), it moves what is queued (Poller::progress).
   virtual Result<std::size_t> post(std::vector<std::byte> message) = 0;
   virtual Result<std::size_t> flush_posted() = 0;
 
@@ -151,10 +147,6 @@ class Listener {
  public:
   virtual ~Listener() = default;
 
-  // Whether the channels it accepts need progress (Channel::needs_progress). Then accept()
-  // also runs their handshake; otherwise a channel is handed over as soon as it connects,
-  // and has its own fd to poll for its first message.
-  virtual bool needs_progress() const = 0;
   // Waits up to `timeout` (negative: forever; 0: one nonblocking step) for one peer;
   // kTimeout when none came. A peer refused (another user, a wrong token) is logged and
   // the wait goes on.

@@ -51,7 +51,6 @@ class MessageChannel final : public transport::Channel {
 
   bool shares_memory() const override { return false; }
   bool passes_fds() const override { return false; }
-  bool needs_progress() const override { return true; }
 
   Status send(std::span<const std::byte> message, std::chrono::milliseconds timeout) override {
     return channel_.send(message, timeout);

@@ -18,7 +18,6 @@ class MessageListener final : public transport::Listener {
   MessageListener(std::shared_ptr<Context> context, net::Listener listener,
                   WireProtect segment_protection);
 
-  bool needs_progress() const override { return true; }
   Result<std::unique_ptr<transport::Channel>> accept(std::chrono::milliseconds timeout) override;
   int fd() const override { return open_ ? listener_.fd() : -1; }
   const std::string& address() const override { return address_; }

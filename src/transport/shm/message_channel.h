@@ -17,7 +17,6 @@ class MessageChannel final : public transport::Channel {
 
   bool shares_memory() const override { return true; }
   bool passes_fds() const override { return true; }
-  bool needs_progress() const override { return false; }
 
   Status send(std::span<const std::byte> message, std::chrono::milliseconds timeout) override;
   Status send_with_fd(std::span<const std::byte> message, std::chrono::milliseconds timeout,

@@ -14,7 +14,6 @@ class MessageListener final : public transport::Listener {
  public:
   explicit MessageListener(shm::Listener listener);
 
-  bool needs_progress() const override { return false; }
   Result<std::unique_ptr<transport::Channel>> accept(std::chrono::milliseconds timeout) override;
   int fd() const override { return listener_.fd(); }
   const std::string& address() const override { return address_; }
