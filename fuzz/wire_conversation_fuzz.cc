@@ -89,8 +89,7 @@ bool receiver_may_accept(const Model& r, const Message& m) {
   if (const auto* f = std::get_if<Filled>(&m.body)) {
     return f->bucket == r.filled && f->bucket < r.bucket_count && f->slot == f->bucket % kSlots &&
            f->bucket < r.released + kSlots && f->used_bytes <= kSlotBytes &&
-           f->offset == r.segment_end &&
-           (f->last != 0 || f->used_bytes > f->offset);
+           f->offset == r.segment_end && (f->last != 0 || f->used_bytes > f->offset);
   }
   if (const auto* e = std::get_if<End>(&m.body)) {
     return r.filled == r.bucket_count && e->bucket_count == r.bucket_count;
