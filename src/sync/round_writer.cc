@@ -19,6 +19,10 @@ testing::CorruptSlot& corrupt_slot_hook() {
   return hook;
 }
 
+// Bytes packed between two turns of the transport's engine: about what a socket buffer
+// holds, so a net segment already published keeps flowing while the next is packed.
+constexpr std::uint64_t kCopyBetweenMoves = 2 << 20;
+
 }  // namespace
 
 void testing::set_corrupt_slot_hook(CorruptSlot hook) { corrupt_slot_hook() = std::move(hook); }
@@ -37,6 +41,8 @@ Status RoundWriter::begin(std::vector<TensorSpec> manifest, const RoundOptions& 
     p.released = 0;
     p.acked = false;
   }
+  // Peers that map the ring need nothing moved: their copies go in one piece.
+  copy_between_moves_ = fanout_->all_peers_share_memory() ? UINT64_MAX : kCopyBetweenMoves;
   more_follows_ = round_options.more_follows;
   step_ = round_options.step;
   encoded_ = fields.codec != wire::kDense;
@@ -136,8 +142,8 @@ Status RoundWriter::put(std::span<const std::byte> bytes) {
     }
     const Piece& p = plan_.pieces[piece_];
     const std::uint64_t at = p.bucket_offset + in_piece_;
-    const std::size_t n = static_cast<std::size_t>(
-        std::min<std::uint64_t>({bytes.size(), p.length - in_piece_, segment_end() - at}));
+    const std::size_t n = static_cast<std::size_t>(std::min<std::uint64_t>(
+        {bytes.size(), p.length - in_piece_, segment_end() - at, copy_between_moves_}));
     if (options_.checksums) {
       if (!hash_) hash_.emplace(slot_, segment_begin_);
       hash_->copy_piece(slot_ + at, bytes.data(), n, at);
@@ -146,6 +152,7 @@ Status RoundWriter::put(std::span<const std::byte> bytes) {
     }
     in_piece_ += n;
     bytes = bytes.subspan(n);
+    if (copy_between_moves_ == kCopyBetweenMoves) FERRY_RETURN_IF_ERROR(fanout_->keep_moving());
     FERRY_RETURN_IF_ERROR(settle());
   }
   return ok_status();

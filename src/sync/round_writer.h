@@ -69,6 +69,7 @@ class RoundWriter {
   BucketPlan plan_;
 
   // The round being written.
+  std::uint64_t copy_between_moves_ = UINT64_MAX;  // put() packs at most this between turns
   bool more_follows_ = false;
   std::optional<std::uint64_t> step_;
   bool encoded_ = false;
