@@ -15,13 +15,15 @@
 #        [--save-json DIR]: each case's sender line as DIR/sender_<mb>mb_<nodes>node.json, with
 #        U as perftest_gbps and node 1's CPU per round as node_cpu_s_per_round (`ferry plan
 #        calibrate --net-from` takes a one-node one)
+#        [--rate-mbit R]: every veth shaped to R Mbit/s each way (tc tbf), so the link, not
+#        this machine's CPU, bounds the round
 # UCX_TLS / UCX_NET_DEVICES, when set, apply to every process alike.
 set -uo pipefail
 
 FERRY=${1:?usage: sync_net_bench.sh path/to/ferry [--bucket-mb 64,512] [--rounds 2]}
 FERRY=$(readlink -f "$FERRY")
 shift
-BUCKETS=64,512 ROUNDS=2 PER_NODE=1 PRESET=qwen2.5-0.5b NODES=1,2 SAVE_DIR=""
+BUCKETS=64,512 ROUNDS=2 PER_NODE=1 PRESET=qwen2.5-0.5b NODES=1,2 SAVE_DIR="" RATE_MBIT=0
 while [ $# -gt 0 ]; do
   case $1 in
     --bucket-mb) BUCKETS=$2; shift 2 ;;
@@ -30,13 +32,23 @@ while [ $# -gt 0 ]; do
     --preset) PRESET=$2; shift 2 ;;
     --nodes) NODES=$2; shift 2 ;;
     --save-json) SAVE_DIR=$2; shift 2 ;;
-    *) echo "unknown option $1 (--bucket-mb, --rounds, --receivers-per-node, --preset, --nodes, --save-json)" >&2; exit 2 ;;
+    --rate-mbit) RATE_MBIT=$2; shift 2 ;;
+    *) echo "unknown option $1 (--bucket-mb, --rounds, --receivers-per-node, --preset, --nodes, --save-json, --rate-mbit)" >&2; exit 2 ;;
   esac
 done
 
 TAG="fb$$"
 command -v ucx_perftest >/dev/null || { echo "ucx_perftest not found (Debian: ucx-utils)"; exit 1; }
 source "$(dirname "$0")/../tests/netns/three_nodes.sh"
+# shape <ns> <dev>: the device's egress at RATE_MBIT (both ends of each veth: each direction),
+# as tests/netns/plan_netns_validate.sh does: tbf's bucket holds a few GSO packets, its queue
+# 20 ms at the rate.
+shape() {
+  [ "$RATE_MBIT" != 0 ] || return 0
+  ip netns exec "$1" tc qdisc add dev "$2" root tbf rate "${RATE_MBIT}mbit" burst 256kb \
+    latency 20ms || { echo "FAIL: tc tbf on $2"; exit 1; }
+}
+shape "$NS_S" "${TAG}1s" && shape "$NS_S" "${TAG}2s" && shape "$NS_A" "${TAG}1n" && shape "$NS_B" "${TAG}2n"
 export FERRY_TOKEN=${FERRY_TOKEN:-$(head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n')}
 
 num() { grep -o "\"$2\":[-0-9.e+]*" "$1" | head -1 | cut -d: -f2; }
@@ -92,7 +104,7 @@ run_case() {  # run_case <bucket_mb> <nodes>
   SETUP=$(for i in $(seq 1 "$nodes"); do num "$WORK/node$i.out" setup_ms; done | sort -g | tail -1)
 }
 
-echo "sync_net_bench: $PRESET bf16, sender ns s (10.77.0.1) -> relays in ns a/b -> $PER_NODE local receiver(s) each; UCX_TLS=${UCX_TLS:-(unset)}; median of $ROUNDS rounds after a warm-up"
+echo "sync_net_bench: $PRESET bf16, sender ns s (10.77.0.1) -> relays in ns a/b -> $PER_NODE local receiver(s) each; UCX_TLS=${UCX_TLS:-(unset)}; links: ${RATE_MBIT} Mbit/s (0: unshaped); median of $ROUNDS rounds after a warm-up"
 printf "%-9s %-5s %-8s %-9s %-8s %-6s %-7s %-9s %s\n" bucket_mb nodes seconds GB/s/node U_GB/s U_mode ratio_U "t(N)/t(1)" setup_ms_max
 PORT=20000
 FAILED=0

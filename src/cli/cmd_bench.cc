@@ -1,5 +1,7 @@
 // ferry bench sync: one round of a model-shaped state into receiver destinations,
 // as a ratio to this machine's single-thread memcpy bandwidth measured in the same run.
+#include <fmt/format.h>
+
 #include <cstdio>
 #include <cstdlib>
 #include <iostream>
@@ -192,7 +194,12 @@ nlohmann::ordered_json net_result_json(const tools::NetBenchResult& r) {
           {"receiver_peak_rss_bytes", r.receiver_peak_rss_bytes},
           {"sender_cpu_user_s_per_round", r.sender_cpu_user_per_round},
           {"sender_cpu_sys_s_per_round", r.sender_cpu_sys_per_round},
-          {"node_cpu_s_per_round", r.node_cpu_per_round}};
+          {"node_cpu_s_per_round", r.node_cpu_per_round},
+          {"sender_cpu_s_per_gb", r.sender_cpu_per_gb},
+          {"relay_cpu_s_per_gb", r.relay_cpu_per_gb},
+          {"receiver_cpu_s_per_gb", r.receiver_cpu_per_gb},
+          {"perftest_send_cpu_s_per_gb", r.perftest_send_cpu_per_gb},
+          {"perftest_recv_cpu_s_per_gb", r.perftest_recv_cpu_per_gb}};
 }
 
 int run_bench_sync_net(BenchArgs& a) {
@@ -231,7 +238,9 @@ int run_bench_sync_net(BenchArgs& a) {
                                 {"round_seconds", r->round_seconds},
                                 {"relay_peak_rss_bytes", r->relay_peak_rss_bytes},
                                 {"receiver_peak_rss_bytes", r->receiver_peak_rss_bytes},
-                                {"cpu_s_per_round", r->cpu_per_round}};
+                                {"cpu_s_per_round", r->cpu_per_round},
+                                {"relay_cpu_s_per_round", r->relay_cpu_per_round},
+                                {"receiver_cpu_s_per_round", r->receiver_cpu_per_round}};
     if (a.json) {
       std::cout << j.dump() << "\n";
     } else {
@@ -268,20 +277,27 @@ int run_bench_sync_net(BenchArgs& a) {
         "FERRY_NET_PATH=%s, UCX_TLS=%s; U = ucx_perftest -t tag_bw at the bucket size on %s\n",
         c.preset.c_str(), a.dtypes[0].c_str(), c.host.c_str(), c.receivers_per_node,
         path != nullptr ? path : "(unset: tcp)", tls != nullptr ? tls : "(unset)", c.host.c_str());
-    std::printf("%-9s %-5s %-8s %-7s %-8s %-9s %-10s %-8s %-6s %-7s %-9s %-12s %s\n", "bucket_mb",
-                "nodes", "protect", "GB", "seconds", "GB/s/node", "ratio_none", "U_GB/s", "U_mode",
-                "ratio_U", "t(N)/t(1)", "setup_ms_max", "relay_rss_MB");
+    std::printf("%-9s %-5s %-8s %-7s %-8s %-9s %-10s %-8s %-6s %-7s %-9s %-12s %-12s %-16s %s\n",
+                "bucket_mb", "nodes", "protect", "GB", "seconds", "GB/s/node", "ratio_none",
+                "U_GB/s", "U_mode", "ratio_U", "t(N)/t(1)", "setup_ms_max", "relay_rss_MB",
+                "cpu_s/GB:tx/relay/rx", "U_cpu_s/GB:tx/rx");
     std::fflush(stdout);
   }
   auto results = tools::run_net_sync_bench(c, [&](const tools::NetBenchResult& r) {
     if (a.json) return;
     std::printf(
-        "%-9llu %-5u %-8s %-7.3f %-8.4f %-9.3f %-10.2f %-8.3f %-6s %-7.2f %-9.2f %-12.1f %.0f\n",
+        "%-9llu %-5u %-8s %-7.3f %-8.4f %-9.3f %-10.2f %-8.3f %-6s %-7.2f %-9.2f %-12.1f %-12.0f "
+        "%-20s %s\n",
         static_cast<unsigned long long>(r.bucket_mb), r.nodes,
         std::string(wire_protect_name(r.wire_protect)).c_str(), r.bytes / 1e9, r.seconds,
         r.gbps_per_node, r.ratio_to_none, r.perftest_gbps, r.perftest_mode.c_str(),
         r.ratio_to_perftest, r.round_time_ratio_to_one_node, r.setup_ms_max,
-        r.relay_peak_rss_bytes / 1048576.0);
+        r.relay_peak_rss_bytes / 1048576.0,
+        fmt::format("{:.2f}/{:.2f}/{:.2f}", r.sender_cpu_per_gb, r.relay_cpu_per_gb,
+                    r.receiver_cpu_per_gb)
+            .c_str(),
+        fmt::format("{:.2f}/{:.2f}", r.perftest_send_cpu_per_gb, r.perftest_recv_cpu_per_gb)
+            .c_str());
     std::fflush(stdout);
   });
   if (!results.ok()) return report_error(results.status());

@@ -329,7 +329,8 @@ Result<NetNodeResult> run_net_bench_node(const NetBenchConfig& config, const std
     res.round_seconds.push_back(st->seconds);
     if (r == 0) timed_from = cpu_seconds();
   }
-  double cpu = (cpu_seconds() - timed_from).total();
+  const double relay_cpu = (cpu_seconds() - timed_from).total();
+  double receivers_cpu = 0;
   res.relay_peak_rss_bytes = peak_rss_bytes();
   Status first = ok_status();
   for (std::size_t i = 0; i < kids.size(); ++i) {
@@ -347,10 +348,15 @@ Result<NetNodeResult> run_net_bench_node(const NetBenchConfig& config, const std
       return internal_error("relay receiver's report '" + *out + "': expected peak RSS and CPU");
     }
     res.receiver_peak_rss_bytes = std::max(res.receiver_peak_rss_bytes, rss);
-    cpu += rx_cpu;
+    receivers_cpu += rx_cpu;
   }
   if (!first.ok()) return first;
-  res.cpu_per_round = config.rounds > 0 ? cpu / config.rounds : 0;
+  if (config.rounds > 0) {
+    res.cpu_per_round = (relay_cpu + receivers_cpu) / config.rounds;
+    res.relay_cpu_per_round = relay_cpu / config.rounds;
+    res.receiver_cpu_per_round =
+        receivers_cpu / config.rounds / std::max<std::uint32_t>(1, config.receivers_per_node);
+  }
   return res;
 }
 
@@ -448,8 +454,9 @@ Result<std::vector<NetBenchResult>> run_net_sync_bench(
             if (upstream.empty()) return "error the bench sender never started";
             auto r = run_net_bench_node(c, upstream, i + 1);
             if (!r.ok()) return "error " + r.status().to_string();
-            return fmt::format("{} {} {} {}", r->setup_ms, r->relay_peak_rss_bytes,
-                               r->receiver_peak_rss_bytes, r->cpu_per_round);
+            return fmt::format("{} {} {} {} {} {}", r->setup_ms, r->relay_peak_rss_bytes,
+                               r->receiver_peak_rss_bytes, r->cpu_per_round, r->relay_cpu_per_round,
+                               r->receiver_cpu_per_round);
           });
           if (!kid.ok()) return kid.status();
           kids.push_back(std::move(*kid));
@@ -489,9 +496,13 @@ Result<std::vector<NetBenchResult>> run_net_sync_bench(
           std::uint64_t relay_rss = 0;
           std::uint64_t rx_rss = 0;
           double node_cpu = 0;
-          in >> ms >> relay_rss >> rx_rss >> node_cpu;
+          double relay_cpu = 0;
+          double rx_cpu = 0;
+          in >> ms >> relay_rss >> rx_rss >> node_cpu >> relay_cpu >> rx_cpu;
           setup.push_back(ms);
           r.node_cpu_per_round += node_cpu / n;
+          r.relay_cpu_per_gb += relay_cpu / n / (r.bytes / 1e9);
+          r.receiver_cpu_per_gb += rx_cpu / n / (r.bytes / 1e9);
           r.relay_peak_rss_bytes = std::max(r.relay_peak_rss_bytes, relay_rss);
           r.receiver_peak_rss_bytes = std::max(r.receiver_peak_rss_bytes, rx_rss);
         }
@@ -499,6 +510,11 @@ Result<std::vector<NetBenchResult>> run_net_sync_bench(
         if (!node_error.ok()) return node_error;
         r.perftest_gbps = u.gbps;
         r.perftest_mode = u.mode;
+        r.sender_cpu_per_gb =
+            (r.sender_cpu_user_per_round + r.sender_cpu_sys_per_round) / (r.bytes / 1e9);
+        const double u_gb = static_cast<double>(bucket) * (messages + kPerftestWarmup) / 1e9;
+        r.perftest_send_cpu_per_gb = u.send_cpu_seconds / u_gb;
+        r.perftest_recv_cpu_per_gb = u.recv_cpu_seconds / u_gb;
         r.ratio_to_perftest = u.gbps > 0 ? r.gbps_per_node / u.gbps : 0;
         if (n == 1) one_node_seconds[mode] = r.seconds;
         r.round_time_ratio_to_one_node =

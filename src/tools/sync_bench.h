@@ -124,6 +124,14 @@ struct NetBenchResult {
   double sender_cpu_user_per_round = 0;
   double sender_cpu_sys_per_round = 0;
   double node_cpu_per_round = 0;
+  // The same per GB moved, each role apart (receiver: one local receiver, mean over them),
+  // beside ucx_perftest's client (sends) and server (receives) at U, whole lives included
+  // (a poll-mode U spins: its CPU is its wall time).
+  double sender_cpu_per_gb = 0;
+  double relay_cpu_per_gb = 0;
+  double receiver_cpu_per_gb = 0;
+  double perftest_send_cpu_per_gb = 0;
+  double perftest_recv_cpu_per_gb = 0;
 };
 
 // The loopback run: per bucket size U, then per node count a sender here and each node
@@ -146,6 +154,8 @@ struct NetNodeResult {
   std::uint64_t relay_peak_rss_bytes = 0;
   std::uint64_t receiver_peak_rss_bytes = 0;
   double cpu_per_round = 0;  // CPU seconds of the relay and its local receivers, per timed round
+  double relay_cpu_per_round = 0;     // the relay's process alone
+  double receiver_cpu_per_round = 0;  // one local receiver's (the mean over them)
 };
 
 // Sets FERRY_TOKEN to a random secret when neither FERRY_TOKEN nor FERRY_TOKEN_FILE is set,

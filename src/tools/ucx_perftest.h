@@ -27,11 +27,12 @@ struct PerftestResult {
 // `iterations` messages after `warmup` (-w), server and client as children on 127.0.0.1,
 // with -E `mode`. Retries on a fresh port up to three times (a port taken meanwhile, a slow
 // server start). The CPU figures need no other child reaped meanwhile by this process.
+inline constexpr int kPerftestWarmup = 2;
 PerftestResult ucx_perftest_loopback_once(std::size_t bytes, std::size_t iterations,
-                                          const std::string& mode, int warmup = 2);
+                                          const std::string& mode, int warmup = kPerftestWarmup);
 // The better of -E poll and -E sleep: on few shared cores two spinning processes starve
 // loopback TCP's kernel copies, and ferry waits on the worker's event fd, so poll mode
-// alone would understate the limit.
+// alone would understate the limit. Each moves (iterations + kPerftestWarmup) messages.
 PerftestResult ucx_perftest_loopback(std::size_t bytes, std::size_t iterations);
 
 }  // namespace ferry::tools
