@@ -510,8 +510,9 @@ Result<std::vector<NetBenchResult>> run_net_sync_bench(
         if (!node_error.ok()) return node_error;
         r.perftest_gbps = u.gbps;
         r.perftest_mode = u.mode;
+        // Per GB the sender sent: each node gets the whole round.
         r.sender_cpu_per_gb =
-            (r.sender_cpu_user_per_round + r.sender_cpu_sys_per_round) / (r.bytes / 1e9);
+            (r.sender_cpu_user_per_round + r.sender_cpu_sys_per_round) / (r.bytes * n / 1e9);
         const double u_gb = static_cast<double>(bucket) * (messages + kPerftestWarmup) / 1e9;
         r.perftest_send_cpu_per_gb = u.send_cpu_seconds / u_gb;
         r.perftest_recv_cpu_per_gb = u.recv_cpu_seconds / u_gb;

@@ -124,7 +124,8 @@ struct NetBenchResult {
   double sender_cpu_user_per_round = 0;
   double sender_cpu_sys_per_round = 0;
   double node_cpu_per_round = 0;
-  // The same per GB moved, each role apart (receiver: one local receiver, mean over them),
+  // The same per GB moved, each role apart (sender: per GB sent, over every node's link;
+  // relay and receiver: one node's, one local receiver's, means over them),
   // beside ucx_perftest's client (sends) and server (receives) at U, whole lives included
   // (a poll-mode U spins: its CPU is its wall time).
   double sender_cpu_per_gb = 0;
