@@ -38,6 +38,13 @@ std::vector<TensorSpec> net_model() {
           *TensorSpec::make("lm_head", DType::kF32, {100, 129})};
 }
 
+// Joins `address` as receiver `id` and reads one round, dropping its tensors.
+Status join_and_read_a_round(const std::string& address, std::uint32_t id, const SyncOptions& o) {
+  auto r = Receiver::connect(address, id, o);
+  if (!r.ok()) return r.status();
+  return (*r)->receive_round([](const TensorView&) { return ok_status(); }).status();
+}
+
 TEST(NetSync, TwoReceiversGetThreeRoundsBitExact) {
   ferry::testing::TempDir dir;
   const SyncOptions o = net_options(write_token(dir, ::ferry::testing::kTestToken));
@@ -138,9 +145,7 @@ TEST(NetSync, WrongTokenIsRefusedAndTheSenderKeepsServing) {
     SyncOptions bad = o;
     bad.token_file = write_token(dir, ::ferry::testing::kOtherTestToken, "bad-token");
     wrong = Receiver::connect((*sender)->address(), 0, bad).status();
-    auto r = Receiver::connect((*sender)->address(), 1, o);
-    right = r.status();
-    if (r.ok()) right = (*r)->receive_round([](const TensorView&) { return ok_status(); }).status();
+    right = join_and_read_a_round((*sender)->address(), 1, o);
   });
   ASSERT_OK((*sender)->accept(1));
   const Weights w = make_weights(net_model(), 1);
@@ -173,11 +178,7 @@ TEST(NetSync, ASilentPeerDoesNotDelayOneThatJoinsAfterIt) {
     auto ch = (*net)->connect(address, o.timeout, "silent peer");
     ASSERT_OK(ch);
     silent = std::move(*ch);
-    auto r = Receiver::connect(address, 1, o);
-    received = r.status();
-    if (r.ok()) {
-      received = (*r)->receive_round([](const TensorView&) { return ok_status(); }).status();
-    }
+    received = join_and_read_a_round(address, 1, o);
   });
   const auto t0 = std::chrono::steady_clock::now();
   Status accepted = (*sender)->accept(1);

@@ -294,6 +294,15 @@ struct Pair {
     if (!d.ok()) return d.status();
     return sender.received(*d);
   }
+  // HELLO, WELCOME (2 slots of 1 KiB), then round 1's BEGIN of `buckets` buckets.
+  Status start_round(std::uint32_t buckets) {
+    Status s = receiver_to_sender(make(0, 0, Hello{1, 1}));
+    if (s.ok()) s = sender_to_receiver(make(0xabc, 0, Welcome{2, 1024, 1}));
+    Begin b = small_begin();
+    b.bucket_count = buckets;
+    if (s.ok()) s = sender_to_receiver(make(0xabc, 1, b));
+    return s;
+  }
 };
 
 TEST(WireConversation, AWholeRoundIsAccepted) {
@@ -321,11 +330,7 @@ TEST(WireConversation, AWholeRoundIsAccepted) {
 // receivers behind it) may be reading it, and over a network the bytes land in it.
 TEST(WireConversation, ABucketIntoASlotNotYetReleasedIsRejected) {
   Pair p;
-  ASSERT_OK(p.receiver_to_sender(make(0, 0, Hello{1, 1})));
-  ASSERT_OK(p.sender_to_receiver(make(0xabc, 0, Welcome{2, 1024, 1})));
-  Begin b = small_begin();
-  b.bucket_count = 4;
-  ASSERT_OK(p.sender_to_receiver(make(0xabc, 1, b)));
+  ASSERT_OK(p.start_round(4));
   ASSERT_OK(p.sender_to_receiver(make(0xabc, 1, Filled{0, 0, 10, 0})));
   ASSERT_OK(p.sender_to_receiver(make(0xabc, 1, Filled{1, 1, 10, 0})));
   const Status early = p.receiver.received(make(0xabc, 1, Filled{0, 2, 10, 0}));
@@ -340,11 +345,7 @@ TEST(WireConversation, ABucketIntoASlotNotYetReleasedIsRejected) {
 
 TEST(WireConversation, BucketsArriveInSegments) {
   Pair p;
-  ASSERT_OK(p.receiver_to_sender(make(0, 0, Hello{1, 1})));
-  ASSERT_OK(p.sender_to_receiver(make(0xabc, 0, Welcome{2, 1024, 1})));
-  Begin b = small_begin();
-  b.bucket_count = 2;
-  ASSERT_OK(p.sender_to_receiver(make(0xabc, 1, b)));
+  ASSERT_OK(p.start_round(2));
   ASSERT_OK(p.sender_to_receiver(make(0xabc, 1, Filled{0, 0, 100, 0, 0, 0})));
   // Not yet complete: no RELEASE of it, no next bucket, no END.
   EXPECT_FALSE(p.sender.received(make(0xabc, 1, Release{0, 0})).ok());
