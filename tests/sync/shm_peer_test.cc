@@ -13,6 +13,7 @@
 
 #include <chrono>
 #include <cstring>
+#include <optional>
 #include <thread>
 
 #include "support/status_matchers.h"
@@ -30,20 +31,28 @@ using testing::small_model;
 using testing::tiny_options;
 using testing::unique_address;
 
-// A hand-written receiver: says HELLO, returns the ring descriptor WELCOME carried.
-ScopedFd join_and_take_ring(const std::string& address) {
+// A hand-written receiver: says HELLO, keeps the ring descriptor WELCOME carried. Its
+// channel stays open: a receiver that left before its first round does not count as joined.
+struct HandJoined {
+  std::optional<shm::Channel> channel;
+  ScopedFd ring;
+};
+HandJoined join_and_take_ring(const std::string& address) {
+  HandJoined out;
   auto ch = shm::connect(address, milliseconds(5000));
   EXPECT_OK(ch);
-  if (!ch.ok()) return {};
+  if (!ch.ok()) return out;
   wire::Message hello;
   hello.body = wire::Hello{3, static_cast<std::uint32_t>(::getpid())};
   EXPECT_OK(ch->send(wire::encode(hello), milliseconds(1000)));
   auto got = ch->receive(milliseconds(5000));
   EXPECT_OK(got);
-  if (!got.ok()) return {};
+  if (!got.ok()) return out;
   auto m = wire::decode(got->bytes, "sender");
   EXPECT_TRUE(m.ok() && m->type() == wire::MessageType::kWelcome);
-  return std::move(got->fd);
+  out.channel = std::move(*ch);
+  out.ring = std::move(got->fd);
+  return out;
 }
 
 TEST(ShmRing, ReceiverCannotWriteOrMapWritableTheRingItIsGiven) {
@@ -51,10 +60,11 @@ TEST(ShmRing, ReceiverCannotWriteOrMapWritableTheRingItIsGiven) {
   SyncOptions o = tiny_options();
   auto sender = Sender::create(address, o);
   ASSERT_OK(sender);
-  ScopedFd ring;
-  std::thread rx([&] { ring = join_and_take_ring(address); });
+  HandJoined joined;
+  std::thread rx([&] { joined = join_and_take_ring(address); });
   ASSERT_OK((*sender)->accept(1));
   rx.join();
+  const ScopedFd& ring = joined.ring;
   ASSERT_TRUE(ring.valid());
   const std::size_t bytes = std::size_t{o.slots} * o.bucket_bytes;
 
