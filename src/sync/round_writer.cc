@@ -43,6 +43,7 @@ Status RoundWriter::begin(std::vector<TensorSpec> manifest, const RoundOptions& 
   }
   // Peers that map the ring need nothing moved: their copies go in one piece.
   copy_between_moves_ = fanout_->all_peers_share_memory() ? UINT64_MAX : kCopyBetweenMoves;
+  packed_since_move_ = 0;
   more_follows_ = round_options.more_follows;
   step_ = round_options.step;
   encoded_ = fields.codec != wire::kDense;
@@ -131,6 +132,13 @@ Status RoundWriter::publish_segment() {
   return ok_status();
 }
 
+Status RoundWriter::packed(std::uint64_t n) {
+  packed_since_move_ += n;
+  if (packed_since_move_ < copy_between_moves_) return ok_status();
+  packed_since_move_ = 0;
+  return fanout_->keep_moving();
+}
+
 Status RoundWriter::put(std::span<const std::byte> bytes) {
   profiler::Span span("sync.pack", profiler::Detail::kBucket);
   FERRY_RETURN_IF_ERROR(settle());
@@ -152,7 +160,7 @@ Status RoundWriter::put(std::span<const std::byte> bytes) {
     }
     in_piece_ += n;
     bytes = bytes.subspan(n);
-    if (copy_between_moves_ == kCopyBetweenMoves) FERRY_RETURN_IF_ERROR(fanout_->keep_moving());
+    FERRY_RETURN_IF_ERROR(packed(n));
     FERRY_RETURN_IF_ERROR(settle());
   }
   return ok_status();
@@ -185,6 +193,7 @@ Status RoundWriter::fill(const TensorFill& produce, const FillFlush& flush) {
                                             manifest_[p.tensor].name, s.message()));
       }
       in_piece_ += n;
+      FERRY_RETURN_IF_ERROR(packed(n));
     }
     Status s = flush();
     if (!s.ok() && first_tensor) {

@@ -59,6 +59,9 @@ class RoundWriter {
   // Claims bucket b_'s slot, waiting until every peer released the bucket it held before.
   Status open_bucket();
   Status publish_segment();
+  // After `n` more bytes were packed: turns the engine once copy_between_moves_ were
+  // (Fanout::keep_moving), so segments already published keep crossing the link.
+  Status packed(std::uint64_t n);
   std::uint64_t segment_end() const;
   bool bucket_done() const { return piece_ == plan_.bucket_begin[b_ + 1]; }
 
@@ -69,7 +72,8 @@ class RoundWriter {
   BucketPlan plan_;
 
   // The round being written.
-  std::uint64_t copy_between_moves_ = UINT64_MAX;  // put() packs at most this between turns
+  std::uint64_t copy_between_moves_ = UINT64_MAX;  // packed at most between turns
+  std::uint64_t packed_since_move_ = 0;
   bool more_follows_ = false;
   std::optional<std::uint64_t> step_;
   bool encoded_ = false;

@@ -164,7 +164,7 @@ TEST(NetSync, WrongTokenIsRefusedAndTheSenderKeepsServing) {
 TEST(NetSync, ASilentPeerDoesNotDelayOneThatJoinsAfterIt) {
   ferry::testing::TempDir dir;
   SyncOptions o = net_options(write_token(dir, ::ferry::testing::kTestToken));
-  o.timeout = std::chrono::milliseconds(4'000);
+  o.timeout = std::chrono::milliseconds(8'000);  // before the fix the join took all of it
   auto sender = Sender::create("127.0.0.1:0", o);
   ASSERT_OK(sender);
   const std::string address = (*sender)->address();
