@@ -230,6 +230,54 @@ struct UpdateStats {
   std::uint32_t rounds = 0;
   bool streamed = false;  // one round against the last update's manifest, one copy per tensor
   double seconds = 0;     // the rounds' RoundStats::seconds, added up
+  RoundStats last_round;  // the update's last round (a streamed one's only round)
+};
+
+class Sender;
+
+// One update pushed by its caller a tensor at a time, for a caller that cannot hand over a
+// stream (a coroutine that yields tensors: ferry.sync drives it from asyncio). send_update
+// and send_round_streamed are loops over it.
+//
+//   FERRY_ASSIGN_OR_RETURN(auto update, UpdateWriter::begin(senders, options));
+//   for (const TensorView& t : weights) FERRY_RETURN_IF_ERROR(update->put(t));
+//   FERRY_ASSIGN_OR_RETURN(std::vector<UpdateStats> stats, update->finish());
+//
+// While it is open its Senders refuse every other round (kFailedPrecondition); a Sender
+// destroyed meanwhile aborts it. An error of put() or finish() ends the update as
+// send_update's would; so does abort(), for an error on the caller's side, and destroying
+// it unfinished. Each call may come from another thread, one call at a time.
+class FERRY_EXPORT UpdateWriter {
+ public:
+  // An update of the caller's tensors, streamed or staged as Sender::send_update chooses,
+  // decided at the first put(). REQUIRES: distinct Senders, each with a receiver.
+  static Result<std::unique_ptr<UpdateWriter>> begin(std::span<Sender* const> senders,
+                                                     const UpdateOptions& options = {});
+  // One round to `sender` streamed against `specs` (Sender::send_round_streamed, pushed):
+  // BEGIN goes out now; a bad manifest fails here and leaves the session intact.
+  static Result<std::unique_ptr<UpdateWriter>> begin_round(Sender* sender,
+                                                           std::span<const TensorSpec> specs,
+                                                           const RoundOptions& options = {});
+  ~UpdateWriter();
+  UpdateWriter(const UpdateWriter&) = delete;
+  UpdateWriter& operator=(const UpdateWriter&) = delete;
+
+  // The update's next tensor (its bytes exactly its spec's), copied before it returns: the
+  // caller may reuse the memory at once. May wait for a free slot.
+  Status put(const TensorView& tensor);
+  // After the last tensor: the rest goes out and every receiver acknowledges. One
+  // UpdateStats per Sender, in order.
+  Result<std::vector<UpdateStats>> finish();
+  // Ends the update with `why`, the caller's error: receivers hear it if any of the update
+  // went out (the sessions then break); before that the sessions stay intact. No-op once
+  // the update ended.
+  void abort(const Status& why);
+
+  struct Impl;
+
+ private:
+  explicit UpdateWriter(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
 };
 
 class FERRY_EXPORT Sender {
@@ -311,6 +359,7 @@ class FERRY_EXPORT Sender {
   struct Impl;
 
  private:
+  friend class UpdateWriter;
   explicit Sender(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;
 };

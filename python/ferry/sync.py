@@ -17,8 +17,8 @@ raises AbortedError naming it) and is raised again unchanged by the receiver.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import inspect
-import threading
 from typing import Any, AsyncIterator, Callable, Iterable, Mapping, Self, Sequence
 
 from . import _ferry
@@ -159,10 +159,8 @@ class Sender(_Endpoint):
         aborts the round too and is raised here unchanged. Non-contiguous or device tensors
         are copied to the host first. more_follows and step as in send_round().
         """
-        manifest = [(str(n), ferry_dtype(d), tuple(int(x) for x in shape))
-                    for n, d, shape in specs]
-        return self._impl.send_round_streamed(manifest, _StreamedTensors(manifest, weights),
-                                              more_follows, step)
+        writer = _ferry.UpdateWriter.round(self._impl, _manifest(specs), more_follows, step)
+        return _push(writer, weights)[0].last_round
 
     async def send_round_streamed_async(self, specs: Sequence[tuple],
                                         weights: Iterable[tuple[str, Any]] | AsyncIterator,
@@ -172,19 +170,15 @@ class Sender(_Endpoint):
         loop's thread (verl's: they may run collectives and refill one buffer per yield).
 
         `weights` (a sync or async iterable of (name, tensor)) is pulled on the calling
-        thread; the round runs in a worker thread, which copies each tensor into the ring
-        before the next is pulled. The loop is held while one tensor is copied, as verl's
-        own backends hold it, and is free while the sender waits for a free slot or for
-        acknowledgements. Errors as send_round_streamed(); a cancelled call aborts the round.
+        thread; each tensor is copied into the ring in a worker thread before the next is
+        pulled, so the loop is free while a tensor is copied and while the sender waits for
+        a free slot or for acknowledgements. Errors as send_round_streamed(); a cancelled
+        call aborts the round.
         """
-        manifest = [(str(n), ferry_dtype(d), tuple(int(x) for x in shape))
-                    for n, d, shape in specs]
-
-        def send(take: Callable[[], tuple | None]) -> RoundStats:
-            return self._impl.send_round_streamed(manifest, lambda _: _ring_bytes(take()),
-                                                  more_follows, step)
-
-        return await _send_pulled(send, weights, manifest)
+        loop = asyncio.get_running_loop()
+        writer = await loop.run_in_executor(None, _ferry.UpdateWriter.round, self._impl,
+                                            _manifest(specs), more_follows, step)
+        return (await _push_async(writer, weights))[0].last_round
 
     def send_round_filled(self, specs: Sequence[tuple], fill: Callable[[int, int, int, int], None],
                           flush: Callable[[], None], more_follows: bool = False,
@@ -198,9 +192,7 @@ class Sender(_Endpoint):
         once per segment, before the segment is hashed and published. An exception in either
         aborts the round (the session breaks, as any failed round) and is raised here unchanged.
         """
-        manifest = [(str(n), ferry_dtype(d), tuple(int(x) for x in shape))
-                    for n, d, shape in specs]
-        return self._impl.send_round_filled(manifest, fill, flush, more_follows, step)
+        return self._impl.send_round_filled(_manifest(specs), fill, flush, more_follows, step)
 
     def send_update(self, weights: Iterable[tuple[str, Any]], *, step: int | None = None,
                     staging_bytes: int = DEFAULT_STAGING_BYTES) -> UpdateStats:
@@ -273,8 +265,8 @@ def send_update(senders: Sequence[Sender], weights: Iterable[tuple[str, Any]], *
     a net session) from one iterator: each tensor is pulled and copied once for all of them.
     Streamed only when every Sender's update_manifest is the same; an error breaks every
     session. One UpdateStats per Sender, in order."""
-    return _ferry.send_update([s._impl for s in senders], _Pulled(iter(weights)), step,
-                              staging_bytes)
+    writer = _ferry.UpdateWriter.update([s._impl for s in senders], step, staging_bytes)
+    return _push(writer, weights)
 
 
 async def send_update_async(senders: Sequence[Sender], weights: Iterable | AsyncIterator, *,
@@ -282,145 +274,75 @@ async def send_update_async(senders: Sequence[Sender], weights: Iterable | Async
                             staging_bytes: int = DEFAULT_STAGING_BYTES) -> list[UpdateStats]:
     """send_update() from a coroutine, for generators that must run on the event loop's
     thread (verl's: they may run collectives and refill one buffer per yield). `weights` (a
-    sync or async iterable) is pulled on the calling thread; the update runs in a worker
-    thread, which is handed each tensor and done with it before the next is pulled. The loop
-    is held while one tensor is copied and is free while the sender waits for a slot or for
-    acknowledgements. An exception of the iterator aborts the update and is raised here
-    unchanged; a cancelled call aborts it too."""
-    impls = [s._impl for s in senders]
-    return await _send_pulled(lambda take: _ferry.send_update(impls, take, step, staging_bytes),
-                              weights)
+    sync or async iterable) is pulled on the calling thread; each tensor is put into the
+    update in a worker thread, and the next is pulled once it was copied, so the loop is free
+    while the sender copies and waits. An exception of the iterator aborts the update and is
+    raised here unchanged; a cancelled call aborts it too."""
+    writer = _ferry.UpdateWriter.update([s._impl for s in senders], step, staging_bytes)
+    return await _push_async(writer, weights)
 
 
-# How long the loop thread waits for the sender to be done with one tensor before it waits in
-# a worker instead (so a coroutine on the same loop, e.g. a colocated receiver, can run while
-# the sender waits for it): a tensor's copy, not a slot's.
+def _manifest(specs: Sequence[tuple]) -> list[tuple]:
+    """(name, dtype, shape) tuples as the C++ side takes a manifest."""
+    return [(str(n), ferry_dtype(d), tuple(int(x) for x in shape)) for n, d, shape in specs]
+
+
+def _why(error: BaseException) -> str:
+    """What the receivers hear when the caller's side ended an update."""
+    if isinstance(error, Exception):
+        return f"the sender's weights raised {type(error).__name__}: {error}"
+    return f"the send was stopped: {type(error).__name__}"
+
+
+def _push(writer: Any, weights: Iterable[tuple[str, Any]]) -> list[UpdateStats]:
+    """Puts every (name, tensor) of `weights` into `writer` (an _ferry.UpdateWriter), then
+    finishes it. An exception of the iterator aborts the update and is raised unchanged."""
+    try:
+        for name, tensor in weights:
+            arg, owner = tensor_arg(name, tensor)
+            writer.put(arg)
+            del arg, owner  # copied: the iterator may reuse the memory
+    except BaseException as e:
+        writer.abort(_why(e))
+        raise
+    return writer.finish()
+
+
+# How long the loop's thread waits for the update's worker to be done with one call before it
+# waits on the loop instead (so a coroutine on the same loop, e.g. a colocated receiver, runs
+# while the sender waits for it): a tensor's copy, not a slot's. Waiting on the loop costs a
+# wake-up of the loop's selector per tensor, about 3x the copy of a 4 KiB tensor.
 _HOLD_S = 0.005
 
 
-async def _send_pulled(send: Callable[[Callable[[], tuple | None]], Any], weights: Any,
-                       manifest: list[tuple] | None = None) -> Any:
-    """send(take) in a worker thread, fed `weights` (a sync or async iterable of (name,
-    tensor)) pulled on the calling (the loop's) thread: take() gives the next tensor argument
-    (None at the end) and releases the last, and the next item is pulled only once the sender
-    released the one before: one tensor at a time is in flight. With a manifest, each tensor
-    is checked against it before it is handed over. Anything raised on this side (the
-    iterator, a check, a cancellation) aborts the send, and is raised again unchanged once the
-    worker ended; the send's own error is raised otherwise."""
-    loop = asyncio.get_running_loop()
-    handoff = _Handoff()
-
-    def run() -> Any:
+async def _push_async(writer: Any, weights: Iterable | AsyncIterator) -> list[UpdateStats]:
+    """_push() from a coroutine: `weights` is pulled on the loop's thread, each put() and the
+    finish() run in the update's own worker thread, one at a time. Anything raised on this
+    side (the iterator, a cancellation) aborts the update once the call in flight returned,
+    and is raised unchanged."""
+    with concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="ferry-update") as worker:
+        pending: concurrent.futures.Future | None = None  # the writer's call in flight
         try:
-            return send(handoff.take)
-        finally:
-            handoff.stop()
-
-    sending = loop.run_in_executor(None, run)
-    try:
-        index = 0
-        async for name, tensor in _each(weights):
-            if handoff.stopped:
-                break  # the send failed: awaiting it raises why
-            if manifest is not None:
-                _check_count(manifest, index, name)
-            arg, owner = tensor_arg(name, tensor)
-            if manifest is not None:
-                _check_spec(index, arg, manifest[index])
-            handoff.offer(arg, owner)
-            del arg, owner  # the handoff keeps them until the sender is done
-            if not handoff.wait_released(_HOLD_S):
-                await loop.run_in_executor(None, handoff.wait_released, None)
-            index += 1
-        if manifest is not None and not handoff.stopped:
-            _check_count(manifest, index, None)
-        handoff.end()
-    except BaseException as e:  # aborts the send; raised here unchanged
-        handoff.fail(e if isinstance(e, Exception) else
-                     _error(_ferry.AbortedError, f"the send was stopped: {type(e).__name__}"))
-        try:
-            await asyncio.shield(sending)
-        except BaseException:
-            pass
-        raise
-    return await sending
+            async for name, tensor in _each(weights):
+                arg, owner = tensor_arg(name, tensor)
+                pending = worker.submit(writer.put, arg)
+                await _result(pending)
+                del arg, owner  # copied: the iterator may reuse the memory
+            pending = worker.submit(writer.finish)
+            return await _result(pending)
+        except BaseException as e:
+            if pending is not None and not pending.done():  # the writer takes one call at a time
+                await asyncio.wait([asyncio.wrap_future(pending)])
+            writer.abort(_why(e))
+            raise
 
 
-class _Handoff:
-    """Hands _send_pulled's tensors from the loop's thread to the sender's, one at a time:
-    take() (the sender's next()) waits for the next offer, and by asking it releases the last,
-    so the loop pulls the next item only once the sender is done with the one before."""
-
-    def __init__(self) -> None:
-        self._changed = threading.Condition()
-        self._offer: tuple | None = None
-        self._owner: Any = None  # what keeps the offered (or held) tensor's memory alive
-        self._held = False       # the sender took the offer and is not done with it
-        self._ended = False
-        self._error: BaseException | None = None
-        self._stopped = False
-
-    def offer(self, arg: tuple, owner: Any) -> None:
-        with self._changed:
-            self._offer, self._owner = arg, owner
-            self._changed.notify_all()
-
-    def wait_released(self, timeout: float | None) -> bool:
-        """Waits (up to timeout s; None: no limit) until the sender is done with the offer."""
-        with self._changed:
-            return self._changed.wait_for(
-                lambda: self._stopped or (self._offer is None and not self._held), timeout)
-
-    def end(self) -> None:
-        with self._changed:
-            self._ended = True
-            self._changed.notify_all()
-
-    def fail(self, error: BaseException) -> None:
-        with self._changed:
-            self._error = error
-            self._changed.notify_all()
-
-    def stop(self) -> None:
-        """The sender returned: nothing more is taken."""
-        with self._changed:
-            self._stopped, self._offer, self._owner, self._held = True, None, None, False
-            self._changed.notify_all()
-
-    @property
-    def stopped(self) -> bool:
-        return self._stopped
-
-    def take(self) -> tuple | None:
-        with self._changed:
-            self._held, self._owner = False, None
-            self._changed.notify_all()
-            self._changed.wait_for(
-                lambda: self._offer is not None or self._ended or self._error is not None)
-            if self._error is not None:
-                raise self._error
-            if self._offer is None:
-                return None
-            arg, self._offer, self._held = self._offer, None, True
-            return arg
-
-
-class _Pulled:
-    """next() for _ferry.send_update: the next (name, tensor) as a tensor argument, its memory
-    kept until the next call; None at the end."""
-
-    def __init__(self, items: Iterable) -> None:
-        self._items = iter(items)
-        self._owner: Any = None
-
-    def __call__(self) -> tuple | None:
-        self._owner = None  # copied by now: the iterator may reuse its memory
-        item = next(self._items, None)
-        if item is None:
-            return None
-        name, tensor = item
-        arg, self._owner = tensor_arg(name, tensor)
-        return arg
+async def _result(call: concurrent.futures.Future) -> Any:
+    """The call's result, waited for on the loop's thread for up to _HOLD_S, then on the loop
+    (shielded: a cancellation leaves it to finish, and the caller waits for it)."""
+    if not concurrent.futures.wait([call], timeout=_HOLD_S).done:
+        await asyncio.shield(asyncio.wrap_future(call))
+    return call.result()
 
 
 async def _each(weights: Any) -> AsyncIterator:
@@ -431,58 +353,6 @@ async def _each(weights: Any) -> AsyncIterator:
     else:
         for item in weights:
             yield item
-
-
-def _check_spec(index: int, arg: tuple, want: tuple) -> None:
-    got = (arg[0], arg[1], tuple(arg[2]))
-    if got != want:
-        raise _error(_ferry.InvalidArgumentError,
-                     f"tensor {index} is '{got[0]}' {got[1].name}{list(got[2])}, but the "
-                     f"manifest has '{want[0]}' {want[1].name}{list(want[2])} there")
-
-
-def _check_count(manifest: list[tuple], index: int, name: str | None) -> None:
-    """Raises when tensor `index`, named `name` (None: the tensors ended there), is one more
-    than the manifest has, or when the tensors ended short of it."""
-    count = len(manifest)
-    if name is not None and index >= count:
-        raise _error(_ferry.InvalidArgumentError,
-                     f"tensor {index} '{name}' is one more than the {count} of the manifest")
-    if name is None and index < count:
-        raise _error(_ferry.InvalidArgumentError,
-                     f"the tensors ended before tensor {index} '{manifest[index][0]}' (the "
-                     f"manifest has {count})")
-
-
-def _ring_bytes(arg: tuple | None) -> Any:
-    """A tensor argument's bytes as send_round_streamed's next() gives them: (address,
-    nbytes) or a buffer object; None at the end."""
-    if arg is None:
-        return None
-    return (arg[3], arg[4]) if len(arg) == 5 else arg[3]
-
-
-class _StreamedTensors:
-    """next(i) for Sender.send_round_streamed: pulls tensor i from the iterator, checks it
-    against the manifest and gives its bytes, keeping its owner until the next call."""
-
-    _END = object()
-
-    def __init__(self, manifest: list[tuple], weights: Iterable[tuple[str, Any]]) -> None:
-        self._manifest = manifest
-        self._items = iter(weights)
-        self._owner: Any = None
-
-    def __call__(self, index: int) -> Any:
-        self._owner = None  # the last tensor is in the ring: the iterator may reuse its memory
-        item = next(self._items, self._END)
-        _check_count(self._manifest, index, None if item is self._END else item[0])
-        if item is self._END:
-            return None
-        name, tensor = item
-        arg, self._owner = tensor_arg(name, tensor)
-        _check_spec(index, arg, self._manifest[index])
-        return _ring_bytes(arg)
 
 
 class _Receiving(_Endpoint):

@@ -340,57 +340,6 @@ class PySender : public Endpoint<sync::Sender> {
     return check(std::move(r));
   }
 
-  // specs: (name, dtype, shape) per tensor. next(i) returns tensor i's bytes as an
-  // (address, nbytes) tuple or a buffer object, kept alive (with its Py_buffer) until the
-  // next call; next(len(specs)) returns None once the stream is over. Runs with the GIL
-  // released, taking it only inside next; an exception there aborts the round (the
-  // receivers hear why) and is raised again here, unchanged.
-  RoundStats send_round_streamed(const py::sequence& specs, const py::object& next,
-                                 bool more_follows, std::optional<std::uint64_t> step) {
-    UseGuard use(mutex_, what_);
-    sync::Sender& s = get();
-    const std::vector<TensorSpec> manifest = specs_from_python(specs);
-    std::optional<py::error_already_set> raised;
-    py::object current;                // what next returned last: the bytes it owns
-    std::unique_ptr<BufferHold> hold;  // its Py_buffer, when it came as a buffer object
-    const sync::TensorStream stream = [&](std::size_t i) -> Result<std::span<const std::byte>> {
-      py::gil_scoped_acquire gil;
-      hold.reset();
-      current = py::none();
-      try {
-        current = next(i);
-        if (current.is_none()) return std::span<const std::byte>();
-        if (py::isinstance<py::tuple>(current)) {
-          const auto t = current.cast<py::tuple>();
-          if (t.size() != 2) throw StatusError(invalid_argument("next() gives (address, nbytes)"));
-          const auto* data = reinterpret_cast<const std::byte*>(t[0].cast<std::uintptr_t>());
-          return std::span<const std::byte>(data, t[1].cast<std::size_t>());
-        }
-        hold = std::make_unique<BufferHold>(current, /*writable=*/false);
-        return std::span<const std::byte>(hold->data(), hold->size());
-      } catch (py::error_already_set& e) {
-        std::string type = py::str(e.type().attr("__name__"));
-        std::string text = py::str(e.value());
-        raised.emplace(std::move(e));
-        return aborted(fmt::format("the sender's next() raised {}: {}", type, text));
-      } catch (const StatusError& e) {
-        return e.status();
-      } catch (const std::exception& e) {  // a cast of what next() returned
-        return invalid_argument(
-            fmt::format("next({}) returned something unusable: {}", i, e.what()));
-      }
-    };
-    Result<RoundStats> r = [&] {
-      py::gil_scoped_release nogil;
-      return s.send_round_streamed(manifest, stream, sync::RoundOptions{more_follows, step});
-    }();
-    hold.reset();
-    current = py::none();
-    interrupts_.raise_pending();
-    if (raised) throw *raised;
-    return check(std::move(r));
-  }
-
   // fill(i, tensor_offset, ring_offset, nbytes) copies bytes [tensor_offset, +nbytes) of
   // tensor i to ring_memory()'s [ring_offset, +nbytes), or starts the copy; flush() completes
   // the copies started since the last flush (once per segment, before it is published). Runs
@@ -422,70 +371,106 @@ class PySender : public Endpoint<sync::Sender> {
     return bridge.finish(std::move(r));
   }
 
-  // One update to every Sender of `senders` (sync::Sender::send_update): next() returns the
-  // next tensor as a tensor argument ((name, dtype, shape, address, nbytes) or (name, dtype,
-  // shape, buffer)), whose memory the caller keeps until the next call, or None once the
-  // update is over. Runs with the GIL released, taking it only inside next; an exception
-  // there ends the update (the receivers hear why, if any of it went out) and is raised
-  // again here, unchanged.
-  static std::vector<sync::UpdateStats> send_update(const py::sequence& senders,
-                                                    const py::object& next,
-                                                    std::optional<std::uint64_t> step,
-                                                    std::uint64_t staging_bytes) {
-    std::vector<PySender*> ends;
-    for (const py::handle& item : senders) {
-      PySender* end = item.cast<PySender*>();
-      if (std::find(ends.begin(), ends.end(), end) != ends.end()) {
-        throw StatusError(invalid_argument("send_update: a Sender is given twice"));
-      }
-      ends.push_back(end);
-    }
-    std::vector<std::unique_ptr<UseGuard>> uses;
-    std::vector<sync::Sender*> impls;
-    for (PySender* end : ends) {
-      uses.push_back(std::make_unique<UseGuard>(end->mutex_, end->what_));
-      impls.push_back(&end->get());
-    }
-    std::optional<py::error_already_set> raised;
-    TensorArg current;  // the tensor pulled last; its Py_buffer is held until the next pull
-    std::size_t pulled = 0;
-    const sync::UpdateStream stream = [&]() -> Result<std::optional<TensorView>> {
-      py::gil_scoped_acquire gil;
-      current = TensorArg{};
-      try {
-        const py::object item = next();
-        if (item.is_none()) return std::optional<TensorView>();
-        current = tensor_arg(item, /*writable=*/false);
-        ++pulled;
-        return std::optional<TensorView>(TensorView{current.spec, {current.data, current.size}});
-      } catch (py::error_already_set& e) {
-        std::string type = py::str(e.type().attr("__name__"));
-        std::string text = py::str(e.value());
-        raised.emplace(std::move(e));
-        return aborted(fmt::format("the sender's weights raised {}: {}", type, text));
-      } catch (const StatusError& e) {
-        return e.status();
-      } catch (const std::exception& e) {  // a cast of what next() returned
-        return invalid_argument(
-            fmt::format("tensor {}: next() returned something unusable: {}", pulled, e.what()));
-      }
-    };
-    Result<std::vector<sync::UpdateStats>> r = [&] {
-      py::gil_scoped_release nogil;
-      return sync::Sender::send_update(impls, stream, sync::UpdateOptions{step, staging_bytes});
-    }();
-    current = TensorArg{};
-    for (PySender* end : ends) end->interrupts_.raise_pending();
-    if (raised) throw *raised;
-    return check(std::move(r));
-  }
-
   py::tuple ring_memory() const {
     const std::span<std::byte> ring = get().ring_memory();
     return py::make_tuple(reinterpret_cast<std::uintptr_t>(ring.data()), ring.size());
   }
 
   void close() { reset(); }
+
+ private:
+  friend class PyUpdateWriter;
+};
+
+// One update pushed from Python a tensor at a time (sync::UpdateWriter): ferry.sync drives
+// it from asyncio, one put() per tensor its generator yields, in an executor thread. Each
+// call holds every Sender of the update, so nothing else runs on them meanwhile; a Sender
+// closed mid-update aborts it.
+class PyUpdateWriter {
+ private:
+  // Runs f(the Senders) with every Sender held and the GIL released; raises its error.
+  template <typename F>
+  auto call(F&& f) {
+    std::unique_lock<std::mutex> own(mutex_, std::try_to_lock);
+    if (!own.owns_lock()) {
+      throw StatusError(failed_precondition("the update is in use by another thread"));
+    }
+    std::vector<std::unique_ptr<UseGuard>> uses;
+    std::vector<sync::Sender*> impls;
+    for (PySender* end : ends_) {
+      uses.push_back(std::make_unique<UseGuard>(end->mutex_, end->what_));
+      impls.push_back(writer_ ? nullptr : &end->get());  // only begin uses them
+    }
+    auto r = [&] {
+      py::gil_scoped_release nogil;
+      return f(std::span<sync::Sender* const>(impls));
+    }();
+    for (PySender* end : ends_) end->interrupts_.raise_pending();
+    return check(std::move(r));
+  }
+
+ public:
+  // An update to every Sender of `senders` (sync::UpdateWriter::begin).
+  static std::unique_ptr<PyUpdateWriter> update(const py::sequence& senders,
+                                                std::optional<std::uint64_t> step,
+                                                std::uint64_t staging_bytes) {
+    auto w = std::unique_ptr<PyUpdateWriter>(new PyUpdateWriter(senders));
+    w->writer_ = w->call([&](std::span<sync::Sender* const> impls) {
+      return sync::UpdateWriter::begin(impls, sync::UpdateOptions{step, staging_bytes});
+    });
+    return w;
+  }
+
+  // One round to `sender` streamed against `specs` (sync::UpdateWriter::begin_round).
+  static std::unique_ptr<PyUpdateWriter> round(const py::object& sender, const py::sequence& specs,
+                                               bool more_follows,
+                                               std::optional<std::uint64_t> step) {
+    const std::vector<TensorSpec> manifest = specs_from_python(specs);
+    auto w = std::unique_ptr<PyUpdateWriter>(new PyUpdateWriter(py::make_tuple(sender)));
+    w->writer_ = w->call([&](std::span<sync::Sender* const> impls) {
+      return sync::UpdateWriter::begin_round(impls[0], manifest,
+                                             sync::RoundOptions{more_follows, step});
+    });
+    return w;
+  }
+
+  // A tensor argument ((name, dtype, shape, address, nbytes) or (name, dtype, shape,
+  // buffer)), copied before this returns.
+  void put(const py::handle& tensor) {
+    TensorArg a = tensor_arg(tensor, /*writable=*/false);
+    const TensorView view{std::move(a.spec), {a.data, a.size}};
+    call([&](auto) { return writer().put(view); });
+  }
+
+  std::vector<sync::UpdateStats> finish() {
+    return call([&](auto) { return writer().finish(); });
+  }
+
+  void abort(const std::string& why) {
+    call([&](auto) {
+      writer().abort(aborted(why));
+      return ok_status();
+    });
+  }
+
+ private:
+  explicit PyUpdateWriter(const py::sequence& senders) {
+    for (const py::handle& item : senders) {
+      PySender* end = item.cast<PySender*>();
+      if (std::find(ends_.begin(), ends_.end(), end) != ends_.end()) {
+        throw StatusError(invalid_argument("send_update: a Sender is given twice"));
+      }
+      ends_.push_back(end);
+      senders_.push_back(py::reinterpret_borrow<py::object>(item));
+    }
+  }
+
+  sync::UpdateWriter& writer() { return *writer_; }
+
+  std::vector<py::object> senders_;  // kept alive while the update is open
+  std::vector<PySender*> ends_;
+  std::unique_ptr<sync::UpdateWriter> writer_;
+  std::mutex mutex_;
 };
 
 // What a Receiver and a MultiReceiver share: destinations (their buffers kept alive) and the
@@ -867,17 +852,35 @@ void bind_sync(py::module_& m) {
                     "True when it streamed in one round against the last update's manifest; "
                     "False when it was staged.")
       .def_readonly("seconds", &sync::UpdateStats::seconds, "Its rounds' seconds, added up.")
+      .def_readonly("last_round", &sync::UpdateStats::last_round,
+                    "The RoundStats of its last round (a streamed update's only one).")
       .def("__repr__", [](const sync::UpdateStats& s) {
         return fmt::format(
             "UpdateStats(bytes={}, tensors={}, rounds={}, streamed={}, "
             "seconds={:.6f})",
             s.bytes, s.tensors, s.rounds, s.streamed ? "True" : "False", s.seconds);
       });
-  m.def("send_update", &PySender::send_update, py::arg("senders"), py::arg("next"),
-        py::arg("step") = py::none(),
-        py::arg("staging_bytes") = sync::UpdateOptions{}.staging_bytes,
-        "Sends one update, the tensors next() returns until None, to every Sender of `senders`: "
-        "streamed against the last update's manifest, or staged (use ferry.sync.send_update).");
+  py::class_<PyUpdateWriter>(
+      m, "UpdateWriter",
+      "One update pushed a tensor at a time (use ferry.sync.send_update or send_update_async).")
+      .def_static("update", &PyUpdateWriter::update, py::arg("senders"),
+                  py::arg("step") = py::none(),
+                  py::arg("staging_bytes") = sync::UpdateOptions{}.staging_bytes,
+                  "An update to every Sender of `senders`: streamed against the last update's "
+                  "manifest, or staged, as its first tensor decides.")
+      .def_static("round", &PyUpdateWriter::round, py::arg("sender"), py::arg("specs"),
+                  py::arg("more_follows") = false, py::arg("step") = py::none(),
+                  "One round to `sender` streamed against `specs` (name, dtype, shape); BEGIN "
+                  "goes out now.")
+      .def("put", &PyUpdateWriter::put, py::arg("tensor"),
+           "The next tensor, (name, dtype, shape, address, nbytes) or (name, dtype, shape, "
+           "buffer), copied before this returns; may wait for a free slot.")
+      .def("finish", &PyUpdateWriter::finish,
+           "Sends the rest and waits for every receiver's acknowledgement: one UpdateStats per "
+           "Sender.")
+      .def("abort", &PyUpdateWriter::abort, py::arg("why"),
+           "Ends the update with `why` (the receivers hear it if any of it went out); no-op "
+           "once it ended.");
 
   py::class_<PySender>(m, "Sender", "The trainer's end of a session (use ferry.Sender).")
       .def_static("create", &PySender::create, py::arg("address"), py::arg("options"),
@@ -889,11 +892,6 @@ void bind_sync(py::module_& m) {
            "Sends one round of (name, dtype, shape, address, nbytes) or (name, dtype, shape, "
            "buffer) tensors to every receiver; `step` (the trainer's, e.g. verl's global_steps) "
            "travels with it and is every receiver's RoundStats.step.")
-      .def("send_round_streamed", &PySender::send_round_streamed, py::arg("specs"), py::arg("next"),
-           py::arg("more_follows") = false, py::arg("step") = py::none(),
-           "Sends one round whose tensors `next(i)` returns one at a time, in the order of "
-           "`specs` (name, dtype, shape); each is copied into the ring before the next call "
-           "(use ferry.Sender.send_round_streamed).")
       .def("send_round_filled", &PySender::send_round_filled, py::arg("specs"), py::arg("fill"),
            py::arg("flush"), py::arg("more_follows") = false, py::arg("step") = py::none(),
            "Sends one round whose producer copies into the ring itself: fill(i, tensor_offset, "

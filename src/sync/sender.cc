@@ -80,30 +80,6 @@ Status put_gathered(RoundWriter& w, std::span<const GatheredTensor> tensors) {
   return ok_status();
 }
 
-// A TensorStream's tensors, each checked against its spec, then the stream's end.
-Status put_streamed(RoundWriter& w, std::span<const TensorSpec> specs, const TensorStream& next) {
-  for (std::size_t i = 0; i < specs.size(); ++i) {
-    Result<std::span<const std::byte>> bytes = next(i);
-    if (!bytes.ok()) {
-      return Status(bytes.status().code(),
-                    fmt::format("tensor {} '{}': {}", i, specs[i].name, bytes.status().message()));
-    }
-    if (bytes->size() != specs[i].bytes()) {
-      return invalid_argument(fmt::format("tensor {} '{}': {} bytes given, {} needs {}", i,
-                                          specs[i].name, bytes->size(), specs[i].to_string(),
-                                          specs[i].bytes()));
-    }
-    FERRY_RETURN_IF_ERROR(w.put(*bytes));
-  }
-  Result<std::span<const std::byte>> rest = next(specs.size());
-  if (!rest.ok()) return rest.status();
-  if (!rest->empty()) {
-    return invalid_argument(
-        fmt::format("the stream has more than the {} tensors of the round", specs.size()));
-  }
-  return ok_status();
-}
-
 }  // namespace
 
 Result<RoundStats> Sender::Impl::send_views(std::span<const TensorView> weights,
@@ -146,7 +122,7 @@ Result<RoundStats> Sender::Impl::send_encoded(std::span<const GatheredTensor> te
 }
 
 Sender::Sender(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
-Sender::~Sender() = default;
+Sender::~Sender() { abort_open_update(impl_.get()); }
 
 Result<std::unique_ptr<Sender>> Sender::create(const std::string& address,
                                                const SyncOptions& options) {
@@ -164,6 +140,10 @@ Result<std::unique_ptr<Sender>> Sender::create(const std::string& address,
 }
 
 Status Sender::accept(std::uint32_t receivers) {
+  if (impl_->open_update != nullptr) {
+    return failed_precondition(
+        "an update (UpdateWriter) is open on this Sender: finish or abort it first");
+  }
   if (!impl_->broken.ok()) {
     // After a failure, peers join a new session on the same address and ring.
     log::info("sync: starting a new session on {} after: {}", impl_->fanout->address(),
@@ -189,14 +169,6 @@ Result<RoundStats> Sender::send_round_gathered(std::span<const GatheredTensor> w
   if (impl_->codec) return impl_->send_encoded(weights, round_options);
   return impl_->send(manifest_of(weights), round_options,
                      [&](RoundWriter& w) { return put_gathered(w, weights); });
-}
-
-Result<RoundStats> Sender::send_round_streamed(std::span<const TensorSpec> specs,
-                                               const TensorStream& next,
-                                               const RoundOptions& round_options) {
-  FERRY_RETURN_IF_ERROR(impl_->ready());
-  return impl_->send(manifest_of(specs), round_options,
-                     [&](RoundWriter& w) { return put_streamed(w, specs, next); });
 }
 
 Result<RoundStats> Sender::send_round_filled(std::span<const TensorSpec> specs,

@@ -29,6 +29,7 @@ struct Sender::Impl {
   std::optional<std::vector<TensorSpec>> learned;
   std::unique_ptr<std::byte[]> staging;
   std::uint64_t staging_bytes = 0;
+  UpdateWriter::Impl* open_update = nullptr;  // the update writing to this Sender, if any
 
   // A round may start: the session is intact and has a receiver.
   Status ready() const {
@@ -36,6 +37,10 @@ struct Sender::Impl {
       return failed_precondition(
           "the session failed earlier (accept() receivers again to start a new one): " +
           broken.to_string());
+    }
+    if (open_update != nullptr) {
+      return failed_precondition(
+          "an update (UpdateWriter) is open on this Sender: finish or abort it first");
     }
     if (fanout->peers().empty()) return failed_precondition("send_round: no receiver has joined");
     return ok_status();
@@ -73,5 +78,8 @@ struct Sender::Impl {
   Result<RoundStats> send_encoded(std::span<const GatheredTensor> tensors,
                                   const RoundOptions& round_options);
 };
+
+// Aborts the update open on `sender`, if any: the Sender is going away.
+void abort_open_update(Sender::Impl* sender);
 
 }  // namespace ferry::sync

@@ -1,8 +1,10 @@
 // Sender::send_update: one call per update that streams against the last update's manifest
 // and stages (learning the manifest anew) when it changed, bit-exact at the receivers either
 // way.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <map>
 #include <string>
 #include <thread>
@@ -233,6 +235,109 @@ TEST_F(SendUpdate, AStreamErrorBeforeAnythingWasSentLeavesTheSessionIntact) {
   ASSERT_OK(sent);
   ASSERT_OK(got);
   expect_bit_exact(*got, w);
+}
+
+// UpdateWriter, the object send_update loops over, driven by its caller.
+TEST_F(SendUpdate, AnUpdatePushedTensorByTensorStreamsTheSecondTime) {
+  const std::vector<TensorSpec> specs = small_model();
+  for (std::uint64_t seed = 1; seed <= 2; ++seed) {
+    const Weights w = make_weights(specs, seed);
+    Result<Received> got = aborted("not received");
+    std::thread rx([&] { got = receive_update(*receiver_); });
+    Sender* one = sender_.get();
+    auto writer = UpdateWriter::begin(std::span<Sender* const>(&one, 1), {.step = seed});
+    ASSERT_OK(writer);
+    for (std::size_t i = 0; i < specs.size(); ++i) {
+      std::vector<std::byte> bytes = w.data[i];  // freed before the next put: copied by then
+      ASSERT_OK((*writer)->put(TensorView{specs[i], bytes}));
+      std::fill(bytes.begin(), bytes.end(), std::byte{0xEE});
+    }
+    auto sent = (*writer)->finish();
+    rx.join();
+    ASSERT_OK(sent);
+    ASSERT_OK(got);
+    EXPECT_EQ((*sent)[0].streamed, seed == 2);
+    EXPECT_EQ((*sent)[0].last_round.step, seed);
+    EXPECT_EQ(got->step, seed);
+    expect_bit_exact(*got, w);
+    EXPECT_EQ((*writer)->put(TensorView{specs[0], w.data[0]}).code(), Code::kFailedPrecondition);
+  }
+}
+
+TEST_F(SendUpdate, WhileAnUpdateIsOpenItsSenderRefusesOtherRoundsAndAnAbortFreesIt) {
+  const std::vector<TensorSpec> specs = small_model();
+  const Weights w = make_weights(specs, 1);
+  Sender* one = sender_.get();
+  auto writer = UpdateWriter::begin(std::span<Sender* const>(&one, 1));
+  ASSERT_OK(writer);
+  const Status busy = sender_->send_round(std::vector<TensorView>{{specs[0], w.data[0]}}).status();
+  EXPECT_EQ(busy.code(), Code::kFailedPrecondition);
+  EXPECT_NE(busy.message().find("an update (UpdateWriter) is open"), std::string::npos)
+      << busy.to_string();
+  EXPECT_EQ(sender_->accept(1).code(), Code::kFailedPrecondition);
+  EXPECT_EQ(UpdateWriter::begin(std::span<Sender* const>(&one, 1)).status().code(),
+            Code::kFailedPrecondition);
+  // Aborted before any tensor: nothing went out, the session is intact (no accept()).
+  (*writer)->abort(aborted("the trainer's generator failed"));
+  auto [sent, got] = update(w);
+  ASSERT_OK(sent);
+  ASSERT_OK(got);
+  expect_bit_exact(*got, w);
+}
+
+TEST_F(SendUpdate, AStreamedUpdateAbortedOrDroppedMidwayFailsTheReceiverNamingTheTensor) {
+  const std::vector<TensorSpec> specs = small_model();
+  ASSERT_OK(update(make_weights(specs, 1)).first);  // learned: the next one streams
+  for (bool drop : {false, true}) {
+    const Weights w = make_weights(specs, 2);
+    Result<Received> got = aborted("not received");
+    std::thread rx([&] { got = receive_update(*receiver_); });
+    Sender* one = sender_.get();
+    auto writer = UpdateWriter::begin(std::span<Sender* const>(&one, 1));
+    ASSERT_OK(writer);
+    ASSERT_OK((*writer)->put(TensorView{specs[0], w.data[0]}));
+    ASSERT_OK((*writer)->put(TensorView{specs[1], w.data[1]}));
+    if (drop) {
+      writer->reset();
+    } else {
+      (*writer)->abort(aborted("the trainer's generator raised"));
+    }
+    rx.join();
+    ASSERT_FALSE(got.ok());
+    const std::string why = drop ? "dropped before it finished" : "the trainer's generator raised";
+    EXPECT_NE(got.status().message().find(why), std::string::npos) << got.status().to_string();
+    EXPECT_NE(got.status().message().find(fmt::format("tensor 2 '{}'", specs[2].name)),
+              std::string::npos)
+        << got.status().to_string();
+    EXPECT_FALSE(sender_->update_manifest().has_value());
+    join();  // the session broke: a new one, staged again
+    ASSERT_OK(update(make_weights(specs, 3)).first);
+  }
+}
+
+TEST(UpdateWriterSender, ASenderDestroyedMidUpdateAbortsIt) {
+  const SyncOptions o = tiny_options();
+  const std::string address = unique_address();
+  auto s = Sender::create(address, o);
+  ASSERT_OK(s);
+  std::unique_ptr<Receiver> receiver;
+  std::thread t([&] {
+    auto r = Receiver::connect(address, 0, o);
+    ASSERT_OK(r);
+    receiver = std::move(*r);
+  });
+  ASSERT_OK((*s)->accept(1));
+  t.join();
+  const std::vector<TensorSpec> specs = small_model();
+  const Weights w = make_weights(specs, 1);
+  Sender* one = s->get();
+  auto writer = UpdateWriter::begin(std::span<Sender* const>(&one, 1));
+  ASSERT_OK(writer);
+  ASSERT_OK((*writer)->put(TensorView{specs[0], w.data[0]}));  // staged: nothing sent yet
+  s->reset();
+  const Status after = (*writer)->put(TensorView{specs[1], w.data[1]});
+  EXPECT_EQ(after.code(), Code::kFailedPrecondition);
+  EXPECT_NE(after.message().find("closed before it ended"), std::string::npos) << after.to_string();
 }
 
 TEST(SendUpdateToSeveral, OneStreamFeedsEverySenderBitExact) {

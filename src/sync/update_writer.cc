@@ -1,0 +1,400 @@
+// UpdateWriter: one update pushed a tensor at a time, streamed into the ring when its manifest
+// is the one the last update taught, else staged into rounds of a buffer (and the manifest
+// learned), so a caller such as the verl backend has one send path. Sender::send_update and
+// Sender::send_round_streamed are loops over it.
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <algorithm>
+#include <cstring>
+#include <string>
+#include <thread>
+#include <unordered_set>
+#include <utility>
+
+#include "base/status_macros.h"
+#include "ferry/sync.h"
+#include "profiler/span.h"
+#include "sync/sender_impl.h"
+
+namespace ferry::sync {
+namespace {
+
+// 'name' BF16[64, 96], as Python writes a spec.
+std::string described(const TensorSpec& spec) {
+  return fmt::format("'{}' {}[{}]", spec.name, dtype_name(spec.dtype), fmt::join(spec.shape, ", "));
+}
+
+Status check_bytes(std::size_t index, const TensorView& t) {
+  if (t.data.size() == t.spec.bytes()) return ok_status();
+  return invalid_argument(fmt::format("tensor {} '{}': {} bytes given, {} needs {}", index,
+                                      t.spec.name, t.data.size(), t.spec.to_string(),
+                                      t.spec.bytes()));
+}
+
+}  // namespace
+
+struct UpdateWriter::Impl {
+  enum class Mode { kUndecided, kStreamed, kStaged, kEnded };
+
+  Impl(std::vector<Sender::Impl*> senders, const UpdateOptions& update_options)
+      : impls(std::move(senders)), options(update_options), stats(impls.size()) {}
+  ~Impl() { close(); }
+
+  // Claims the Senders: each must be able to start a round.
+  Status open() {
+    for (Sender::Impl* impl : impls) FERRY_RETURN_IF_ERROR(impl->ready());
+    for (Sender::Impl* impl : impls) impl->open_update = this;
+    return ok_status();
+  }
+
+  // Releases the Senders; the update is over.
+  void close() {
+    for (Sender::Impl* impl : impls) {
+      if (impl->open_update == this) impl->open_update = nullptr;
+    }
+    mode = Mode::kEnded;
+  }
+
+  // One round with `specs`, each tensor put into every writer as it comes.
+  Status start_streamed(std::vector<TensorSpec> specs, const RoundOptions& round_options) {
+    mode = Mode::kStreamed;
+    manifest = std::move(specs);
+    for (Sender::Impl* impl : impls) {
+      const std::uint64_t before = impl->writer->round();
+      Status s = impl->writer->begin(manifest, round_options);
+      if (!s.ok()) return impl->writer->round() == before && !begun() ? end(s) : fail_all(s);
+      begun_ = true;
+    }
+    return ok_status();
+  }
+
+  Status put(const TensorView& tensor) {
+    if (mode == Mode::kEnded) return ended_error();
+    if (mode == Mode::kUndecided) {
+      const std::optional<std::vector<TensorSpec>>& learned = impls[0]->learned;
+      bool stream = learned.has_value() && !learned->empty() && tensor.spec == learned->front();
+      for (Sender::Impl* impl : impls) stream = stream && !impl->codec && impl->learned == learned;
+      if (stream) {
+        FERRY_RETURN_IF_ERROR(start_streamed(*learned, RoundOptions{false, options.step}));
+      } else {
+        start_staged();
+      }
+    }
+    return mode == Mode::kStreamed ? put_streamed(tensor) : put_staged(tensor);
+  }
+
+  Result<std::vector<UpdateStats>> finish() {
+    if (mode == Mode::kEnded) return ended_error();
+    if (mode == Mode::kUndecided) start_staged();  // no tensor: one empty round
+    if (mode == Mode::kStreamed) {
+      if (next < manifest.size()) {
+        return fail_all(invalid_argument(
+            fmt::format("the tensors ended before tensor {} '{}' (the manifest has {})", next,
+                        manifest[next].name, manifest.size())));
+      }
+      for (std::size_t k = 0; k < impls.size(); ++k) {
+        Result<RoundStats> sent = impls[k]->writer->finish();
+        if (!sent.ok()) return fail_all(sent.status());
+        add(k, *sent);
+      }
+    } else {
+      FERRY_RETURN_IF_ERROR(send_staged(false));
+      for (Sender::Impl* impl : impls) {
+        if (unique) {
+          impl->learned = staged_manifest;
+        } else {
+          impl->learned.reset();
+        }
+      }
+    }
+    for (UpdateStats& st : stats) {
+      st.bytes = bytes;
+      st.tensors = tensors;
+      st.streamed = mode == Mode::kStreamed;
+    }
+    close();
+    return std::move(stats);
+  }
+
+  void abort(const Status& why) {
+    switch (mode) {
+      case Mode::kEnded:
+        return;
+      case Mode::kUndecided:
+        (void)end(why);
+        return;
+      case Mode::kStreamed:  // the round is open: its receivers hear which tensor failed
+        if (next < manifest.size()) {
+          (void)fail_all(Status(why.code(), fmt::format("tensor {} '{}': {}", next,
+                                                        manifest[next].name, why.message())));
+        } else {
+          (void)fail_all(why);
+        }
+        return;
+      case Mode::kStaged:
+        (void)fail_sent(why);
+        return;
+    }
+  }
+
+ private:
+  Status put_streamed(const TensorView& tensor) {
+    const std::size_t n = manifest.size();
+    if (next == n) {
+      return fail_all(invalid_argument(fmt::format(
+          "tensor {} '{}' is one more than the {} of the manifest", n, tensor.spec.name, n)));
+    }
+    if (tensor.spec != manifest[next]) {
+      return fail_all(
+          invalid_argument(fmt::format("tensor {} is {}, but the manifest has {} there", next,
+                                       described(tensor.spec), described(manifest[next]))));
+    }
+    Status sized = check_bytes(next, tensor);
+    if (!sized.ok()) return fail_all(sized);
+    for (Sender::Impl* impl : impls) {
+      Status s = impl->writer->put(tensor.data);
+      if (!s.ok()) return fail_all(s);
+    }
+    ++next;
+    count(tensor);
+    return ok_status();
+  }
+
+  void start_staged() {
+    mode = Mode::kStaged;
+    Sender::Impl& first = *impls[0];
+    if (first.staging_bytes != options.staging_bytes) {  // faulted in as used, kept after
+      first.staging.reset(new std::byte[options.staging_bytes]);
+      first.staging_bytes = options.staging_bytes;
+    }
+    buffer = std::span<std::byte>(first.staging.get(), first.staging_bytes);
+  }
+
+  // Copies the tensor into the staging buffer, first sending the round it holds when the
+  // tensor does not fit or its name is in it already; a tensor larger than the buffer is sent
+  // alone, from the caller's memory, before this returns.
+  Status put_staged(const TensorView& t) {
+    constexpr std::uint64_t kAlign = 64;  // each copy's start: any dtype's view is aligned
+    Status sized = check_bytes(tensors, t);
+    if (!sized.ok()) return fail_sent(sized);
+    if (in_round.contains(t.spec.name)) FERRY_RETURN_IF_ERROR(send_staged(true));  // a name twice
+    if (unique && names.insert(t.spec.name).second) {
+      staged_manifest.push_back(t.spec);
+    } else {
+      unique = false;
+    }
+    count(t);
+    const std::uint64_t size = t.data.size();
+    std::uint64_t start = (used + kAlign - 1) / kAlign * kAlign;
+    if (start + size > buffer.size() && !staged.empty()) {
+      FERRY_RETURN_IF_ERROR(send_staged(true));
+      start = 0;
+    }
+    if (start + size <= buffer.size()) {
+      if (size != 0) std::memcpy(buffer.data() + start, t.data.data(), size);
+      in_round.insert(t.spec.name);
+      staged.push_back({t.spec, {buffer.data() + start, size}});
+      used = start + size;
+      return ok_status();
+    }
+    staged.push_back(t);
+    return send_staged(true);
+  }
+
+  // The staged round to every Sender, each in its own thread after the first.
+  Status send_staged(bool more_follows) {
+    const RoundOptions round_options{more_follows, options.step};
+    std::vector<std::optional<Result<RoundStats>>> results(impls.size());
+    std::vector<std::thread> threads;
+    for (std::size_t k = 1; k < impls.size(); ++k) {
+      threads.emplace_back(
+          [&, k] { results[k].emplace(impls[k]->send_views(staged, round_options)); });
+    }
+    results[0].emplace(impls[0]->send_views(staged, round_options));
+    for (std::thread& t : threads) t.join();
+    staged.clear();
+    in_round.clear();
+    used = 0;
+    for (std::size_t k = 0; k < impls.size(); ++k) begun_ = begun_ || results[k]->ok();
+    for (std::size_t k = 0; k < impls.size(); ++k) {
+      if (!results[k]->ok()) return fail_sent(results[k]->status());
+    }
+    for (std::size_t k = 0; k < impls.size(); ++k) add(k, **results[k]);
+    begun_ = true;
+    return ok_status();
+  }
+
+  void count(const TensorView& t) {
+    bytes += t.data.size();
+    ++tensors;
+  }
+
+  void add(std::size_t k, const RoundStats& r) {
+    ++stats[k].rounds;
+    stats[k].seconds += r.seconds;
+    stats[k].last_round = r;
+  }
+
+  // Ends the update without touching the sessions.
+  Status end(Status why) {
+    close();
+    ended = why;
+    return why;
+  }
+
+  // Breaks every session: their receivers are mid-update.
+  Status fail_all(Status why) {
+    for (Sender::Impl* impl : impls) (void)impl->fail(why);
+    return end(std::move(why));
+  }
+
+  // An error once a round went out breaks every session; before, it leaves them intact.
+  Status fail_sent(Status why) {
+    if (begun()) return fail_all(std::move(why));
+    return end(std::move(why));
+  }
+
+  bool begun() const {
+    if (begun_) return true;
+    for (const Sender::Impl* impl : impls) {
+      if (!impl->broken.ok()) return true;  // a round of this update failed in it
+    }
+    return false;
+  }
+
+  Status ended_error() const {
+    if (ended.ok()) return failed_precondition("the update has finished");
+    return failed_precondition("the update ended: " + ended.to_string());
+  }
+
+  std::vector<Sender::Impl*> impls;
+  const UpdateOptions options;
+  std::vector<UpdateStats> stats;
+  Mode mode = Mode::kUndecided;
+  Status ended;         // why it ended early
+  bool begun_ = false;  // a round of the update went out (or began)
+  std::uint64_t bytes = 0;
+  std::uint32_t tensors = 0;
+
+  // Streamed: the round's manifest and the index of the next tensor.
+  std::vector<TensorSpec> manifest;
+  std::size_t next = 0;
+
+  // Staged: the buffer, the round it holds, and the manifest learned so far.
+  std::span<std::byte> buffer;
+  std::vector<TensorView> staged;  // the round the buffer holds
+  std::unordered_set<std::string> in_round;
+  std::uint64_t used = 0;
+  std::vector<TensorSpec> staged_manifest;
+  std::unordered_set<std::string> names;  // of the whole update
+  bool unique = true;
+};
+
+UpdateWriter::UpdateWriter(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+
+UpdateWriter::~UpdateWriter() {
+  impl_->abort(aborted("the update was dropped before it finished"));
+}
+
+Result<std::unique_ptr<UpdateWriter>> UpdateWriter::begin(std::span<Sender* const> senders,
+                                                          const UpdateOptions& options) {
+  if (senders.empty()) return invalid_argument("send_update: no Sender given");
+  std::vector<Sender::Impl*> impls;
+  for (Sender* s : senders) {
+    if (std::find(impls.begin(), impls.end(), s->impl_.get()) != impls.end()) {
+      return invalid_argument(
+          fmt::format("send_update: the Sender on {} is given twice", s->address()));
+    }
+    impls.push_back(s->impl_.get());
+  }
+  auto impl = std::make_unique<Impl>(std::move(impls), options);
+  FERRY_RETURN_IF_ERROR(impl->open());
+  return std::unique_ptr<UpdateWriter>(new UpdateWriter(std::move(impl)));
+}
+
+Result<std::unique_ptr<UpdateWriter>> UpdateWriter::begin_round(Sender* sender,
+                                                                std::span<const TensorSpec> specs,
+                                                                const RoundOptions& options) {
+  std::unordered_set<std::string_view> names;
+  for (const TensorSpec& spec : specs) {
+    if (!names.insert(spec.name).second) {
+      return invalid_argument(fmt::format("tensor '{}' appears twice in the round", spec.name));
+    }
+  }
+  auto impl = std::make_unique<Impl>(std::vector<Sender::Impl*>{sender->impl_.get()},
+                                     UpdateOptions{options.step});
+  FERRY_RETURN_IF_ERROR(impl->open());
+  FERRY_RETURN_IF_ERROR(
+      impl->start_streamed(std::vector<TensorSpec>(specs.begin(), specs.end()), options));
+  return std::unique_ptr<UpdateWriter>(new UpdateWriter(std::move(impl)));
+}
+
+Status UpdateWriter::put(const TensorView& tensor) { return impl_->put(tensor); }
+Result<std::vector<UpdateStats>> UpdateWriter::finish() { return impl_->finish(); }
+void UpdateWriter::abort(const Status& why) { impl_->abort(why); }
+
+void abort_open_update(Sender::Impl* sender) {
+  if (sender->open_update != nullptr) {
+    sender->open_update->abort(aborted("a Sender of the update was closed before it ended"));
+  }
+}
+
+Result<UpdateStats> Sender::send_update(const UpdateStream& next, const UpdateOptions& options) {
+  Sender* self = this;
+  FERRY_ASSIGN_OR_RETURN(std::vector<UpdateStats> stats,
+                         send_update(std::span<Sender* const>(&self, 1), next, options));
+  return stats.front();
+}
+
+Result<std::vector<UpdateStats>> Sender::send_update(std::span<Sender* const> senders,
+                                                     const UpdateStream& next,
+                                                     const UpdateOptions& options) {
+  profiler::Span span("sync.send_update");
+  FERRY_ASSIGN_OR_RETURN(std::unique_ptr<UpdateWriter> update,
+                         UpdateWriter::begin(senders, options));
+  for (;;) {
+    Result<std::optional<TensorView>> tensor = next();
+    if (!tensor.ok()) {
+      update->abort(tensor.status());
+      return tensor.status();
+    }
+    if (!tensor->has_value()) return update->finish();
+    FERRY_RETURN_IF_ERROR(update->put(**tensor));
+  }
+}
+
+Result<RoundStats> Sender::send_round_streamed(std::span<const TensorSpec> specs,
+                                               const TensorStream& next,
+                                               const RoundOptions& round_options) {
+  profiler::Span round_span("sync.send_round");
+  FERRY_ASSIGN_OR_RETURN(std::unique_ptr<UpdateWriter> round,
+                         UpdateWriter::begin_round(this, specs, round_options));
+  for (std::size_t i = 0; i < specs.size(); ++i) {
+    Result<std::span<const std::byte>> bytes = next(i);
+    if (!bytes.ok()) {
+      round->abort(bytes.status());
+      return Status(bytes.status().code(),
+                    fmt::format("tensor {} '{}': {}", i, specs[i].name, bytes.status().message()));
+    }
+    FERRY_RETURN_IF_ERROR(round->put(TensorView{specs[i], *bytes}));
+  }
+  Result<std::span<const std::byte>> rest = next(specs.size());
+  Status end = !rest.ok() ? rest.status()
+               : rest->empty()
+                   ? ok_status()
+                   : invalid_argument(fmt::format(
+                         "the stream has more than the {} tensors of the round", specs.size()));
+  if (!end.ok()) {
+    round->abort(end);
+    return end;
+  }
+  FERRY_ASSIGN_OR_RETURN(std::vector<UpdateStats> stats, round->finish());
+  return stats.front().last_round;
+}
+
+const std::optional<std::vector<TensorSpec>>& Sender::update_manifest() const {
+  return impl_->learned;
+}
+
+}  // namespace ferry::sync
