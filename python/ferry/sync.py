@@ -17,7 +17,6 @@ raises AbortedError naming it) and is raised again unchanged by the receiver.
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import inspect
 from typing import Any, AsyncIterator, Callable, Iterable, Mapping, Self, Sequence
 
@@ -308,41 +307,42 @@ def _push(writer: Any, weights: Iterable[tuple[str, Any]]) -> list[UpdateStats]:
     return writer.finish()
 
 
-# How long the loop's thread waits for the update's worker to be done with one call before it
-# waits on the loop instead (so a coroutine on the same loop, e.g. a colocated receiver, runs
-# while the sender waits for it): a tensor's copy, not a slot's. Waiting on the loop costs a
-# wake-up of the loop's selector per tensor, about 3x the copy of a 4 KiB tensor.
+# How long the loop's thread waits for a put before it waits in an executor instead (so a
+# coroutine on the same loop, e.g. a colocated receiver, runs while the sender waits for a
+# slot): a tensor's copy, not a slot's. Waiting in an executor costs a thread and a wake-up
+# of the loop per tensor.
 _HOLD_S = 0.005
 
 
 async def _push_async(writer: Any, weights: Iterable | AsyncIterator) -> list[UpdateStats]:
-    """_push() from a coroutine: `weights` is pulled on the loop's thread, each put() and the
-    finish() run in the update's own worker thread, one at a time. Anything raised on this
-    side (the iterator, a cancellation) aborts the update once the call in flight returned,
-    and is raised unchanged."""
-    with concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="ferry-update") as worker:
-        pending: concurrent.futures.Future | None = None  # the writer's call in flight
-        try:
-            async for name, tensor in _each(weights):
-                arg, owner = tensor_arg(name, tensor)
-                pending = worker.submit(writer.put, arg)
-                await _result(pending)
-                del arg, owner  # copied: the iterator may reuse the memory
-            pending = worker.submit(writer.finish)
-            return await _result(pending)
-        except BaseException as e:
-            if pending is not None and not pending.done():  # the writer takes one call at a time
-                await asyncio.wait([asyncio.wrap_future(pending)])
-            writer.abort(_why(e))
-            raise
-
-
-async def _result(call: concurrent.futures.Future) -> Any:
-    """The call's result, waited for on the loop's thread for up to _HOLD_S, then on the loop
-    (shielded: a cancellation leaves it to finish, and the caller waits for it)."""
-    if not concurrent.futures.wait([call], timeout=_HOLD_S).done:
-        await asyncio.shield(asyncio.wrap_future(call))
-    return call.result()
+    """_push() from a coroutine: `weights` is pulled on the loop's thread, and each tensor is
+    copied by the update's own thread (start_put) before the next is pulled. Anything raised
+    on this side (the iterator, a cancellation) aborts the update once the put or finish in
+    flight returned, and is raised unchanged."""
+    loop = asyncio.get_running_loop()
+    putting = False
+    finishing: asyncio.Future | None = None
+    try:
+        async for name, tensor in _each(weights):
+            arg, owner = tensor_arg(name, tensor)
+            writer.start_put(arg)
+            putting = True
+            if not writer.wait(_HOLD_S):
+                await asyncio.shield(loop.run_in_executor(None, writer.wait, None))
+            putting = False
+            del arg, owner  # copied: the iterator may reuse the memory
+        finishing = loop.run_in_executor(None, writer.finish)
+        return await asyncio.shield(finishing)
+    except BaseException as e:
+        try:  # the writer takes one call at a time: the one in flight ends first
+            if putting:
+                await loop.run_in_executor(None, writer.wait, None)
+            elif finishing is not None and not finishing.done():
+                await asyncio.wait([finishing])
+        except Exception:
+            pass  # the error raised here is e's
+        writer.abort(_why(e))
+        raise
 
 
 async def _each(weights: Any) -> AsyncIterator:

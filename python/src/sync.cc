@@ -13,12 +13,14 @@
 #include <atomic>
 #include <chrono>
 #include <cmath>
+#include <condition_variable>
 #include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
 #include <string_view>
+#include <thread>
 #include <tuple>
 #include <type_traits>
 #include <utility>
@@ -382,34 +384,58 @@ class PySender : public Endpoint<sync::Sender> {
   friend class PyUpdateWriter;
 };
 
-// One update pushed from Python a tensor at a time (sync::UpdateWriter): ferry.sync drives
-// it from asyncio, one put() per tensor its generator yields, in an executor thread. Each
-// call holds every Sender of the update, so nothing else runs on them meanwhile; a Sender
-// closed mid-update aborts it.
+// One update pushed from Python a tensor at a time (sync::UpdateWriter). Each call holds
+// every Sender of the update, so nothing else runs on them meanwhile; a Sender closed
+// mid-update aborts it. ferry.sync drives it from asyncio with start_put() and wait(): the
+// update's own thread copies the tensor without the GIL while the event loop's thread waits
+// a few milliseconds (a tensor's copy), then waits in an executor (a slot's wait), so a
+// coroutine on the same loop, e.g. a colocated receiver, runs meanwhile.
 class PyUpdateWriter {
  private:
   // Runs f(the Senders) with every Sender held and the GIL released; raises its error.
   template <typename F>
   auto call(F&& f) {
     std::unique_lock<std::mutex> own(mutex_, std::try_to_lock);
-    if (!own.owns_lock()) {
-      throw StatusError(failed_precondition("the update is in use by another thread"));
-    }
-    std::vector<std::unique_ptr<UseGuard>> uses;
-    std::vector<sync::Sender*> impls;
-    for (PySender* end : ends_) {
-      uses.push_back(std::make_unique<UseGuard>(end->mutex_, end->what_));
-      impls.push_back(writer_ ? nullptr : &end->get());  // only begin uses them
+    if (!own.owns_lock() || putting_) {
+      throw StatusError(failed_precondition(
+          "the update is in use: one call at a time (wait() for a started put first)"));
     }
     auto r = [&] {
       py::gil_scoped_release nogil;
-      return f(std::span<sync::Sender* const>(impls));
+      return held(f);
     }();
     for (PySender* end : ends_) end->interrupts_.raise_pending();
     return check(std::move(r));
   }
 
+  // f(the Senders) with every Sender held; a Sender in use elsewhere is an error.
+  template <typename F>
+  auto held(F&& f) -> decltype(f(std::span<sync::Sender* const>())) {
+    std::vector<std::unique_ptr<UseGuard>> uses;
+    std::vector<sync::Sender*> impls;
+    try {
+      for (PySender* end : ends_) {
+        uses.push_back(std::make_unique<UseGuard>(end->mutex_, end->what_));
+        impls.push_back(writer_ ? nullptr : &end->get());  // only begin uses them
+      }
+    } catch (const StatusError& e) {
+      return e.status();
+    }
+    return f(std::span<sync::Sender* const>(impls));
+  }
+
  public:
+  ~PyUpdateWriter() {
+    if (!worker_.joinable()) return;
+    {
+      std::lock_guard<std::mutex> lock(job_mutex_);
+      quit_ = true;
+    }
+    job_changed_.notify_all();
+    py::gil_scoped_release nogil;
+    worker_.join();  // after the put in flight, if any
+  }
+
   // An update to every Sender of `senders` (sync::UpdateWriter::begin).
   static std::unique_ptr<PyUpdateWriter> update(const py::sequence& senders,
                                                 std::optional<std::uint64_t> step,
@@ -442,6 +468,46 @@ class PyUpdateWriter {
     call([&](auto) { return writer().put(view); });
   }
 
+  // put() in the update's own thread: returns at once; wait() says when it is done.
+  void start_put(const py::handle& tensor) {
+    std::unique_lock<std::mutex> own(mutex_, std::try_to_lock);
+    if (!own.owns_lock() || putting_) {
+      throw StatusError(failed_precondition(
+          "the update is in use: one call at a time (wait() for a started put first)"));
+    }
+    started_ = tensor_arg(tensor, /*writable=*/false);  // its memory is held until wait()
+    if (!worker_.joinable()) worker_ = std::thread([this] { work(); });
+    {
+      std::lock_guard<std::mutex> lock(job_mutex_);
+      job_ = true;
+      done_ = false;
+    }
+    putting_ = true;
+    job_changed_.notify_all();
+  }
+
+  // Waits up to `timeout` seconds (None: no limit) for the started put: True once it is
+  // done (raising its error, if any), False if it is still copying or waiting for a slot.
+  bool wait(std::optional<double> timeout) {
+    Status result;
+    {
+      py::gil_scoped_release nogil;
+      std::unique_lock<std::mutex> lock(job_mutex_);
+      const auto done = [&] { return done_ || !job_; };
+      if (!timeout) {
+        job_changed_.wait(lock, done);
+      } else if (!job_changed_.wait_for(lock, std::chrono::duration<double>(*timeout), done)) {
+        return false;
+      }
+      result = job_status_;
+    }
+    started_ = TensorArg{};  // with the GIL: its buffer is released
+    putting_ = false;
+    for (PySender* end : ends_) end->interrupts_.raise_pending();
+    check(result);
+    return true;
+  }
+
   std::vector<sync::UpdateStats> finish() {
     return call([&](auto) { return writer().finish(); });
   }
@@ -467,10 +533,37 @@ class PyUpdateWriter {
 
   sync::UpdateWriter& writer() { return *writer_; }
 
+  // The update's own thread: runs each started put, never taking the GIL.
+  void work() {
+    std::unique_lock<std::mutex> lock(job_mutex_);
+    for (;;) {
+      job_changed_.wait(lock, [&] { return (job_ && !done_) || quit_; });
+      if (quit_) return;
+      const TensorView view{started_.spec, {started_.data, started_.size}};
+      lock.unlock();
+      Status s = held([&](auto) { return writer().put(view); });
+      lock.lock();
+      job_status_ = std::move(s);
+      done_ = true;
+      job_changed_.notify_all();
+    }
+  }
+
   std::vector<py::object> senders_;  // kept alive while the update is open
   std::vector<PySender*> ends_;
   std::unique_ptr<sync::UpdateWriter> writer_;
-  std::mutex mutex_;
+  std::mutex mutex_;      // one Python call at a time
+  bool putting_ = false;  // start_put() was not yet followed by a wait() that saw it done
+  TensorArg started_;     // the started put's tensor
+
+  // The started put, between the Python thread and the update's own thread.
+  std::thread worker_;
+  std::mutex job_mutex_;
+  std::condition_variable job_changed_;
+  bool job_ = false;   // a put was started
+  bool done_ = false;  // it is done: job_status_ says how
+  bool quit_ = false;
+  Status job_status_;
 };
 
 // What a Receiver and a MultiReceiver share: destinations (their buffers kept alive) and the
@@ -875,6 +968,12 @@ void bind_sync(py::module_& m) {
       .def("put", &PyUpdateWriter::put, py::arg("tensor"),
            "The next tensor, (name, dtype, shape, address, nbytes) or (name, dtype, shape, "
            "buffer), copied before this returns; may wait for a free slot.")
+      .def("start_put", &PyUpdateWriter::start_put, py::arg("tensor"),
+           "put() in the update's own thread, without the GIL: returns at once; the tensor's "
+           "memory must stay unchanged until wait() returned True.")
+      .def("wait", &PyUpdateWriter::wait, py::arg("timeout") = py::none(),
+           "Waits up to `timeout` s (None: no limit) for the started put: True once it is done "
+           "(raising its error), False while it still copies or waits for a slot.")
       .def("finish", &PyUpdateWriter::finish,
            "Sends the rest and waits for every receiver's acknowledgement: one UpdateStats per "
            "Sender.")

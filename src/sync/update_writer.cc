@@ -48,11 +48,13 @@ struct UpdateWriter::Impl {
     return ok_status();
   }
 
-  // Releases the Senders; the update is over.
+  // Releases the Senders; the update is over. It forgets them: a Sender may be destroyed
+  // right after (abort_open_update).
   void close() {
     for (Sender::Impl* impl : impls) {
       if (impl->open_update == this) impl->open_update = nullptr;
     }
+    impls.clear();
     mode = Mode::kEnded;
   }
 

@@ -286,3 +286,29 @@ def test_send_update_async_keeps_one_pulled_tensor_alive_at_a_time(streamed):
     assert stats.streamed == streamed
     assert got[-1][0] == _digests(weights)
     assert max(most_alive) <= 1, most_alive
+
+
+def test_an_update_takes_one_call_at_a_time_holds_its_sender_and_a_closed_sender_aborts_it():
+    """The UpdateWriter send_update_async drives: a put in flight (start_put, until wait()
+    saw it done) refuses every other call; while the update is open its Sender refuses
+    other rounds; closing the Sender mid-update aborts the update, which then says so."""
+    address, got = unique_address(), []
+    weights = make_weights(1)
+    with ferry.Sender(address, bucket_bytes=BUCKET_BYTES, timeout=30) as sender:
+        thread = _receive_updates(address, 1, got)
+        sender.accept(1)
+        writer = ferry._ferry.UpdateWriter.update([sender._impl])
+        first, owner = ferry._tensors.tensor_arg(*weights[0])
+        writer.start_put(first)
+        with pytest.raises(ferry.FailedPreconditionError, match="one call at a time"):
+            writer.finish()
+        assert writer.wait(None)
+        del owner
+        with pytest.raises(ferry.FailedPreconditionError, match="UpdateWriter"):
+            sender.send_round(weights)
+        sender.close()
+        second, owner = ferry._tensors.tensor_arg(*weights[1])
+        with pytest.raises(ferry.FailedPreconditionError, match="closed before it ended"):
+            writer.put(second)
+    thread.join(30)
+    assert len(got) == 1 and isinstance(got[0], ferry.FerryError), got  # nothing delivered
