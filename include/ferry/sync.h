@@ -190,13 +190,6 @@ struct GatheredTensor {
   std::vector<std::span<const std::byte>> parts;  // sizes add up to spec.bytes()
 };
 
-// Produces the tensors of send_round_streamed, one at a time: tensor `index`'s bytes
-// (exactly its spec's), valid until the next call. Called with index 0, 1, ... in order,
-// each once, while the round is packed, then once with index == the tensor count: the
-// stream must be over there, so return an empty span (or an error, e.g. when the producer
-// has another tensor). An error aborts the round with it.
-using TensorStream = std::function<Result<std::span<const std::byte>>(std::size_t index)>;
-
 // send_round_filled's producer, which writes into the ring slot itself: fills `dst` with
 // bytes [offset, offset + dst.size()) of tensor `index`. It may only start the copy (a
 // device's asynchronous D2H): `dst` is read only after the next flush. Called in bucket
@@ -237,7 +230,7 @@ class Sender;
 
 // One update pushed by its caller a tensor at a time, for a caller that cannot hand over a
 // stream (a coroutine that yields tensors: ferry.sync drives it from asyncio). send_update
-// and send_round_streamed are loops over it.
+// is a loop over it; begin_round streams one round against a manifest the caller knows.
 //
 //   FERRY_ASSIGN_OR_RETURN(auto update, UpdateWriter::begin(senders, options));
 //   for (const TensorView& t : weights) FERRY_RETURN_IF_ERROR(update->put(t));
@@ -253,8 +246,11 @@ class FERRY_EXPORT UpdateWriter {
   // decided at the first put(). REQUIRES: distinct Senders, each with a receiver.
   static Result<std::unique_ptr<UpdateWriter>> begin(std::span<Sender* const> senders,
                                                      const UpdateOptions& options = {});
-  // One round to `sender` streamed against `specs` (Sender::send_round_streamed, pushed):
-  // BEGIN goes out now; a bad manifest fails here and leaves the session intact.
+  // One round to `sender` streamed against `specs`, each tensor copied straight into the ring
+  // as it is put (one copy, nothing held): BEGIN goes out now; a manifest naming a tensor
+  // twice fails here and leaves the session intact. A tensor that differs from its spec,
+  // one too many or too few fails the round naming it (the session breaks, as with any
+  // failed round); finish()'s UpdateStats::last_round is the round's RoundStats.
   static Result<std::unique_ptr<UpdateWriter>> begin_round(Sender* sender,
                                                            std::span<const TensorSpec> specs,
                                                            const RoundOptions& options = {});
@@ -302,13 +298,6 @@ class FERRY_EXPORT Sender {
                                 const RoundOptions& round_options = {});
   // The same for tensors gathered from parts; a part may be empty.
   Result<RoundStats> send_round_gathered(std::span<const GatheredTensor> weights,
-                                         const RoundOptions& round_options = {});
-  // The same for tensors pulled one at a time as they are packed, straight into the ring
-  // slot (one copy, nothing held): `specs` is the round's manifest, `next` gives the bytes.
-  // A tensor whose bytes differ in size from its spec, or an error from `next`, aborts the
-  // round (and breaks the session, as any failed round) with an error naming the tensor.
-  Result<RoundStats> send_round_streamed(std::span<const TensorSpec> specs,
-                                         const TensorStream& next,
                                          const RoundOptions& round_options = {});
   // The same, with the producer copying into the slot itself (one copy, which may be
   // asynchronous: a device tensor's D2H straight into the ring): `fill` for each piece of a

@@ -1,7 +1,7 @@
 // UpdateWriter: one update pushed a tensor at a time, streamed into the ring when its manifest
 // is the one the last update taught, else staged into rounds of a buffer (and the manifest
-// learned), so a caller such as the verl backend has one send path. Sender::send_update and
-// Sender::send_round_streamed are loops over it.
+// learned), so a caller such as the verl backend has one send path. Sender::send_update is a
+// loop over it.
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
@@ -364,35 +364,6 @@ Result<std::vector<UpdateStats>> Sender::send_update(std::span<Sender* const> se
     if (!tensor->has_value()) return update->finish();
     FERRY_RETURN_IF_ERROR(update->put(**tensor));
   }
-}
-
-Result<RoundStats> Sender::send_round_streamed(std::span<const TensorSpec> specs,
-                                               const TensorStream& next,
-                                               const RoundOptions& round_options) {
-  profiler::Span round_span("sync.send_round");
-  FERRY_ASSIGN_OR_RETURN(std::unique_ptr<UpdateWriter> round,
-                         UpdateWriter::begin_round(this, specs, round_options));
-  for (std::size_t i = 0; i < specs.size(); ++i) {
-    Result<std::span<const std::byte>> bytes = next(i);
-    if (!bytes.ok()) {
-      round->abort(bytes.status());
-      return Status(bytes.status().code(),
-                    fmt::format("tensor {} '{}': {}", i, specs[i].name, bytes.status().message()));
-    }
-    FERRY_RETURN_IF_ERROR(round->put(TensorView{specs[i], *bytes}));
-  }
-  Result<std::span<const std::byte>> rest = next(specs.size());
-  Status end = !rest.ok() ? rest.status()
-               : rest->empty()
-                   ? ok_status()
-                   : invalid_argument(fmt::format(
-                         "the stream has more than the {} tensors of the round", specs.size()));
-  if (!end.ok()) {
-    round->abort(end);
-    return end;
-  }
-  FERRY_ASSIGN_OR_RETURN(std::vector<UpdateStats> stats, round->finish());
-  return stats.front().last_round;
 }
 
 const std::optional<std::vector<TensorSpec>>& Sender::update_manifest() const {

@@ -548,11 +548,9 @@ TEST(MultiReceiver, ASenderFailingMidRoundFailsTheRoundNamingIt) {
     std::vector<TensorSpec> specs;
     for (const TensorView& v : views) specs.push_back(v.spec);
     // The producer fails after the first tensor (the embedding, many buckets) went out.
-    (void)(*sender)->send_round_streamed(specs,
-                                         [&](std::size_t i) -> Result<std::span<const std::byte>> {
-                                           if (i == 0) return views[0].data;
-                                           return io_error("the trainer's copy failed");
-                                         });
+    auto writer = UpdateWriter::begin_round(sender->get(), specs);
+    if (!writer.ok() || !(*writer)->put(views[0]).ok()) return;
+    (*writer)->abort(io_error("the trainer's copy failed"));
   });
   auto rx = MultiReceiver::connect({failing, healthy.address()}, 0, o);
   ASSERT_OK(rx);
@@ -624,14 +622,15 @@ Status serve_two_updates_failing_at_the_end(const std::string& address, const Sy
   const std::vector<TensorView> views = part_views(second, part);
   std::vector<TensorSpec> specs;
   for (const TensorView& v : views) specs.push_back(v.spec);
-  return (*sender)
-      ->send_round_streamed(specs,
-                            [&](std::size_t i) -> Result<std::span<const std::byte>> {
-                              if (i < views.size()) return views[i].data;
-                              FERRY_RETURN_IF_ERROR(at_end());
-                              return std::span<const std::byte>();
-                            })
-      .status();
+  FERRY_ASSIGN_OR_RETURN(std::unique_ptr<UpdateWriter> writer,
+                         UpdateWriter::begin_round(sender->get(), specs));
+  for (const TensorView& v : views) FERRY_RETURN_IF_ERROR(writer->put(v));
+  Status end = at_end();
+  if (!end.ok()) {
+    writer->abort(end);
+    return end;
+  }
+  return writer->finish().status();
 }
 
 // Sender 1 fails after its last tensor of the update was delivered and before its round's END

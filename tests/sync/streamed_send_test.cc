@@ -1,12 +1,15 @@
-// Sender::send_round_streamed: tensors pulled one at a time, in manifest order, straight
-// into the ring; a producer that errs or gives the wrong bytes aborts the round by name.
+// UpdateWriter::begin_round: one round streamed against a manifest, each tensor pushed in
+// manifest order and copied straight into the ring before put() returns; a tensor of the
+// wrong size, one too many or too few, or the caller's abort fails the round by name.
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <functional>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "base/status_macros.h"
 #include "support/status_matchers.h"
 #include "sync/sync_test_util.h"
 
@@ -18,24 +21,6 @@ using testing::small_model;
 using testing::tiny_options;
 using testing::unique_address;
 using testing::Weights;
-
-// Gives each tensor's bytes from one buffer that it refills on every call, as verl's
-// generators refill their staging buffer: correct only if tensor i is packed before
-// tensor i + 1 is asked for. Records the indices it was asked for.
-struct ReusedBufferStream {
-  const Weights& weights;
-  std::vector<std::byte> buffer;
-  std::vector<std::size_t> asked;
-
-  Result<std::span<const std::byte>> operator()(std::size_t i) {
-    asked.push_back(i);
-    if (i == weights.specs.size()) return std::span<const std::byte>();
-    std::fill(buffer.begin(), buffer.end(), std::byte{0xee});  // the last tensor's bytes go
-    buffer.resize(weights.data[i].size());
-    std::copy(weights.data[i].begin(), weights.data[i].end(), buffer.begin());  // may be empty
-    return std::span<const std::byte>(buffer);
-  }
-};
 
 // Receives rounds into fresh destinations of `specs` in a thread; keeps each round's status.
 struct DestinationReceiver {
@@ -64,7 +49,13 @@ struct DestinationReceiver {
   }
 };
 
-TEST(SyncStreamed, PullsEachTensorOnceInOrderAndDeliversEveryByte) {
+// One round to `sender` streamed against `specs` (UpdateWriter::begin_round).
+Result<std::unique_ptr<UpdateWriter>> begin_round(Sender& sender,
+                                                  const std::vector<TensorSpec>& specs) {
+  return UpdateWriter::begin_round(&sender, specs);
+}
+
+TEST(SyncStreamed, EachTensorIsCopiedBeforePutReturnsAndEveryByteArrives) {
   const std::string address = unique_address();
   auto sender = Sender::create(address, tiny_options());
   ASSERT_OK(sender);
@@ -72,14 +63,20 @@ TEST(SyncStreamed, PullsEachTensorOnceInOrderAndDeliversEveryByte) {
   ASSERT_OK((*sender)->accept(1));
   for (std::uint64_t round = 1; round <= 2; ++round) {
     const Weights w = make_weights(small_model(), round);
-    ReusedBufferStream stream{w, {}, {}};
-    const TensorStream next = std::ref(stream);
-    auto stats = (*sender)->send_round_streamed(w.specs, next);
+    auto writer = begin_round(**sender, w.specs);
+    ASSERT_OK(writer);
+    // One buffer refilled for every tensor, as verl's generators refill their staging
+    // buffer: correct only if tensor i was packed before put returned.
+    std::vector<std::byte> buffer;
+    for (std::size_t i = 0; i < w.specs.size(); ++i) {
+      buffer.assign(w.data[i].begin(), w.data[i].end());  // may be empty
+      ASSERT_OK((*writer)->put(TensorView{w.specs[i], buffer}));
+      std::fill(buffer.begin(), buffer.end(), std::byte{0xee});
+    }
+    auto stats = (*writer)->finish();
     ASSERT_OK(stats);
-    EXPECT_EQ(stats->tensors, w.specs.size());
-    std::vector<std::size_t> in_order(w.specs.size() + 1);
-    for (std::size_t i = 0; i < in_order.size(); ++i) in_order[i] = i;
-    EXPECT_EQ(stream.asked, in_order);  // the empty tensor too, then the end of the stream
+    EXPECT_EQ((*stats)[0].last_round.tensors, w.specs.size());
+    EXPECT_TRUE((*stats)[0].streamed);
     if (round == 2) {
       rx.thread.join();
       for (std::size_t i = 0; i < w.specs.size(); ++i) {
@@ -92,8 +89,9 @@ TEST(SyncStreamed, PullsEachTensorOnceInOrderAndDeliversEveryByte) {
   EXPECT_OK(rx.statuses[1]);
 }
 
-// Streams small_model() with `next`; returns the sender's status and the receiver's.
-std::pair<Status, Status> stream_one_round(const TensorStream& next) {
+// Streams small_model() through `push` (its puts and finish; it returns the first error);
+// returns the sender's status and the receiver's.
+std::pair<Status, Status> stream_one_round(const std::function<Status(UpdateWriter&)>& push) {
   const std::string address = unique_address();
   auto sender = Sender::create(address, tiny_options());
   EXPECT_OK(sender);
@@ -101,22 +99,26 @@ std::pair<Status, Status> stream_one_round(const TensorStream& next) {
   DestinationReceiver rx(address, small_model(), 1);
   Status accepted = (*sender)->accept(1);
   EXPECT_OK(accepted);
-  Status sent = (*sender)->send_round_streamed(small_model(), next).status();
+  auto writer = begin_round(**sender, small_model());
+  EXPECT_OK(writer);
+  if (!writer.ok()) return {writer.status(), Status()};
+  Status sent = push(**writer);
   rx.thread.join();
   // The failed round broke the session, as any failed round does.
-  EXPECT_EQ((*sender)->send_round_streamed(small_model(), next).status().code(),
-            Code::kFailedPrecondition);
+  EXPECT_EQ(begin_round(**sender, small_model()).status().code(), Code::kFailedPrecondition);
   return {sent, rx.statuses.empty() ? Status() : rx.statuses.back()};
 }
 
 TEST(SyncStreamed, ATensorOfTheWrongSizeAbortsTheRoundNamingIt) {
   const Weights w = make_weights(small_model(), 7);
-  const TensorStream next = [&](std::size_t i) -> Result<std::span<const std::byte>> {
-    if (i == w.specs.size()) return std::span<const std::byte>();
-    std::span<const std::byte> bytes = w.data[i];
-    return i == 5 ? bytes.first(bytes.size() - 8) : bytes;  // model.norm.weight, short
-  };
-  auto [sent, received] = stream_one_round(next);
+  auto [sent, received] = stream_one_round([&](UpdateWriter& writer) -> Status {
+    for (std::size_t i = 0; i < w.specs.size(); ++i) {
+      std::span<const std::byte> bytes = w.data[i];
+      if (i == 5) bytes = bytes.first(bytes.size() - 8);  // model.norm.weight, short
+      FERRY_RETURN_IF_ERROR(writer.put(TensorView{w.specs[i], bytes}));
+    }
+    return writer.finish().status();
+  });
   EXPECT_EQ(sent.code(), Code::kInvalidArgument) << sent.to_string();
   EXPECT_NE(sent.message().find("tensor 5 'model.norm.weight'"), std::string::npos)
       << sent.message();
@@ -124,30 +126,72 @@ TEST(SyncStreamed, ATensorOfTheWrongSizeAbortsTheRoundNamingIt) {
   EXPECT_FALSE(received.ok());  // told, never delivered as a whole round
 }
 
-TEST(SyncStreamed, AProducerErrorAbortsTheRoundWithItsCodeAndTheTensorName) {
+TEST(SyncStreamed, AnAbortTellsTheReceiverWhyAndWhichTensorWasNext) {
   const Weights w = make_weights(small_model(), 8);
-  const TensorStream next = [&](std::size_t i) -> Result<std::span<const std::byte>> {
-    if (i == 3) return aborted("the generator raised ValueError: boom");
-    if (i == w.specs.size()) return std::span<const std::byte>();
-    return std::span<const std::byte>(w.data[i]);
-  };
-  auto [sent, received] = stream_one_round(next);
+  auto [sent, received] = stream_one_round([&](UpdateWriter& writer) -> Status {
+    for (std::size_t i = 0; i < 3; ++i) {
+      FERRY_RETURN_IF_ERROR(writer.put(TensorView{w.specs[i], w.data[i]}));
+    }
+    const Status raised = aborted("the generator raised ValueError: boom");
+    writer.abort(raised);
+    return raised;
+  });
   EXPECT_EQ(sent.code(), Code::kAborted) << sent.to_string();
-  EXPECT_NE(sent.message().find("tensor 3 'model.layers.0.packed'"), std::string::npos)
+  EXPECT_EQ(received.code(), Code::kAborted) << received.to_string();
+  EXPECT_NE(received.message().find("tensor 3 'model.layers.0.packed'"), std::string::npos)
+      << received.message();
+  EXPECT_NE(received.message().find("ValueError: boom"), std::string::npos) << received.message();
+}
+
+TEST(SyncStreamed, MoreTensorsThanTheManifestAbortTheRound) {
+  const Weights w = make_weights(small_model(), 9);
+  auto [sent, received] = stream_one_round([&](UpdateWriter& writer) -> Status {
+    for (std::size_t i = 0; i <= w.specs.size(); ++i) {
+      const std::size_t k = i % w.specs.size();
+      FERRY_RETURN_IF_ERROR(writer.put(TensorView{w.specs[k], w.data[k]}));
+    }
+    return writer.finish().status();
+  });
+  EXPECT_EQ(sent.code(), Code::kInvalidArgument) << sent.to_string();
+  EXPECT_NE(sent.message().find("is one more than the 7 of the manifest"), std::string::npos)
       << sent.message();
-  EXPECT_NE(sent.message().find("ValueError: boom"), std::string::npos) << sent.message();
   EXPECT_FALSE(received.ok());
 }
 
-TEST(SyncStreamed, AStreamWithMoreTensorsThanTheManifestAbortsTheRound) {
-  const Weights w = make_weights(small_model(), 9);
-  const TensorStream next = [&](std::size_t i) -> Result<std::span<const std::byte>> {
-    return std::span<const std::byte>(w.data[i % w.specs.size()]);  // never ends
-  };
-  auto [sent, received] = stream_one_round(next);
+TEST(SyncStreamed, FewerTensorsThanTheManifestFailAtFinishNamingTheFirstMissing) {
+  const Weights w = make_weights(small_model(), 10);
+  auto [sent, received] = stream_one_round([&](UpdateWriter& writer) -> Status {
+    for (std::size_t i = 0; i + 1 < w.specs.size(); ++i) {
+      FERRY_RETURN_IF_ERROR(writer.put(TensorView{w.specs[i], w.data[i]}));
+    }
+    return writer.finish().status();
+  });
   EXPECT_EQ(sent.code(), Code::kInvalidArgument) << sent.to_string();
-  EXPECT_NE(sent.message().find("more than the 7 tensors"), std::string::npos) << sent.message();
+  EXPECT_NE(sent.message().find("ended before tensor 6 'lm_head.weight'"), std::string::npos)
+      << sent.message();
   EXPECT_FALSE(received.ok());
+}
+
+TEST(SyncStreamed, AManifestNamingATensorTwiceIsRefusedBeforeAnythingIsSent) {
+  const std::string address = unique_address();
+  auto sender = Sender::create(address, tiny_options());
+  ASSERT_OK(sender);
+  DestinationReceiver rx(address, small_model(), 1);
+  ASSERT_OK((*sender)->accept(1));
+  std::vector<TensorSpec> twice = small_model();
+  twice.push_back(twice[2]);
+  EXPECT_EQ(begin_round(**sender, twice).status().code(), Code::kInvalidArgument);
+  // The session is intact: the round with the right manifest goes through.
+  const Weights w = make_weights(small_model(), 11);
+  auto writer = begin_round(**sender, w.specs);
+  ASSERT_OK(writer);
+  for (std::size_t i = 0; i < w.specs.size(); ++i) {
+    ASSERT_OK((*writer)->put(TensorView{w.specs[i], w.data[i]}));
+  }
+  ASSERT_OK((*writer)->finish());
+  rx.thread.join();
+  ASSERT_EQ(rx.statuses.size(), 1u);
+  EXPECT_OK(rx.statuses[0]);
 }
 
 }  // namespace
