@@ -1,9 +1,8 @@
 #include <fmt/format.h>
 
-#include <unordered_map>
-
 #include "base/status_macros.h"
 #include "ferry/sync.h"
+#include "sync/destinations.h"
 #include "sync/join.h"
 #include "sync/round_reader.h"
 
@@ -12,51 +11,7 @@ namespace ferry::sync {
 
 struct Receiver::Impl {
   std::unique_ptr<RoundReader> reader;
-  std::unordered_map<std::string, MutableTensorView> destinations;
-  // Rank-local destinations, by the whole tensor's name: the data is in `destinations`.
-  std::unordered_map<std::string, TensorSlice> slices;
-  // Where round tensor i goes, valid while resolved_generation matches the reader's.
-  std::vector<std::byte*> destination_data;
-  std::vector<const TensorSlice*> destination_slices;  // empty when no destination is a slice
-  std::optional<std::uint64_t> resolved_generation;
-
-  // Finds each round tensor's destination, once per change of the round's tensors or of the
-  // registrations: a round of 20,000 small tensors must not look up 20,000 names.
-  Status resolve_destinations(const RoundBegin& begin) {
-    if (resolved_generation == reader->tensors_generation()) return ok_status();
-    std::vector<std::string> problems;
-    destination_data.assign(begin.tensors.size(), nullptr);
-    destination_slices.assign(slices.empty() ? 0 : begin.tensors.size(), nullptr);
-    for (std::size_t i = 0; i < begin.tensors.size(); ++i) {
-      const TensorSpec& spec = begin.tensors[i];
-      auto it = destinations.find(spec.name);
-      if (it == destinations.end()) {
-        problems.push_back(
-            fmt::format("missing destination for '{}' ({})", spec.name, spec.to_string()));
-        continue;
-      }
-      destination_data[i] = it->second.data.data();
-      const TensorSpec* whole = &it->second.spec;
-      if (auto slice = slices.find(spec.name); slice != slices.end()) {
-        destination_slices[i] = &slice->second;
-        whole = &slice->second.whole;
-      }
-      const TensorSpec& d = *whole;
-      if (d.dtype != spec.dtype || d.shape != spec.shape) {
-        problems.push_back(fmt::format("'{}': sender sends {} {}, destination is {} {}", spec.name,
-                                       spec.shape_string(), dtype_name(spec.dtype),
-                                       d.shape_string(), dtype_name(d.dtype)));
-      }
-    }
-    if (problems.empty()) {
-      resolved_generation = reader->tensors_generation();
-      return ok_status();
-    }
-    std::string text = fmt::format(
-        "round {}: {} manifest mismatch(es) in destination mode:", begin.round, problems.size());
-    for (const std::string& p : problems) text += "\n  " + p;
-    return invalid_argument(text);
-  }
+  Destinations destinations;  // receive_round_into's
 
   // Runs one round read `into`, handing each segment to `use`; the caller's errors abort the
   // round as the reader's do.
@@ -64,8 +19,8 @@ struct Receiver::Impl {
   Result<RoundStats> read(ReadInto into, Use&& use) {
     FERRY_ASSIGN_OR_RETURN(auto begin, reader->begin(into));
     if (into == ReadInto::kDestinations) {
-      Status s = resolve_destinations(begin);
-      if (s.ok()) s = reader->into(destination_data, destination_slices);
+      Status s = destinations.resolve(begin, reader->tensors_generation());
+      if (s.ok()) s = reader->into(destinations.data(), destinations.slices());
       if (!s.ok()) return reader->abort(s);
     }
     while (true) {
@@ -106,39 +61,14 @@ Result<std::unique_ptr<Receiver>> Receiver::connect(const std::string& address,
 }
 
 Status Receiver::set_destination(MutableTensorView destination) {
-  if (destination.data.size() != destination.spec.bytes()) {
-    return invalid_argument(fmt::format("destination '{}': {} bytes given, {} needs {}",
-                                        destination.spec.name, destination.data.size(),
-                                        destination.spec.to_string(), destination.spec.bytes()));
-  }
-  std::string name = destination.spec.name;
-  impl_->slices.erase(name);
-  impl_->destinations.insert_or_assign(std::move(name), std::move(destination));
-  impl_->resolved_generation.reset();
-  return ok_status();
+  return impl_->destinations.set(std::move(destination));
 }
 
 Status Receiver::set_destination(const TensorSlice& slice, std::span<std::byte> local) {
-  FERRY_RETURN_IF_ERROR(slice.check());
-  if (local.size() != slice.local.bytes()) {
-    return invalid_argument(
-        fmt::format("destination for the slice '{}' of {}: {} bytes given, {} "
-                    "needs {}",
-                    slice.local.name, slice.whole.to_string(), local.size(),
-                    slice.local.to_string(), slice.local.bytes()));
-  }
-  const std::string& name = slice.whole.name;
-  impl_->destinations.insert_or_assign(name, MutableTensorView{slice.local, local});
-  impl_->slices.insert_or_assign(name, slice);
-  impl_->resolved_generation.reset();
-  return ok_status();
+  return impl_->destinations.set(slice, local);
 }
 
-void Receiver::clear_destinations() {
-  impl_->destinations.clear();
-  impl_->slices.clear();
-  impl_->resolved_generation.reset();
-}
+void Receiver::clear_destinations() { impl_->destinations.clear(); }
 
 void Receiver::set_begin_check(BeginCheck check) {
   impl_->reader->set_begin_check(std::move(check));
