@@ -200,6 +200,12 @@ using TensorFill =
 // segment is hashed and published.
 using FillFlush = std::function<Status()>;
 
+// UpdateWriter::put's producer for a tensor it does not hold in host memory (a device
+// tensor): writes bytes [offset, offset + dst.size()) of the tensor into `dst`, or only
+// starts that copy (a device's asynchronous D2H): `dst` is read only after the next
+// UpdateOptions::flush. Called in order; a tensor is produced in several calls.
+using TensorProducer = std::function<Status(std::uint64_t offset, std::span<std::byte> dst)>;
+
 // Pulls an update's tensors for Sender::send_update, one per call, in the order the caller
 // has them: the next tensor (its bytes exactly its spec's, valid until the next call), or
 // nullopt once the update is over. An error ends the update with it.
@@ -214,6 +220,10 @@ struct UpdateOptions {
   // drains the ring once), more memory; a tensor larger than it is sent alone, uncopied, before
   // the next is pulled. Default 64 MiB.
   std::uint64_t staging_bytes = 64ull << 20;
+  // Completes every copy a TensorProducer started since the last flush (a device's
+  // synchronize): called before any bytes a producer wrote are hashed or sent. Needed only
+  // by updates whose tensors are put with a producer.
+  FillFlush flush;
 };
 
 // What send_update sent to one Sender's receivers.
@@ -261,6 +271,10 @@ class FERRY_EXPORT UpdateWriter {
   // The update's next tensor (its bytes exactly its spec's), copied before it returns: the
   // caller may reuse the memory at once. May wait for a free slot.
   Status put(const TensorView& tensor);
+  // The same for a tensor `produce` writes itself, straight into the ring (streamed) or the
+  // staging buffer (staged), one copy; options.flush completes its copies before any of its
+  // bytes are hashed. REQUIRES: options.flush set.
+  Status put(const TensorSpec& spec, const TensorProducer& produce);
   // After the last tensor: the rest goes out and every receiver acknowledges. One
   // UpdateStats per Sender, in order.
   Result<std::vector<UpdateStats>> finish();

@@ -65,6 +65,8 @@ Status RoundWriter::begin(std::vector<TensorSpec> manifest, const RoundOptions& 
   in_piece_ = 0;
   segment_begin_ = 0;
   hash_.reset();
+  produced_ = false;
+  produced_flush_ = nullptr;
   FERRY_RETURN_IF_ERROR(fanout_->send_all_bytes(bytes, message));
   return settle();
 }
@@ -110,8 +112,13 @@ Status RoundWriter::publish_segment() {
   const std::uint64_t end = segment_end();
   const bool last = end == plan_.bucket_used[b_];
   std::uint64_t sum = 0;
+  if (produced_) {  // a producer's copies land before the segment is read
+    FERRY_RETURN_IF_ERROR(produced_flush_());
+    produced_ = false;
+    hash_.reset();
+  }
   if (options_.checksums) {
-    // put() hashed while copying; a producer's fill() is hashed from the slot.
+    // put() hashed while copying; a producer's bytes are hashed from the slot.
     sum = hash_ ? hash_->finish(end) : BucketHash(slot_, segment_begin_).finish(end);
   }
   hash_.reset();
@@ -152,7 +159,7 @@ Status RoundWriter::put(std::span<const std::byte> bytes) {
     const std::uint64_t at = p.bucket_offset + in_piece_;
     const std::size_t n = static_cast<std::size_t>(std::min<std::uint64_t>(
         {bytes.size(), p.length - in_piece_, segment_end() - at, copy_between_moves_}));
-    if (options_.checksums) {
+    if (options_.checksums && !produced_) {
       if (!hash_) hash_.emplace(slot_, segment_begin_);
       hash_->copy_piece(slot_ + at, bytes.data(), n, at);
     } else {
@@ -161,6 +168,35 @@ Status RoundWriter::put(std::span<const std::byte> bytes) {
     in_piece_ += n;
     bytes = bytes.subspan(n);
     FERRY_RETURN_IF_ERROR(packed(n));
+    FERRY_RETURN_IF_ERROR(settle());
+  }
+  return ok_status();
+}
+
+Status RoundWriter::produce(std::uint64_t n, const TensorProducer& produce,
+                            const FillFlush& flush) {
+  profiler::Span span("sync.produce", profiler::Detail::kBucket);
+  FERRY_RETURN_IF_ERROR(settle());
+  std::uint64_t done = 0;
+  while (done < n) {
+    if (b_ == plan_.bucket_count()) {
+      return invalid_argument(
+          fmt::format("round {}: {} bytes more than the round's {} tensors hold", round_, n - done,
+                      manifest_.size()));
+    }
+    const Piece& p = plan_.pieces[piece_];
+    const std::uint64_t at = p.bucket_offset + in_piece_;
+    const std::uint64_t m = std::min<std::uint64_t>(
+        {n - done, p.length - in_piece_, segment_end() - at, copy_between_moves_});
+    if (!produced_) {  // the segment is hashed from the slot once the copies landed
+      produced_ = true;
+      produced_flush_ = flush;
+      hash_.reset();
+    }
+    FERRY_RETURN_IF_ERROR(produce(done, std::span<std::byte>(slot_ + at, m)));
+    in_piece_ += m;
+    done += m;
+    FERRY_RETURN_IF_ERROR(packed(m));
     FERRY_RETURN_IF_ERROR(settle());
   }
   return ok_status();

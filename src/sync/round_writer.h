@@ -43,6 +43,10 @@ class RoundWriter {
                wire::Begin fields = {});
   // The round's next bytes: the manifest's tensors in order, each whole or in parts.
   Status put(std::span<const std::byte> bytes);
+  // The round's next `n` bytes, written by `produce` itself, perhaps asynchronously: a
+  // segment holding such bytes is flushed (`flush`), then hashed from the slot, before it is
+  // published.
+  Status produce(std::uint64_t n, const TensorProducer& produce, const FillFlush& flush);
   // Every remaining segment written by the producer itself (Sender::send_round_filled):
   // `produce` for each piece of a segment, `flush` once, then the segment is hashed and
   // published.
@@ -86,6 +90,10 @@ class RoundWriter {
   std::uint64_t in_piece_ = 0;       // bytes of it written
   std::uint64_t segment_begin_ = 0;  // the bucket's bytes [segment_begin_, segment_end())
   std::optional<BucketHash> hash_;   // of the segment, taken while copying
+  // The segment holds bytes a TensorProducer wrote: flushed with produced_flush_, then hashed
+  // from the slot, when it is published.
+  bool produced_ = false;
+  FillFlush produced_flush_;
 };
 
 }  // namespace ferry::sync

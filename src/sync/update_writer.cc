@@ -32,6 +32,25 @@ Status check_bytes(std::size_t index, const TensorView& t) {
                                       t.spec.bytes()));
 }
 
+// One tensor as put() gets it: its bytes in memory, or a producer that writes them.
+struct Source {
+  const TensorSpec& spec;
+  std::span<const std::byte> data;          // in memory
+  const TensorProducer* produce = nullptr;  // or written by the producer
+
+  std::uint64_t bytes() const { return produce != nullptr ? spec.bytes() : data.size(); }
+
+  // Writes the bytes into `dst`, a producer's copies waited for with `flush`.
+  Status copy_to(std::span<std::byte> dst, const FillFlush& flush) const {
+    if (produce == nullptr) {
+      if (!dst.empty()) std::memcpy(dst.data(), data.data(), dst.size());
+      return ok_status();
+    }
+    FERRY_RETURN_IF_ERROR((*produce)(0, dst));
+    return flush();
+  }
+};
+
 }  // namespace
 
 struct UpdateWriter::Impl {
@@ -71,8 +90,12 @@ struct UpdateWriter::Impl {
     return ok_status();
   }
 
-  Status put(const TensorView& tensor) {
+  Status put(const Source& tensor) {
     if (mode == Mode::kEnded) return ended_error();
+    if (tensor.produce != nullptr && !options.flush) {
+      return invalid_argument(fmt::format(
+          "tensor '{}': a tensor with a producer needs UpdateOptions::flush", tensor.spec.name));
+    }
     if (mode == Mode::kUndecided) {
       const std::optional<std::vector<TensorSpec>>& learned = impls[0]->learned;
       bool stream = learned.has_value() && !learned->empty() && tensor.spec == learned->front();
@@ -141,7 +164,7 @@ struct UpdateWriter::Impl {
   }
 
  private:
-  Status put_streamed(const TensorView& tensor) {
+  Status put_streamed(const Source& tensor) {
     const std::size_t n = manifest.size();
     if (next == n) {
       return fail_all(invalid_argument(fmt::format(
@@ -152,14 +175,22 @@ struct UpdateWriter::Impl {
           invalid_argument(fmt::format("tensor {} is {}, but the manifest has {} there", next,
                                        described(tensor.spec), described(manifest[next]))));
     }
-    Status sized = check_bytes(next, tensor);
-    if (!sized.ok()) return fail_all(sized);
+    if (tensor.produce == nullptr) {
+      Status sized = check_bytes(next, TensorView{tensor.spec, tensor.data});
+      if (!sized.ok()) return fail_all(sized);
+    }
     for (Sender::Impl* impl : impls) {
-      Status s = impl->writer->put(tensor.data);
+      Status s = tensor.produce != nullptr
+                     ? impl->writer->produce(tensor.bytes(), *tensor.produce, options.flush)
+                     : impl->writer->put(tensor.data);
+      if (!s.ok() && tensor.produce != nullptr) {  // the producer's own error names no tensor
+        s = Status(s.code(),
+                   fmt::format("tensor {} '{}': {}", next, tensor.spec.name, s.message()));
+      }
       if (!s.ok()) return fail_all(s);
     }
     ++next;
-    count(tensor);
+    count(tensor.bytes());
     return ok_status();
   }
 
@@ -175,32 +206,42 @@ struct UpdateWriter::Impl {
 
   // Copies the tensor into the staging buffer, first sending the round it holds when the
   // tensor does not fit or its name is in it already; a tensor larger than the buffer is sent
-  // alone, from the caller's memory, before this returns.
-  Status put_staged(const TensorView& t) {
+  // alone, from the caller's memory (or a copy, for a producer's), before this returns.
+  Status put_staged(const Source& t) {
     constexpr std::uint64_t kAlign = 64;  // each copy's start: any dtype's view is aligned
-    Status sized = check_bytes(tensors, t);
-    if (!sized.ok()) return fail_sent(sized);
+    if (t.produce == nullptr) {
+      Status sized = check_bytes(tensors, TensorView{t.spec, t.data});
+      if (!sized.ok()) return fail_sent(sized);
+    }
     if (in_round.contains(t.spec.name)) FERRY_RETURN_IF_ERROR(send_staged(true));  // a name twice
     if (unique && names.insert(t.spec.name).second) {
       staged_manifest.push_back(t.spec);
     } else {
       unique = false;
     }
-    count(t);
-    const std::uint64_t size = t.data.size();
+    const std::uint64_t size = t.bytes();
+    count(size);
     std::uint64_t start = (used + kAlign - 1) / kAlign * kAlign;
     if (start + size > buffer.size() && !staged.empty()) {
       FERRY_RETURN_IF_ERROR(send_staged(true));
       start = 0;
     }
     if (start + size <= buffer.size()) {
-      if (size != 0) std::memcpy(buffer.data() + start, t.data.data(), size);
+      const std::span<std::byte> dst = buffer.subspan(start, size);
+      Status copied = t.copy_to(dst, options.flush);
+      if (!copied.ok()) return fail_sent(copied);
       in_round.insert(t.spec.name);
-      staged.push_back({t.spec, {buffer.data() + start, size}});
+      staged.push_back({t.spec, dst});
       used = start + size;
       return ok_status();
     }
-    staged.push_back(t);
+    std::vector<std::byte> whole;  // a producer's tensor, larger than the buffer
+    if (t.produce != nullptr) {
+      whole.resize(size);
+      Status copied = t.copy_to(whole, options.flush);
+      if (!copied.ok()) return fail_sent(copied);
+    }
+    staged.push_back({t.spec, t.produce != nullptr ? std::span<const std::byte>(whole) : t.data});
     return send_staged(true);
   }
 
@@ -227,8 +268,8 @@ struct UpdateWriter::Impl {
     return ok_status();
   }
 
-  void count(const TensorView& t) {
-    bytes += t.data.size();
+  void count(std::uint64_t n) {
+    bytes += n;
     ++tensors;
   }
 
@@ -332,7 +373,12 @@ Result<std::unique_ptr<UpdateWriter>> UpdateWriter::begin_round(Sender* sender,
   return std::unique_ptr<UpdateWriter>(new UpdateWriter(std::move(impl)));
 }
 
-Status UpdateWriter::put(const TensorView& tensor) { return impl_->put(tensor); }
+Status UpdateWriter::put(const TensorView& tensor) {
+  return impl_->put(Source{tensor.spec, tensor.data});
+}
+Status UpdateWriter::put(const TensorSpec& spec, const TensorProducer& produce) {
+  return impl_->put(Source{spec, {}, &produce});
+}
 Result<std::vector<UpdateStats>> UpdateWriter::finish() { return impl_->finish(); }
 void UpdateWriter::abort(const Status& why) { impl_->abort(why); }
 

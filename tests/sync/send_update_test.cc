@@ -315,6 +315,86 @@ TEST_F(SendUpdate, AStreamedUpdateAbortedOrDroppedMidwayFailsTheReceiverNamingTh
   }
 }
 
+// A producer whose copies land only at the flush, as a device's asynchronous D2H: a writer
+// that hashed or published a segment before flushing would send the bytes that were there.
+struct LateCopies {
+  std::vector<std::pair<std::span<std::byte>, std::span<const std::byte>>> pending;
+  int flushes = 0;
+
+  TensorProducer of(std::span<const std::byte> tensor) {
+    return [this, tensor](std::uint64_t offset, std::span<std::byte> dst) {
+      std::fill(dst.begin(), dst.end(), std::byte{0xEE});  // what a hasty reader would see
+      pending.emplace_back(dst, tensor.subspan(offset, dst.size()));
+      return ok_status();
+    };
+  }
+  Status flush() {
+    for (auto [dst, src] : pending) std::copy(src.begin(), src.end(), dst.begin());
+    pending.clear();
+    ++flushes;
+    return ok_status();
+  }
+};
+
+TEST_F(SendUpdate, ProducedTensorsAreFlushedBeforeTheyAreSentStagedAndStreamed) {
+  const std::vector<TensorSpec> specs = small_model();
+  LateCopies copies;
+  for (std::uint64_t seed = 1; seed <= 2; ++seed) {  // staged, then streamed
+    const Weights w = make_weights(specs, seed);
+    Result<Received> got = aborted("not received");
+    std::thread rx([&] { got = receive_update(*receiver_); });
+    Sender* one = sender_.get();
+    UpdateOptions options{.staging_bytes = 4096};  // the embedding is larger: sent alone
+    options.flush = [&] { return copies.flush(); };
+    auto writer = UpdateWriter::begin(std::span<Sender* const>(&one, 1), options);
+    ASSERT_OK(writer);
+    for (std::size_t i = 0; i < specs.size(); ++i) {
+      ASSERT_OK((*writer)->put(specs[i], copies.of(w.data[i])));
+    }
+    auto sent = (*writer)->finish();
+    rx.join();
+    ASSERT_OK(sent);
+    ASSERT_OK(got);
+    EXPECT_EQ((*sent)[0].streamed, seed == 2);
+    EXPECT_GE((*sent)[0].last_round.buckets, 2u);
+    expect_bit_exact(*got, w);
+  }
+  EXPECT_GE(copies.flushes, 4);
+}
+
+TEST_F(SendUpdate, AProducerNeedsAFlushAndItsErrorFailsTheRoundNamingTheTensor) {
+  const std::vector<TensorSpec> specs = small_model();
+  ASSERT_OK(update(make_weights(specs, 1)).first);  // learned: the next one streams
+  const Weights w = make_weights(specs, 2);
+  Sender* one = sender_.get();
+  {
+    auto writer = UpdateWriter::begin(std::span<Sender* const>(&one, 1));  // no flush
+    ASSERT_OK(writer);
+    const TensorProducer copy = [&](std::uint64_t, std::span<std::byte>) { return ok_status(); };
+    EXPECT_EQ((*writer)->put(specs[0], copy).code(), Code::kInvalidArgument);
+    (*writer)->abort(aborted("no flush"));  // nothing went out: the session is intact
+  }
+  Result<Received> got = aborted("not received");
+  std::thread rx([&] { got = receive_update(*receiver_); });
+  UpdateOptions options;
+  options.flush = [] { return ok_status(); };
+  auto writer = UpdateWriter::begin(std::span<Sender* const>(&one, 1), options);
+  ASSERT_OK(writer);
+  ASSERT_OK((*writer)->put(TensorView{specs[0], w.data[0]}));
+  const TensorProducer failing = [](std::uint64_t, std::span<std::byte>) {
+    return io_error("the device copy failed");
+  };
+  const Status s = (*writer)->put(specs[1], failing);
+  rx.join();
+  EXPECT_EQ(s.code(), Code::kIoError) << s.to_string();
+  EXPECT_NE(s.message().find(fmt::format("tensor 1 '{}': the device copy failed", specs[1].name)),
+            std::string::npos)
+      << s.to_string();
+  ASSERT_FALSE(got.ok());
+  EXPECT_NE(got.status().message().find("the device copy failed"), std::string::npos)
+      << got.status().to_string();
+}
+
 TEST(UpdateWriterSender, ASenderDestroyedMidUpdateAbortsIt) {
   const SyncOptions o = tiny_options();
   const std::string address = unique_address();
