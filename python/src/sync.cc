@@ -395,17 +395,23 @@ class PyUpdateWriter {
   // Runs f(the Senders) with every Sender held and the GIL released; raises its error.
   template <typename F>
   auto call(F&& f) {
-    std::unique_lock<std::mutex> own(mutex_, std::try_to_lock);
-    if (!own.owns_lock() || putting_) {
-      throw StatusError(failed_precondition(
-          "the update is in use: one call at a time (wait() for a started put first)"));
-    }
+    std::unique_lock<std::mutex> own = claim();
     auto r = [&] {
       py::gil_scoped_release nogil;
       return held(f);
     }();
     for (PySender* end : ends_) end->interrupts_.raise_pending();
     return check(std::move(r));
+  }
+
+  // This call's turn: one call at a time, none while a started put is not waited for.
+  std::unique_lock<std::mutex> claim() {
+    std::unique_lock<std::mutex> own(mutex_, std::try_to_lock);
+    if (!own.owns_lock() || putting_) {
+      throw StatusError(failed_precondition(
+          "the update is in use: one call at a time (wait() for a started put first)"));
+    }
+    return own;
   }
 
   // f(the Senders) with every Sender held; a Sender in use elsewhere is an error.
@@ -470,11 +476,7 @@ class PyUpdateWriter {
 
   // put() in the update's own thread: returns at once; wait() says when it is done.
   void start_put(const py::handle& tensor) {
-    std::unique_lock<std::mutex> own(mutex_, std::try_to_lock);
-    if (!own.owns_lock() || putting_) {
-      throw StatusError(failed_precondition(
-          "the update is in use: one call at a time (wait() for a started put first)"));
-    }
+    std::unique_lock<std::mutex> own = claim();
     started_ = tensor_arg(tensor, /*writable=*/false);  // its memory is held until wait()
     if (!worker_.joinable()) worker_ = std::thread([this] { work(); });
     {

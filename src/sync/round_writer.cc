@@ -146,36 +146,8 @@ Status RoundWriter::packed(std::uint64_t n) {
   return fanout_->keep_moving();
 }
 
-Status RoundWriter::put(std::span<const std::byte> bytes) {
-  profiler::Span span("sync.pack", profiler::Detail::kBucket);
-  FERRY_RETURN_IF_ERROR(settle());
-  while (!bytes.empty()) {
-    if (b_ == plan_.bucket_count()) {
-      return invalid_argument(
-          fmt::format("round {}: {} bytes more than the round's {} tensors hold", round_,
-                      bytes.size(), manifest_.size()));
-    }
-    const Piece& p = plan_.pieces[piece_];
-    const std::uint64_t at = p.bucket_offset + in_piece_;
-    const std::size_t n = static_cast<std::size_t>(std::min<std::uint64_t>(
-        {bytes.size(), p.length - in_piece_, segment_end() - at, copy_between_moves_}));
-    if (options_.checksums && !produced_) {
-      if (!hash_) hash_.emplace(slot_, segment_begin_);
-      hash_->copy_piece(slot_ + at, bytes.data(), n, at);
-    } else {
-      copy_bytes(slot_ + at, bytes.data(), n);
-    }
-    in_piece_ += n;
-    bytes = bytes.subspan(n);
-    FERRY_RETURN_IF_ERROR(packed(n));
-    FERRY_RETURN_IF_ERROR(settle());
-  }
-  return ok_status();
-}
-
-Status RoundWriter::produce(std::uint64_t n, const TensorProducer& produce,
-                            const FillFlush& flush) {
-  profiler::Span span("sync.produce", profiler::Detail::kBucket);
+template <class Write>
+Status RoundWriter::pack(std::uint64_t n, Write&& write) {
   FERRY_RETURN_IF_ERROR(settle());
   std::uint64_t done = 0;
   while (done < n) {
@@ -188,18 +160,40 @@ Status RoundWriter::produce(std::uint64_t n, const TensorProducer& produce,
     const std::uint64_t at = p.bucket_offset + in_piece_;
     const std::uint64_t m = std::min<std::uint64_t>(
         {n - done, p.length - in_piece_, segment_end() - at, copy_between_moves_});
-    if (!produced_) {  // the segment is hashed from the slot once the copies landed
-      produced_ = true;
-      produced_flush_ = flush;
-      hash_.reset();
-    }
-    FERRY_RETURN_IF_ERROR(produce(done, std::span<std::byte>(slot_ + at, m)));
+    FERRY_RETURN_IF_ERROR(write(at, done, m));
     in_piece_ += m;
     done += m;
     FERRY_RETURN_IF_ERROR(packed(m));
     FERRY_RETURN_IF_ERROR(settle());
   }
   return ok_status();
+}
+
+Status RoundWriter::put(std::span<const std::byte> bytes) {
+  profiler::Span span("sync.pack", profiler::Detail::kBucket);
+  return pack(bytes.size(), [&](std::uint64_t at, std::uint64_t from, std::uint64_t m) {
+    const std::size_t n = static_cast<std::size_t>(m);
+    if (options_.checksums && !produced_) {
+      if (!hash_) hash_.emplace(slot_, segment_begin_);
+      hash_->copy_piece(slot_ + at, bytes.data() + from, n, at);
+    } else {
+      copy_bytes(slot_ + at, bytes.data() + from, n);
+    }
+    return ok_status();
+  });
+}
+
+Status RoundWriter::produce(std::uint64_t n, const TensorProducer& produce,
+                            const FillFlush& flush) {
+  profiler::Span span("sync.produce", profiler::Detail::kBucket);
+  return pack(n, [&](std::uint64_t at, std::uint64_t from, std::uint64_t m) {
+    if (!produced_) {  // the segment is hashed from the slot once the copies landed
+      produced_ = true;
+      produced_flush_ = flush;
+      hash_.reset();
+    }
+    return produce(from, std::span<std::byte>(slot_ + at, m));
+  });
 }
 
 Status RoundWriter::fill(const TensorFill& produce, const FillFlush& flush) {

@@ -63,6 +63,10 @@ class RoundWriter {
   // Claims bucket b_'s slot, waiting until every peer released the bucket it held before.
   Status open_bucket();
   Status publish_segment();
+  // Packs the round's next `n` bytes: write(bucket_offset, offset_in_n, length) for each
+  // piece, publishing what each piece completes.
+  template <class Write>
+  Status pack(std::uint64_t n, Write&& write);
   // After `n` more bytes were packed: turns the engine once copy_between_moves_ were
   // (Fanout::keep_moving), so segments already published keep crossing the link.
   Status packed(std::uint64_t n);

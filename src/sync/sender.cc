@@ -140,10 +140,7 @@ Result<std::unique_ptr<Sender>> Sender::create(const std::string& address,
 }
 
 Status Sender::accept(std::uint32_t receivers) {
-  if (impl_->open_update != nullptr) {
-    return failed_precondition(
-        "an update (UpdateWriter) is open on this Sender: finish or abort it first");
-  }
+  FERRY_RETURN_IF_ERROR(impl_->no_open_update());
   if (!impl_->broken.ok()) {
     // After a failure, peers join a new session on the same address and ring.
     log::info("sync: starting a new session on {} after: {}", impl_->fanout->address(),

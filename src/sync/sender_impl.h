@@ -8,6 +8,7 @@
 #include <span>
 #include <vector>
 
+#include "base/status_macros.h"
 #include "codec/tensor_codec.h"
 #include "ferry/status.h"
 #include "ferry/sync.h"
@@ -38,12 +39,16 @@ struct Sender::Impl {
           "the session failed earlier (accept() receivers again to start a new one): " +
           broken.to_string());
     }
-    if (open_update != nullptr) {
-      return failed_precondition(
-          "an update (UpdateWriter) is open on this Sender: finish or abort it first");
-    }
+    FERRY_RETURN_IF_ERROR(no_open_update());
     if (fanout->peers().empty()) return failed_precondition("send_round: no receiver has joined");
     return ok_status();
+  }
+
+  // Nothing but the open update, if any, may use the session.
+  Status no_open_update() const {
+    if (open_update == nullptr) return ok_status();
+    return failed_precondition(
+        "an update (UpdateWriter) is open on this Sender: finish or abort it first");
   }
 
   Status fail(Status why) {
