@@ -203,7 +203,8 @@ using FillFlush = std::function<Status()>;
 // UpdateWriter::put's producer for a tensor it does not hold in host memory (a device
 // tensor): writes bytes [offset, offset + dst.size()) of the tensor into `dst`, or only
 // starts that copy (a device's asynchronous D2H): `dst` is read only after the next
-// UpdateOptions::flush. Called in order; a tensor is produced in several calls.
+// UpdateOptions::flush. Called in order, never for zero bytes; a tensor is produced in
+// several calls.
 using TensorProducer = std::function<Status(std::uint64_t offset, std::span<std::byte> dst)>;
 
 // Pulls an update's tensors for Sender::send_update, one per call, in the order the caller

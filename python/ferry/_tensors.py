@@ -7,6 +7,7 @@ Incoming views become torch tensors (or numpy arrays) over ferry's memory withou
 
 from __future__ import annotations
 
+import ctypes
 import warnings
 from typing import Any, Iterable, Mapping, Tuple, Union
 
@@ -175,6 +176,24 @@ def _frombuffer(memory: memoryview) -> "torch.Tensor":
             _warned = True
             return torch.frombuffer(memory, dtype=torch.uint8)
     return torch.frombuffer(memory, dtype=torch.uint8)
+
+
+def byte_view(tensor: "torch.Tensor") -> "torch.Tensor":
+    """The tensor's bytes as a 1-D uint8 tensor on its device (contiguous: a copy otherwise)."""
+    flat = tensor.detach().contiguous().reshape(-1)
+    if flat.numel() == 0:
+        return torch.empty(0, dtype=torch.uint8, device=tensor.device)
+    return flat.view(torch.uint8)
+
+
+def host_view(address: int, nbytes: int) -> "torch.Tensor":
+    """A uint8 CPU tensor over host memory [address, +nbytes) that someone else owns."""
+    if nbytes == 0:
+        return torch.empty(0, dtype=torch.uint8)
+    buffer = (ctypes.c_ubyte * nbytes).from_address(address)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # torch warns about non-writable buffers
+        return torch.frombuffer(buffer, dtype=torch.uint8)
 
 
 def typed(raw: "torch.Tensor", dtype: DType, shape: tuple) -> "torch.Tensor":

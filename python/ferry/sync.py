@@ -21,8 +21,8 @@ import inspect
 from typing import Any, AsyncIterator, Callable, Iterable, Mapping, Self, Sequence
 
 from . import _ferry
-from ._tensors import (CONVERTERS, Weights, _error, destination_arg, ferry_dtype, tensor_arg,
-                       tensor_args)
+from ._tensors import (CONVERTERS, Weights, _error, byte_view, destination_arg, ferry_dtype,
+                       host_view, tensor_arg, tensor_args)
 
 RoundStats = _ferry.RoundStats
 SyncOptions = _ferry.SyncOptions
@@ -179,22 +179,9 @@ class Sender(_Endpoint):
                                             _manifest(specs), more_follows, step)
         return (await _push_async(writer, weights))[0].last_round
 
-    def send_round_filled(self, specs: Sequence[tuple], fill: Callable[[int, int, int, int], None],
-                          flush: Callable[[], None], more_follows: bool = False,
-                          step: int | None = None) -> RoundStats:
-        """Sends one round whose producer copies into the ring itself (a device's D2H).
-
-        specs: (name, dtype, shape) of each tensor, in order. For each piece of a segment
-        (in ring order) fill(index, tensor_offset, ring_offset, nbytes) copies bytes
-        [tensor_offset, +nbytes) of tensor `index` to bytes [ring_offset, +nbytes) of
-        ring_memory(), or only starts that copy; flush() then completes the segment's copies,
-        once per segment, before the segment is hashed and published. An exception in either
-        aborts the round (the session breaks, as any failed round) and is raised here unchanged.
-        """
-        return self._impl.send_round_filled(_manifest(specs), fill, flush, more_follows, step)
-
     def send_update(self, weights: Iterable[tuple[str, Any]], *, step: int | None = None,
-                    staging_bytes: int = DEFAULT_STAGING_BYTES) -> UpdateStats:
+                    staging_bytes: int = DEFAULT_STAGING_BYTES,
+                    device: Any = None) -> UpdateStats:
         """Sends one update, every (name, tensor) of `weights`, choosing how itself
         (include/ferry/sync.h, Sender::send_update): streamed in one round, each tensor copied
         straight into the ring as it is pulled, when its first tensor matches the first of
@@ -205,14 +192,18 @@ class Sender(_Endpoint):
         manifest in a streamed update (name, dtype, shape, missing, extra) raises
         InvalidArgumentError naming it and aborts the round (the session breaks; the next
         update is staged); an exception of the iterator is raised here unchanged. `step`
-        travels in every round's BEGIN, as in send_round()."""
-        return send_update([self], weights, step=step, staging_bytes=staging_bytes)[0]
+        travels in every round's BEGIN, as in send_round(). `device`: see
+        ferry.sync.send_update."""
+        return send_update([self], weights, step=step, staging_bytes=staging_bytes,
+                           device=device)[0]
 
     async def send_update_async(self, weights: Iterable | AsyncIterator, *,
                                 step: int | None = None,
-                                staging_bytes: int = DEFAULT_STAGING_BYTES) -> UpdateStats:
+                                staging_bytes: int = DEFAULT_STAGING_BYTES,
+                                device: Any = None) -> UpdateStats:
         """send_update() from a coroutine (see ferry.sync.send_update_async)."""
-        stats = await send_update_async([self], weights, step=step, staging_bytes=staging_bytes)
+        stats = await send_update_async([self], weights, step=step, staging_bytes=staging_bytes,
+                                        device=device)
         return stats[0]
 
     @property
@@ -222,8 +213,9 @@ class Sender(_Endpoint):
         return self._impl.update_manifest
 
     def ring_memory(self) -> tuple[int, int]:
-        """The ring as (address, nbytes), for send_round_filled's fill to copy into (and to
-        page-lock once with a device runtime). Valid until close(); unregister it before."""
+        """The ring as (address, nbytes), to page-lock once with a device runtime (so
+        send_update's device copies into it are DMA). Valid until close(); unregister it
+        before."""
         return self._impl.ring_memory()
 
     async def send_round_async(self, weights: Weights, more_follows: bool = False,
@@ -258,27 +250,63 @@ class Sender(_Endpoint):
 
 
 def send_update(senders: Sequence[Sender], weights: Iterable[tuple[str, Any]], *,
-                step: int | None = None,
-                staging_bytes: int = DEFAULT_STAGING_BYTES) -> list[UpdateStats]:
+                step: int | None = None, staging_bytes: int = DEFAULT_STAGING_BYTES,
+                device: Any = None) -> list[UpdateStats]:
     """Sender.send_update() to several Senders at once (one per kind of peer, e.g. an shm and
     a net session) from one iterator: each tensor is pulled and copied once for all of them.
     Streamed only when every Sender's update_manifest is the same; an error breaks every
-    session. One UpdateStats per Sender, in order."""
-    writer = _ferry.UpdateWriter.update([s._impl for s in senders], step, staging_bytes)
-    return _push(writer, weights)
+    session. One UpdateStats per Sender, in order.
+
+    device: an object with copy_async(dst, src) and synchronize(), such as ferry.verl's
+    Device. Each tensor is then copied by it from its own memory straight into the ring (or
+    the staging buffer), a device-to-host DMA with no host copy between, and its copies are
+    waited for once per segment, before the segment is hashed and published. Page-lock the
+    rings (Sender.ring_memory) for the copies to be DMA."""
+    copies = _DeviceCopies(device) if device is not None else None
+    writer = _ferry.UpdateWriter.update([s._impl for s in senders], step, staging_bytes,
+                                        copies and copies.flush)
+    return _push(writer, weights, copies)
 
 
 async def send_update_async(senders: Sequence[Sender], weights: Iterable | AsyncIterator, *,
-                            step: int | None = None,
-                            staging_bytes: int = DEFAULT_STAGING_BYTES) -> list[UpdateStats]:
+                            step: int | None = None, staging_bytes: int = DEFAULT_STAGING_BYTES,
+                            device: Any = None) -> list[UpdateStats]:
     """send_update() from a coroutine, for generators that must run on the event loop's
     thread (verl's: they may run collectives and refill one buffer per yield). `weights` (a
     sync or async iterable) is pulled on the calling thread; each tensor is put into the
-    update in a worker thread, and the next is pulled once it was copied, so the loop is free
-    while the sender copies and waits. An exception of the iterator aborts the update and is
-    raised here unchanged; a cancelled call aborts it too."""
-    writer = _ferry.UpdateWriter.update([s._impl for s in senders], step, staging_bytes)
-    return await _push_async(writer, weights)
+    update in a worker thread, and the next is pulled once it was copied (or, with `device`,
+    once its copies were started), so the loop is free while the sender copies and waits. An
+    exception of the iterator aborts the update and is raised here unchanged; a cancelled
+    call aborts it too."""
+    copies = _DeviceCopies(device) if device is not None else None
+    writer = _ferry.UpdateWriter.update([s._impl for s in senders], step, staging_bytes,
+                                        copies and copies.flush)
+    return await _push_async(writer, weights, copies)
+
+
+class _DeviceCopies:
+    """send_update's `device`: each tensor is put as a producer that starts the device's copy
+    of each piece into host memory; flush() waits for them. A tensor is kept referenced until
+    a flush after its last piece, as its copies may read it until then."""
+
+    def __init__(self, device: Any) -> None:
+        self.device = device
+        self._held: list[Any] = []
+
+    def start(self, writer: Any, name: str, tensor: Any) -> None:
+        src = byte_view(tensor)
+        spec = (str(name), ferry_dtype(tensor.dtype), tuple(tensor.shape))
+
+        def produce(offset: int, address: int, nbytes: int) -> None:
+            self.device.copy_async(host_view(address, nbytes), src[offset:offset + nbytes])
+
+        self._held.append(src)
+        writer.start_produce(spec, produce)
+
+    def flush(self) -> None:
+        self.device.synchronize()
+        # Every copy started so far landed; the newest tensor may still have pieces to copy.
+        del self._held[:-1]
 
 
 def _manifest(specs: Sequence[tuple]) -> list[tuple]:
@@ -293,11 +321,17 @@ def _why(error: BaseException) -> str:
     return f"the send was stopped: {type(error).__name__}"
 
 
-def _push(writer: Any, weights: Iterable[tuple[str, Any]]) -> list[UpdateStats]:
+def _push(writer: Any, weights: Iterable[tuple[str, Any]],
+          copies: _DeviceCopies | None = None) -> list[UpdateStats]:
     """Puts every (name, tensor) of `weights` into `writer` (an _ferry.UpdateWriter), then
-    finishes it. An exception of the iterator aborts the update and is raised unchanged."""
+    finishes it; with `copies`, each through the device. An exception of the iterator aborts
+    the update and is raised unchanged."""
     try:
         for name, tensor in weights:
+            if copies is not None:
+                copies.start(writer, name, tensor)
+                writer.wait(None)
+                continue
             arg, owner = tensor_arg(name, tensor)
             writer.put(arg)
             del arg, owner  # copied: the iterator may reuse the memory
@@ -314,18 +348,23 @@ def _push(writer: Any, weights: Iterable[tuple[str, Any]]) -> list[UpdateStats]:
 _HOLD_S = 0.005
 
 
-async def _push_async(writer: Any, weights: Iterable | AsyncIterator) -> list[UpdateStats]:
+async def _push_async(writer: Any, weights: Iterable | AsyncIterator,
+                      copies: _DeviceCopies | None = None) -> list[UpdateStats]:
     """_push() from a coroutine: `weights` is pulled on the loop's thread, and each tensor is
-    copied by the update's own thread (start_put) before the next is pulled. Anything raised
-    on this side (the iterator, a cancellation) aborts the update once the put or finish in
-    flight returned, and is raised unchanged."""
+    copied by the update's own thread (start_put, or the device's copies started there)
+    before the next is pulled. Anything raised on this side (the iterator, a cancellation)
+    aborts the update once the put or finish in flight returned, and is raised unchanged."""
     loop = asyncio.get_running_loop()
     putting = False
     finishing: asyncio.Future | None = None
     try:
         async for name, tensor in _each(weights):
-            arg, owner = tensor_arg(name, tensor)
-            writer.start_put(arg)
+            arg = owner = None
+            if copies is not None:
+                copies.start(writer, name, tensor)
+            else:
+                arg, owner = tensor_arg(name, tensor)
+                writer.start_put(arg)
             putting = True
             if not writer.wait(_HOLD_S):
                 await asyncio.shield(loop.run_in_executor(None, writer.wait, None))

@@ -290,9 +290,17 @@ class CallbackBridge {
     }
   }
 
-  RoundStats finish(Result<RoundStats> r) {
-    if (saved_) throw *saved_;
+  template <typename T>
+  T finish(Result<T> r) {
+    raise_saved();
     return check(std::move(r));
+  }
+  // The callback's exception, if one was raised: again, unchanged (once).
+  void raise_saved() {
+    if (!saved_) return;
+    py::error_already_set e = std::move(*saved_);
+    saved_.reset();
+    throw e;
   }
 
  private:
@@ -342,37 +350,6 @@ class PySender : public Endpoint<sync::Sender> {
     return check(std::move(r));
   }
 
-  // fill(i, tensor_offset, ring_offset, nbytes) copies bytes [tensor_offset, +nbytes) of
-  // tensor i to ring_memory()'s [ring_offset, +nbytes), or starts the copy; flush() completes
-  // the copies started since the last flush (once per segment, before it is published). Runs
-  // with the GIL released, taking it only inside fill and flush; an exception there aborts
-  // the round (the receivers hear why) and is raised again here, unchanged.
-  RoundStats send_round_filled(const py::sequence& specs, const py::function& fill,
-                               const py::function& flush, bool more_follows,
-                               std::optional<std::uint64_t> step) {
-    UseGuard use(mutex_, what_);
-    sync::Sender& s = get();
-    const std::vector<TensorSpec> manifest = specs_from_python(specs);
-    const std::byte* ring = s.ring_memory().data();
-    CallbackBridge bridge;
-    const sync::TensorFill on_fill = [&](std::size_t i, std::uint64_t offset,
-                                         std::span<std::byte> dst) {
-      return bridge.call(
-          [&] { fill(i, offset, static_cast<std::uint64_t>(dst.data() - ring), dst.size()); },
-          "the sender's fill()");
-    };
-    const sync::FillFlush on_flush = [&] {
-      return bridge.call([&] { flush(); }, "the sender's flush()");
-    };
-    Result<RoundStats> r = [&] {
-      py::gil_scoped_release nogil;
-      return s.send_round_filled(manifest, on_fill, on_flush,
-                                 sync::RoundOptions{more_follows, step});
-    }();
-    interrupts_.raise_pending();
-    return bridge.finish(std::move(r));
-  }
-
   py::tuple ring_memory() const {
     const std::span<std::byte> ring = get().ring_memory();
     return py::make_tuple(reinterpret_cast<std::uintptr_t>(ring.data()), ring.size());
@@ -401,6 +378,7 @@ class PyUpdateWriter {
       return held(f);
     }();
     for (PySender* end : ends_) end->interrupts_.raise_pending();
+    bridge_.raise_saved();  // a producer's or flush()'s exception, unchanged
     return check(std::move(r));
   }
 
@@ -442,13 +420,22 @@ class PyUpdateWriter {
     worker_.join();  // after the put in flight, if any
   }
 
-  // An update to every Sender of `senders` (sync::UpdateWriter::begin).
+  // An update to every Sender of `senders` (sync::UpdateWriter::begin). `flush`, needed by
+  // start_produce, completes the copies its producers started (taking the GIL).
   static std::unique_ptr<PyUpdateWriter> update(const py::sequence& senders,
                                                 std::optional<std::uint64_t> step,
-                                                std::uint64_t staging_bytes) {
+                                                std::uint64_t staging_bytes,
+                                                const py::object& flush) {
     auto w = std::unique_ptr<PyUpdateWriter>(new PyUpdateWriter(senders));
+    sync::UpdateOptions options{step, staging_bytes};
+    if (!flush.is_none()) {
+      w->flush_ = flush;
+      options.flush = [self = w.get()] {
+        return self->bridge_.call([&] { self->flush_(); }, "the sender's flush()");
+      };
+    }
     w->writer_ = w->call([&](std::span<sync::Sender* const> impls) {
-      return sync::UpdateWriter::begin(impls, sync::UpdateOptions{step, staging_bytes});
+      return sync::UpdateWriter::begin(impls, options);
     });
     return w;
   }
@@ -478,14 +465,31 @@ class PyUpdateWriter {
   void start_put(const py::handle& tensor) {
     std::unique_lock<std::mutex> own = claim();
     started_ = tensor_arg(tensor, /*writable=*/false);  // its memory is held until wait()
-    if (!worker_.joinable()) worker_ = std::thread([this] { work(); });
-    {
-      std::lock_guard<std::mutex> lock(job_mutex_);
-      job_ = true;
-      done_ = false;
+    start([this] {
+      return writer().put(TensorView{started_.spec, {started_.data, started_.size}});
+    });
+  }
+
+  // The next tensor, `spec` (name, dtype, shape), written by producer(offset, address,
+  // nbytes) itself: bytes [offset, +nbytes) of the tensor to host memory [address, +nbytes),
+  // or only started there (a device's copy), completed by the update's flush. Runs in the
+  // update's own thread, which takes the GIL only to call the producer; wait() as start_put.
+  void start_produce(const py::sequence& spec, const py::function& producer) {
+    std::unique_lock<std::mutex> own = claim();
+    if (flush_.is_none()) {
+      throw StatusError(invalid_argument("start_produce: the update was begun without a flush"));
     }
-    putting_ = true;
-    job_changed_.notify_all();
+    std::vector<TensorSpec> one = specs_from_python(py::make_tuple(spec));
+    produced_spec_ = std::move(one.front());
+    producer_ = producer;  // held until wait()
+    start([this] {
+      const sync::TensorProducer produce = [this](std::uint64_t offset, std::span<std::byte> dst) {
+        return bridge_.call(
+            [&] { producer_(offset, reinterpret_cast<std::uintptr_t>(dst.data()), dst.size()); },
+            "the sender's producer");
+      };
+      return writer().put(produced_spec_, produce);
+    });
   }
 
   // Waits up to `timeout` seconds (None: no limit) for the started put: True once it is
@@ -495,7 +499,7 @@ class PyUpdateWriter {
     {
       py::gil_scoped_release nogil;
       std::unique_lock<std::mutex> lock(job_mutex_);
-      const auto done = [&] { return done_ || !job_; };
+      const auto done = [&] { return done_ || job_ == nullptr; };
       if (!timeout) {
         job_changed_.wait(lock, done);
       } else if (!job_changed_.wait_for(lock, std::chrono::duration<double>(*timeout), done)) {
@@ -503,9 +507,11 @@ class PyUpdateWriter {
       }
       result = job_status_;
     }
-    started_ = TensorArg{};  // with the GIL: its buffer is released
+    started_ = TensorArg{};  // with the GIL: its buffer and producer are released
+    producer_ = py::none();
     putting_ = false;
     for (PySender* end : ends_) end->interrupts_.raise_pending();
+    bridge_.raise_saved();
     check(result);
     return true;
   }
@@ -535,15 +541,26 @@ class PyUpdateWriter {
 
   sync::UpdateWriter& writer() { return *writer_; }
 
-  // The update's own thread: runs each started put, never taking the GIL.
+  // Hands `put` to the update's own thread. REQUIRES: claim()ed.
+  void start(std::function<Status()> put) {
+    if (!worker_.joinable()) worker_ = std::thread([this] { work(); });
+    {
+      std::lock_guard<std::mutex> lock(job_mutex_);
+      job_ = std::move(put);
+      done_ = false;
+    }
+    putting_ = true;
+    job_changed_.notify_all();
+  }
+
+  // The update's own thread: runs each started put, taking the GIL only in a producer.
   void work() {
     std::unique_lock<std::mutex> lock(job_mutex_);
     for (;;) {
       job_changed_.wait(lock, [&] { return (job_ && !done_) || quit_; });
       if (quit_) return;
-      const TensorView view{started_.spec, {started_.data, started_.size}};
       lock.unlock();
-      Status s = held([&](auto) { return writer().put(view); });
+      Status s = held([&](auto) { return job_(); });
       lock.lock();
       job_status_ = std::move(s);
       done_ = true;
@@ -553,16 +570,20 @@ class PyUpdateWriter {
 
   std::vector<py::object> senders_;  // kept alive while the update is open
   std::vector<PySender*> ends_;
-  std::unique_ptr<sync::UpdateWriter> writer_;
+  CallbackBridge bridge_;              // the producers' and flush()'s exceptions
+  py::object flush_ = py::none();      // the update's flush(), if given
+  std::unique_ptr<sync::UpdateWriter> writer_;  // after flush_: its options call it
   std::mutex mutex_;      // one Python call at a time
   bool putting_ = false;  // start_put() was not yet followed by a wait() that saw it done
   TensorArg started_;     // the started put's tensor
+  TensorSpec produced_spec_;            // or the started produce's spec
+  py::object producer_ = py::none();   // and producer
 
   // The started put, between the Python thread and the update's own thread.
   std::thread worker_;
   std::mutex job_mutex_;
   std::condition_variable job_changed_;
-  bool job_ = false;   // a put was started
+  std::function<Status()> job_;  // the started put
   bool done_ = false;  // it is done: job_status_ says how
   bool quit_ = false;
   Status job_status_;
@@ -961,8 +982,10 @@ void bind_sync(py::module_& m) {
       .def_static("update", &PyUpdateWriter::update, py::arg("senders"),
                   py::arg("step") = py::none(),
                   py::arg("staging_bytes") = sync::UpdateOptions{}.staging_bytes,
+                  py::arg("flush") = py::none(),
                   "An update to every Sender of `senders`: streamed against the last update's "
-                  "manifest, or staged, as its first tensor decides.")
+                  "manifest, or staged, as its first tensor decides. flush() completes the "
+                  "copies start_produce's producers started (needed by start_produce).")
       .def_static("round", &PyUpdateWriter::round, py::arg("sender"), py::arg("specs"),
                   py::arg("more_follows") = false, py::arg("step") = py::none(),
                   "One round to `sender` streamed against `specs` (name, dtype, shape); BEGIN "
@@ -973,6 +996,10 @@ void bind_sync(py::module_& m) {
       .def("start_put", &PyUpdateWriter::start_put, py::arg("tensor"),
            "put() in the update's own thread, without the GIL: returns at once; the tensor's "
            "memory must stay unchanged until wait() returned True.")
+      .def("start_produce", &PyUpdateWriter::start_produce, py::arg("spec"), py::arg("producer"),
+           "The next tensor, spec (name, dtype, shape), written by producer(offset, address, "
+           "nbytes) into host memory itself (or started there, completed by flush()), in the "
+           "update's own thread with the GIL taken for the call; then wait() as for start_put.")
       .def("wait", &PyUpdateWriter::wait, py::arg("timeout") = py::none(),
            "Waits up to `timeout` s (None: no limit) for the started put: True once it is done "
            "(raising its error), False while it still copies or waits for a slot.")
@@ -993,14 +1020,9 @@ void bind_sync(py::module_& m) {
            "Sends one round of (name, dtype, shape, address, nbytes) or (name, dtype, shape, "
            "buffer) tensors to every receiver; `step` (the trainer's, e.g. verl's global_steps) "
            "travels with it and is every receiver's RoundStats.step.")
-      .def("send_round_filled", &PySender::send_round_filled, py::arg("specs"), py::arg("fill"),
-           py::arg("flush"), py::arg("more_follows") = false, py::arg("step") = py::none(),
-           "Sends one round whose producer copies into the ring itself: fill(i, tensor_offset, "
-           "ring_offset, nbytes) per piece, flush() once per segment before it is published "
-           "(use ferry.Sender.send_round_filled).")
       .def("ring_memory", &PySender::ring_memory,
-           "The ring as (address, nbytes): writable, valid until close(); written only inside "
-           "send_round_filled's fill.")
+           "The ring as (address, nbytes), valid until close(): for page-locking it with a "
+           "device once (send_update's device copies land in it).")
       .def("close", &PySender::close, "Ends the session; the receivers are told.")
       .def_property_readonly("closed", &PySender::closed, "True once close() ran.")
       .def_property_readonly(

@@ -46,6 +46,7 @@ struct Source {
       if (!dst.empty()) std::memcpy(dst.data(), data.data(), dst.size());
       return ok_status();
     }
+    if (dst.empty()) return ok_status();  // nothing to produce
     FERRY_RETURN_IF_ERROR((*produce)(0, dst));
     return flush();
   }

@@ -1,6 +1,7 @@
 """ferry.verl's device path (engine_kwargs.ferry.device, issue #17 item 3) on CPU, with a fake
-device whose copies land late (fake_device.py): the master copies tensors into the ring and
-waits once per segment before publishing it; the rollout copies each bucket from the ring into
+device whose copies land late (fake_device.py): the master's device copies each tensor into the
+staging buffer (a staged update) or the ring (a streamed one, ferry.sync.send_update's
+`device`) and is waited for before the bytes are hashed and published; the rollout copies each bucket from the ring into
 one of two device buffers and waits before yielding, while the caller reads the bucket before.
 
 A master and a rollout engine run in this process (threads instead of verl's Ray workers),
@@ -94,7 +95,7 @@ def test_device_path_is_bit_exact_both_ways_and_registers_each_ring_once():
             sent, received = pair.update(step, _weights(step))
             assert not isinstance(sent, BaseException), sent
             assert received == _expected(_weights(step)), step
-            # From the second update on, the master copies into the ring (the fill path).
+            # From the second update on, the master's copies go straight into the ring.
             assert sent["ferry/streamed"] == (0.0 if step == 1 else 1.0)
         sender_rings = [r for r in device.registered if not r[2]]
         receiver_rings = [r for r in device.registered if r[2]]
@@ -110,7 +111,7 @@ def test_the_master_waits_for_its_copies_before_publishing_a_segment():
     fake_device.use(delay_s=0.005)  # each copy lands 5 ms after it was issued
     pair = _Pair()
     try:
-        for step in (1, 2):  # step 2: the fill path
+        for step in (1, 2):  # step 1 staged, step 2 streamed: copies into the ring
             sent, received = pair.update(step, _weights(step))
             assert not isinstance(sent, BaseException), sent
             assert received == _expected(_weights(step))
@@ -122,11 +123,11 @@ def test_a_master_that_did_not_wait_would_be_caught():
     device = fake_device.use(delay_s=0.005, skip_waits="send")
     pair = _Pair()
     try:
-        pair.update(1, _weights(1))  # staged: no device copies on the master
-        sent, received = pair.update(2, _weights(2))
-        # The segment was hashed and published before its bytes landed: a checksum
-        # mismatch, or the old bytes delivered.
-        assert isinstance(sent, BaseException) or received != _expected(_weights(2))
+        for step in (1, 2):  # staged, then (if the first got through) streamed
+            sent, received = pair.update(step, _weights(step))
+            # The bytes were hashed and published before they landed: a checksum mismatch,
+            # or old bytes delivered.
+            assert isinstance(sent, BaseException) or received != _expected(_weights(step))
     finally:
         device.drain()
         pair.close()
@@ -196,7 +197,7 @@ def test_the_next_bucket_is_copied_while_the_caller_reads_the_current_one():
      "tensor 14 is 'lm_head.weight' F16[77, 300], but the manifest has 'lm_head.weight' "
      "F16[300, 77]"),
 ])
-def test_tensors_that_differ_from_the_manifest_abort_the_filled_round_by_name(change, message):
+def test_tensors_that_differ_from_the_manifest_abort_the_streamed_round_by_name(change, message):
     fake_device.use()
     pair = _Pair()
     try:

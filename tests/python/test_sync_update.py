@@ -10,6 +10,7 @@ import threading
 import pytest
 import torch
 
+import fake_device
 import ferry
 import ferry.sync
 from conftest import digest, unique_address
@@ -312,3 +313,71 @@ def test_an_update_takes_one_call_at_a_time_holds_its_sender_and_a_closed_sender
             writer.put(second)
     thread.join(30)
     assert len(got) == 1 and isinstance(got[0], ferry.FerryError), got  # nothing delivered
+
+
+class _FailingDevice(fake_device.FakeDevice):
+    """A fake device whose `what` ("copy_async" or "synchronize") raises at call `at`."""
+
+    def __init__(self, what: str, at: int) -> None:
+        super().__init__("fake:0", delay_s=0.0005)
+        self.what, self.at, self.calls = what, at, 0
+
+    def _count(self, what: str) -> None:
+        if what == self.what:
+            self.calls += 1
+            if self.calls == self.at:
+                raise RuntimeError(f"{what} failed (call {self.at})")
+
+    def copy_async(self, dst, src) -> None:
+        self._count("copy_async")
+        super().copy_async(dst, src)
+
+    def synchronize(self) -> None:
+        self._count("synchronize")
+        super().synchronize()
+
+
+def test_a_device_copies_each_tensor_into_the_staging_buffer_then_the_ring_bit_exact():
+    # Copies land 0.5 ms after they were started: bytes read before the update's flush
+    # waited for them would be old ones. 256 KiB of staging: several staged rounds, and
+    # big.int8 (700 KB) is larger than the buffer.
+    device = fake_device.FakeDevice("fake:0", delay_s=0.0005)
+    address, got = unique_address(), []
+    with ferry.Sender(address, bucket_bytes=BUCKET_BYTES, timeout=30) as sender:
+        thread = _receive_updates(address, 3, got)
+        sender.accept(1)
+        for step in (1, 2, 3):
+            weights = make_weights(step)
+            if step == 3:
+                stats = asyncio.run(sender.send_update_async(
+                    _async_items(weights), step=step, staging_bytes=256 << 10, device=device))
+            else:
+                stats = sender.send_update(weights, step=step, staging_bytes=256 << 10,
+                                           device=device)
+            assert stats.streamed == (step > 1) and stats.tensors == len(weights)
+        thread.join(30)
+    assert [g[0] for g in got] == [_digests(make_weights(s)) for s in (1, 2, 3)]
+    assert got[0][1] > 1  # staged in several rounds
+    assert sum(1 for entry in device.log if entry[0] == "issue") >= 3 * len(weights)
+
+
+@pytest.mark.parametrize("what, at, streamed", [
+    ("copy_async", 40, False), ("copy_async", 40, True), ("synchronize", 3, True)])
+def test_a_device_raising_aborts_the_update_and_its_exception_is_raised_unchanged(what, at,
+                                                                                  streamed):
+    address, got = unique_address(), []
+    device = _FailingDevice(what, at)
+    with ferry.Sender(address, bucket_bytes=BUCKET_BYTES, timeout=30) as sender:
+        thread = _receive_updates(address, 2 if streamed else 1, got)
+        sender.accept(1)
+        if streamed:  # teaches the manifest: the failing update streams
+            sender.send_update(make_weights(1))
+        with pytest.raises(RuntimeError, match=f"{what} failed") as raised:
+            asyncio.run(sender.send_update_async(_async_items(make_weights(2)),
+                                                 staging_bytes=1 << 10, device=device))
+        assert type(raised.value) is RuntimeError  # the device's own, not a FerryError
+        thread.join(30)
+        assert isinstance(got[-1], ferry.AbortedError), got
+        assert f"raised RuntimeError: {what} failed" in str(got[-1]), got
+        device.drain()
+        _next_session_works(sender, address)

@@ -210,20 +210,3 @@ def device_for(spec: str) -> Device:
                      f"engine_kwargs.ferry.device '{spec}': not a device string ferry knows "
                      f"({', '.join(sorted(_KINDS))}, with ':N')")
     return _KINDS[match.group(1)](str(spec), int(match.group(2) or 0))
-
-
-def byte_view(tensor: torch.Tensor) -> torch.Tensor:
-    """The tensor's bytes as a 1-D uint8 tensor on its device (contiguous: a copy otherwise)."""
-    flat = tensor.detach().contiguous().reshape(-1)
-    if flat.numel() == 0:
-        return torch.empty(0, dtype=torch.uint8, device=tensor.device)
-    return flat.view(torch.uint8)
-
-
-def host_view(address: int, nbytes: int) -> torch.Tensor:
-    """A uint8 CPU tensor over host memory [address, +nbytes) that someone else owns."""
-    import ctypes
-    buffer = (ctypes.c_ubyte * nbytes).from_address(address)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # torch warns about non-writable buffers
-        return torch.frombuffer(buffer, dtype=torch.uint8)

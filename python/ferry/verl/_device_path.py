@@ -1,9 +1,10 @@
 """engine_kwargs.ferry.device != "cpu": device tensors move between the device and the ring
 without a host copy in between (docs/verl.md, "Device tensors").
 
-Master (DeviceFill): a streamed update copies each yielded tensor from its device straight into
-the ring slot (Sender.send_round_filled): the copies of a segment are started, then waited for
-once, before the segment is hashed and published. The ring is page-locked once, so they are DMA.
+Master: ferry.sync.send_update_async(device=...) copies each yielded tensor from its device
+straight into the ring slot (or, for a staged update, the staging buffer): the copies of a
+segment are started, then waited for once, before the segment is hashed and published. Each
+Sender's ring is page-locked once (DevicePath.register), so they are DMA.
 
 Rollout (DeviceReceive): each bucket is copied from the ring (page-locked once, read-only) into
 one of two device buffers, and its tensors are yielded as views of that buffer. The next
@@ -14,16 +15,14 @@ caller moved past the bucket it holds, with the lifetime receive_weights' docstr
 from __future__ import annotations
 
 import functools
-import math
 import threading
 from typing import Any, Iterable
 
 import torch
 
-from .. import _ferry
-from .._tensors import _error, ferry_dtype
+from .._tensors import byte_view
 from ..sync import Receiver, Sender
-from ._device import Device, byte_view, host_view
+from ._device import Device
 from ._handoff import Handoff, Update
 
 _ALIGN = 256  # device views start at offsets torch's kernels accept for every dtype
@@ -40,80 +39,6 @@ class RingRegistration:
         if self.registered:
             self.device.unregister_host(self.address)
             self.registered = False
-
-
-class DeviceFill:
-    """fill/flush for Sender.send_round_filled over a (name, tensor) iterator: tensor i is
-    pulled when the ring reaches it, checked against the manifest and kept referenced until
-    the flush after its last piece (its copy may still read it until then)."""
-
-    def __init__(self, device: Device, sender: Sender, manifest: list[tuple],
-                 items: Iterable) -> None:
-        self.device, self.manifest = device, manifest
-        self.ring = host_view(*sender.ring_memory())
-        self._items = iter(items)
-        self._pulled: dict[int, torch.Tensor] = {}  # index -> its bytes, until flushed
-        self._next = 0  # tensors [0, _next) were pulled
-        # Bytes filled so far, of the round's total: the flush that completes them checks the
-        # end of the iterator, so a missing or extra tensor aborts the round before its END.
-        self._filled, self._finished = 0, False
-        self._total = sum((math.prod(shape) * dtype.bits + 7) // 8 for _, dtype, shape in manifest)
-
-    def fill(self, index: int, tensor_offset: int, ring_offset: int, nbytes: int) -> None:
-        src = self._tensor(index)[tensor_offset:tensor_offset + nbytes]
-        self.device.copy_async(self.ring[ring_offset:ring_offset + nbytes], src)
-        self._filled += nbytes
-
-    def flush(self) -> None:
-        self.device.synchronize()
-        # Every copy so far is done; only the last tensor may have pieces in the next segment.
-        last = self._next - 1
-        self._pulled = {i: t for i, t in self._pulled.items() if i == last}
-        if self._filled == self._total:
-            self.finish()
-
-    def finish(self) -> None:
-        """Once every byte was filled: tensors the ring never reached (empty ones at the end)
-        are pulled and checked, and the iterator must be over."""
-        if self._finished:
-            return
-        self._finished = True
-        if self.manifest:
-            self._tensor(len(self.manifest) - 1)
-        extra = next(self._items, None)
-        if extra is not None:
-            raise _error(_ferry.InvalidArgumentError,
-                         f"tensor {len(self.manifest)} '{extra[0]}' is one more than the "
-                         f"{len(self.manifest)} of the manifest")
-        self._pulled.clear()
-
-    def _tensor(self, index: int) -> torch.Tensor:
-        while self._next <= index:
-            want = self.manifest[self._next]
-            item = next(self._items, None)
-            if item is None:
-                raise _error(_ferry.InvalidArgumentError,
-                             f"the tensors ended before tensor {self._next} '{want[0]}' (the "
-                             f"manifest has {len(self.manifest)})")
-            name, tensor = item
-            got = (str(name), ferry_dtype(tensor.dtype), tuple(tensor.shape))
-            if got != tuple(want):
-                raise _error(_ferry.InvalidArgumentError,
-                             f"tensor {self._next} is '{got[0]}' {got[1].name}{list(got[2])}, "
-                             f"but the manifest has '{want[0]}' {want[1].name}{list(want[2])} "
-                             "there")
-            self._pulled[self._next] = byte_view(tensor)
-            self._next += 1
-        return self._pulled[index]
-
-
-def send_filled(device: Device, sender: Sender, specs: list[tuple], items: Iterable,
-                step: int | None = None) -> Any:
-    """One streamed round through DeviceFill, carrying `step`; returns its RoundStats."""
-    fill = DeviceFill(device, sender, specs, items)
-    stats = sender.send_round_filled(specs, fill.fill, fill.flush, step=step)
-    fill.finish()
-    return stats
 
 
 class _Buffer:
@@ -220,15 +145,14 @@ class DevicePath:
         self.receiving = DeviceReceive(device, bucket_size)
         self._senders: dict[int, RingRegistration] = {}  # id(Sender) -> its ring's
 
-    def send(self, sender: Sender, specs: list[tuple], items: Iterable,
-             step: int | None = None) -> Any:
-        """A streamed round, carrying `step`, whose tensors are copied from their device into
-        the ring."""
-        if id(sender) not in self._senders:
-            address, nbytes = sender.ring_memory()
-            self._senders[id(sender)] = RingRegistration(self.device, address, nbytes,
-                                                         read_only=False)
-        return send_filled(self.device, sender, specs, items, step)
+    def register(self, senders: Iterable[Sender]) -> Device:
+        """Page-locks each Sender's ring once, for send_update's device copies; the device."""
+        for sender in senders:
+            if id(sender) not in self._senders:
+                address, nbytes = sender.ring_memory()
+                self._senders[id(sender)] = RingRegistration(self.device, address, nbytes,
+                                                             read_only=False)
+        return self.device
 
     def release(self) -> None:
         """Unregisters every ring: before the sessions (and their rings) are closed."""

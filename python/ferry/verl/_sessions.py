@@ -6,7 +6,6 @@ and the relay it may host) with the rollout's receive path. Imports nothing of t
 
 from __future__ import annotations
 
-import asyncio
 import functools
 import os
 import random
@@ -147,26 +146,17 @@ class RankSessions:
     async def _send_update(self, weights: Iterable | AsyncIterator,
                            global_steps: int | None) -> dict[str, Any]:
         """The master's send_weights: one call, ferry.sync.send_update_async, streamed or
-        staged as the Senders decide (a streamed update on the device path copies from the
-        device into the ring instead, _device_path.py); returns the metrics."""
+        staged as the Senders decide (on the device path each tensor is copied from its
+        device into the ring, _device_path.py); returns the metrics."""
         step = None if global_steps is None else int(global_steps)
         senders = list(self._senders.items())
-        manifest = senders[0][1].update_manifest if len(senders) == 1 else None
+        ends = [s for _, s in senders]
+        device = self._device_path.register(ends) if self._device_path is not None else None
         start = time.monotonic()
         self._sending = True
         try:
-            if self._device_path is not None and manifest is not None:
-                # Streamed from the device straight into the ring (_device_path.py) against
-                # the manifest ferry.sync.Sender learned; staged through send_update otherwise.
-                loop = asyncio.get_running_loop()
-                ((kind, sender),) = senders
-                round_stats = await loop.run_in_executor(
-                    None, self._device_path.send, sender, manifest, _pulled_on(loop, weights),
-                    step)
-                stats = [_Streamed(round_stats, len(manifest))]
-            else:
-                stats = await send_update_async([s for _, s in senders], weights, step=step,
-                                                staging_bytes=self.round_bytes)
+            stats = await send_update_async(ends, weights, step=step,
+                                            staging_bytes=self.round_bytes, device=device)
         except BaseException:
             self._broken = True
             raise
@@ -558,33 +548,3 @@ def _metrics(total_bytes: int, tensors: int, seconds: float, session_seconds: di
             "ferry/streamed": 1.0 if streamed else 0.0,
             **{f"ferry/{kind}_seconds": s for kind, s in session_seconds.items()},
             **{f"ferry/{kind}_bytes": b for kind, b in session_bytes.items()}}
-
-
-async def _items(weights: Iterable | AsyncIterator) -> AsyncIterator:
-    """The items of verl's sync or async generator, as an async generator."""
-    if hasattr(weights, "__aiter__"):
-        async for item in weights:
-            yield item
-    else:
-        for item in weights:
-            yield item
-
-
-def _pulled_on(loop: asyncio.AbstractEventLoop, weights: Iterable | AsyncIterator) -> Iterable:
-    """A plain iterator, for a worker thread, over verl's sync or async generator: each
-    item is pulled on the event loop (which awaits the worker meanwhile), in the thread
-    the generator would run in without ferry (CUDA's current device is per thread)."""
-    items = _items(weights).__aiter__()
-    while True:
-        try:
-            yield asyncio.run_coroutine_threadsafe(items.__anext__(), loop).result()
-        except StopAsyncIteration:
-            return
-
-
-class _Streamed:
-    """A device-streamed round's RoundStats as send_update's UpdateStats."""
-
-    def __init__(self, stats: Any, tensors: int) -> None:
-        self.bytes, self.seconds = stats.bytes, stats.seconds
-        self.tensors, self.streamed = tensors, True

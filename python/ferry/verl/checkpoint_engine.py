@@ -42,13 +42,13 @@ import torch
 from .. import _ferry
 from .._tensors import _error
 from .._verl_compat import CheckpointEngineRegistry, CheckpointEngineWithCache
-from ..sync import SYNC_OPTIONS, Receiver, Sender
+from ..sync import SYNC_OPTIONS, Receiver, Sender, _each
 from ._device import device_for
 from ._device_path import DevicePath
 from ._handoff import Update, _with_context
 from ._parts import Split, parse_senders, part_metrics, part_of, sender_context
 from ._rank_local import WIRE_FORMAT as RANK_LOCAL_WIRE_FORMAT, LocalSlicer, parse_tp_size
-from ._sessions import (_EarlySender, _items, _ReceiveBuffers, _RelayThread, RankSessions,
+from ._sessions import (_EarlySender, _ReceiveBuffers, _RelayThread, RankSessions,
                         node_identity, plan_topology)
 from ._sessions import _free_port  # noqa: F401  (imported from here by tests/python/test_relay.py)
 
@@ -255,7 +255,7 @@ class FerryCheckpointEngine(RankSessions, CheckpointEngineWithCache):
         if self._role in ("master", "sender") and "senders" in (self._plan or {}):
             return await self._send_part(weights, global_steps)
         if self._role != "master":
-            async for _ in _items(weights):
+            async for _ in _each(weights):
                 pass
             return {}
         return await self._send_update(weights, global_steps)
