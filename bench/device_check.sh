@@ -5,7 +5,7 @@
 #   - the device path's two legs (engine_kwargs.ferry.device, python/ferry/verl/_device_path.py)
 #     with its own code: the master's D2H, each tensor copied from the GPU straight into a
 #     ring page-locked once (ferry.Sender.ring_memory, cudaHostRegister), waited for once per
-#     16 MiB segment as send_round_filled does; the rollout's H2D, each bucket copied from
+#     16 MiB segment as send_update(device=...) does; the rollout's H2D, each bucket copied from
 #     the registered ring into a device buffer (DeviceReceive); each against torch's pinned rate;
 #   - whole updates through the checkpoint engine, colocated, CUDA tensors on both ends and
 #     engine_kwargs.ferry.device=cuda:0 (bench/python_sync.py --device).
@@ -130,7 +130,8 @@ pinned_h2d = rate(lambda: flat.copy_(pinned, non_blocking=True))
 
 # The device path's legs with its own code: the ring of a real ferry.Sender (2 slots of
 # 512 MiB, registered as the master registers it) and the rollout's DeviceReceive.
-from ferry.verl._device import byte_view, device_for, host_view
+from ferry._tensors import byte_view, host_view
+from ferry.verl._device import device_for
 from ferry.verl._device_path import DeviceReceive, RingRegistration
 
 device = device_for(DEVICE)
@@ -145,7 +146,7 @@ sources = [byte_view(t) for t in model.values()]
 
 def d2h_into_ring() -> None:
     """Each tensor into the ring, in order, in pieces of at most a segment, waited for once
-    per 16 MiB segment (as DeviceFill's fill and flush run)."""
+    per 16 MiB segment (as send_update's device copies and flush run)."""
     at = since_wait = 0
     for src in sources:
         for start in range(0, src.numel(), SEGMENT):

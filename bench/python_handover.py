@@ -4,12 +4,15 @@
 thread of the same process, per round:
 
     PYTHONPATH=build/python .venv/bin/python bench/python_handover.py [--rounds 15]
-        [--paths sync,round,update]
+        [--paths sync,round,update,device]
 
   sync    Sender.send_round_streamed: the iterator pulled on the caller's thread (the floor)
   round   Sender.send_round_streamed_async: pulled on the event loop, each tensor copied by
           the update's own thread before the next is pulled
   update  Sender.send_update_async, the verl backend's path (streamed after the first)
+  device  the same with device=ferry.verl's CPU Device: each tensor put as a producer whose
+          copies the device makes (the verl backend's device path, here with synchronous
+          CPU copies), one GIL-taking call per piece and a flush per segment
 
 Prints the median, min and max milliseconds per round after one warm-up. Run two builds side
 by side (PYTHONPATH=<other build>/python) to compare hand-overs: the machine's load moves the
@@ -26,8 +29,10 @@ import time
 import uuid
 
 import numpy as np
+import torch
 
 import ferry
+from ferry.verl._device import Device
 
 TENSORS, SIZE = 290, 4096
 
@@ -35,10 +40,12 @@ TENSORS, SIZE = 290, 4096
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=15)
-    parser.add_argument("--paths", default="sync,round,update")
+    parser.add_argument("--paths", default="sync,round,update,device")
     args = parser.parse_args()
     weights = [(f"t{i}", np.full(SIZE, i % 251, dtype=np.uint8)) for i in range(TENSORS)]
     specs = [(name, "U8", (SIZE,)) for name, _ in weights]
+    on_device = [(name, torch.from_numpy(array)) for name, array in weights]
+    device = Device("cpu")
     address = "@ferry-handover-" + uuid.uuid4().hex[:8]
     with ferry.Sender(address, bucket_bytes=64 << 20) as sender:
         joined: list = []
@@ -58,8 +65,10 @@ def main() -> None:
                 sender.send_round_streamed(specs, iter(weights))
             elif path == "round":
                 await sender.send_round_streamed_async(specs, iter(weights))
-            else:
+            elif path == "update":
                 await sender.send_update_async(iter(weights))
+            else:
+                await sender.send_update_async(iter(on_device), device=device)
 
         async def timed(path: str) -> list[float]:
             times = []

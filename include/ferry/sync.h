@@ -190,14 +190,8 @@ struct GatheredTensor {
   std::vector<std::span<const std::byte>> parts;  // sizes add up to spec.bytes()
 };
 
-// send_round_filled's producer, which writes into the ring slot itself: fills `dst` with
-// bytes [offset, offset + dst.size()) of tensor `index`. It may only start the copy (a
-// device's asynchronous D2H): `dst` is read only after the next flush. Called in bucket
-// order; a tensor larger than a segment is filled in several calls.
-using TensorFill =
-    std::function<Status(std::size_t index, std::uint64_t offset, std::span<std::byte> dst)>;
-// Completes every fill started since the last flush; called once per segment, before the
-// segment is hashed and published.
+// Completes every copy a TensorProducer started since the last flush (a device's
+// synchronize); called before the bytes it wrote are hashed or sent.
 using FillFlush = std::function<Status()>;
 
 // UpdateWriter::put's producer for a tensor it does not hold in host memory (a device
@@ -261,10 +255,12 @@ class FERRY_EXPORT UpdateWriter {
   // as it is put (one copy, nothing held): BEGIN goes out now; a manifest naming a tensor
   // twice fails here and leaves the session intact. A tensor that differs from its spec,
   // one too many or too few fails the round naming it (the session breaks, as with any
-  // failed round); finish()'s UpdateStats::last_round is the round's RoundStats.
+  // failed round); finish()'s UpdateStats::last_round is the round's RoundStats. `flush`
+  // as UpdateOptions::flush, for tensors put with a producer.
   static Result<std::unique_ptr<UpdateWriter>> begin_round(Sender* sender,
                                                            std::span<const TensorSpec> specs,
-                                                           const RoundOptions& options = {});
+                                                           const RoundOptions& options = {},
+                                                           FillFlush flush = {});
   ~UpdateWriter();
   UpdateWriter(const UpdateWriter&) = delete;
   UpdateWriter& operator=(const UpdateWriter&) = delete;
@@ -314,14 +310,6 @@ class FERRY_EXPORT Sender {
   // The same for tensors gathered from parts; a part may be empty.
   Result<RoundStats> send_round_gathered(std::span<const GatheredTensor> weights,
                                          const RoundOptions& round_options = {});
-  // The same, with the producer copying into the slot itself (one copy, which may be
-  // asynchronous: a device tensor's D2H straight into the ring): `fill` for each piece of a
-  // segment, then `flush` once, then the segment is hashed from the slot and published. An
-  // error from `fill` or `flush` aborts the round (and breaks the session) naming the tensor.
-  // Not with delta rounds (kFailedPrecondition).
-  Result<RoundStats> send_round_filled(std::span<const TensorSpec> specs, const TensorFill& fill,
-                                       const FillFlush& flush,
-                                       const RoundOptions& round_options = {});
   // Sends one update, a model's tensors pulled from `next`, choosing how itself, so a caller
   // has one send path:
   // - streamed, when its first tensor matches the first of the last update this Sender sent
@@ -351,8 +339,8 @@ class FERRY_EXPORT Sender {
   // call on this Sender.
   const std::optional<std::vector<TensorSpec>>& update_manifest() const;
   // The whole ring (options.slots x options.bucket_bytes), for a producer that registers it
-  // with a device runtime once (page-locked, so send_round_filled's D2H copies are DMA). The
-  // memory lives as long as the Sender; it is written only inside send_round_filled's fill.
+  // with a device runtime once (page-locked, so a TensorProducer's D2H copies into it are DMA).
+  // The memory lives as long as the Sender; it is written only while a round is sent.
   std::span<std::byte> ring_memory() const;
 
   std::uint64_t session_id() const;

@@ -570,21 +570,21 @@ class PyUpdateWriter {
 
   std::vector<py::object> senders_;  // kept alive while the update is open
   std::vector<PySender*> ends_;
-  CallbackBridge bridge_;              // the producers' and flush()'s exceptions
-  py::object flush_ = py::none();      // the update's flush(), if given
+  CallbackBridge bridge_;                       // the producers' and flush()'s exceptions
+  py::object flush_ = py::none();               // the update's flush(), if given
   std::unique_ptr<sync::UpdateWriter> writer_;  // after flush_: its options call it
-  std::mutex mutex_;      // one Python call at a time
-  bool putting_ = false;  // start_put() was not yet followed by a wait() that saw it done
-  TensorArg started_;     // the started put's tensor
-  TensorSpec produced_spec_;            // or the started produce's spec
-  py::object producer_ = py::none();   // and producer
+  std::mutex mutex_;                            // one Python call at a time
+  bool putting_ = false;      // start_put() was not yet followed by a wait() that saw it done
+  TensorArg started_;         // the started put's tensor
+  TensorSpec produced_spec_;  // or the started produce's spec
+  py::object producer_ = py::none();  // and producer
 
   // The started put, between the Python thread and the update's own thread.
   std::thread worker_;
   std::mutex job_mutex_;
   std::condition_variable job_changed_;
   std::function<Status()> job_;  // the started put
-  bool done_ = false;  // it is done: job_status_ says how
+  bool done_ = false;            // it is done: job_status_ says how
   bool quit_ = false;
   Status job_status_;
 };

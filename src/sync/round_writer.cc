@@ -196,47 +196,6 @@ Status RoundWriter::produce(std::uint64_t n, const TensorProducer& produce,
   });
 }
 
-Status RoundWriter::fill(const TensorFill& produce, const FillFlush& flush) {
-  FERRY_RETURN_IF_ERROR(settle());
-  while (b_ < plan_.bucket_count()) {
-    profiler::Span span("sync.fill", profiler::Detail::kBucket);
-    // The producer's copies may be in flight until flush: nothing is hashed before it.
-    const std::uint64_t end = segment_end();
-    std::optional<std::uint32_t> first_tensor;
-    std::uint32_t last_tensor = 0;
-    while (!bucket_done()) {
-      const Piece& p = plan_.pieces[piece_];
-      const std::uint64_t at = p.bucket_offset + in_piece_;
-      if (in_piece_ == p.length) {
-        ++piece_;
-        in_piece_ = 0;
-        continue;
-      }
-      if (at >= end) break;
-      const std::uint64_t n = std::min(p.length - in_piece_, end - at);
-      if (!first_tensor) first_tensor = p.tensor;
-      last_tensor = p.tensor;
-      Status s =
-          produce(p.tensor, p.tensor_offset + in_piece_, std::span<std::byte>(slot_ + at, n));
-      if (!s.ok()) {
-        return Status(s.code(), fmt::format("tensor {} '{}': {}", p.tensor,
-                                            manifest_[p.tensor].name, s.message()));
-      }
-      in_piece_ += n;
-      FERRY_RETURN_IF_ERROR(packed(n));
-    }
-    Status s = flush();
-    if (!s.ok() && first_tensor) {
-      s = Status(s.code(), fmt::format("flushing tensors {} '{}' to {} '{}': {}", *first_tensor,
-                                       manifest_[*first_tensor].name, last_tensor,
-                                       manifest_[last_tensor].name, s.message()));
-    }
-    FERRY_RETURN_IF_ERROR(s);
-    FERRY_RETURN_IF_ERROR(settle());
-  }
-  return ok_status();
-}
-
 Result<RoundStats> RoundWriter::finish() {
   FERRY_RETURN_IF_ERROR(settle());
   if (b_ != plan_.bucket_count()) {

@@ -47,10 +47,6 @@ class RoundWriter {
   // segment holding such bytes is flushed (`flush`), then hashed from the slot, before it is
   // published.
   Status produce(std::uint64_t n, const TensorProducer& produce, const FillFlush& flush);
-  // Every remaining segment written by the producer itself (Sender::send_round_filled):
-  // `produce` for each piece of a segment, `flush` once, then the segment is hashed and
-  // published.
-  Status fill(const TensorFill& produce, const FillFlush& flush);
   // After the last byte: END, then every peer's ACK. kInvalidArgument if bytes are missing.
   Result<RoundStats> finish();
 

@@ -54,11 +54,6 @@ Result<std::vector<TensorSpec>> round_manifest(std::size_t count, Size&& spec_an
   return specs;
 }
 
-Result<std::vector<TensorSpec>> manifest_of(std::span<const TensorSpec> specs) {
-  return round_manifest(specs.size(),
-                        [&](std::size_t i) { return std::pair(&specs[i], specs[i].bytes()); });
-}
-
 Result<std::vector<TensorSpec>> manifest_of(std::span<const TensorView> views) {
   return round_manifest(views.size(), [&](std::size_t i) {
     return std::pair(&views[i].spec, static_cast<std::uint64_t>(views[i].data.size()));
@@ -166,18 +161,6 @@ Result<RoundStats> Sender::send_round_gathered(std::span<const GatheredTensor> w
   if (impl_->codec) return impl_->send_encoded(weights, round_options);
   return impl_->send(manifest_of(weights), round_options,
                      [&](RoundWriter& w) { return put_gathered(w, weights); });
-}
-
-Result<RoundStats> Sender::send_round_filled(std::span<const TensorSpec> specs,
-                                             const TensorFill& fill, const FillFlush& flush,
-                                             const RoundOptions& round_options) {
-  FERRY_RETURN_IF_ERROR(impl_->ready());
-  if (impl_->codec) {
-    return failed_precondition(
-        "send_round_filled: delta rounds need the tensors in memory (use send_round)");
-  }
-  return impl_->send(manifest_of(specs), round_options,
-                     [&](RoundWriter& w) { return w.fill(fill, flush); });
 }
 
 std::span<std::byte> Sender::ring_memory() const { return impl_->fanout->ring().memory(); }

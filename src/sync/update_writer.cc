@@ -359,15 +359,19 @@ Result<std::unique_ptr<UpdateWriter>> UpdateWriter::begin(std::span<Sender* cons
 
 Result<std::unique_ptr<UpdateWriter>> UpdateWriter::begin_round(Sender* sender,
                                                                 std::span<const TensorSpec> specs,
-                                                                const RoundOptions& options) {
+                                                                const RoundOptions& options,
+                                                                FillFlush flush) {
   std::unordered_set<std::string_view> names;
   for (const TensorSpec& spec : specs) {
     if (!names.insert(spec.name).second) {
       return invalid_argument(fmt::format("tensor '{}' appears twice in the round", spec.name));
     }
   }
-  auto impl = std::make_unique<Impl>(std::vector<Sender::Impl*>{sender->impl_.get()},
-                                     UpdateOptions{options.step});
+  UpdateOptions update_options;
+  update_options.step = options.step;
+  update_options.flush = std::move(flush);
+  auto impl =
+      std::make_unique<Impl>(std::vector<Sender::Impl*>{sender->impl_.get()}, update_options);
   FERRY_RETURN_IF_ERROR(impl->open());
   FERRY_RETURN_IF_ERROR(
       impl->start_streamed(std::vector<TensorSpec>(specs.begin(), specs.end()), options));

@@ -1,8 +1,9 @@
 """A fake device for ferry.verl's device path on CPU: device string "fake:N". Its tensors are
 CPU tensors, but its copies land late: each runs on a worker thread, in issue order, after
 `delay_s`; an event completes when the worker passes it. So a path that reads what it copied
-before waiting reads the old bytes. `skip_waits` ("send" or "receive") makes wait() return at once on
-that side (a path missing its waits), to show the tests would catch one. Every issue, landing and wait is logged."""
+before waiting reads the old bytes. `skip_waits` ("send" or "receive") makes wait() return at
+once on that side (a path missing its waits), to show the tests would catch one. Every issue,
+landing and wait is logged with its side ("send" or "receive")."""
 
 from __future__ import annotations
 
@@ -39,14 +40,15 @@ class FakeDevice(_device.Device):
             if isinstance(job, threading.Event):
                 job.set()
                 continue
-            dst, src = job
+            dst, src, side = job
             time.sleep(self.delay_s)
             dst.copy_(src)
-            self.note("land", dst.numel())
+            self.note("land", dst.numel(), side)
 
     def copy_async(self, dst: torch.Tensor, src: torch.Tensor) -> None:
-        self.note("issue", dst.numel())
-        self._work.put((dst, src))
+        side = _side()
+        self.note("issue", dst.numel(), side)
+        self._work.put((dst, src, side))
 
     def record(self) -> threading.Event:
         event = threading.Event()
@@ -54,9 +56,9 @@ class FakeDevice(_device.Device):
         return event
 
     def wait(self, event: threading.Event) -> None:
-        receiving = threading.current_thread().name == "ferry-device-receive"
-        self.note("wait", "receive" if receiving else "send")
-        if self.skip_waits != ("receive" if receiving else "send"):
+        side = _side()
+        self.note("wait", side)
+        if self.skip_waits != side:
             event.wait()
 
     def drain(self) -> None:
@@ -70,6 +72,11 @@ class FakeDevice(_device.Device):
 
     def unregister_host(self, address: int) -> None:
         self.unregistered.append(address)
+
+
+def _side() -> str:
+    """"receive" in the rollout's copy thread, else "send" (the master's update thread)."""
+    return "receive" if threading.current_thread().name == "ferry-device-receive" else "send"
 
 
 _current: dict[str, FakeDevice] = {}

@@ -85,6 +85,9 @@ def test_a_ring_of_one_slot_says_why_it_gives_no_writable_views():
     accepted.start()
     try:
         with ferry.Receiver(address, 0, timeout=30) as receiver:
+            # Joined before it leaves: a receiver gone before the sender's accept() counted
+            # it is waited for to join again (the whole timeout, on a loaded machine).
+            accepted.join(30)
             assert "2 slots" in receiver.writable_views_error
             with pytest.raises(ferry.FailedPreconditionError, match="2 slots"):
                 receiver.receive_round_buckets_writable(lambda *_: None)

@@ -1,6 +1,6 @@
-// Sender::send_round_filled: the producer writes each piece into the ring slot itself,
-// possibly later (a device's asynchronous copy), and flush() completes the copies of a
-// segment before the segment is hashed and published.
+// A round whose tensors a producer writes into the ring slot itself (UpdateWriter::put with a
+// TensorProducer), possibly later (a device's asynchronous copy): flush() completes the copies
+// of a segment before the segment is hashed and published.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -16,6 +16,8 @@ namespace ferry::sync {
 namespace {
 
 using testing::make_weights;
+using testing::RoundProducer;
+using testing::send_produced;
 using testing::small_model;
 using testing::tiny_options;
 using testing::unique_address;
@@ -92,11 +94,11 @@ void sends_every_byte_with_deferred_copies(bool checksums) {
   for (std::uint64_t round = 1; round <= 2; ++round) {
     last = make_weights(small_model(), round + 20);
     DeferredFill producer{last, {}, {}, 0};
-    const TensorFill fill = [&](std::size_t i, std::uint64_t offset, std::span<std::byte> dst) {
+    const RoundProducer fill = [&](std::size_t i, std::uint64_t offset, std::span<std::byte> dst) {
       return producer.fill(i, offset, dst);
     };
     const FillFlush flush = [&] { return producer.flush(); };
-    auto stats = (*sender)->send_round_filled(last.specs, fill, flush);
+    auto stats = send_produced(**sender, last.specs, fill, flush);
     ASSERT_OK(stats);
     EXPECT_EQ(stats->tensors, last.specs.size());
     EXPECT_TRUE(producer.queued.empty());  // every fill was flushed before the round ended
@@ -124,24 +126,24 @@ TEST(SyncFilled, DeferredCopiesArriveBitExactWithoutChecksums) {
 }
 
 // Sends small_model() with `fill`/`flush`; returns the sender's status and the receiver's.
-std::pair<Status, Status> fill_one_round(const TensorFill& fill, const FillFlush& flush) {
+std::pair<Status, Status> fill_one_round(const RoundProducer& fill, const FillFlush& flush) {
   const std::string address = unique_address();
   auto sender = Sender::create(address, tiny_options());
   EXPECT_OK(sender);
   if (!sender.ok()) return {sender.status(), Status()};
   DestinationReceiver rx(address, small_model(), tiny_options(), 1);
   EXPECT_OK((*sender)->accept(1));
-  Status sent = (*sender)->send_round_filled(small_model(), fill, flush).status();
+  Status sent = send_produced(**sender, small_model(), fill, flush).status();
   rx.thread.join();
   // The failed round broke the session, as any failed round does.
-  EXPECT_EQ((*sender)->send_round_filled(small_model(), fill, flush).status().code(),
+  EXPECT_EQ(send_produced(**sender, small_model(), fill, flush).status().code(),
             Code::kFailedPrecondition);
   return {sent, rx.statuses.empty() ? Status() : rx.statuses.back()};
 }
 
 TEST(SyncFilled, AFillErrorAbortsTheRoundNamingTheTensor) {
   const Weights w = make_weights(small_model(), 3);
-  const TensorFill fill = [&](std::size_t i, std::uint64_t offset, std::span<std::byte> dst) {
+  const RoundProducer fill = [&](std::size_t i, std::uint64_t offset, std::span<std::byte> dst) {
     if (i == 6) return aborted("copy from cuda:0 failed");
     std::memcpy(dst.data(), w.data[i].data() + offset, dst.size());
     return ok_status();
@@ -156,7 +158,7 @@ TEST(SyncFilled, AFillErrorAbortsTheRoundNamingTheTensor) {
 TEST(SyncFilled, AFlushErrorAbortsTheRoundNamingTheSegmentsTensors) {
   const Weights w = make_weights(small_model(), 4);
   bool lm_head_filled = false;
-  const TensorFill fill = [&](std::size_t i, std::uint64_t offset, std::span<std::byte> dst) {
+  const RoundProducer fill = [&](std::size_t i, std::uint64_t offset, std::span<std::byte> dst) {
     lm_head_filled = lm_head_filled || i == 6;
     std::memcpy(dst.data(), w.data[i].data() + offset, dst.size());
     return ok_status();

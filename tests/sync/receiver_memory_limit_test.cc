@@ -106,8 +106,8 @@ TEST(ReceiverMemoryLimit, ATensorAboveTheDefaultIsNotAssembledAndTheErrorNamesTh
   ASSERT_OK((*sender)->accept(1));
   const std::vector<TensorSpec> specs = {*spec};
   std::uint64_t filled = 0;
-  auto sent = (*sender)->send_round_filled(
-      specs,
+  auto sent = testing::send_produced(
+      **sender, specs,
       [&](std::size_t, std::uint64_t, std::span<std::byte> dst) {
         filled += dst.size();
         return ok_status();
@@ -166,8 +166,8 @@ TEST(ReceiverMemoryLimit, ASplitTensorsBufferFillsAsBytesArriveNotUpFront) {
   ASSERT_OK((*sender)->accept(1));
   const std::vector<TensorSpec> specs = {*spec};
   std::uint64_t filled = 0;
-  auto sent = (*sender)->send_round_filled(
-      specs,
+  auto sent = testing::send_produced(
+      **sender, specs,
       [&](std::size_t, std::uint64_t, std::span<std::byte> dst) {
         if (filled >= (8u << 20)) return aborted("the trainer went away");
         std::memset(dst.data(), 0x5a, dst.size());

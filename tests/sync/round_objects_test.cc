@@ -132,8 +132,8 @@ TEST(FilledRound, EveryByteIsFilledOnceAndFlushedPerSegment) {
   ASSERT_OK((*sender)->accept(1));
   std::vector<std::uint64_t> filled(specs.size(), 0);
   int flushes = 0;
-  auto stats = (*sender)->send_round_filled(
-      specs,
+  auto stats = testing::send_produced(
+      **sender, specs,
       [&](std::size_t i, std::uint64_t offset, std::span<std::byte> dst) {
         EXPECT_EQ(offset, filled[i]) << specs[i].name;  // in order, no gap, no repeat
         std::memcpy(dst.data(), w.data[i].data() + offset, dst.size());

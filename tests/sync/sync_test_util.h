@@ -6,9 +6,11 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
+#include "base/status_macros.h"
 #include "ferry/sync.h"
 #include "ferry/tensor.h"
 
@@ -45,6 +47,27 @@ inline Weights make_weights(const std::vector<TensorSpec>& specs, std::uint64_t 
 }
 
 // A small model: a tensor much larger than the test bucket, odd sizes, mixed dtypes.
+// Writes bytes [offset, offset + dst.size()) of tensor `index` of a round into `dst`, or
+// only starts that copy (a device's asynchronous D2H), completed by the round's flush.
+using RoundProducer =
+    std::function<Status(std::size_t index, std::uint64_t offset, std::span<std::byte> dst)>;
+
+// One round to `sender` whose tensors `produce` writes into the ring itself, as a device's
+// copies do: UpdateWriter::begin_round, put(spec, producer) per tensor, finish.
+inline Result<RoundStats> send_produced(Sender& sender, const std::vector<TensorSpec>& specs,
+                                        const RoundProducer& produce, FillFlush flush) {
+  Sender* target = &sender;
+  FERRY_ASSIGN_OR_RETURN(std::unique_ptr<UpdateWriter> writer,
+                         UpdateWriter::begin_round(target, specs, {}, std::move(flush)));
+  for (std::size_t i = 0; i < specs.size(); ++i) {
+    FERRY_RETURN_IF_ERROR(writer->put(
+        specs[i],
+        [&](std::uint64_t offset, std::span<std::byte> dst) { return produce(i, offset, dst); }));
+  }
+  FERRY_ASSIGN_OR_RETURN(std::vector<UpdateStats> stats, writer->finish());
+  return stats.front().last_round;
+}
+
 inline std::vector<TensorSpec> small_model() {
   return {*TensorSpec::make("model.embed_tokens.weight", DType::kF32, {64, 37}),
           *TensorSpec::make("model.layers.0.input_layernorm.weight", DType::kBF16, {37}),
