@@ -4,7 +4,7 @@
 #   2. builds and runs all tests (C++ unit, CLI, Python, netns, the full-depth scale tier
 #      `ctest -L scale`) with warnings as errors,
 #   3. builds with address+undefined sanitizers and runs the unit tests again,
-#   4. builds the libFuzzer targets with clang and runs each for FERRY_FUZZ_SECONDS (60),
+#   4. builds the libFuzzer targets with clang and runs each for FERRY_FUZZ_SECONDS (45),
 #   5. checks that `cmake --install` gives a package another project can find_package().
 # Set FERRY_QUICK=1 to skip steps 3-5.
 set -euo pipefail
@@ -41,7 +41,7 @@ FERRY_BUILD_DIR=build-asan bash scripts/build.sh -DFERRY_SANITIZE=address -DFERR
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
   ctest --test-dir build-asan --output-on-failure -j2 --timeout 900 -LE scale --repeat until-pass:2
 
-step "fuzzing (build-fuzz/, ${FERRY_FUZZ_SECONDS:-60} s per target)"
+step "fuzzing (build-fuzz/, ${FERRY_FUZZ_SECONDS:-45} s per target)"
 CC=clang CXX=clang++ cmake -S . -B build-fuzz -G Ninja -DFERRY_BUILD_FUZZ=ON -DFERRY_BUILD_TESTS=OFF \
   -DFERRY_BUILD_BENCH=OFF -DFERRY_BUILD_PYTHON=OFF "${quick_flags[@]}" >/dev/null
 # Only the fuzz targets and the modules they link (not the CLI, convert, device, ...).
@@ -52,7 +52,7 @@ fuzz_one() {
   local target=$1 name work
   name=$(basename "$target")
   work=$(mktemp -d)
-  "$target" -max_total_time="${FERRY_FUZZ_SECONDS:-60}" -max_len=65536 -print_final_stats=1 \
+  "$target" -max_total_time="${FERRY_FUZZ_SECONDS:-45}" -max_len=65536 -print_final_stats=1 \
     "$work" "fuzz/corpus/$name" >"$work.log" 2>&1
   local rc=$?
   echo "fuzz: $name (exit $rc)"; tail -n 3 "$work.log"
