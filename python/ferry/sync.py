@@ -258,10 +258,12 @@ def send_update(senders: Sequence[Sender], weights: Iterable[tuple[str, Any]], *
     session. One UpdateStats per Sender, in order.
 
     device: an object with copy_async(dst, src) and synchronize(), such as ferry.verl's
-    Device. Each tensor is then copied by it from its own memory straight into the ring (or
-    the staging buffer), a device-to-host DMA with no host copy between, and its copies are
-    waited for once per segment, before the segment is hashed and published. Page-lock the
-    rings (Sender.ring_memory) for the copies to be DMA."""
+    Device. Each tensor (a torch tensor) is then copied by it from its own memory straight
+    into the ring (or the staging buffer), a device-to-host DMA with no host copy between,
+    and its copies are waited for once per segment, before the segment is hashed and
+    published. The device must order its copies before the caller's later writes to a tensor
+    it was given (ferry.verl's CudaDevice: its copy stream, which the current stream waits
+    for). Page-lock the rings (Sender.ring_memory) for the copies to be DMA."""
     copies = _DeviceCopies(device) if device is not None else None
     writer = _ferry.UpdateWriter.update([s._impl for s in senders], step, staging_bytes,
                                         copies and copies.flush)
