@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <memory>
 #include <string>
 #include <thread>
 #include <unordered_set>
@@ -30,6 +31,12 @@ Status check_bytes(std::size_t index, const TensorView& t) {
   return invalid_argument(fmt::format("tensor {} '{}': {} bytes given, {} needs {}", index,
                                       t.spec.name, t.data.size(), t.spec.to_string(),
                                       t.spec.bytes()));
+}
+
+// A producer's or flush's error, which names no tensor, naming tensor `index`.
+Status about_tensor(std::size_t index, const TensorSpec& spec, const Status& s) {
+  if (s.ok()) return s;
+  return Status(s.code(), fmt::format("tensor {} '{}': {}", index, spec.name, s.message()));
 }
 
 // One tensor as put() gets it: its bytes in memory, or a producer that writes them.
@@ -181,13 +188,11 @@ struct UpdateWriter::Impl {
       if (!sized.ok()) return fail_all(sized);
     }
     for (Sender::Impl* impl : impls) {
-      Status s = tensor.produce != nullptr
-                     ? impl->writer->produce(tensor.bytes(), *tensor.produce, options.flush)
-                     : impl->writer->put(tensor.data);
-      if (!s.ok() && tensor.produce != nullptr) {  // the producer's own error names no tensor
-        s = Status(s.code(),
-                   fmt::format("tensor {} '{}': {}", next, tensor.spec.name, s.message()));
-      }
+      const Status s =
+          tensor.produce != nullptr
+              ? about_tensor(next, tensor.spec,
+                             impl->writer->produce(tensor.bytes(), *tensor.produce, options.flush))
+              : impl->writer->put(tensor.data);
       if (!s.ok()) return fail_all(s);
     }
     ++next;
@@ -210,6 +215,7 @@ struct UpdateWriter::Impl {
   // alone, from the caller's memory (or a copy, for a producer's), before this returns.
   Status put_staged(const Source& t) {
     constexpr std::uint64_t kAlign = 64;  // each copy's start: any dtype's view is aligned
+    const std::size_t index = tensors;
     if (t.produce == nullptr) {
       Status sized = check_bytes(tensors, TensorView{t.spec, t.data});
       if (!sized.ok()) return fail_sent(sized);
@@ -229,20 +235,22 @@ struct UpdateWriter::Impl {
     }
     if (start + size <= buffer.size()) {
       const std::span<std::byte> dst = buffer.subspan(start, size);
-      Status copied = t.copy_to(dst, options.flush);
+      Status copied = about_tensor(index, t.spec, t.copy_to(dst, options.flush));
       if (!copied.ok()) return fail_sent(copied);
       in_round.insert(t.spec.name);
       staged.push_back({t.spec, dst});
       used = start + size;
       return ok_status();
     }
-    std::vector<std::byte> whole;  // a producer's tensor, larger than the buffer
+    std::unique_ptr<std::byte[]> whole;  // a producer's tensor, larger than the buffer
+    std::span<const std::byte> alone = t.data;
     if (t.produce != nullptr) {
-      whole.resize(size);
-      Status copied = t.copy_to(whole, options.flush);
+      whole = std::make_unique_for_overwrite<std::byte[]>(size);  // not zeroed: all produced
+      Status copied = about_tensor(index, t.spec, t.copy_to({whole.get(), size}, options.flush));
       if (!copied.ok()) return fail_sent(copied);
+      alone = {whole.get(), size};
     }
-    staged.push_back({t.spec, t.produce != nullptr ? std::span<const std::byte>(whole) : t.data});
+    staged.push_back({t.spec, alone});
     return send_staged(true);
   }
 

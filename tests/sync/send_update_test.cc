@@ -395,6 +395,28 @@ TEST_F(SendUpdate, AProducerNeedsAFlushAndItsErrorFailsTheRoundNamingTheTensor) 
       << got.status().to_string();
 }
 
+// Staged (the first update): the producer writes into the staging buffer, or, for a tensor
+// larger than it, a buffer of its own; either error names the tensor as a streamed one does.
+TEST_F(SendUpdate, AProducersErrorInAStagedUpdateNamesTheTensor) {
+  const std::vector<TensorSpec> specs = small_model();  // specs[0], the embedding: 9 KB
+  for (const std::uint64_t staging : {std::uint64_t{64} << 10, std::uint64_t{4096}}) {
+    SCOPED_TRACE(staging);
+    Sender* one = sender_.get();
+    UpdateOptions options{.staging_bytes = staging};
+    options.flush = [] { return ok_status(); };
+    auto writer = UpdateWriter::begin(std::span<Sender* const>(&one, 1), options);
+    ASSERT_OK(writer);
+    const TensorProducer failing = [](std::uint64_t, std::span<std::byte>) {
+      return io_error("the device copy failed");
+    };
+    const Status s = (*writer)->put(specs[0], failing);
+    EXPECT_EQ(s.code(), Code::kIoError) << s.to_string();
+    EXPECT_NE(s.message().find(fmt::format("tensor 0 '{}': the device copy failed", specs[0].name)),
+              std::string::npos)
+        << s.to_string();
+  }
+}
+
 TEST(UpdateWriterSender, ASenderDestroyedMidUpdateAbortsIt) {
   const SyncOptions o = tiny_options();
   const std::string address = unique_address();
