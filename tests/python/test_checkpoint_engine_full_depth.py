@@ -13,6 +13,7 @@ import multiprocessing as mp
 import pytest
 import torch
 
+import fake_device
 import ferry
 from vllm_reference import reference_slice
 
@@ -83,11 +84,17 @@ def _answer(conn) -> tuple:
     return conn.recv()
 
 
-@pytest.mark.parametrize("tp_size,steps", [(1, STEPS), (2, 2)])
-def test_full_depth_model_updates_bit_exact_staged_then_streamed(tp_size, steps):
+@pytest.mark.parametrize("tp_size,steps,master_device",
+                         [(1, STEPS, "cpu"), (2, 2, "cpu"), (1, 2, "fake:0")])
+def test_full_depth_model_updates_bit_exact_staged_then_streamed(tp_size, steps, master_device):
     """tp_size 2: the two rollout ranks are one tensor-parallel group (engine_kwargs.ferry
-    tp_size, hf_config), each given only its slice of every tensor."""
+    tp_size, hf_config), each given only its slice of every tensor. master_device "fake:0":
+    the master's device path (fake_device.py: copies land after they were started, so bytes
+    hashed or sent before the update's flush waited for them would be wrong), staged into
+    the staging buffer, then streamed into the ring."""
     from ferry.verl.checkpoint_engine import FerryCheckpointEngine
+    if master_device != "cpu":
+        fake_device.use()
     base = _base()
     model_bytes = sum(t.numel() * 2 for _, t in base)
     ctx = mp.get_context("spawn")
@@ -97,7 +104,7 @@ def test_full_depth_model_updates_bit_exact_staged_then_streamed(tp_size, steps)
         procs.append(ctx.Process(target=_rollout, args=(child, writes, tp_size), daemon=True))
         procs[-1].start()
         conns.append(conn)
-    master = FerryCheckpointEngine(BUCKET, is_master=True)
+    master = FerryCheckpointEngine(BUCKET, is_master=True, device=master_device)
     try:
         for step in range(1, steps + 1):
             for conn in conns:
