@@ -394,6 +394,32 @@ struct RoundBegin {
 // Checks a round as it begins; an error aborts it (MultiReceiver's checks across senders).
 using BeginCheck = std::function<Status(const RoundBegin& begin)>;
 
+// How a round read with Receiver::begin_round reaches the caller.
+enum class ReadInto : std::uint8_t {
+  // Read-only views: into the ring where a tensor lies in one bucket (zero copy), else of the
+  // tensor assembled in this process (a delta round: of the copies its payloads decode onto).
+  kViews,
+  // The same views, writable: a copy-on-write mapping of the ring (writable_views_error();
+  // receive_round_buckets_writable says what the caller may do with them).
+  kWritableViews,
+  // Copied into the registered destinations (set_destination) while the bytes are hashed;
+  // the segments carry no views.
+  kDestinations,
+  // A relay's: received and verified, not delivered (Receiver refuses it).
+  kPassThrough,
+};
+
+// One verified segment of a round read with Receiver::next_segment(). Its views, and those of
+// the bucket's earlier segments, stay valid until the bucket is released.
+struct ReadSegment {
+  std::uint32_t bucket = 0;
+  std::span<const TensorView> tensors;          // kViews: the tensors completed here
+  std::span<const MutableTensorView> writable;  // kWritableViews: the same, writable
+  bool bucket_ends = false;                     // the bucket's last segment: release it
+  bool round_ends = false;                      // the round's last segment
+  bool is_last = false;                         // round_ends and no more_follows
+};
+
 class FERRY_EXPORT Receiver {
  public:
   // Connects (retrying until options.timeout while the sender is not up yet), says
@@ -428,6 +454,33 @@ class FERRY_EXPORT Receiver {
   // waits for, the last step of an earlier session) sets it. Rounds without a step pass.
   void set_min_step(std::uint64_t step);
 
+  // The pull form of a round, which the receive_round* calls below are loops over: the caller
+  // asks for each verified segment and hands each bucket's slot back when done with it.
+  //
+  //   FERRY_ASSIGN_OR_RETURN(RoundBegin begin, rx->begin_round(ReadInto::kViews));
+  //   while (true) {
+  //     FERRY_ASSIGN_OR_RETURN(std::optional<ReadSegment> s, rx->next_segment());
+  //     if (!s) break;  // the END matched every bucket and was acknowledged: round_stats()
+  //     use(s->tensors);
+  //     if (s->bucket_ends) FERRY_RETURN_IF_ERROR(rx->release(s->bucket));
+  //   }
+  //
+  // begin_round waits (options.idle_timeout) for the next round's BEGIN and checks it (the
+  // begin check, the minimum step, the limits); kDestinations also resolves the registered
+  // destinations. While a bucket is held the sender cannot refill its slot, so a caller that
+  // holds a bucket while asking for the next needs a ring of 2 slots or more. A bucket not
+  // released by the round's END is released then. Any error but a release out of order
+  // breaks the session as the receive_round* calls' errors do (the sender is told why).
+  Result<RoundBegin> begin_round(ReadInto into);
+  Result<std::optional<ReadSegment>> next_segment();
+  // Hands bucket `bucket`'s slot back to the sender (its views end); in bucket order.
+  Status release(std::uint32_t bucket);
+  // Breaks the session with the caller's reason (the sender's round fails naming it); returns
+  // the error as the sender hears it ("round N aborted: <why>").
+  Status abort(Status why);
+  // The last round read to its end (next_segment() returned nullopt).
+  const RoundStats& round_stats() const;
+
   // Receives one round into the registered destinations. Every tensor of the round
   // must have a destination of the same dtype and shape; otherwise the error lists
   // each mismatch and nothing is written. Destinations the round lacks are left alone.
@@ -457,6 +510,9 @@ class FERRY_EXPORT Receiver {
   // caller that page-locks it with a device runtime once so copies out of it are DMA. Valid
   // until the Receiver is destroyed.
   std::span<const std::byte> ring_memory() const;
+  // The sender's ring slots: buckets in flight. A caller of the pull form can hold a bucket
+  // while it asks for the next only with 2 or more.
+  std::uint32_t ring_slots() const;
 
   std::uint64_t session_id() const;
   std::uint64_t last_round() const;

@@ -18,9 +18,10 @@ from __future__ import annotations
 
 import asyncio
 import inspect
-from typing import Any, AsyncIterator, Callable, Iterable, Mapping, Self, Sequence
+from typing import Any, AsyncIterator, Callable, Iterable, Iterator, Mapping, Self, Sequence
 
 from . import _ferry
+from ._pull import Pull
 from ._tensors import (CONVERTERS, Weights, _error, byte_view, destination_arg, ferry_dtype,
                        host_view, tensor_arg, tensor_args)
 
@@ -540,6 +541,64 @@ class Receiver(_Receiving):
 
         return self._impl.receive_round_segments_writable(call)
 
+    def receive_update(self, *, writable: bool = False) -> Iterator[tuple[str, Any]]:
+        """Yields (name, tensor) of one update: every round up to the one that says no more
+        follow, the caller pulling each segment (no callback, no thread of ferry's). Tensors
+        view the ring (or, for one spanning buckets, its assembled copy); with `writable`,
+        copy-on-write views the caller may write into (writable_views_error must be None).
+
+        A tensor is valid until the caller moved past every tensor of its bucket and past the
+        first tensor of the next bucket (with a ring of one slot: until it moved past its
+        bucket's last tensor); the update's last bucket until the sender's next update. The
+        sender's update completes only once the caller asked past the last tensor. Leaving
+        the loop early (break, an exception, close()) aborts the round: the sender raises
+        AbortedError naming why. round_stats then holds the update's last round."""
+        pull = Pull(self._impl, self._convert, writable)
+        try:
+            while (segment := pull.read()) is not None:
+                yield from segment.tensors
+        finally:
+            if not pull.done:
+                self._impl.abort("the caller left receive_update before the update ended")
+
+    async def receive_update_async(self, *,
+                                   writable: bool = False) -> AsyncIterator[tuple[str, Any]]:
+        """receive_update for asyncio: each segment is read in an executor thread, the next
+        one while the caller is on the current one's tensors after the first. The same
+        lifetimes; a cancelled task or a closed iterator aborts the round, as abort() does
+        from any thread."""
+        loop = asyncio.get_running_loop()
+        pull = Pull(self._impl, self._convert, writable)
+        job = loop.run_in_executor(None, pull.read)
+        why = "the caller closed receive_update_async before the update ended"
+        try:
+            while (segment := await job) is not None:
+                job = None
+                for i, entry in enumerate(segment.tensors):
+                    if i == segment.read_ahead_after:
+                        job = loop.run_in_executor(None, pull.read)
+                    yield entry
+                if job is None:
+                    job = loop.run_in_executor(None, pull.read)
+            job = None
+        except asyncio.CancelledError:
+            why = "the task receiving the update was cancelled before the update ended"
+            raise
+        finally:
+            if not pull.done:
+                await _abort_pull(self._impl, why, job)
+
+    def abort(self, reason: str) -> None:
+        """From any thread: breaks the session, so the round being received fails here and
+        at the sender with `reason` (a receive running in another thread raises within about
+        100 ms). Connect anew afterwards."""
+        self._impl.abort(reason)
+
+    @property
+    def round_stats(self) -> RoundStats:
+        """The RoundStats of the last round receive_update read to its end."""
+        return self._impl.round_stats()
+
     @property
     def writable_views_error(self) -> str | None:
         """None when the writable modes can run; else why not (a ring of one
@@ -549,6 +608,16 @@ class Receiver(_Receiving):
     @property
     def last_round(self) -> int:
         return self._impl.last_round
+
+
+async def _abort_pull(impl: Any, why: str, job: "asyncio.Future | None") -> None:
+    """Breaks a pulled update's session with `why`, off the event loop's thread (the abort
+    waits a moment for the sender to read why), then waits for the read in flight, which the
+    abort ends within about 100 ms."""
+    loop = asyncio.get_running_loop()
+    await loop.run_in_executor(None, impl.abort, why)
+    if job is not None:
+        await asyncio.gather(job, return_exceptions=True)
 
 
 class MultiReceiver(_Receiving):

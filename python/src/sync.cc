@@ -219,6 +219,10 @@ class Interrupts {
  public:
   std::function<Status()> hook() {
     return [this]() -> Status {
+      if (stopped_.load()) {
+        std::lock_guard<std::mutex> lock(stop_mutex_);
+        return aborted(stop_reason_);
+      }
       py::gil_scoped_acquire gil;
       if (PyErr_CheckSignals() == 0) return ok_status();
       py::error_already_set e;  // takes the pending exception
@@ -226,6 +230,20 @@ class Interrupts {
       pending_.emplace(std::move(e));
       return aborted(fmt::format("interrupted ({})", type));
     };
+  }
+  // From any thread: the session's waits end within about 100 ms, failing with `why` (the
+  // first reason given wins).
+  void stop(std::string why) {
+    std::lock_guard<std::mutex> lock(stop_mutex_);
+    if (stopped_.load()) return;
+    stop_reason_ = std::move(why);
+    stopped_.store(true);
+  }
+  // The reason stop() gave, if it was called.
+  std::optional<std::string> stopped() {
+    if (!stopped_.load()) return std::nullopt;
+    std::lock_guard<std::mutex> lock(stop_mutex_);
+    return stop_reason_;
   }
   // With the GIL held, after a call that may have been interrupted.
   void raise_pending() {
@@ -237,6 +255,9 @@ class Interrupts {
 
  private:
   std::optional<py::error_already_set> pending_;
+  std::atomic<bool> stopped_{false};
+  std::mutex stop_mutex_;
+  std::string stop_reason_;
 };
 
 SyncOptions with_interrupts(SyncOptions o, Interrupts& interrupts) {
@@ -750,6 +771,78 @@ class PyReceiver : public Receiving<sync::Receiver> {
     return bridge.finish(std::move(result));
   }
 
+  // The pull form (sync::Receiver::begin_round and next_segment), which ferry.sync's
+  // receive_update drives, one call per segment, from an executor thread under asyncio.
+  // Returns (round, more_follows, step).
+  py::tuple begin_round(const std::string& mode) {
+    UseGuard use(mutex_, what_);
+    sync::Receiver& r = get();
+    sync::ReadInto into = sync::ReadInto::kViews;
+    if (mode == "writable") {
+      into = sync::ReadInto::kWritableViews;
+    } else if (mode != "views") {
+      throw StatusError(invalid_argument(
+          fmt::format("begin_round: mode '{}': expected views or writable", mode)));
+    }
+    Result<sync::RoundBegin> begin = [&]() -> Result<sync::RoundBegin> {
+      py::gil_scoped_release nogil;
+      if (Status stop = abort_if_stopped(r); !stop.ok()) return stop;
+      return r.begin_round(into);
+    }();
+    interrupts_.raise_pending();
+    check(begin.status());
+    writable_ = into == sync::ReadInto::kWritableViews;
+    return py::make_tuple(begin->round, begin->more_follows, begin->step);
+  }
+
+  // None once the round's END matched (acknowledged: round_stats()); else (bucket, tensors,
+  // bucket_ends, round_ends, is_last), the tensors (name, dtype, shape, memoryview) valid
+  // until release(bucket).
+  py::object next_segment() {
+    UseGuard use(mutex_, what_);
+    sync::Receiver& r = get();
+    Result<std::optional<sync::ReadSegment>> got =
+        [&]() -> Result<std::optional<sync::ReadSegment>> {
+      py::gil_scoped_release nogil;
+      if (Status stop = abort_if_stopped(r); !stop.ok()) return stop;
+      return r.next_segment();
+    }();
+    interrupts_.raise_pending();
+    check(got.status());
+    if (!*got) return py::none();
+    const sync::ReadSegment& s = **got;
+    py::list tensors;
+    if (writable_) {
+      tensors = writable_list(s.writable);
+    } else {
+      for (const TensorView& v : s.tensors) tensors.append(view_to_python(v));
+    }
+    return py::make_tuple(s.bucket, std::move(tensors), s.bucket_ends, s.round_ends, s.is_last);
+  }
+
+  void release(std::uint32_t bucket) {
+    UseGuard use(mutex_, what_);
+    sync::Receiver& r = get();
+    Status st = [&] {
+      py::gil_scoped_release nogil;
+      if (Status stop = abort_if_stopped(r); !stop.ok()) return stop;
+      return r.release(bucket);
+    }();
+    check(st);
+  }
+
+  // From any thread: breaks the session with `why` (the sender's round fails naming it). A
+  // call in flight in another thread ends within about 100 ms, failing with it.
+  void abort(const std::string& why) {
+    interrupts_.stop(why);
+    std::unique_lock<std::mutex> own(mutex_, std::try_to_lock);
+    if (!own.owns_lock() || !impl_) return;  // the call in flight fails with `why`
+    py::gil_scoped_release nogil;
+    (void)impl_->abort(aborted(why));  // the reason as the sender hears it: not needed here
+  }
+
+  RoundStats round_stats() const { return get().round_stats(); }
+
   // None when receive_round_buckets_writable can run, else why not.
   py::tuple ring_memory() const {
     const std::span<const std::byte> ring = get().ring_memory();
@@ -776,6 +869,15 @@ class PyReceiver : public Receiving<sync::Receiver> {
     }
     return weights;
   }
+
+  // abort() raced a call that had already finished waiting: the next call breaks the
+  // session with its reason instead.
+  Status abort_if_stopped(sync::Receiver& r) {
+    const std::optional<std::string> why = interrupts_.stopped();
+    return why ? r.abort(aborted(*why)) : ok_status();
+  }
+
+  bool writable_ = false;  // the pulled round's views are writable
 };
 
 // A node's relay (sync::Relay). Usually run in a background thread: stop() may be called
@@ -1089,6 +1191,23 @@ void bind_sync(py::module_& m) {
            "Receives one round, calling on_segment(tensors, bucket_ends, is_last, round_ends) "
            "per segment that completes a tensor and per bucket's last segment, with the views "
            "and lifetimes of receive_round_buckets_writable.")
+      .def("begin_round", &PyReceiver::begin_round, py::arg("mode") = "views",
+           "Waits for the next round's BEGIN (the pull form): (round, more_follows, step). "
+           "mode 'views' (read-only) or 'writable' (copy-on-write views of the ring).")
+      .def("next_segment", &PyReceiver::next_segment,
+           "The round's next verified segment, (bucket, tensors, bucket_ends, round_ends, "
+           "is_last), or None once its END was verified and acknowledged. A bucket's tensors "
+           "are valid until release(bucket).")
+      .def("release", &PyReceiver::release, py::arg("bucket"),
+           "Hands a bucket's ring slot back to the sender, in bucket order; its tensors end.")
+      .def("abort", &PyReceiver::abort, py::arg("why"),
+           "From any thread: breaks the session with `why`; the sender's round fails naming "
+           "it, and a call in flight in another thread raises it within about 100 ms.")
+      .def_property_readonly(
+          "ring_slots", [](const PyReceiver& r) { return r.get().ring_slots(); },
+          "The sender's ring slots (buckets in flight).")
+      .def("round_stats", &PyReceiver::round_stats,
+           "The RoundStats of the last round pulled to its end.")
       .def("writable_views_error", &PyReceiver::writable_views_error,
            "None when receive_round_buckets_writable can run, else the reason it cannot.")
       .def("close", &PyReceiver::close, "Leaves the session.")

@@ -13,18 +13,13 @@ struct Receiver::Impl {
   std::unique_ptr<RoundReader> reader;
   Destinations destinations;  // receive_round_into's
 
-  // Runs one round read `into`, handing each segment to `use`; the caller's errors abort the
-  // round as the reader's do.
+  // Runs one round read `into` (Receiver's pull calls), handing each segment to `use`; the
+  // caller's errors abort the round as the reader's do.
   template <class Use>
-  Result<RoundStats> read(ReadInto into, Use&& use) {
-    FERRY_ASSIGN_OR_RETURN(auto begin, reader->begin(into));
-    if (into == ReadInto::kDestinations) {
-      Status s = destinations.resolve(begin, reader->tensors_generation());
-      if (s.ok()) s = reader->into(destinations.data(), destinations.slices());
-      if (!s.ok()) return reader->abort(s);
-    }
+  Result<RoundStats> read(Receiver& rx, ReadInto into, Use&& use) {
+    FERRY_RETURN_IF_ERROR(rx.begin_round(into).status());
     while (true) {
-      FERRY_ASSIGN_OR_RETURN(auto segment, reader->next());
+      FERRY_ASSIGN_OR_RETURN(auto segment, rx.next_segment());
       if (!segment) break;
       Status s = use(*segment);
       if (!s.ok()) return reader->abort(s);
@@ -76,14 +71,41 @@ void Receiver::set_begin_check(BeginCheck check) {
 
 void Receiver::set_min_step(std::uint64_t step) { impl_->reader->set_min_step(step); }
 
+Result<RoundBegin> Receiver::begin_round(ReadInto into) {
+  RoundReader& r = *impl_->reader;
+  if (into == ReadInto::kPassThrough) {
+    return invalid_argument(
+        "begin_round: kPassThrough is a relay's; a receiver reads views, "
+        "writable views or destinations");
+  }
+  if (r.status().ok() && r.in_round()) {
+    return failed_precondition(fmt::format(
+        "begin_round inside round {}: read it to its end (next_segment() until it returns no "
+        "segment) or abort() it",
+        r.last_round()));
+  }
+  FERRY_ASSIGN_OR_RETURN(RoundBegin begin, r.begin(into));
+  if (into == ReadInto::kDestinations) {
+    Status s = impl_->destinations.resolve(begin, r.tensors_generation());
+    if (s.ok()) s = r.into(impl_->destinations.data(), impl_->destinations.slices());
+    if (!s.ok()) return r.abort(s);
+  }
+  return begin;
+}
+
+Result<std::optional<ReadSegment>> Receiver::next_segment() { return impl_->reader->next(); }
+Status Receiver::release(std::uint32_t bucket) { return impl_->reader->release(bucket); }
+Status Receiver::abort(Status why) { return impl_->reader->abort(std::move(why)); }
+const RoundStats& Receiver::round_stats() const { return impl_->reader->stats(); }
+
 Result<RoundStats> Receiver::receive_round_into() {
-  return impl_->read(ReadInto::kDestinations, [&](const ReadSegment& s) {
+  return impl_->read(*this, ReadInto::kDestinations, [&](const ReadSegment& s) {
     return s.bucket_ends ? impl_->reader->release(s.bucket) : ok_status();
   });
 }
 
 Result<RoundStats> Receiver::receive_round(const TensorCallback& on_tensor) {
-  return impl_->read(ReadInto::kViews, [&](const ReadSegment& s) {
+  return impl_->read(*this, ReadInto::kViews, [&](const ReadSegment& s) {
     for (const TensorView& t : s.tensors) {
       Status st = on_tensor(t);
       if (!st.ok()) return st.with_context(fmt::format("tensor callback for '{}'", t.spec.name));
@@ -94,7 +116,7 @@ Result<RoundStats> Receiver::receive_round(const TensorCallback& on_tensor) {
 
 Result<RoundStats> Receiver::receive_round_buckets(const BucketCallback& on_bucket) {
   std::vector<TensorView> bucket;
-  auto stats = impl_->read(ReadInto::kViews, [&](const ReadSegment& s) {
+  auto stats = impl_->read(*this, ReadInto::kViews, [&](const ReadSegment& s) {
     bucket.insert(bucket.end(), s.tensors.begin(), s.tensors.end());
     if (!s.bucket_ends) return ok_status();
     Status st = on_bucket(bucket, s.is_last);
@@ -111,7 +133,7 @@ Result<RoundStats> Receiver::receive_round_buckets_writable(
     const WritableBucketCallback& on_bucket) {
   std::vector<MutableTensorView> bucket;
   std::optional<std::uint32_t> held;
-  auto stats = impl_->read(ReadInto::kWritableViews, [&](const ReadSegment& s) {
+  auto stats = impl_->read(*this, ReadInto::kWritableViews, [&](const ReadSegment& s) {
     bucket.insert(bucket.end(), s.writable.begin(), s.writable.end());
     if (!s.bucket_ends) return ok_status();
     Status st = on_bucket(bucket, s.is_last, s.round_ends);
@@ -127,7 +149,7 @@ Result<RoundStats> Receiver::receive_round_buckets_writable(
 Result<RoundStats> Receiver::receive_round_segments_writable(
     const WritableSegmentCallback& on_segment) {
   std::optional<std::uint32_t> held;
-  auto stats = impl_->read(ReadInto::kWritableViews, [&](const ReadSegment& s) {
+  auto stats = impl_->read(*this, ReadInto::kWritableViews, [&](const ReadSegment& s) {
     if (s.bucket_ends || !s.writable.empty()) {
       Status st = on_segment(WritableSegment{s.writable, s.bucket_ends, s.is_last, s.round_ends});
       if (!st.ok()) return st.with_context(fmt::format("segment callback for bucket {}", s.bucket));
@@ -144,6 +166,7 @@ Result<RoundStats> Receiver::receive_round_segments_writable(
 
 Status Receiver::writable_views_error() { return impl_->reader->writable_views_error(); }
 std::span<const std::byte> Receiver::ring_memory() const { return impl_->reader->ring_memory(); }
+std::uint32_t Receiver::ring_slots() const { return impl_->reader->ring().slots(); }
 std::uint64_t Receiver::session_id() const { return impl_->reader->session_id(); }
 std::uint64_t Receiver::last_round() const { return impl_->reader->last_round(); }
 

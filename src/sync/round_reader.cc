@@ -300,7 +300,8 @@ Status RoundReader::into(std::span<std::byte* const> destinations,
 
 Result<std::optional<ReadSegment>> RoundReader::next() {
   FERRY_RETURN_IF_ERROR(check_session());
-  if (!in_round_) return failed_precondition("next() outside a round: call begin() first");
+  if (!in_round_)
+    return failed_precondition("no round is open: begin the round first (begin_round)");
   auto r = next_segment();
   if (!r.ok()) return abort(r.status());
   if (!*r && into_ != ReadInto::kPassThrough) in_round_ = false;  // else after acknowledge()

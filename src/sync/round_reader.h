@@ -50,20 +50,6 @@
 
 namespace ferry::sync {
 
-// How a round's tensors reach the caller.
-enum class ReadInto : std::uint8_t {
-  // Read-only views: into the ring where a tensor lies in one bucket (zero copy), else of
-  // the tensor assembled in this process. Encoded rounds: views of the copies payloads decode onto.
-  kViews,
-  // The same views, writable: a copy-on-write mapping of the ring (writable_views_error()).
-  kWritableViews,
-  // Copied into the caller's memory (into()) while the bytes are hashed; no views.
-  kDestinations,
-  // Received into the ring and verified, not delivered: a relay forwards message() instead.
-  // The round ends unacknowledged (acknowledge()) and with the buckets not yet released.
-  kPassThrough,
-};
-
 // What a round's verified END tells an EndCheck.
 struct RoundEnd {
   std::uint64_t round = 0;  // the sender's round number
@@ -73,16 +59,6 @@ struct RoundEnd {
 // any error does, so the sender's round fails too (MultiReceiver's barrier before the last
 // rounds of an update are acknowledged).
 using EndCheck = std::function<Status(const RoundEnd& end)>;
-
-// One verified segment of a bucket. Views stay valid until the bucket is released.
-struct ReadSegment {
-  std::uint32_t bucket = 0;
-  std::span<const TensorView> tensors;          // kViews: the tensors completed here
-  std::span<const MutableTensorView> writable;  // kWritableViews: the same, writable
-  bool bucket_ends = false;                     // the bucket's last segment: release it
-  bool round_ends = false;                      // the round's last segment
-  bool is_last = false;                         // round_ends and no more_follows
-};
 
 class RoundReader {
  public:
@@ -128,6 +104,8 @@ class RoundReader {
 
   // OK, or the error that broke the session.
   const Status& status() const { return broken_; }
+  // Between begin() and the round's end (next()'s nullopt; a relay's acknowledge()).
+  bool in_round() const { return in_round_; }
   void set_begin_check(BeginCheck check) { begin_check_ = std::move(check); }
   void set_end_check(EndCheck check) { end_check_ = std::move(check); }
   // Refuses, from the next BEGIN on, a round whose step is below `step` (Receiver::set_min_step).
@@ -144,6 +122,7 @@ class RoundReader {
   const std::string& peer() const { return link_.peer(); }
   bool checksums() const { return checksums_; }
   transport::Ring& ring() { return *ring_; }
+  const transport::Ring& ring() const { return *ring_; }
   // The link's wait loop (a relay waits on it beside its own peers).
   std::unique_ptr<transport::Poller> poller() { return link_.channel().poller(); }
   // What a receive loop polls for the sender's link beside the poller (Link::poll_fd).
