@@ -10,6 +10,13 @@ a round's last segment, whose END is acknowledged only once the caller took ever
 (a rank that fails while loading fails the sender's update too). With a ring of one slot the
 sender cannot fill a bucket while another is held: each bucket goes back once the caller moved
 past its last tensor, and nothing is read ahead of a bucket's end.
+
+With `copies` (an object with fill(tensors) -> tensors and moved_on()), each bucket is read
+whole and copied out of the ring by copies.fill() in the reading thread (into a device, or a
+buffer of the caller's), then goes back to the sender at once; the caller gets what fill()
+returned. copies.moved_on() runs on the caller's thread once the caller moved past the first
+tensor of the bucket filled last, before anything more is read: from then on fill() may reuse
+what the bucket before held.
 """
 
 from __future__ import annotations
@@ -33,8 +40,8 @@ class Pull:
     """The pull's state. read() is the only call that touches the receiver; the caller runs
     it in one thread at a time (an executor thread under asyncio)."""
 
-    def __init__(self, impl: Any, convert: Callable, writable: bool) -> None:
-        self._impl, self._convert = impl, convert
+    def __init__(self, impl: Any, convert: Callable, writable: bool, copies: Any = None) -> None:
+        self._impl, self._convert, self.copies = impl, convert, copies
         self._mode = "writable" if writable else "views"
         self._hold = impl.ring_slots > 1  # a bucket may be held while the next is read
         self._held: list[int] = []  # ended buckets whose tensors the caller may still use
@@ -60,11 +67,31 @@ class Pull:
                 if step is not None:
                     self.steps.append(step)
                 self._in_round = True
-            got = impl.next_segment()
-            if got is not None:
+            got = impl.next_segment() if self.copies is None else self._next_bucket()
+            if got is None:
+                self._in_round = False  # the END released every bucket still held
+                self._held.clear()
+            elif self.copies is None:
                 return self._arrived(*got)
-            self._in_round = False  # the END released every bucket still held
-            self._held.clear()
+            elif got.tensors:  # else a bucket that completed no tensor: read on
+                return got
+
+    def _next_bucket(self) -> Segment | None:
+        """One bucket read whole, copied out (copies.fill) and given back; None at END."""
+        impl, convert, tensors = self._impl, self._convert, []
+        while True:
+            got = impl.next_segment()
+            if got is None:
+                return None
+            bucket, views, bucket_ends, round_ends, _ = got
+            tensors += [(name, convert(dtype, shape, memory))
+                        for name, dtype, shape, memory in views]
+            if bucket_ends:
+                break
+        copied = self.copies.fill(tensors) if tensors else []
+        impl.release(bucket)
+        # Not past the round's end before the caller took every tensor (the ACK waits).
+        return Segment(copied, len(copied) if round_ends else min(1, len(copied)))
 
     def _arrived(self, bucket: int, views: list, bucket_ends: bool, round_ends: bool,
                  is_last: bool) -> Segment:

@@ -541,7 +541,8 @@ class Receiver(_Receiving):
 
         return self._impl.receive_round_segments_writable(call)
 
-    def receive_update(self, *, writable: bool = False) -> Iterator[tuple[str, Any]]:
+    def receive_update(self, *, writable: bool = False,
+                       copies: Any = None) -> Iterator[tuple[str, Any]]:
         """Yields (name, tensor) of one update: every round up to the one that says no more
         follow, the caller pulling each segment (no callback, no thread of ferry's). Tensors
         view the ring (or, for one spanning buckets, its assembled copy); with `writable`,
@@ -552,23 +553,30 @@ class Receiver(_Receiving):
         bucket's last tensor); the update's last bucket until the sender's next update. The
         sender's update completes only once the caller asked past the last tensor. Leaving
         the loop early (break, an exception, close()) aborts the round: the sender raises
-        AbortedError naming why. round_stats then holds the update's last round."""
-        pull = Pull(self._impl, self._convert, writable)
+        AbortedError naming why. round_stats then holds the update's last round.
+
+        With `copies` (fill(tensors) -> tensors, moved_on(): ferry/_pull.py), each bucket is
+        copied out of the ring by copies.fill() and given back at once; the caller gets the
+        copies, which fill() may reuse once moved_on() was called."""
+        pull = Pull(self._impl, self._convert, writable, copies)
         try:
             while (segment := pull.read()) is not None:
-                yield from segment.tensors
+                for entry in segment.tensors:
+                    yield entry
+                if copies is not None:
+                    copies.moved_on()
         finally:
             if not pull.done:
                 self._impl.abort("the caller left receive_update before the update ended")
 
-    async def receive_update_async(self, *,
-                                   writable: bool = False) -> AsyncIterator[tuple[str, Any]]:
+    async def receive_update_async(self, *, writable: bool = False,
+                                   copies: Any = None) -> AsyncIterator[tuple[str, Any]]:
         """receive_update for asyncio: each segment is read in an executor thread, the next
         one while the caller is on the current one's tensors after the first. The same
         lifetimes; a cancelled task or a closed iterator aborts the round, as abort() does
         from any thread."""
         loop = asyncio.get_running_loop()
-        pull = Pull(self._impl, self._convert, writable)
+        pull = Pull(self._impl, self._convert, writable, copies)
         job = loop.run_in_executor(None, pull.read)
         why = "the caller closed receive_update_async before the update ended"
         try:
@@ -576,10 +584,10 @@ class Receiver(_Receiving):
                 job = None
                 for i, entry in enumerate(segment.tensors):
                     if i == segment.read_ahead_after:
-                        job = loop.run_in_executor(None, pull.read)
+                        job = _read_ahead(loop, pull)
                     yield entry
                 if job is None:
-                    job = loop.run_in_executor(None, pull.read)
+                    job = _read_ahead(loop, pull)
             job = None
         except asyncio.CancelledError:
             why = "the task receiving the update was cancelled before the update ended"
@@ -608,6 +616,14 @@ class Receiver(_Receiving):
     @property
     def last_round(self) -> int:
         return self._impl.last_round
+
+
+def _read_ahead(loop: asyncio.AbstractEventLoop, pull: Pull) -> "asyncio.Future":
+    """Starts reading the next segment; the caller moved past the current one's first
+    tensor (copies.moved_on() first, on the caller's thread)."""
+    if pull.copies is not None:
+        pull.copies.moved_on()
+    return loop.run_in_executor(None, pull.read)
 
 
 async def _abort_pull(impl: Any, why: str, job: "asyncio.Future | None") -> None:

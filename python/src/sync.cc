@@ -784,11 +784,7 @@ class PyReceiver : public Receiving<sync::Receiver> {
       throw StatusError(invalid_argument(
           fmt::format("begin_round: mode '{}': expected views or writable", mode)));
     }
-    Result<sync::RoundBegin> begin = [&]() -> Result<sync::RoundBegin> {
-      py::gil_scoped_release nogil;
-      if (Status stop = abort_if_stopped(r); !stop.ok()) return stop;
-      return r.begin_round(into);
-    }();
+    Result<sync::RoundBegin> begin = heeding_abort(r, [&] { return r.begin_round(into); });
     interrupts_.raise_pending();
     check(begin.status());
     writable_ = into == sync::ReadInto::kWritableViews;
@@ -802,11 +798,7 @@ class PyReceiver : public Receiving<sync::Receiver> {
     UseGuard use(mutex_, what_);
     sync::Receiver& r = get();
     Result<std::optional<sync::ReadSegment>> got =
-        [&]() -> Result<std::optional<sync::ReadSegment>> {
-      py::gil_scoped_release nogil;
-      if (Status stop = abort_if_stopped(r); !stop.ok()) return stop;
-      return r.next_segment();
-    }();
+        heeding_abort(r, [&] { return r.next_segment(); });
     interrupts_.raise_pending();
     check(got.status());
     if (!*got) return py::none();
@@ -823,16 +815,12 @@ class PyReceiver : public Receiving<sync::Receiver> {
   void release(std::uint32_t bucket) {
     UseGuard use(mutex_, what_);
     sync::Receiver& r = get();
-    Status st = [&] {
-      py::gil_scoped_release nogil;
-      if (Status stop = abort_if_stopped(r); !stop.ok()) return stop;
-      return r.release(bucket);
-    }();
-    check(st);
+    check(heeding_abort(r, [&] { return r.release(bucket); }));
   }
 
   // From any thread: breaks the session with `why` (the sender's round fails naming it). A
-  // call in flight in another thread ends within about 100 ms, failing with it.
+  // call in flight in another thread ends within about 100 ms, failing with it; one that
+  // returns first breaks the session before it returns (heeding_abort).
   void abort(const std::string& why) {
     interrupts_.stop(why);
     std::unique_lock<std::mutex> own(mutex_, std::try_to_lock);
@@ -870,11 +858,18 @@ class PyReceiver : public Receiving<sync::Receiver> {
     return weights;
   }
 
-  // abort() raced a call that had already finished waiting: the next call breaks the
-  // session with its reason instead.
-  Status abort_if_stopped(sync::Receiver& r) {
-    const std::optional<std::string> why = interrupts_.stopped();
-    return why ? r.abort(aborted(*why)) : ok_status();
+  // Runs a pull call with the GIL released, heeding abort() from another thread: one that
+  // came before the call fails it, and one that came while the call held the receiver (its
+  // waits see it within about 100 ms, but a call that is not waiting does not) breaks the
+  // session before the call returns, failing it too. abort() sets the reason before it tries
+  // the receiver, and this checks it while holding the receiver, so none is missed.
+  template <typename F>
+  auto heeding_abort(sync::Receiver& r, F&& call) -> decltype(call()) {
+    py::gil_scoped_release nogil;
+    if (const auto why = interrupts_.stopped()) return r.abort(aborted(*why));
+    auto result = call();
+    if (const auto why = interrupts_.stopped(); why && result.ok()) return r.abort(aborted(*why));
+    return result;
   }
 
   bool writable_ = false;  // the pulled round's views are writable

@@ -3,7 +3,8 @@ CPU tensors, but its copies land late: each runs on a worker thread, in issue or
 `delay_s`; an event completes when the worker passes it. So a path that reads what it copied
 before waiting reads the old bytes. `skip_waits` ("send" or "receive") makes wait() return at
 once on that side (a path missing its waits), to show the tests would catch one. Every issue,
-landing and wait is logged with its side ("send" or "receive")."""
+landing and wait is logged with its side: "receive" for a copy into the device's own memory
+(empty(): the rollout's buffers), else "send"; a wait has the side of its thread's last copy."""
 
 from __future__ import annotations
 
@@ -28,6 +29,8 @@ class FakeDevice(_device.Device):
         self.unregistered: list[int] = []
         self._lock = threading.Lock()
         self._work: queue.Queue = queue.Queue()
+        self._own: set[int] = set()  # storages empty() made
+        self._sides = threading.local()  # each thread's last copy's side
         threading.Thread(target=self._run, daemon=True).start()
 
     def note(self, *entry) -> None:
@@ -45,8 +48,14 @@ class FakeDevice(_device.Device):
             dst.copy_(src)
             self.note("land", dst.numel(), side)
 
+    def empty(self, nbytes: int) -> torch.Tensor:
+        memory = super().empty(nbytes)
+        self._own.add(memory.untyped_storage().data_ptr())
+        return memory
+
     def copy_async(self, dst: torch.Tensor, src: torch.Tensor) -> None:
-        side = _side()
+        side = "receive" if dst.untyped_storage().data_ptr() in self._own else "send"
+        self._sides.last = side
         self.note("issue", dst.numel(), side)
         self._work.put((dst, src, side))
 
@@ -56,7 +65,7 @@ class FakeDevice(_device.Device):
         return event
 
     def wait(self, event: threading.Event) -> None:
-        side = _side()
+        side = getattr(self._sides, "last", "send")
         self.note("wait", side)
         if self.skip_waits != side:
             event.wait()
@@ -72,11 +81,6 @@ class FakeDevice(_device.Device):
 
     def unregister_host(self, address: int) -> None:
         self.unregistered.append(address)
-
-
-def _side() -> str:
-    """"receive" in the rollout's copy thread, else "send" (the master's update thread)."""
-    return "receive" if threading.current_thread().name == "ferry-device-receive" else "send"
 
 
 _current: dict[str, FakeDevice] = {}

@@ -196,3 +196,31 @@ def test_abort_from_another_thread_ends_a_waiting_receive():
             assert time.monotonic() - started < 5.0
         with pytest.raises(ferry.FerryError):
             sender.send_update(make_weights(1))
+
+
+def test_an_abort_while_a_read_ahead_is_in_flight_ends_the_round_at_once():
+    """The caller takes two tensors (the next segment is being read ahead meanwhile), then
+    aborts from its own thread and stops iterating without closing anything, as verl's
+    engine does when the task that asked ends. Whether the read in flight was waiting, busy
+    (it breaks the session as it returns) or already done (the abort breaks it at once), the
+    sender hears why within moments, not at its timeout."""
+    address, sent = unique_address(), []
+    with ferry.Sender(address, bucket_bytes=BUCKET_BYTES, timeout=20) as sender:
+        thread = _send_in_thread(sender, [(make_weights(3), 3)], sent)
+        with ferry.Receiver(address, 0, timeout=20) as receiver:
+
+            async def take_two_then_abort() -> tuple:
+                updates = receiver.receive_update_async()
+                taken = 0
+                async for _ in updates:
+                    taken += 1
+                    if taken == 2:
+                        break
+                aborted_at = time.monotonic()
+                receiver.abort("the loader raised KeyError: 'lm_head'")
+                thread.join(10)
+                return updates, time.monotonic() - aborted_at
+            updates, waited = asyncio.run(take_two_then_abort())
+            del updates
+    assert waited < 5.0, waited
+    assert "the loader raised KeyError: 'lm_head'" in _sender_error(sent)

@@ -162,8 +162,7 @@ TEST(PullRound, MisuseIsRefusedAndTheSessionGoesOn) {
     ASSERT_OK(r);
     auto early = (*r)->next_segment();
     EXPECT_EQ(early.status().code(), Code::kFailedPrecondition) << early.status().to_string();
-    EXPECT_EQ((*r)->begin_round(ReadInto::kPassThrough).status().code(),
-              Code::kInvalidArgument);
+    EXPECT_EQ((*r)->begin_round(ReadInto::kPassThrough).status().code(), Code::kInvalidArgument);
     ASSERT_OK((*r)->begin_round(ReadInto::kViews));
     auto again = (*r)->begin_round(ReadInto::kViews);
     EXPECT_EQ(again.status().code(), Code::kFailedPrecondition) << again.status().to_string();

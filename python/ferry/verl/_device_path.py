@@ -14,16 +14,15 @@ caller moved past the bucket it holds, with the lifetime receive_weights' docstr
 
 from __future__ import annotations
 
-import functools
-import threading
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 
 import torch
 
-from .._tensors import byte_view
+from .. import _ferry
+from .._tensors import _error, byte_view
 from ..sync import Receiver, Sender
 from ._device import Device
-from ._handoff import Handoff, Update
+from ._pulled import PulledUpdate
 
 _ALIGN = 256  # device views start at offsets torch's kernels accept for every dtype
 
@@ -42,13 +41,12 @@ class RingRegistration:
 
 
 class _Buffer:
-    """One of the two device buffers: refilled only once the caller released it."""
+    """One of the two device buffers: refilled only once the caller moved past its bucket."""
 
     def __init__(self) -> None:
         self.memory: torch.Tensor | None = None
-        self.free = threading.Event()
-        self.free.set()
-        self.fence: Any = None  # the caller's stream when it released the buffer
+        self.in_use = False  # holds a bucket the caller may still read
+        self.fence: Any = None  # the caller's stream when it moved past the buffer's bucket
 
 
 class DeviceReceive:
@@ -94,46 +92,53 @@ class DeviceReceive:
                 self.device.copy_async(dst, byte_view(tensor))
             view = dst.view(tensor.dtype).view(tensor.shape)
             out.append((name, view.to(dst.device), *rest))  # an empty one comes on the CPU
-        # The ring slot is handed back when the callback returns: the copies must be done.
+        # The ring slot is handed back when fill() returns: the copies must be done.
         self.device.synchronize()
         return out
 
-    def receive(self, engine: Any, global_steps: int | None, who: str, sender: str) -> Update:
+    def receive(self, engine: Any, global_steps: int | None, who: str,
+                sender: str) -> PulledUpdate:
         """receive_weights for the device path (engine: the FerryCheckpointEngine)."""
         receiver = engine._receiver
         self.register(receiver)
         for b in self.buffers:  # the last update's caller is done with both
             b.fence = self.device.fence()
-            b.free.set()
-        receive = functools.partial(self._receive_update, engine, receiver, global_steps)
-        return Update(engine, receive, "ferry-device-receive", who, sender)
+            b.in_use = False
+        engine._require_step(receiver, global_steps)
+        return PulledUpdate(engine, receiver, who, sender, writable=False,
+                            copies=_DeviceCopies(self, engine._local))
 
-    def _receive_update(self, engine: Any, receiver: Receiver, required: int | None,
-                        handoff: Handoff) -> None:
-        wait = handoff.wait
 
-        count = [0]
+class _DeviceCopies:
+    """Receiver.receive_update's copies (ferry/_pull.py) into the two device buffers: fill()
+    copies a bucket (with tp_size, only each tensor's slice crosses to the device) into the
+    buffer the caller moved past, after the caller's kernels reading it (its fence), and waits
+    for the copies before the ring's slot goes back; moved_on() marks the buffer before the
+    current one free, fenced on the caller's thread and stream."""
 
-        def on_bucket(tensors: list, is_last: bool) -> None:
-            if tensors:
-                buffer = self.buffers[count[0] % 2]
-                count[0] += 1
-                wait(buffer.free)  # the caller moved past the bucket it held
-                buffer.free.clear()
-                if buffer.fence is not None:  # and its kernels reading it have run
-                    self.device.copy_after(buffer.fence)
+    def __init__(self, receive: DeviceReceive, local: Callable[[list], list]) -> None:
+        self._receive, self._local = receive, local
+        self._filled = 0
+        self._held: list[_Buffer] = []  # the buffers filled, oldest first
 
-                def release(buffer: _Buffer = buffer) -> None:  # one per bucket: compared
-                    buffer.fence = self.device.fence()  # on the caller's thread and stream
-                    buffer.free.set()
-                # With tp_size, only each tensor's slice crosses to the device.
-                handoff.put((self._copy_bucket(buffer, engine._local(tensors)), release))
-            if is_last:  # acknowledged only once the caller took every tensor
-                handoff.wait_until_all_taken()
+    def fill(self, tensors: list) -> list:
+        receive = self._receive
+        buffer = receive.buffers[self._filled % 2]
+        self._filled += 1
+        if buffer.in_use:
+            raise _error(_ferry.InternalError,
+                         "a device buffer was to be refilled while the caller could still read it")
+        buffer.in_use = True
+        if buffer.fence is not None:
+            receive.device.copy_after(buffer.fence)
+        self._held.append(buffer)
+        return receive._copy_bucket(buffer, self._local(tensors))
 
-        engine._require_step(receiver, required)
-        while engine._received(receiver.receive_round_buckets(on_bucket)).more_follows:
-            pass
+    def moved_on(self) -> None:
+        while len(self._held) > 1:
+            buffer = self._held.pop(0)
+            buffer.fence = self._receive.device.fence()
+            buffer.in_use = False
 
 
 class DevicePath:

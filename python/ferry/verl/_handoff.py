@@ -1,11 +1,11 @@
-"""receive_weights' two ends, shared by the CPU and device paths.
+"""receive_weights from several senders (MultiReceiver.receive_update, which calls back from
+its senders' threads): a thread receives the update's rounds from the start and queues what it
+received, a tensor at a time, for the caller (a coroutine) to iterate. One sender needs none of
+this: its update is pulled as the caller iterates (_pulled.py).
 
-receive_weights returns an Update: its thread starts receiving the update's rounds at once and
-queues what it received, a batch of tensors at a time (a segment's or a bucket's: each batch
-costs the caller one hop to an executor thread), for the caller (a coroutine) to iterate. The
-thread must never block for good on a caller that went away: every wait here gives up once
+The thread must never block for good on a caller that went away: every wait here gives up once
 the caller's end stopped, raising AbortedError with the reason, which fails the round and so
-tells the sender (the trainer) at once. The caller's end stops when it closes the iterator,
+tells the senders (the trainer) at once. The caller's end stops when it closes the iterator,
 when the task that called receive_weights ends before the update did (verl's
 CheckpointEngineWorker.update_weights: its server adapter raised, or returned early; the
 reason names the exception), when the Update is dropped unfinished, or when the engine's
@@ -22,15 +22,9 @@ from typing import Any, AsyncIterator, Callable
 
 from .. import _ferry
 from .._tensors import _error
+from ._pulled import _describe, _with_context
 
 DONE = object()  # queued after the update's last item
-
-
-class EndOfUpdate:
-    """Queued after an update's last tensor; set once the caller reached it."""
-
-    def __init__(self) -> None:
-        self.taken = threading.Event()
 
 
 class Stop:
@@ -72,32 +66,6 @@ class Handoff:
         while not event.wait(0.1):
             if self.stop.is_set():
                 raise self._abandoned()
-
-    def wait_until_all_taken(self) -> None:
-        """Waits until the caller took everything queued so far: an update is acknowledged
-        only then, so a rank that dies while loading fails the sender's send_weights too."""
-        end = EndOfUpdate()
-        self.put(end)
-        self.wait(end.taken)
-
-
-def _describe(task: "asyncio.Future[Any]") -> str:
-    """Why the task that called receive_weights ended, for the sender's error."""
-    if task.cancelled():
-        return "the task that called receive_weights was cancelled before the update ended"
-    error = task.exception()
-    if error is not None:
-        return ("the caller of receive_weights raised before the update ended: "
-                f"{type(error).__name__}: {error}")
-    return "the caller of receive_weights returned before the update ended"
-
-
-def _with_context(error: BaseException, context: str) -> BaseException:
-    """`error` again, its message followed by `context`, same class and code."""
-    again = type(error)(f"{error} ({context})")
-    again.code = getattr(error, "code", None)  # type: ignore[attr-defined]
-    again.__cause__ = error
-    return again
 
 
 class Update:
@@ -185,9 +153,6 @@ class Update:
                     if cache is not None:
                         engine._cached = cache
                     return
-                if isinstance(item, EndOfUpdate):
-                    item.taken.set()
-                    continue
                 if isinstance(item, BaseException):
                     self.done = True
                     engine._broken = True

@@ -13,16 +13,17 @@ import socket
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, AsyncIterator, Iterable
+from typing import Any, AsyncIterator, Callable, Iterable
 
 import torch
 
 from .. import _ferry
 from .._tensors import _error
 from ..sync import MultiReceiver, Receiver, Relay, Sender, SyncOptions, send_update_async
-from ._handoff import Handoff, _with_context
+from ._handoff import Handoff
 from ._memory import backed_buffer, copied_into
 from ._parts import plan_parts, sender_context, sender_count
+from ._pulled import PulledUpdate, _with_context
 
 
 def node_identity() -> str:
@@ -309,7 +310,7 @@ class RankSessions:
         receiver, buffers = self._receiver, self._receive_buffers
 
         def on_tensor(name: str, tensor: torch.Tensor) -> None:
-            index, staged = buffers.fill(self._local([(name, tensor)]), handoff)
+            index, staged = buffers.fill(self._local([(name, tensor)]), handoff.wait)
             handoff.put((staged, functools.partial(buffers.release, index)))
 
         self._require_step(receiver, required)
@@ -320,60 +321,18 @@ class RankSessions:
                 raise
             raise _with_context(e, sender_context(e, self._plan)) from e
 
-    def _receive_update(self, required: int | None, handoff: Handoff) -> None:
-        """Receiver thread: receives the update's rounds and queues ([(name, writable view)],
-        release) for the consumer, which calls release() once it is done with the views'
-        bucket. The views are the ring's copy-on-write views where the receiver gives them,
-        queued per segment as soon as it arrived (on_ring_segment), else copies in the free
-        receive buffer, queued per bucket (on_bucket). One item per segment, not per tensor:
-        each item costs the consumer a hop to an executor thread."""
+    def _pull_update(self, required: int | None, who: str) -> PulledUpdate:
+        """One update from one sender, pulled as the caller iterates: the ring's writable
+        copy-on-write views where the receiver gives them, each segment's tensors as soon as
+        it arrived; else copies in the free receive buffer, a bucket at a time."""
         receiver = self._receiver
-        buffers = self._receive_buffers
-
-        put, wait, wait_until_all_taken = handoff.put, handoff.wait, handoff.wait_until_all_taken
-
-        def on_bucket(tensors: list, is_last: bool) -> None:
-            if tensors:
-                buffer, staged = buffers.fill(self._local(tensors), handoff)
-                put((staged, functools.partial(buffers.release, buffer)))
-            if is_last:
-                # The update is acknowledged only once the caller took every tensor, so a
-                # rank that dies while loading fails the sender's send_weights too.
-                wait_until_all_taken()
-
-        held: list[threading.Event] = []  # the ring bucket the caller may still be reading
-        # The bucket being received, once a segment completed a tensor: its release event and
-        # that event's set(), one object per bucket (the consumer compares them).
-        current: list = []
-
-        def on_ring_segment(tensors: list, bucket_ends: bool, is_last: bool,
-                            round_ends: bool) -> None:
-            if tensors:
-                if not current:
-                    released = threading.Event()
-                    current.extend((released, released.set))
-                put((self._local(tensors), current[1]))
-            if not bucket_ends:
-                return  # nothing is released before the bucket's last segment
-            # Returning lets ferry hand the bucket before this one back to the sender, and at
-            # the round's end this one too: wait until the caller is done with it.
-            if current and not round_ends:
-                if held:
-                    wait(held.pop())  # set once the caller moved past this bucket's first
-                held.append(current[0])
-            else:
-                wait_until_all_taken()  # past every tensor before: nothing is held after
-                held.clear()
-            current.clear()
-
         self._require_step(receiver, required)
         if receiver.writable_views_error is None:
-            receive = functools.partial(receiver.receive_round_segments_writable,
-                                        on_ring_segment)
-        else:
-            receive = functools.partial(receiver.receive_round_buckets, on_bucket)
-        while self._received(receive()).more_follows:
-            pass
+            return PulledUpdate(self, receiver, who, self._master, writable=True,
+                                local=self._local)
+        self._receive_buffers.reset()  # the last update's caller is done with both
+        copies = _ReceiveBufferCopies(self._receive_buffers, self._local)
+        return PulledUpdate(self, receiver, who, self._master, writable=False, copies=copies)
 
     def _require_step(self, receiver: Receiver | MultiReceiver, required: int | None) -> None:
         """Makes the receiver refuse (FailedPreconditionError at the round's BEGIN, before any
@@ -432,12 +391,11 @@ class _ReceiveBuffers:
     def release(self, index: int) -> None:
         self._free[index].set()
 
-    def fill(self, tensors: list, handoff: Handoff) -> tuple[int, list]:
-        """Waits for the next buffer to be released (or the caller's end to stop), copies
-        `tensors` ((name, tensor, ...) views of the ring) into it: (its index,
-        [(name, writable view, ...)])."""
+    def fill(self, tensors: list, wait: Callable[[threading.Event], None]) -> tuple[int, list]:
+        """Waits (`wait`) for the next buffer to be released, copies `tensors` ((name, tensor,
+        ...) views of the ring) into it: (its index, [(name, writable view, ...)])."""
         index = self._next
-        handoff.wait(self._free[index])
+        wait(self._free[index])
         self._free[index].clear()
         self._next = 1 - index
         sizes = [entry[1].numel() * entry[1].element_size() for entry in tensors]
@@ -455,6 +413,32 @@ class _ReceiveBuffers:
         staged = [(name, copied_into(buffer[start:start + nbytes], tensor), *rest)
                   for (name, tensor, *rest), start, nbytes in zip(tensors, starts, sizes)]
         return index, staged
+
+
+def _must_be_free(event: threading.Event) -> None:
+    """A pulled update reads a bucket only once the caller is done with the buffer it takes."""
+    if not event.is_set():
+        raise _error(_ferry.InternalError,
+                     "a receive buffer was to be refilled while the caller could still read it")
+
+
+class _ReceiveBufferCopies:
+    """Receiver.receive_update's copies (ferry/_pull.py) into the two receive buffers: fill()
+    copies a bucket (this rank's slices of it) into the free one; moved_on() frees the one the
+    caller moved past."""
+
+    def __init__(self, buffers: _ReceiveBuffers, local: Callable[[list], list]) -> None:
+        self._buffers, self._local = buffers, local
+        self._held: list[int] = []  # the buffers filled, oldest first
+
+    def fill(self, tensors: list) -> list:
+        index, staged = self._buffers.fill(self._local(tensors), _must_be_free)
+        self._held.append(index)
+        return staged
+
+    def moved_on(self) -> None:
+        while len(self._held) > 1:
+            self._buffers.release(self._held.pop(0))
 
 
 class _EarlySender:

@@ -45,8 +45,9 @@ from .._verl_compat import CheckpointEngineRegistry, CheckpointEngineWithCache
 from ..sync import SYNC_OPTIONS, Receiver, Sender, _each
 from ._device import device_for
 from ._device_path import DevicePath
-from ._handoff import Update, _with_context
+from ._handoff import Update
 from ._parts import Split, parse_senders, part_metrics, part_of, sender_context
+from ._pulled import PulledUpdate, _with_context
 from ._rank_local import WIRE_FORMAT as RANK_LOCAL_WIRE_FORMAT, LocalSlicer, parse_tp_size
 from ._sessions import (_EarlySender, _ReceiveBuffers, _RelayThread, RankSessions,
                         node_identity, plan_topology)
@@ -157,7 +158,8 @@ class FerryCheckpointEngine(RankSessions, CheckpointEngineWithCache):
         self._epoch: str | None = None
         self._instance = uuid.uuid4().hex[:12]
         self._broken = False                # the last update failed: rebuild next time
-        self._update: Update | None = None  # rollout: the last receive_weights' iterator
+        # rollout: the last receive_weights' iterator
+        self._update: Update | PulledUpdate | None = None
         self._master = ""                   # rollout: names the trainer's sending rank
         self._sending = False               # master: a send_weights is running
         self._last_step: int | None = None
@@ -271,7 +273,7 @@ class FerryCheckpointEngine(RankSessions, CheckpointEngineWithCache):
             raise _with_context(e, sender_context(e, self._plan)) from e
         return part_metrics(metrics, self._sender_index, split)
 
-    def receive_weights(self, global_steps: int | None = None) -> Update:
+    def receive_weights(self, global_steps: int | None = None) -> Update | PulledUpdate:
         """An async iterator over (name, tensor) of one update (with engine_kwargs.ferry.tp_size
         above 1, (name, this rank's slice, ShardSpec): _rank_local.py): writable CPU views of
         the ring itself, copy-on-write (reading copies nothing; a write copies the pages
@@ -296,7 +298,9 @@ class FerryCheckpointEngine(RankSessions, CheckpointEngineWithCache):
         engine_kwargs.ferry.cache, a complete update also becomes what get_weights() yields
         (its own copy).
 
-        Receiving starts at once, not at the first iteration. If the task that called this
+        From one sender, each segment is received as the caller iterates (ferry.sync's
+        Receiver.receive_update_async), the next one while the caller reads the current one;
+        from several, a thread receives from the start. If the task that called this
         ends before the update did (the server adapter raised, or returned early), or the
         iterator is closed or dropped first, the round fails at once and the trainer's
         send_weights raises AbortedError naming this rollout rank, its pid and why (the
@@ -310,11 +314,12 @@ class FerryCheckpointEngine(RankSessions, CheckpointEngineWithCache):
             self._update = self._device_path.receiving.receive(self, global_steps, who,
                                                                self._master)
             return self._update
-        self._receive_buffers.reset()  # the last update's caller is done with both
-        receive = functools.partial(self._receive_update, global_steps)
         if self._plan is not None and "senders" in self._plan:
+            self._receive_buffers.reset()  # the last update's caller is done with both
             receive = functools.partial(self._receive_parts, global_steps)
-        self._update = Update(self, receive, "ferry-receive", who, self._master)
+            self._update = Update(self, receive, "ferry-receive", who, self._master)
+        else:
+            self._update = self._pull_update(global_steps, who)
         return self._update
 
     async def get_weights(self) -> AsyncIterator:
