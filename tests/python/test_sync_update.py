@@ -110,7 +110,9 @@ def test_the_generators_exception_is_raised_unchanged():
         sender.accept(1)
         with pytest.raises(KeyError, match="the trainer's generator failed"):
             sender.send_update(failing())
-        thread.join(30)
+    thread.join(30)  # the sender closed: the receiver's wait ends at once
+    assert not thread.is_alive()
+    assert len(got) == 1 and isinstance(got[0], ferry.FerryError), got  # no update arrived
 
 
 def test_one_async_generator_feeds_two_senders_streamed_the_second_time():
