@@ -11,7 +11,6 @@ namespaces for several nodes, hundreds of ms bounds on failures)."""
 from __future__ import annotations
 
 import asyncio
-import multiprocessing as mp
 import os
 import time
 import warnings
@@ -20,7 +19,7 @@ import pytest
 import torch
 
 import ferry
-from conftest import digest
+from conftest import digest, new_process, processes
 
 BUCKET = 1 << 20
 KILL_BOUND_S = 30.0  # a dead rank is seen at once (socket EOF); the product waits 600 s
@@ -195,9 +194,8 @@ def _rank_main(conn, is_master: bool, engine_kwargs: dict, netns: str | None = N
 class _Rank:
     def __init__(self, is_master: bool = False, netns: str | None = None,
                  **engine_kwargs) -> None:
-        self.conn, child = mp.get_context("spawn").Pipe()
-        self.proc = mp.get_context("spawn").Process(
-            target=_rank_main, args=(child, is_master, engine_kwargs, netns), daemon=True)
+        self.conn, child = processes().Pipe()
+        self.proc = new_process(_rank_main, child, is_master, engine_kwargs, netns, daemon=True)
         self.proc.start()
 
     def call(self, *cmd) -> None:

@@ -8,13 +8,13 @@ update and no other rank may see."""
 from __future__ import annotations
 
 import asyncio
-import multiprocessing as mp
 
 import pytest
 import torch
 
 import fake_device
 import ferry
+from conftest import new_process, processes
 from vllm_reference import reference_slice
 
 PRESET = "qwen2.5-0.5b"
@@ -97,11 +97,10 @@ def test_full_depth_model_updates_bit_exact_staged_then_streamed(tp_size, steps,
         fake_device.use()
     base = _base()
     model_bytes = sum(t.numel() * 2 for _, t in base)
-    ctx = mp.get_context("spawn")
     conns, procs = [], []
     for writes in (False, True):
-        conn, child = ctx.Pipe()
-        procs.append(ctx.Process(target=_rollout, args=(child, writes, tp_size), daemon=True))
+        conn, child = processes().Pipe()
+        procs.append(new_process(_rollout, child, writes, tp_size, daemon=True))
         procs[-1].start()
         conns.append(conn)
     master = FerryCheckpointEngine(BUCKET, is_master=True, device=master_device)
@@ -177,11 +176,10 @@ def test_full_depth_model_from_two_senders_bit_exact_half_the_bytes_each():
     from ferry.verl.checkpoint_engine import FerryCheckpointEngine
     base = _base()
     model = sum(t.numel() * 2 for _, t in base)
-    ctx = mp.get_context("spawn")
     conns, procs = [], []
     for target, args in ((_rollout, (False,)), (_rollout, (True,)), (_sender, ())):
-        conn, child = ctx.Pipe()
-        procs.append(ctx.Process(target=target, args=(child, *args), daemon=True))
+        conn, child = processes().Pipe()
+        procs.append(new_process(target, child, *args, daemon=True))
         procs[-1].start()
         conns.append(conn)
     rollouts, second = conns[:2], conns[2]

@@ -10,7 +10,7 @@ import secrets
 import pytest
 import torch
 
-from conftest import digest, run_ok_peers, run_peers, unique_zmq_handle
+from conftest import digest, new_process, processes, run_ok_peers, run_peers, unique_zmq_handle
 from weights import make_weights
 
 ROUNDS = 3
@@ -181,13 +181,11 @@ def _killed_receiver(handle: str, queue) -> None:
 
 
 def test_receiver_killed_mid_update_fails_the_sender_at_once():
-    import multiprocessing as mp
     import time
 
     handle = unique_zmq_handle()
-    ctx = mp.get_context("spawn")
-    q = ctx.Queue()
-    victim = ctx.Process(target=_killed_receiver, args=(handle, q))
+    q = processes().Queue()
+    victim = new_process(_killed_receiver, handle, q)
     victim.start()
     try:
         assert q.get(timeout=120) == "joined"

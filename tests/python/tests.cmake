@@ -1,23 +1,15 @@
 # pytest for the Python module (tests/python/test_*.py), run with the interpreter the module
 # was built for (a property of the ferry_python target, defined later in python/) and the
 # build tree's package first on PYTHONPATH.
-# Two tests, so ctest runs them side by side: the checkpoint engine's files (rollout processes
-# per test: most of the time) and the rest. As one test they took 590-690 s alone, and ran
-# past 900 s beside python.verl_stack and python.dcp in a fresh-clone CI run.
+# Peer processes fork from a server that imported torch and ferry's verl backend once
+# (conftest.processes()): spawned, each imported verl, Ray and transformers again, and the
+# suite took 590-690 s alone instead of about 3 minutes.
 if(FERRY_BUILD_PYTHON AND EXISTS ${PROJECT_SOURCE_DIR}/python/CMakeLists.txt)
-  set(FERRY_ENGINE_TESTS ${CMAKE_CURRENT_LIST_DIR}/test_checkpoint_engine.py
-                         ${CMAKE_CURRENT_LIST_DIR}/test_checkpoint_engine_full_depth.py)
-  set(FERRY_PYTEST $<TARGET_PROPERTY:ferry_python,FERRY_PYTHON_EXECUTABLE> -m pytest -q
-                   -p no:cacheprovider)
   add_test(NAME python.pytest
-           COMMAND ${FERRY_PYTEST} ${CMAKE_CURRENT_LIST_DIR}
-                   --ignore=${CMAKE_CURRENT_LIST_DIR}/test_checkpoint_engine.py
-                   --ignore=${CMAKE_CURRENT_LIST_DIR}/test_checkpoint_engine_full_depth.py
+           COMMAND $<TARGET_PROPERTY:ferry_python,FERRY_PYTHON_EXECUTABLE> -m pytest -q
+                   -p no:cacheprovider ${CMAKE_CURRENT_LIST_DIR}
            WORKING_DIRECTORY ${PROJECT_BINARY_DIR})
-  add_test(NAME python.checkpoint_engine
-           COMMAND ${FERRY_PYTEST} ${FERRY_ENGINE_TESTS}
-           WORKING_DIRECTORY ${PROJECT_BINARY_DIR})
-  set_tests_properties(python.pytest python.checkpoint_engine PROPERTIES
+  set_tests_properties(python.pytest PROPERTIES
     LABELS python TIMEOUT 900
     ENVIRONMENT "PYTHONPATH=${PROJECT_BINARY_DIR}/python;PYTHONDONTWRITEBYTECODE=1;HF_HUB_OFFLINE=1")
 endif()
