@@ -21,7 +21,7 @@ if(FERRY_BUILD_PYTHON AND EXISTS ${PROJECT_SOURCE_DIR}/tests/verl_stack)
            COMMAND $<TARGET_PROPERTY:ferry_python,FERRY_PYTHON_EXECUTABLE> -m pytest -q
                    -p no:cacheprovider ${PROJECT_SOURCE_DIR}/tests/verl_stack
            WORKING_DIRECTORY ${PROJECT_BINARY_DIR})
-  # 122 s alone, 523 s beside python.pytest and python.dcp in a fresh-clone CI run.
+  # 122 s alone, 440 s beside python.pytest and python.dcp in a fresh-clone CI run (186b9fa).
   set_tests_properties(python.verl_stack PROPERTIES
     LABELS "python;verl" TIMEOUT 1500
     ENVIRONMENT "PYTHONPATH=${PROJECT_BINARY_DIR}/python;PYTHONDONTWRITEBYTECODE=1;HF_HUB_OFFLINE=1")
