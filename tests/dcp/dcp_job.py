@@ -19,7 +19,6 @@ import sys
 import time
 from dataclasses import dataclass, field
 
-HERE = os.path.dirname(os.path.abspath(__file__))
 PRELOAD = ["torch", "torch.distributed.checkpoint", "megatron.core.dist_checkpointing",
            "ferry.dcp", "dcp_worker", "megatron_worker"]
 
@@ -95,6 +94,9 @@ def run(mode: str, nodes: list[str], root: str, *extra: str, env: dict | None = 
         p.join()
     output = []
     for i, log in enumerate(logs):
+        if not os.path.exists(log):  # stopped before it got to open its log
+            output.append(f"--- rank {i}\n(no output)")
+            continue
         with open(log, errors="replace") as f:
             output.append(f"--- rank {i}\n{f.read()}")
         os.unlink(log)

@@ -25,13 +25,13 @@ PROCESS_TIMEOUT_S = 120
 # Modules the fork server imports once for the whole run. A spawned process imported them
 # again: ferry's verl backend brings verl, Ray and transformers, about 6 s of CPU each time,
 # which was most of the Python tests' time in CI.
-FORK_SERVER_PRELOAD = ["torch", "ferry", "ferry.verl.checkpoint_engine"]
+FORK_SERVER_PRELOAD = ["torch", "ferry.verl.checkpoint_engine"]
 
 
 @functools.cache
 def processes():
     """multiprocessing's "forkserver" context: a peer process forks from a server that holds
-    FORK_SERVER_PRELOAD, in a clean state as under "spawn" (no test's patches, no threads)."""
+    FORK_SERVER_PRELOAD, in a clean state as under "spawn" (no test's patches, one thread)."""
     ctx = mp.get_context("forkserver")
     ctx.set_forkserver_preload(FORK_SERVER_PRELOAD)
     return ctx

@@ -59,7 +59,8 @@ class FakeDevice(_device.Device):
             return
         # A path missing its waits fails its round before its copies land, and the broken
         # session unmaps its ring: through /proc/self/mem a copy to or from unmapped memory
-        # fails (EIO) instead of crashing the test process.
+        # fails (EIO) instead of crashing the test process. (A ring mapped at the same address
+        # since gets late bytes: only a round these tests expect to be wrong anyway.)
         try:
             os.pwrite(self._memory, os.pread(self._memory, nbytes, src.data_ptr()),
                       dst.data_ptr())
